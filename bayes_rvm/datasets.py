@@ -1,0 +1,77 @@
+"""Small data sets of the RVM literature: generated (sinc, Friedman) and read from disk (Ripley, Pima).
+
+The generated ones follow Tipping (2001): sinc on 100 equally spaced inputs in [-10, 10] with
+Gaussian noise of standard deviation 0.1, and the Friedman #1-#3 functions of scikit-learn, whose
+input ranges are those of the paper.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from sklearn.datasets import make_friedman1, make_friedman2, make_friedman3
+from sklearn.utils import check_random_state
+
+__all__ = ["make_friedman", "make_sinc", "sinc"]
+
+
+def sinc(x: np.ndarray) -> np.ndarray:
+    """The unnormalised sinc function ``sin(x) / x`` (1 at 0), element-wise."""
+    return np.sinc(np.asarray(x, dtype=np.float64) / np.pi)
+
+
+def make_sinc(
+    n_samples: int = 100,
+    *,
+    noise: float = 0.1,
+    low: float = -10.0,
+    high: float = 10.0,
+    random: bool = False,
+    n_features: int = 1,
+    random_state=None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Tipping's sinc regression problem.
+
+    Parameters
+    ----------
+    n_samples : int, default=100
+        Number of points.
+    noise : float, default=0.1
+        Standard deviation of the additive Gaussian noise.
+    low, high : float, default=-10, 10
+        Input range.
+    random : bool, default=False
+        Draw inputs uniformly instead of equally spaced (always random when ``n_features > 1``).
+    n_features : int, default=1
+        With more than one feature the target is ``sinc(||x||)`` (the radial sinc).
+    random_state : int, RandomState or None
+        Seed of the noise (and of the inputs when random).
+
+    Returns
+    -------
+    X : ndarray of shape (n_samples, n_features)
+    y : ndarray of shape (n_samples,)
+    """
+    if n_samples < 1 or n_features < 1:
+        raise ValueError("n_samples and n_features must be positive.")
+    if noise < 0:
+        raise ValueError(f"noise must be non-negative, got {noise!r}.")
+    rng = check_random_state(random_state)
+    if n_features == 1 and not random:
+        X = np.linspace(low, high, n_samples)[:, None]
+    else:
+        X = rng.uniform(low, high, size=(n_samples, n_features))
+    f = sinc(np.linalg.norm(X, axis=1))
+    return X, f + noise * rng.standard_normal(n_samples)
+
+
+def make_friedman(
+    number: int, n_samples: int = 240, *, noise: float = 0.0, random_state=None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Friedman's regression problem #1, #2 or #3 (scikit-learn's generators, Tipping's ranges).
+
+    ``noise`` is the standard deviation of the Gaussian noise added to the target.
+    """
+    makers = {1: make_friedman1, 2: make_friedman2, 3: make_friedman3}
+    if number not in makers:
+        raise ValueError(f"number must be 1, 2 or 3, got {number!r}.")
+    return makers[number](n_samples=n_samples, noise=noise, random_state=random_state)

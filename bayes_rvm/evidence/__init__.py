@@ -1,0 +1,11 @@
+"""Type-II maximum likelihood (evidence) engines: NumPy and SciPy only, no PyMC."""
+
+from bayes_rvm.evidence.gaussian import (
+    EvidenceFit,
+    GaussianPosterior,
+    fit_mackay,
+    gaussian_posterior,
+)
+from bayes_rvm.evidence.sequential import fit_sequential
+
+__all__ = ["EvidenceFit", "GaussianPosterior", "fit_mackay", "fit_sequential", "gaussian_posterior"]

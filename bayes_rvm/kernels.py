@@ -1,0 +1,212 @@
+"""Basis functions: from a kernel specification to the RVM design matrix.
+
+The RVM places one basis function ``phi_i(x) = k(x, x_i)`` on every training input (the *centres*)
+and, optionally, a constant bias column. :class:`KernelBasis` remembers its centres so that the same
+design matrix can be rebuilt for new inputs, and can build only a chosen subset of columns (the
+relevance vectors) so that prediction costs O(n_relevant) kernel evaluations per point.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from numbers import Real
+
+import numpy as np
+from sklearn.base import BaseEstimator, TransformerMixin
+from sklearn.gaussian_process.kernels import Kernel as GPKernel
+from sklearn.metrics.pairwise import PAIRWISE_KERNEL_FUNCTIONS
+from sklearn.utils.validation import check_array, check_is_fitted
+
+__all__ = ["KERNELS", "KernelBasis"]
+
+#: Kernel names understood by :class:`KernelBasis` (scikit-learn's ``pairwise_kernels`` names).
+KERNELS = ("rbf", "linear", "poly", "polynomial", "laplacian", "sigmoid", "cosine")
+_USES_GAMMA = {"rbf", "poly", "polynomial", "laplacian", "sigmoid"}
+_USES_DEGREE = {"poly", "polynomial"}
+_USES_COEF0 = {"poly", "polynomial", "sigmoid"}
+
+KernelSpec = str | Callable[[np.ndarray, np.ndarray], np.ndarray] | GPKernel
+
+
+def resolve_gamma(gamma: str | float, X: np.ndarray) -> float:
+    """Resolve ``gamma`` as :class:`sklearn.svm.SVR` does.
+
+    ``"scale"`` gives ``1 / (n_features * X.var())`` and ``"auto"`` gives ``1 / n_features``.
+    """
+    if isinstance(gamma, str):
+        if gamma == "scale":
+            var = float(X.var())
+            return 1.0 / (X.shape[1] * var) if var > 0 else 1.0
+        if gamma == "auto":
+            return 1.0 / X.shape[1]
+        raise ValueError(f"gamma must be 'scale', 'auto' or a positive float, got {gamma!r}.")
+    if not isinstance(gamma, Real) or not np.isfinite(gamma) or gamma <= 0:
+        raise ValueError(f"gamma must be 'scale', 'auto' or a positive float, got {gamma!r}.")
+    return float(gamma)
+
+
+class KernelBasis(TransformerMixin, BaseEstimator):
+    """Kernel design matrix ``Phi[n, i] = k(x_n, c_i)`` over stored centres, plus a bias column.
+
+    Parameters
+    ----------
+    kernel : str, callable, scikit-learn GP kernel or "precomputed", default="rbf"
+        One of :data:`KERNELS` (scikit-learn's ``pairwise_kernels`` conventions), a callable
+        ``k(X, Y) -> (n_X, n_Y)`` array, a :mod:`sklearn.gaussian_process.kernels` object, or
+        ``"precomputed"``, in which case ``X`` passed to :meth:`transform` is already the kernel
+        between the inputs and the centres (shape ``(n_samples, n_centres)``).
+    gamma : {"scale", "auto"} or float, default="scale"
+        Kernel coefficient of rbf, poly, laplacian and sigmoid; ``"scale"`` is
+        ``1 / (n_features * X.var())`` as in :class:`sklearn.svm.SVR`. For the rbf kernel
+        ``exp(-gamma ||x - y||^2)``, a Gaussian of width ``r`` is ``gamma = 1 / r^2``.
+    degree : int, default=3
+        Degree of the polynomial kernel.
+    coef0 : float, default=1.0
+        Independent term of the polynomial and sigmoid kernels.
+    kernel_params : dict, optional
+        Extra keyword arguments for a callable kernel.
+    bias : bool, default=True
+        Append a constant column of ones (the RVM's bias basis function) as the last column.
+
+    Attributes
+    ----------
+    centres_ : ndarray of shape (n_centres, n_features) or None
+        The inputs the basis functions sit on (None for a precomputed kernel).
+    gamma_ : float or None
+        The resolved kernel coefficient.
+    n_basis_ : int
+        Number of basis functions (columns of the design matrix).
+    """
+
+    def __init__(
+        self,
+        kernel: KernelSpec = "rbf",
+        *,
+        gamma: str | float = "scale",
+        degree: int = 3,
+        coef0: float = 1.0,
+        kernel_params: dict | None = None,
+        bias: bool = True,
+    ) -> None:
+        self.kernel = kernel
+        self.gamma = gamma
+        self.degree = degree
+        self.coef0 = coef0
+        self.kernel_params = kernel_params
+        self.bias = bias
+
+    # -- fitting ---------------------------------------------------------------------------------
+    def fit(self, X, y=None, *, centres=None) -> KernelBasis:
+        """Store the centres (``X`` itself unless ``centres`` is given) and resolve ``gamma``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Training inputs (or, for ``kernel="precomputed"``, the training kernel matrix).
+        y : ignored
+        centres : array-like of shape (n_centres, n_features), optional
+            Candidate centres other than the training inputs (for example a random or k-means
+            subset). Not allowed with a precomputed kernel.
+        """
+        kernel = self.kernel
+        if isinstance(kernel, str) and kernel not in (*KERNELS, "precomputed"):
+            raise ValueError(
+                f"kernel must be one of {(*KERNELS, 'precomputed')}, a callable or a scikit-learn "
+                f"kernel object, got {kernel!r}."
+            )
+        if not isinstance(kernel, str) and not callable(kernel):
+            raise TypeError(f"kernel must be a string, a callable or a kernel object, got {kernel!r}.")
+        if isinstance(self.degree, bool) or not isinstance(self.degree, int | np.integer) or self.degree < 1:
+            raise ValueError(f"degree must be a positive integer, got {self.degree!r}.")
+        if not isinstance(self.coef0, Real) or not np.isfinite(self.coef0):
+            raise ValueError(f"coef0 must be a finite number, got {self.coef0!r}.")
+        X = check_array(X, dtype=np.float64, ensure_min_samples=1, input_name="X")
+        if kernel == "precomputed":
+            if centres is not None:
+                raise ValueError("centres cannot be given with kernel='precomputed'.")
+            self.centres_ = None
+            self.gamma_ = None
+            self.n_features_in_ = X.shape[1]
+            self.n_centres_ = X.shape[1]
+        else:
+            C = X if centres is None else check_array(centres, dtype=np.float64, input_name="centres")
+            if C.shape[1] != X.shape[1]:
+                raise ValueError(
+                    f"centres has {C.shape[1]} features but X has {X.shape[1]}."
+                )
+            self.centres_ = C
+            self.n_features_in_ = X.shape[1]
+            self.n_centres_ = C.shape[0]
+            uses_gamma = isinstance(kernel, str) and kernel in _USES_GAMMA
+            self.gamma_ = resolve_gamma(self.gamma, X) if uses_gamma else None
+        self.n_basis_ = self.n_centres_ + int(bool(self.bias))
+        return self
+
+    # -- evaluation ------------------------------------------------------------------------------
+    def kernel_matrix(self, X: np.ndarray, centres: np.ndarray) -> np.ndarray:
+        """Evaluate the kernel between rows of ``X`` and ``centres`` (no bias, no validation)."""
+        kernel = self.kernel
+        if isinstance(kernel, str):
+            params = {}
+            if kernel in _USES_GAMMA:
+                params["gamma"] = self.gamma_
+            if kernel in _USES_DEGREE:
+                params["degree"] = self.degree
+            if kernel in _USES_COEF0:
+                params["coef0"] = self.coef0
+            return PAIRWISE_KERNEL_FUNCTIONS[kernel](X, centres, **params)
+        if isinstance(kernel, GPKernel):
+            return np.asarray(kernel(X, centres), dtype=np.float64)
+        return np.asarray(kernel(X, centres, **(self.kernel_params or {})), dtype=np.float64)
+
+    def transform(self, X, columns=None, *, chunk_size: int | None = None) -> np.ndarray:
+        """Build the design matrix for ``X``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Inputs (for a precomputed kernel: shape ``(n_samples, n_centres)``).
+        columns : array-like of int, optional
+            Indices of the basis columns to build (centres ``0..n_centres-1``, the bias is
+            ``n_centres``). Building only the relevance vectors makes prediction cheap.
+        chunk_size : int, optional
+            Evaluate the kernel this many rows at a time, to bound the temporary memory of
+            kernels that allocate pairwise-distance intermediates.
+
+        Returns
+        -------
+        Phi : ndarray of shape (n_samples, n_columns)
+        """
+        check_is_fitted(self, "n_basis_")
+        X = check_array(X, dtype=np.float64, input_name="X")
+        if X.shape[1] != self.n_features_in_:
+            raise ValueError(
+                f"X has {X.shape[1]} features, but the basis was fitted with {self.n_features_in_}."
+            )
+        cols = np.arange(self.n_basis_) if columns is None else np.asarray(columns, dtype=np.intp)
+        if cols.size and (cols.min() < 0 or cols.max() >= self.n_basis_):
+            raise ValueError(f"columns must lie in [0, {self.n_basis_}).")
+        is_centre = cols < self.n_centres_
+        out = np.empty((X.shape[0], cols.size), dtype=np.float64)
+        out[:, ~is_centre] = 1.0
+        centre_cols = cols[is_centre]
+        if self.kernel == "precomputed":
+            out[:, is_centre] = X[:, centre_cols]
+        elif centre_cols.size:
+            C = self.centres_[centre_cols]
+            step = X.shape[0] if chunk_size is None else max(int(chunk_size), 1)
+            where = np.flatnonzero(is_centre)
+            for start in range(0, X.shape[0], step):
+                block = self.kernel_matrix(X[start : start + step], C)
+                if block.shape != (min(step, X.shape[0] - start), C.shape[0]):
+                    raise ValueError(
+                        f"kernel returned shape {block.shape}; expected "
+                        f"(n_X, n_Y) = {(min(step, X.shape[0] - start), C.shape[0])}."
+                    )
+                out[start : start + step, where] = block
+        if not np.all(np.isfinite(out)):
+            raise ValueError(
+                "kernel produced non-finite values; check the kernel and its parameters "
+                f"(kernel={self.kernel!r}, gamma={self.gamma!r})."
+            )
+        return out

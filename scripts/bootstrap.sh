@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Create (or reuse) .venv with Python >= 3.12 and install bayes_rvm with its development extras.
+# Looks for a suitable interpreter on PATH first, then among pyenv's installed versions.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+ok() { "$1" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) else 1)' >/dev/null 2>&1; }
+
+find_python() {
+    local cand
+    for cand in "${PYTHON:-}" python3.14 python3.13 python3.12 python3 python; do
+        [ -n "$cand" ] || continue
+        if command -v "$cand" >/dev/null 2>&1 && ok "$(command -v "$cand")"; then
+            command -v "$cand"; return 0
+        fi
+    done
+    local root="${PYENV_ROOT:-$HOME/.pyenv}"
+    for cand in $(ls -d "$root"/versions/3.* 2>/dev/null | sort -rV); do
+        if [ -x "$cand/bin/python3" ] && ok "$cand/bin/python3"; then
+            echo "$cand/bin/python3"; return 0
+        fi
+    done
+    return 1
+}
+
+if [ -x .venv/bin/python ] && ok .venv/bin/python; then
+    PY=.venv/bin/python
+else
+    if ! base=$(find_python); then
+        echo "bootstrap: no Python >= 3.12 found on PATH or under pyenv (${PYENV_ROOT:-$HOME/.pyenv}/versions)." >&2
+        echo "bootstrap: install one (e.g. 'pyenv install 3.12') or set PYTHON=/path/to/python3.12." >&2
+        exit 1
+    fi
+    echo "bootstrap: creating .venv with $base" >&2
+    rm -rf .venv
+    "$base" -m venv .venv
+    PY=.venv/bin/python
+fi
+"$PY" -m pip install --quiet --upgrade pip >&2
+"$PY" -m pip install --quiet -e ".[dev]" >&2

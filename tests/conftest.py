@@ -1,0 +1,21 @@
+"""Shared fixtures: small seeded problems and the location of the team's shared data."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(20011)
+
+
+def random_design(rng, n=40, m=12):
+    """A random design with a few relevant columns and its targets."""
+    Phi = rng.normal(size=(n, m))
+    w = np.zeros(m)
+    w[rng.choice(m, 3, replace=False)] = rng.normal(scale=2.0, size=3)
+    return Phi, Phi @ w + 0.3 * rng.normal(size=n)

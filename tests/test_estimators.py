@@ -1,0 +1,183 @@
+"""RVR: scikit-learn conformance, the published sinc figures, and bad input."""
+
+import numpy as np
+import pytest
+from sklearn.metrics.pairwise import rbf_kernel
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+from bayes_rvm.datasets import make_sinc, sinc
+from bayes_rvm.estimators import RVR
+
+SINC_GAMMA = 1.0 / 3.0**2  # Gaussian kernel of width 3 (exp(-|x - x'|^2 / 3^2))
+X_TEST = np.linspace(-10, 10, 1000)[:, None]
+
+
+@parametrize_with_checks([RVR(), RVR(solver="mackay", prior="student_t", nu=0.01)])
+def test_sklearn_compatible(estimator, check):
+    check(estimator)
+
+
+@pytest.fixture(scope="module")
+def sinc_fit():
+    X, y = make_sinc(100, random_state=3)
+    return X, y, RVR(gamma=SINC_GAMMA).fit(X, y)
+
+
+def test_predictive_equals_dense_gp_form(sinc_fit):
+    # The fitted RVM is a GP with covariance phi(x)^T A^-1 phi(x') over the retained basis:
+    # mean k*^T C^-1 t, variance k** - k*^T C^-1 k* + 1/beta, with C = I/beta + Phi A^-1 Phi^T.
+    X, y, model = sinc_fit
+    Phi = model.basis_.transform(X, columns=model.active_)
+    Phis = model.basis_.transform(X_TEST, columns=model.active_)
+    Ainv = np.diag(1 / model.alpha_)
+    C = np.eye(len(X)) * model.noise_variance_ + Phi @ Ainv @ Phi.T
+    Ks = Phis @ Ainv @ Phi.T
+    mean = Ks @ np.linalg.solve(C, y)
+    var = np.einsum("ij,ij->i", Phis @ Ainv, Phis) - np.einsum("ij,ji->i", Ks, np.linalg.solve(C, Ks.T))
+    got_mean, got_std = model.predict(X_TEST, return_std=True)
+    np.testing.assert_allclose(got_mean, mean, rtol=1e-7, atol=1e-9)
+    np.testing.assert_allclose(got_std**2, var + model.noise_variance_, rtol=1e-7)
+
+
+def test_fitted_attributes_are_consistent(sinc_fit):
+    X, y, model = sinc_fit
+    Phi = model.basis_.transform(X, columns=model.relevance_)
+    np.testing.assert_allclose(model.predict(X), Phi @ model.coef_ + model.intercept_)
+    np.testing.assert_array_equal(model.relevance_vectors_, X[model.relevance_])
+    assert model.alpha_.shape == model.active_.shape
+    assert model.sigma_.shape == (model.active_.size,) * 2
+    assert model.converged_ and model.scores_.shape == (model.n_iter_,)
+    assert model.scores_[-1] == pytest.approx(model.log_evidence_, rel=1e-6)
+
+
+@pytest.mark.slow
+def test_tipping_2001_sinc_figures():
+    # 100 equally spaced x in [-10, 10], noise sd 0.1, 100 noise draws, error against the
+    # noise-free sinc on 1000 points. Paper: RMS error 0.0326, 6.7 relevance vectors.
+    errors, counts = [], []
+    for seed in range(100):
+        X, y = make_sinc(100, noise=0.1, random_state=seed)
+        model = RVR(gamma=SINC_GAMMA).fit(X, y)
+        errors.append(np.sqrt(np.mean((model.predict(X_TEST) - sinc(X_TEST[:, 0])) ** 2)))
+        counts.append(model.n_relevance_vectors_)
+    assert np.mean(errors) == pytest.approx(0.0326, rel=0.15)
+    assert np.mean(counts) <= 10
+
+
+def test_student_t_is_sparser_as_nu_falls():
+    X, y = make_sinc(100, random_state=1)
+    counts = [RVR(gamma=SINC_GAMMA, prior="student_t", nu=nu).fit(X, y).n_relevance_vectors_
+              for nu in (1.0, 1e-2, 1e-3, 1e-4, 1e-6)]
+    assert all(a >= b for a, b in zip(counts, counts[1:], strict=False))
+    assert counts[0] == 100 and counts[-1] <= 10
+
+
+def test_multi_output_shares_relevance_vectors():
+    X, _ = make_sinc(80, random_state=0)
+    f = sinc(X[:, 0])
+    Y = np.c_[f, 2 * f + 0.05, -f] + 0.1 * np.random.default_rng(0).standard_normal((80, 3))
+    model = RVR(gamma=SINC_GAMMA).fit(X, Y)
+    assert model.coef_.shape == (model.n_relevance_vectors_, 3)
+    mean, std = model.predict(X_TEST, return_std=True)
+    assert mean.shape == std.shape == (1000, 3)
+    np.testing.assert_allclose(std[:, 0], std[:, 2])
+    for k, f in enumerate((sinc, lambda x: 2 * sinc(x) + 0.05, lambda x: -sinc(x))):
+        assert np.sqrt(np.mean((mean[:, k] - f(X_TEST[:, 0])) ** 2)) < 0.06
+
+
+def test_precomputed_kernel_equals_rbf():
+    X, y = make_sinc(60, random_state=2)
+    a = RVR(gamma=SINC_GAMMA).fit(X, y)
+    b = RVR(kernel="precomputed").fit(rbf_kernel(X, X, gamma=SINC_GAMMA), y)
+    np.testing.assert_array_equal(a.active_, b.active_)
+    np.testing.assert_allclose(b.predict(rbf_kernel(X_TEST, X, gamma=SINC_GAMMA)),
+                               a.predict(X_TEST), rtol=1e-8, atol=1e-10)
+    assert b.relevance_vectors_ is None
+
+
+def test_fixed_noise_variance():
+    X, y = make_sinc(80, random_state=0)
+    model = RVR(gamma=SINC_GAMMA, noise_variance=0.02).fit(X, y)
+    assert model.noise_variance_ == pytest.approx(0.02)
+
+
+@pytest.mark.parametrize("scale", [1e-8, 1e8])
+def test_absurd_target_scales_give_the_same_fit(scale):
+    X, y = make_sinc(100, random_state=4)
+    ref = RVR(gamma=SINC_GAMMA).fit(X, y)
+    model = RVR(gamma=SINC_GAMMA).fit(X, scale * y)
+    np.testing.assert_array_equal(model.active_, ref.active_)
+    np.testing.assert_allclose(model.predict(X_TEST), scale * ref.predict(X_TEST), rtol=1e-6,
+                               atol=1e-6 * scale)
+    assert model.noise_variance_ == pytest.approx(scale**2 * ref.noise_variance_, rel=1e-6)
+    # ln p(s t) = ln p(t) - N ln s: the Jacobian of the scaling.
+    assert model.log_evidence_ == pytest.approx(ref.log_evidence_ - 100 * np.log(scale), rel=1e-8)
+
+
+def test_constant_and_zero_targets_fit_exactly():
+    X = np.linspace(0, 1, 20)[:, None]
+    for c in (3.5, 0.0):
+        model = RVR().fit(X, np.full(20, c))
+        np.testing.assert_allclose(model.predict(X), c, atol=1e-6 * max(c, 1))
+        assert np.isfinite(model.log_evidence_) or c == 0.0
+
+
+def test_duplicated_inputs_and_zero_columns():
+    X, y = make_sinc(50, random_state=5)
+    Xd = np.r_[X, X]
+    yd = np.r_[y, y + 0.01]
+    model = RVR(gamma=SINC_GAMMA).fit(Xd, yd)
+    assert np.sqrt(np.mean((model.predict(X_TEST) - sinc(X_TEST[:, 0])) ** 2)) < 0.1
+    K = rbf_kernel(X, X, gamma=SINC_GAMMA)
+    K[:, 7] = 0.0  # an all-zero basis column is never selected
+    model = RVR(kernel="precomputed").fit(K, y)
+    assert 7 not in model.active_
+
+
+def test_non_psd_kernel_still_fits():
+    # The RVM needs no Mercer kernel: a sigmoid basis is not PSD and still gives a sound fit.
+    X, y = make_sinc(100, random_state=6)
+    model = RVR(kernel="sigmoid", gamma=0.2, coef0=-1.0).fit(X, y)
+    assert np.sqrt(np.mean((model.predict(X_TEST) - sinc(X_TEST[:, 0])) ** 2)) < 0.15
+    assert np.all(np.isfinite(model.predict(X_TEST, return_std=True)[1]))
+
+
+@pytest.mark.parametrize(
+    ("X", "y", "match"),
+    [
+        (np.array([[0.0], [np.nan]]), np.array([1.0, 2.0]), "NaN"),
+        (np.array([[0.0], [1.0]]), np.array([1.0, np.inf]), "infinity"),
+        (np.array([[0.0]]), np.array([1.0]), "minimum of 2"),
+        (np.array([0.0, 1.0, 2.0]), np.array([1.0, 2.0, 3.0]), "2D array"),
+        (np.zeros((3, 1)), np.ones(4), "inconsistent numbers of samples"),
+    ],
+)
+def test_bad_data(X, y, match):
+    with pytest.raises(ValueError, match=match):
+        RVR().fit(X, y)
+
+
+@pytest.mark.parametrize(
+    ("params", "match"),
+    [
+        ({"prior": "laplace"}, "prior"),
+        ({"nu": 0.0}, "nu"),
+        ({"max_iter": 0}, "max_iter"),
+        ({"tol": -1.0}, "tol"),
+        ({"threshold_alpha": "big"}, "threshold_alpha"),
+        ({"noise_variance": 0.0}, "noise_variance"),
+        ({"solver": "newton"}, "solver"),
+        ({"kernel": "precomputed"}, "square"),
+    ],
+)
+def test_bad_parameters_name_the_argument(params, match):
+    X, y = make_sinc(10, random_state=0)
+    with pytest.raises(ValueError, match=match):
+        RVR(**params).fit(X, y)
+
+
+def test_predict_checks_features():
+    X, y = make_sinc(20, random_state=0)
+    model = RVR().fit(X, y)
+    with pytest.raises(ValueError, match="features"):
+        model.predict(np.zeros((3, 2)))
