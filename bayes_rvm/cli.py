@@ -34,15 +34,28 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--n-samples", type=int, default=100, help="points of the sinc problem (100)")
     p.add_argument("--noise", type=float, default=0.1, help="noise sd of the sinc problem (0.1)")
-    p.add_argument("--kernel", default="rbf", help="kernel name: rbf, linear, poly, laplacian, "
-                   "sigmoid, cosine (rbf)")
-    p.add_argument("--gamma", default=None, help="kernel coefficient: 'scale', 'auto' or a number "
-                   f"(default 1/{SINC_WIDTH:g}^2 for sinc)")
-    p.add_argument("--prior", choices=("ard", "student_t"), default="ard", help="weight prior (ard)")
+    p.add_argument(
+        "--kernel",
+        default="rbf",
+        help="kernel name: rbf, linear, poly, laplacian, sigmoid, cosine (rbf)",
+    )
+    p.add_argument(
+        "--gamma",
+        default=None,
+        help="kernel coefficient: 'scale', 'auto' or a number "
+        f"(default 1/{SINC_WIDTH:g}^2 for sinc)",
+    )
+    p.add_argument(
+        "--prior", choices=("ard", "student_t"), default="ard", help="weight prior (ard)"
+    )
     p.add_argument("--nu", type=float, default=1.0, help="Student-t degrees of freedom (1.0)")
     p.add_argument("--seed", type=int, default=0, help="random seed of the data (0)")
-    p.add_argument("--output", type=Path, default=Path("rvm_output"),
-                   help="folder for the plot and summary (rvm_output)")
+    p.add_argument(
+        "--output",
+        type=Path,
+        default=Path("rvm_output"),
+        help="folder for the plot and summary (rvm_output)",
+    )
     p.add_argument("--no-plot", action="store_true", help="do not write the plot")
     return p
 
@@ -55,7 +68,9 @@ def _gamma(value: str | None):
     try:
         return float(value)
     except ValueError:
-        raise SystemExit(f"bayes-rvm: --gamma must be 'scale', 'auto' or a number, got {value!r}") from None
+        raise SystemExit(
+            f"bayes-rvm: --gamma must be 'scale', 'auto' or a number, got {value!r}"
+        ) from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -80,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
         f"  weights           : {np.array2string(model.coef_, precision=3)}",
         f"  noise sd          : {np.sqrt(model.noise_variance_):.4f} (true {args.noise:g})",
         f"  log evidence      : {model.log_evidence_:.3f}",
-        f"  iterations        : {model.n_iter_} ({'converged' if model.converged_ else 'NOT converged'}:"
+        f"  iterations        : {model.n_iter_} "
+        f"({'converged' if model.converged_ else 'NOT converged'}:"
         f" {model.fit_.reason})",
         f"  test RMSE         : {rmse:.4f} against the noise-free sinc on 1000 points",
         f"  fit time          : {elapsed:.3f} s",
@@ -98,8 +114,9 @@ def main(argv: list[str] | None = None) -> int:
         from bayes_rvm.plots import plot_regression
 
         ax = plot_regression(model, X, y, truth=sinc)
-        ax.set_title(f"RVR on sinc: {model.n_relevance_vectors_} relevance vectors, "
-                     f"test RMSE {rmse:.4f}")
+        ax.set_title(
+            f"RVR on sinc: {model.n_relevance_vectors_} relevance vectors, test RMSE {rmse:.4f}"
+        )
         path = args.output / "sinc_fit.png"
         ax.figure.savefig(path, dpi=120, bbox_inches="tight")
         plt.close(ax.figure)

@@ -1,4 +1,4 @@
-"""Small data sets of the RVM literature: generated (sinc, Friedman) and read from disk (Ripley, Pima).
+"""Small data sets of the RVM literature: generated (sinc, Friedman) and read from disk.
 
 The generated ones follow Tipping (2001): sinc on 100 equally spaced inputs in [-10, 10] with
 Gaussian noise of standard deviation 0.1, and the Friedman #1-#3 functions of scikit-learn, whose
@@ -7,11 +7,13 @@ input ranges are those of the paper.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 from sklearn.datasets import make_friedman1, make_friedman2, make_friedman3
 from sklearn.utils import check_random_state
 
-__all__ = ["make_friedman", "make_sinc", "sinc"]
+__all__ = ["load_pima", "load_ripley", "make_friedman", "make_sinc", "sinc"]
 
 
 def sinc(x: np.ndarray) -> np.ndarray:
@@ -75,3 +77,73 @@ def make_friedman(
     if number not in makers:
         raise ValueError(f"number must be 1, 2 or 3, got {number!r}.")
     return makers[number](n_samples=n_samples, noise=noise, random_state=random_state)
+
+
+def _data_folder(path, name: str) -> Path:
+    """The folder of data set ``name``: ``path`` if given, else ``../shared/data/<name>``."""
+    if path is not None:
+        folder = Path(path)
+    else:
+        folder = Path(__file__).resolve().parents[1].parent / "shared" / "data" / name
+    if not folder.is_dir():
+        raise FileNotFoundError(
+            f"data folder {str(folder)!r} not found: pass path=... or put the {name!r} files "
+            f"under <repository>/../shared/data/{name}/ (see that folder's README)."
+        )
+    return folder
+
+
+def load_ripley(path=None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Ripley's synthetic two-class problem: 250 training and 1000 test points in 2-D.
+
+    Parameters
+    ----------
+    path : str or Path, optional
+        Folder holding ``synth.tr`` and ``synth.te`` (whitespace-separated, header ``xs ys yc``);
+        default ``../shared/data/ripley`` relative to the repository root.
+
+    Returns
+    -------
+    X_train : ndarray of shape (250, 2)
+    y_train : ndarray of shape (250,), int 0/1
+    X_test : ndarray of shape (1000, 2)
+    y_test : ndarray of shape (1000,), int 0/1
+
+    Notes
+    -----
+    The training file is sorted by class: draw a random subset (Tipping 2001 trains on 100 points)
+    rather than taking the first rows.
+    """
+    folder = _data_folder(path, "ripley")
+    tr = np.loadtxt(folder / "synth.tr", skiprows=1)
+    te = np.loadtxt(folder / "synth.te", skiprows=1)
+    return tr[:, :2], tr[:, 2].astype(int), te[:, :2], te[:, 2].astype(int)
+
+
+def load_pima(path=None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Ripley's split of the Pima Indians diabetes data: 200 training and 332 test cases.
+
+    Parameters
+    ----------
+    path : str or Path, optional
+        Folder holding ``pima_train.csv`` and ``pima_test.csv`` (whitespace-separated, header
+        ``npreg glu bp skin bmi ped age type``, ``type`` Yes/No); default ``../shared/data/pima``.
+
+    Returns
+    -------
+    X_train : ndarray of shape (200, 7)
+    y_train : ndarray of shape (200,), int (1 = diabetic)
+    X_test : ndarray of shape (332, 7)
+    y_test : ndarray of shape (332,), int
+    """
+    folder = _data_folder(path, "pima")
+
+    def read(name):
+        rows = [
+            line.split() for line in (folder / name).read_text().splitlines()[1:] if line.strip()
+        ]
+        X = np.array([[float(v) for v in r[:-1]] for r in rows])
+        y = np.array([r[-1] == "Yes" for r in rows], dtype=int)
+        return X, y
+
+    return (*read("pima_train.csv"), *read("pima_test.csv"))

@@ -297,7 +297,9 @@ class RVR(RegressorMixin, _BaseRVM):
         self.active_ = fit.active
         is_rv = fit.active < basis.n_centres_
         self.relevance_ = fit.active[is_rv]
-        self.relevance_vectors_ = None if basis.centres_ is None else basis.centres_[self.relevance_]
+        self.relevance_vectors_ = (
+            None if basis.centres_ is None else basis.centres_[self.relevance_]
+        )
         mean = fit.mean[:, 0] if single else fit.mean
         self.coef_ = mean[is_rv]
         # The bias is at most one column; summing over none gives the 0 of an absent bias.
@@ -315,7 +317,8 @@ class RVR(RegressorMixin, _BaseRVM):
         """Predictive mean, and optionally the predictive standard deviation.
 
         The predictive distribution at ``x`` is ``N(m^T phi(x), 1/beta + phi(x)^T Sigma phi(x))``
-        (reference document 000, eqs. 2.1-2.2). Only the relevance vectors' kernel columns are built.
+        (reference document 000, eqs. 2.1-2.2). Only the relevance vectors' kernel columns are
+        built.
 
         Parameters
         ----------

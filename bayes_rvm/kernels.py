@@ -115,8 +115,14 @@ class KernelBasis(TransformerMixin, BaseEstimator):
                 f"kernel object, got {kernel!r}."
             )
         if not isinstance(kernel, str) and not callable(kernel):
-            raise TypeError(f"kernel must be a string, a callable or a kernel object, got {kernel!r}.")
-        if isinstance(self.degree, bool) or not isinstance(self.degree, int | np.integer) or self.degree < 1:
+            raise TypeError(
+                f"kernel must be a string, a callable or a kernel object, got {kernel!r}."
+            )
+        if (
+            isinstance(self.degree, bool)
+            or not isinstance(self.degree, int | np.integer)
+            or self.degree < 1
+        ):
             raise ValueError(f"degree must be a positive integer, got {self.degree!r}.")
         if not isinstance(self.coef0, Real) or not np.isfinite(self.coef0):
             raise ValueError(f"coef0 must be a finite number, got {self.coef0!r}.")
@@ -129,11 +135,13 @@ class KernelBasis(TransformerMixin, BaseEstimator):
             self.n_features_in_ = X.shape[1]
             self.n_centres_ = X.shape[1]
         else:
-            C = X if centres is None else check_array(centres, dtype=np.float64, input_name="centres")
+            C = (
+                X
+                if centres is None
+                else check_array(centres, dtype=np.float64, input_name="centres")
+            )
             if C.shape[1] != X.shape[1]:
-                raise ValueError(
-                    f"centres has {C.shape[1]} features but X has {X.shape[1]}."
-                )
+                raise ValueError(f"centres has {C.shape[1]} features but X has {X.shape[1]}.")
             self.centres_ = C
             self.n_features_in_ = X.shape[1]
             self.n_centres_ = C.shape[0]

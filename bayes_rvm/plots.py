@@ -50,15 +50,28 @@ def plot_regression(
         _, ax = plt.subplots(figsize=(8, 4.5))
     grid = np.linspace(X.min(), X.max(), n_grid)[:, None]
     mean, std = model.predict(grid, return_std=True)
-    ax.fill_between(grid[:, 0], mean - n_sd * std, mean + n_sd * std, color="C0", alpha=0.2,
-                    label=f"predictive ±{n_sd:g} sd")
+    ax.fill_between(
+        grid[:, 0],
+        mean - n_sd * std,
+        mean + n_sd * std,
+        color="C0",
+        alpha=0.2,
+        label=f"predictive ±{n_sd:g} sd",
+    )
     ax.plot(grid[:, 0], mean, color="C0", label="predictive mean")
     if truth is not None:
         ax.plot(grid[:, 0], truth(grid[:, 0]), "k--", lw=1, label="truth")
     ax.plot(X[:, 0], y, ".", color="0.5", ms=4, label="data")
     rv = np.asarray(model.relevance_)
-    ax.plot(X[rv, 0], np.asarray(y)[rv], "o", mfc="none", mec="C3", ms=9,
-            label=f"relevance vectors ({rv.size})")
+    ax.plot(
+        X[rv, 0],
+        np.asarray(y)[rv],
+        "o",
+        mfc="none",
+        mec="C3",
+        ms=9,
+        label=f"relevance vectors ({rv.size})",
+    )
     ax.set_xlabel("x")
     ax.set_ylabel("y")
     ax.legend(loc="best", fontsize="small")

@@ -1,4 +1,4 @@
-"""Type-II RVM regression beside its peers, in one run: fit time, relevance vectors, error, evidence.
+"""Type-II RVM regression beside its peers, in one run: fit time, relevance vectors, error, evidence
 
 Every method gets the same kernel design (rbf plus a bias column) on the same data. The log
 evidence of each fit is evaluated by one function, ``ln p(t | alpha, beta)`` of the basis functions
@@ -27,8 +27,9 @@ from bayes_rvm.evidence.gaussian import gaussian_posterior
 def log_evidence(Phi, y, cols, alpha, beta) -> float:
     """``ln N(y | 0, I / beta + Phi_c A^-1 Phi_c^T)`` for the kept columns ``cols``."""
     P = Phi[:, cols]
-    return gaussian_posterior(P.T @ P, (P.T @ y)[:, None], float(y @ y), len(y),
-                              np.asarray(alpha, float), float(beta)).log_evidence
+    return gaussian_posterior(
+        P.T @ P, (P.T @ y)[:, None], float(y @ y), len(y), np.asarray(alpha, float), float(beta)
+    ).log_evidence
 
 
 def problems(sizes, quick):
@@ -84,13 +85,21 @@ def methods(X, y, gamma, Phi, max_emrvr):
         from fastrvm import _sparsebayes_bindings as sb
 
         # fastrvm's core on the very same design (bias column included, so use_bias=False).
-        core = sb.SparseBayes(sb.Likelihood.Gaussian, 10_000, False, False, False, True, False, None)
+        core = sb.SparseBayes(
+            sb.Likelihood.Gaussian, 10_000, False, False, False, True, False, None
+        )
         r = core.inference(Phi, y)
         cols = np.asarray(r["relevant_idx"]).ravel()
         # It works on unit-norm columns and returns alpha on that scale: the prior precision of
         # the weights of the original columns is alpha * norm^4 (its trace confirms this).
         alpha = np.asarray(r["alpha"]).ravel() * np.linalg.norm(Phi[:, cols], axis=0) ** 4
-        return _predictor(X, gamma_, Phi, y, cols, alpha, r["beta"]), int(np.sum(cols < n)), cols, alpha, r["beta"]
+        return (
+            _predictor(X, gamma_, Phi, y, cols, alpha, r["beta"]),
+            int(np.sum(cols < n)),
+            cols,
+            alpha,
+            r["beta"],
+        )
 
     yield "fastrvm 0.1.5", fast
 
@@ -120,15 +129,20 @@ def main(argv=None):
     parser.add_argument("--max-emrvr", type=int, default=1000, help="largest N to run EMRVR on")
     args = parser.parse_args(argv)
     sizes = [100, 300] if args.quick else [100, 500, 1000, 2000]
-    header = f"{'problem':<20} {'method':<20} {'fit s':>8} {'RVs':>5} {'test RMSE':>10} {'log evidence':>13}"
+    header = (
+        f"{'problem':<20} {'method':<20} {'fit s':>8} {'RVs':>5} {'test RMSE':>10} "
+        f"{'log evidence':>13}"
+    )
     print(header)
     print("-" * len(header))
     ratios = {}
     for label, X, y, Xt, yt, gamma in problems(sizes, args.quick):
         gamma_ = gamma if gamma != "scale" else 1.0 / (X.shape[1] * X.var())
         Phi = np.c_[rbf_kernel(X, X, gamma=gamma_), np.ones(len(X))]
-        rows = [run(name, fit, Phi, y, Xt, yt)
-                for name, fit in methods(X, y, gamma, Phi, args.max_emrvr)]
+        rows = [
+            run(name, fit, Phi, y, Xt, yt)
+            for name, fit in methods(X, y, gamma, Phi, args.max_emrvr)
+        ]
         for name, t, n_rv, rmse, lev in rows:
             print(f"{label:<20} {name:<20} {t:8.3f} {n_rv:5d} {rmse:10.4f} {lev:13.3f}")
         ours = rows[0][1]

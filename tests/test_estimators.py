@@ -1,5 +1,7 @@
 """RVR: scikit-learn conformance, the published sinc figures, and bad input."""
 
+import itertools
+
 import numpy as np
 import pytest
 from sklearn.metrics.pairwise import rbf_kernel
@@ -33,14 +35,16 @@ def test_predictive_equals_dense_gp_form(sinc_fit):
     C = np.eye(len(X)) * model.noise_variance_ + Phi @ Ainv @ Phi.T
     Ks = Phis @ Ainv @ Phi.T
     mean = Ks @ np.linalg.solve(C, y)
-    var = np.einsum("ij,ij->i", Phis @ Ainv, Phis) - np.einsum("ij,ji->i", Ks, np.linalg.solve(C, Ks.T))
+    var = np.einsum("ij,ij->i", Phis @ Ainv, Phis) - np.einsum(
+        "ij,ji->i", Ks, np.linalg.solve(C, Ks.T)
+    )
     got_mean, got_std = model.predict(X_TEST, return_std=True)
     np.testing.assert_allclose(got_mean, mean, rtol=1e-7, atol=1e-9)
     np.testing.assert_allclose(got_std**2, var + model.noise_variance_, rtol=1e-7)
 
 
 def test_fitted_attributes_are_consistent(sinc_fit):
-    X, y, model = sinc_fit
+    X, _, model = sinc_fit
     Phi = model.basis_.transform(X, columns=model.relevance_)
     np.testing.assert_allclose(model.predict(X), Phi @ model.coef_ + model.intercept_)
     np.testing.assert_array_equal(model.relevance_vectors_, X[model.relevance_])
@@ -66,9 +70,11 @@ def test_tipping_2001_sinc_figures():
 
 def test_student_t_is_sparser_as_nu_falls():
     X, y = make_sinc(100, random_state=1)
-    counts = [RVR(gamma=SINC_GAMMA, prior="student_t", nu=nu).fit(X, y).n_relevance_vectors_
-              for nu in (1.0, 1e-2, 1e-3, 1e-4, 1e-6)]
-    assert all(a >= b for a, b in zip(counts, counts[1:], strict=False))
+    counts = [
+        RVR(gamma=SINC_GAMMA, prior="student_t", nu=nu).fit(X, y).n_relevance_vectors_
+        for nu in (1.0, 1e-2, 1e-3, 1e-4, 1e-6)
+    ]
+    assert all(a >= b for a, b in itertools.pairwise(counts))
     assert counts[0] == 100 and counts[-1] <= 10
 
 
@@ -90,8 +96,9 @@ def test_precomputed_kernel_equals_rbf():
     a = RVR(gamma=SINC_GAMMA).fit(X, y)
     b = RVR(kernel="precomputed").fit(rbf_kernel(X, X, gamma=SINC_GAMMA), y)
     np.testing.assert_array_equal(a.active_, b.active_)
-    np.testing.assert_allclose(b.predict(rbf_kernel(X_TEST, X, gamma=SINC_GAMMA)),
-                               a.predict(X_TEST), rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(
+        b.predict(rbf_kernel(X_TEST, X, gamma=SINC_GAMMA)), a.predict(X_TEST), rtol=1e-8, atol=1e-10
+    )
     assert b.relevance_vectors_ is None
 
 
@@ -107,8 +114,9 @@ def test_absurd_target_scales_give_the_same_fit(scale):
     ref = RVR(gamma=SINC_GAMMA).fit(X, y)
     model = RVR(gamma=SINC_GAMMA).fit(X, scale * y)
     np.testing.assert_array_equal(model.active_, ref.active_)
-    np.testing.assert_allclose(model.predict(X_TEST), scale * ref.predict(X_TEST), rtol=1e-6,
-                               atol=1e-6 * scale)
+    np.testing.assert_allclose(
+        model.predict(X_TEST), scale * ref.predict(X_TEST), rtol=1e-6, atol=1e-6 * scale
+    )
     assert model.noise_variance_ == pytest.approx(scale**2 * ref.noise_variance_, rel=1e-6)
     # ln p(s t) = ln p(t) - N ln s: the Jacobian of the scaling.
     assert model.log_evidence_ == pytest.approx(ref.log_evidence_ - 100 * np.log(scale), rel=1e-8)

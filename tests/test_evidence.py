@@ -11,7 +11,7 @@ from tests.conftest import random_design
 
 
 def dense_log_evidence(Phi, T, alpha, beta):
-    """``sum_d ln N(t_d | 0, C)`` with ``C = I / beta + Phi A^-1 Phi^T`` (reference document 001)."""
+    """``sum_d ln N(t_d | 0, C)``, ``C = I / beta + Phi A^-1 Phi^T`` (reference document 001)."""
     C = np.eye(Phi.shape[0]) / beta + (Phi / alpha) @ Phi.T
     T = T.reshape(Phi.shape[0], -1)
     return sum(multivariate_normal(np.zeros(len(C)), C).logpdf(t) for t in T.T)
@@ -19,7 +19,9 @@ def dense_log_evidence(Phi, T, alpha, beta):
 
 def posterior(Phi, T, alpha, beta):
     T = T.reshape(Phi.shape[0], -1)
-    return gaussian_posterior(Phi.T @ Phi, Phi.T @ T, float(np.sum(T**2)), Phi.shape[0], alpha, beta)
+    return gaussian_posterior(
+        Phi.T @ Phi, Phi.T @ T, float(np.sum(T**2)), Phi.shape[0], alpha, beta
+    )
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -70,7 +72,8 @@ def test_optimum_is_a_stationary_point_of_the_dense_evidence(rng):
 
 
 @pytest.mark.parametrize(
-    ("lambda_12", "seed"), [((1e-6, 1e-6), 0), ((1e-6, 1e-6), 1), ((0.5, 0.5), 2), ((0.05, 0.05), 3)]
+    ("lambda_12", "seed"),
+    [((1e-6, 1e-6), 0), ((1e-6, 1e-6), 1), ((0.5, 0.5), 2), ((0.05, 0.05), 3)],
 )
 def test_matches_sklearn_ard_regression(lambda_12, seed):
     # Same design, no intercept, same start (weight precisions 1, noise precision 1/var(y)), same
@@ -79,13 +82,24 @@ def test_matches_sklearn_ard_regression(lambda_12, seed):
     rng = np.random.default_rng(seed)
     Phi, y = random_design(rng, n=80, m=15)
     ard = ARDRegression(
-        fit_intercept=False, tol=1e-14, max_iter=100_000, threshold_lambda=1e4,
-        lambda_1=lambda_12[0], lambda_2=lambda_12[1],
+        fit_intercept=False,
+        tol=1e-14,
+        max_iter=100_000,
+        threshold_lambda=1e4,
+        lambda_1=lambda_12[0],
+        lambda_2=lambda_12[1],
     ).fit(Phi, y)
     fit = fit_mackay(
-        Phi, y, alpha_init=1.0, beta_init=1.0 / (np.var(y) + np.finfo(float).eps),
-        alpha_prior=lambda_12, beta_prior=(1e-6, 1e-6), threshold_alpha=1e4, tol=1e-12,
-        evidence_tol=0.0, max_iter=100_000,
+        Phi,
+        y,
+        alpha_init=1.0,
+        beta_init=1.0 / (np.var(y) + np.finfo(float).eps),
+        alpha_prior=lambda_12,
+        beta_prior=(1e-6, 1e-6),
+        threshold_alpha=1e4,
+        tol=1e-12,
+        evidence_tol=0.0,
+        max_iter=100_000,
     )
     keep = np.flatnonzero(ard.lambda_ < 1e4)
     np.testing.assert_array_equal(fit.active, keep)

@@ -43,8 +43,14 @@ def test_callable_and_gp_kernel_equal_rbf(data):
     ref = KernelBasis("rbf", gamma=0.5).fit(X).transform(Z)
     # exp(-||x-y||^2 / (2 l^2)) with l = 1 is gamma = 0.5.
     gp = KernelBasis(RBF(length_scale=1.0)).fit(X).transform(Z)
-    fn = KernelBasis(lambda A, B, g: np.exp(-g * ((A[:, None] - B[None]) ** 2).sum(-1)),
-                     kernel_params={"g": 0.5}).fit(X).transform(Z)
+    fn = (
+        KernelBasis(
+            lambda A, B, g: np.exp(-g * ((A[:, None] - B[None]) ** 2).sum(-1)),
+            kernel_params={"g": 0.5},
+        )
+        .fit(X)
+        .transform(Z)
+    )
     np.testing.assert_allclose(gp, ref)
     np.testing.assert_allclose(fn, ref)
 
@@ -71,7 +77,9 @@ def test_given_centres(data):
     X, Z = data
     basis = KernelBasis("rbf", gamma=1.0).fit(X, centres=Z)
     assert basis.n_basis_ == 8
-    np.testing.assert_allclose(basis.transform(X)[:, :-1], pairwise_kernels(X, Z, metric="rbf", gamma=1.0))
+    np.testing.assert_allclose(
+        basis.transform(X)[:, :-1], pairwise_kernels(X, Z, metric="rbf", gamma=1.0)
+    )
 
 
 @pytest.mark.parametrize(

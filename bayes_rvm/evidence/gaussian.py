@@ -3,7 +3,8 @@
 Notation follows the reference documents: design matrix ``Phi`` (N x M), targets ``T`` (N x D, the
 D outputs share one ``alpha`` per basis function and one noise precision ``beta``), prior
 ``w_i ~ N(0, 1/alpha_i)``, posterior precision ``H = A + beta Phi^T Phi`` (``Sigma = H^-1``),
-posterior mean ``m = beta Sigma Phi^T t`` and well-determinedness ``gamma_i = 1 - alpha_i Sigma_ii``.
+posterior mean ``m = beta Sigma Phi^T t`` and well-determinedness
+``gamma_i = 1 - alpha_i Sigma_ii``.
 
 The optional hyperpriors are Gamma(a, b) densities on ``alpha_i`` and Gamma(c, d) on ``beta``,
 taken as densities over ``log alpha`` and ``log beta`` (the MAP-II convention of Tipping 2001 and
@@ -72,7 +73,7 @@ class GaussianPosterior:
         ``theta_i <= 0`` means that, the other hyperparameters held fixed, the evidence is
         maximised by ``alpha_i = inf``: the basis function is heading for pruning.
         """
-        K, D = self.mean.shape
+        D = self.mean.shape[1]
         V = linalg.solve_triangular(self.chol, gram, lower=True, check_finite=False)
         S = beta * np.diag(gram) - beta**2 * np.einsum("ij,ij->j", V, V)
         Q = beta * (phi_t - gram @ self.mean)
@@ -215,10 +216,16 @@ def gaussian_posterior(
     # ||T - Phi m||^2 from the sufficient statistics; clipped at 0 against cancellation.
     sse = max(float(tt - 2.0 * np.sum(mean * phi_t) + np.sum(mean * (gram @ mean))), 0.0)
     log_det_H = 2.0 * float(np.sum(np.log(np.diag(L))))
-    log_ev = D * (
-        0.5 * n_samples * (np.log(beta) - _LOG_2PI) + 0.5 * float(np.sum(np.log(alpha)))
-        - 0.5 * log_det_H
-    ) - 0.5 * beta * sse - 0.5 * float(np.sum(alpha * np.sum(mean**2, axis=1)))
+    log_ev = (
+        D
+        * (
+            0.5 * n_samples * (np.log(beta) - _LOG_2PI)
+            + 0.5 * float(np.sum(np.log(alpha)))
+            - 0.5 * log_det_H
+        )
+        - 0.5 * beta * sse
+        - 0.5 * float(np.sum(alpha * np.sum(mean**2, axis=1)))
+    )
     return GaussianPosterior(mean, L, sigma_diag, gamma, sse, float(log_ev))
 
 
@@ -226,9 +233,13 @@ def _validate_prior(name: str, prior) -> tuple[float, float]:
     try:
         a, b = (float(v) for v in prior)
     except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a pair (shape, rate) of non-negative floats, got {prior!r}.") from None
+        raise ValueError(
+            f"{name} must be a pair (shape, rate) of non-negative floats, got {prior!r}."
+        ) from None
     if not (np.isfinite(a) and np.isfinite(b) and a >= 0 and b >= 0):
-        raise ValueError(f"{name} must be a pair (shape, rate) of non-negative floats, got {prior!r}.")
+        raise ValueError(
+            f"{name} must be a pair (shape, rate) of non-negative floats, got {prior!r}."
+        )
     return a, b
 
 
@@ -316,7 +327,7 @@ def fit_mackay(
     converged, reason = False, f"reached max_iter={max_iter}"
     stall = 0
     n_iter = 0
-    for n_iter in range(1, max_iter + 1):
+    for n_iter in range(1, max_iter + 1):  # noqa: B007 - n_iter is reported after the loop
         idx = np.flatnonzero(keep)
         post = gaussian_posterior(gram[np.ix_(idx, idx)], phi_t_all[idx], tt, N, alpha[idx], beta)
         objective = post.log_evidence + log_hyperprior(alpha[idx], beta, (a, b), (c, d))
@@ -335,7 +346,9 @@ def fit_mackay(
         if a == 0 and b == 0:
             # MacKay updates creep towards alpha = inf for thousands of iterations. Once the rest
             # has settled, prune those whose evidence-optimal alpha is already infinite.
-            heading_out = post.factor_theta(gram[np.ix_(idx, idx)], phi_t_all[idx], alpha[idx], beta) <= 0
+            heading_out = (
+                post.factor_theta(gram[np.ix_(idx, idx)], phi_t_all[idx], alpha[idx], beta) <= 0
+            )
             if np.all(change[~heading_out] < tol):
                 pruned |= heading_out
         alpha[idx] = new_alpha
