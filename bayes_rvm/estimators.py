@@ -288,11 +288,12 @@ class RVR(RegressorMixin, _BaseRVM):
             tol=self.tol,
             max_iter=self.max_iter,
         )
-        self._set_fitted(basis, _unscale_fit(fit, norms, scale, n * d), X, single=y.ndim == 1)
+        self._set_fitted(basis, _unscale_fit(fit, norms, scale, n * d), single=y.ndim == 1)
         return self
 
-    def _set_fitted(self, basis: KernelBasis, fit: EvidenceFit, X: np.ndarray, *, single: bool):
+    def _set_fitted(self, basis: KernelBasis, fit: EvidenceFit, *, single: bool) -> None:
         self.basis_ = basis
+        self.n_features_in_ = basis.n_features_in_
         self.fit_ = fit
         self.active_ = fit.active
         is_rv = fit.active < basis.n_centres_
@@ -312,6 +313,15 @@ class RVR(RegressorMixin, _BaseRVM):
         self.n_iter_ = fit.n_iter
         self.converged_ = fit.converged
         self._single_output = single
+
+    def _persisted_state(self) -> dict:
+        """What :mod:`bayes_rvm.io` stores: the basis, the engine result and the output shape."""
+        return {"basis": self.basis_, "fit": self.fit_, "extras": {"single": self._single_output}}
+
+    def _restore_state(self, state: dict) -> None:
+        self._set_fitted(state["basis"], state["fit"], single=state["extras"]["single"])
+        if state.get("idata") is not None:
+            self.idata_ = state["idata"]
 
     def predict(self, X, return_std: bool = False):
         """Predictive mean, and optionally the predictive standard deviation.

@@ -1,0 +1,99 @@
+"""Save / load: bit-for-bit predictions in a fresh process, clear errors for bad files."""
+
+import json
+import pickle
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import xarray as xr
+
+from bayes_rvm.datasets import make_sinc
+from bayes_rvm.estimators import RVR
+from bayes_rvm.io import load_model, save_model
+
+X_TEST = np.linspace(-10, 10, 200)[:, None]
+
+
+@pytest.fixture(scope="module")
+def fitted():
+    X, y = make_sinc(60, random_state=0)
+    return RVR(gamma=0.11, prior="student_t", nu=1e-4, max_iter=500).fit(X, y)
+
+
+@pytest.mark.parametrize("suffix", [".nc", ".zarr"])
+def test_round_trip_in_a_fresh_process_is_bit_for_bit(tmp_path, fitted, suffix):
+    path = save_model(fitted, tmp_path / f"model{suffix}")
+    mean, std = fitted.predict(X_TEST, return_std=True)
+    np.save(tmp_path / "X.npy", X_TEST)
+    code = (
+        "import sys, numpy as np; from bayes_rvm.io import load_model; "
+        f"m = load_model(sys.argv[1]); mu, sd = m.predict(np.load(sys.argv[2]), return_std=True); "
+        "np.save(sys.argv[3], np.c_[mu, sd])"
+    )
+    out = tmp_path / "pred.npy"
+    subprocess.run(
+        [sys.executable, "-c", code, str(path), str(tmp_path / "X.npy"), str(out)], check=True
+    )
+    got = np.load(out)
+    np.testing.assert_array_equal(got[:, 0], mean)
+    np.testing.assert_array_equal(got[:, 1], std)
+    loaded = load_model(path)
+    assert loaded.get_params() == fitted.get_params()
+    np.testing.assert_array_equal(loaded.relevance_, fitted.relevance_)
+    assert loaded.log_evidence_ == fitted.log_evidence_
+    assert loaded.fit_.reason == fitted.fit_.reason
+
+
+def test_saved_file_records_every_parameter_as_json(tmp_path, fitted):
+    path = save_model(fitted, tmp_path / "m.nc")
+    tree = xr.open_datatree(path, engine="h5netcdf")
+    assert json.loads(tree.attrs["params"]) == fitted.get_params()
+
+
+def test_multi_output_and_pickle_round_trip(tmp_path):
+    X, y = make_sinc(40, random_state=1)
+    model = RVR(gamma=0.1).fit(X, np.c_[y, -y])
+    loaded = load_model(save_model(model, tmp_path / "m.zarr"))
+    np.testing.assert_array_equal(loaded.predict(X_TEST), model.predict(X_TEST))
+    unpickled = pickle.loads(pickle.dumps(model))
+    np.testing.assert_array_equal(unpickled.predict(X_TEST), model.predict(X_TEST))
+
+
+def test_other_constructor_parameters_give_a_clear_error(tmp_path, fitted):
+    path = save_model(fitted, tmp_path / "m.nc")
+    tree = xr.open_datatree(path, engine="h5netcdf").load()
+    params = json.loads(tree.attrs["params"])
+    params["old_option"] = 1
+    del params["nu"]
+    tree.attrs["params"] = json.dumps(params)
+    tree.to_netcdf(tmp_path / "other.nc", engine="h5netcdf")
+    with pytest.raises(
+        ValueError, match=r"other constructor parameters.*missing \['nu'\].*old_option"
+    ):
+        load_model(tmp_path / "other.nc")
+
+
+def test_corrupted_or_foreign_files(tmp_path, fitted):
+    bad = tmp_path / "bad.nc"
+    bad.write_bytes(b"not a netcdf file at all")
+    with pytest.raises(ValueError, match="could not read a bayes_rvm model"):
+        load_model(bad)
+    path = save_model(fitted, tmp_path / "m.nc")
+    truncated = tmp_path / "truncated.nc"
+    truncated.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    with pytest.raises(ValueError, match="could not read"):
+        load_model(truncated)
+    xr.DataTree(xr.Dataset(attrs={"x": 1})).to_netcdf(tmp_path / "foreign.nc", engine="h5netcdf")
+    with pytest.raises(ValueError, match="not a bayes_rvm model"):
+        load_model(tmp_path / "foreign.nc")
+    with pytest.raises(FileNotFoundError):
+        load_model(tmp_path / "missing.nc")
+
+
+def test_unserialisable_kernel_points_to_pickle(tmp_path):
+    X, y = make_sinc(20, random_state=0)
+    model = RVR(kernel=lambda A, B: A @ B.T).fit(X, y)
+    with pytest.raises(TypeError, match="pickle"):
+        save_model(model, tmp_path / "m.nc")
