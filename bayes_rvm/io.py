@@ -159,7 +159,7 @@ def load_model(path: str | Path):
         kwargs = {"consolidated": False} if engine == "zarr" else {}
         tree = xr.open_datatree(path, engine=engine, **kwargs)
         tree.load()
-    except Exception as exc:  # noqa: BLE001 - any reader failure means a corrupted file
+    except Exception as exc:
         raise ValueError(f"could not read a bayes_rvm model from {path}: {exc}") from exc
     attrs = tree.attrs
     if attrs.get("format") != _FORMAT:

@@ -29,7 +29,7 @@ def test_round_trip_in_a_fresh_process_is_bit_for_bit(tmp_path, fitted, suffix):
     np.save(tmp_path / "X.npy", X_TEST)
     code = (
         "import sys, numpy as np; from bayes_rvm.io import load_model; "
-        f"m = load_model(sys.argv[1]); mu, sd = m.predict(np.load(sys.argv[2]), return_std=True); "
+        "m = load_model(sys.argv[1]); mu, sd = m.predict(np.load(sys.argv[2]), return_std=True); "
         "np.save(sys.argv[3], np.c_[mu, sd])"
     )
     out = tmp_path / "pred.npy"
