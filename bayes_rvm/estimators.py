@@ -14,7 +14,9 @@ from numbers import Integral, Real
 
 import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.cluster import MiniBatchKMeans
+from sklearn.utils import check_random_state
+from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from bayes_rvm.evidence.gaussian import EvidenceFit, fit_mackay
 from bayes_rvm.kernels import KernelBasis
@@ -41,6 +43,29 @@ def _check_number(name: str, value, *, low=0.0, integer=False, allow_none=False,
 class _BaseRVM(BaseEstimator):
     """Parameters and helpers shared by the RVM estimators: the kernel basis and its validation."""
 
+    def _candidate_centres(self, X: np.ndarray) -> np.ndarray | None:
+        """The centres the basis functions sit on: None (every training input) or a subset."""
+        spec = getattr(self, "centres", None)
+        if spec is None:
+            return None
+        if self.kernel == "precomputed":
+            raise ValueError("centres cannot be chosen with kernel='precomputed'.")
+        if isinstance(spec, str):
+            if spec not in ("random", "kmeans"):
+                raise ValueError(
+                    f"centres must be None, 'random', 'kmeans' or an array, got {spec!r}."
+                )
+            n = self.n_centres
+            _check_number("n_centres", n, integer=True)
+            if n > X.shape[0]:
+                raise ValueError(f"n_centres={n} exceeds the {X.shape[0]} training samples.")
+            rng = check_random_state(self.random_state)
+            if spec == "random":
+                return X[np.sort(rng.choice(X.shape[0], n, replace=False))]
+            km = MiniBatchKMeans(n_clusters=n, n_init=3, random_state=rng.randint(2**31 - 1))
+            return km.fit(X).cluster_centers_
+        return check_array(spec, dtype=np.float64, input_name="centres")
+
     def _make_basis(self, X: np.ndarray) -> tuple[KernelBasis, np.ndarray]:
         if self.kernel == "precomputed" and X.shape[0] != X.shape[1]:
             raise ValueError(
@@ -54,8 +79,9 @@ class _BaseRVM(BaseEstimator):
             coef0=self.coef0,
             kernel_params=self.kernel_params,
             bias=self.bias,
-        ).fit(X)
-        return basis, basis.transform(X)
+        ).fit(X, centres=self._candidate_centres(X))
+        # Rows in chunks of ~64 MB keep the kernel's pairwise temporaries small at large N.
+        return basis, basis.transform(X, chunk_size=max(1, 8_000_000 // basis.n_basis_))
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -163,6 +189,13 @@ class RVR(RegressorMixin, _BaseRVM):
         alphas diverge, and 10 for ``"student_t"``, whose MAP alphas stay below about
         ``(1 + nu) / nu``: there the threshold defines relevance, as in reference document 002,
         and only a small ``nu`` (1e-4 or less) lets the irrelevant alphas climb past it.
+    centres : None, "random", "kmeans" or array-like of shape (n_centres, n_features)
+        Where the candidate basis functions sit: every training input (None, the classical RVM),
+        a random subset or k-means centres of ``n_centres`` points, or given centres. A subset
+        keeps the design matrix at N x (n_centres + 1), so large N fits without an N x N kernel.
+        With a subset, ``relevance_`` indexes ``basis_.centres_``, not the training samples.
+    n_centres : int, optional
+        Number of centres for ``centres="random"`` or ``"kmeans"``.
     random_state : int, RandomState or None, default=None
         Seed for the randomised parts of a fit (candidate subsets, sampling).
 
@@ -176,7 +209,8 @@ class RVR(RegressorMixin, _BaseRVM):
     active_ : ndarray of int
         Indices of the retained basis functions (``n_centres`` is the bias).
     relevance_ : ndarray of int
-        Indices of the training samples that are relevance vectors.
+        Indices of the training samples that are relevance vectors (of ``basis_.centres_`` when
+        ``centres`` selects a subset).
     relevance_vectors_ : ndarray of shape (n_relevance, n_features) or None
         The relevance vectors themselves (None for a precomputed kernel).
     coef_ : ndarray of shape (n_relevance,) or (n_relevance, n_outputs)
@@ -223,6 +257,8 @@ class RVR(RegressorMixin, _BaseRVM):
         max_iter=10_000,
         tol=1e-6,
         threshold_alpha="auto",
+        centres=None,
+        n_centres=None,
         random_state=None,
     ):
         self.kernel = kernel
@@ -238,6 +274,8 @@ class RVR(RegressorMixin, _BaseRVM):
         self.max_iter = max_iter
         self.tol = tol
         self.threshold_alpha = threshold_alpha
+        self.centres = centres
+        self.n_centres = n_centres
         self.random_state = random_state
 
     def __sklearn_tags__(self):

@@ -189,3 +189,30 @@ def test_predict_checks_features():
     model = RVR().fit(X, y)
     with pytest.raises(ValueError, match="features"):
         model.predict(np.zeros((3, 2)))
+
+
+@pytest.mark.parametrize("centres", ["random", "kmeans", "given"])
+def test_candidate_centre_subsets(centres):
+    X, y = make_sinc(400, random=True, random_state=7)
+    spec = np.linspace(-10, 10, 60)[:, None] if centres == "given" else centres
+    model = RVR(gamma=SINC_GAMMA, centres=spec, n_centres=60, random_state=0).fit(X, y)
+    assert model.basis_.n_centres_ == 60
+    np.testing.assert_array_equal(model.relevance_vectors_, model.basis_.centres_[model.relevance_])
+    assert np.sqrt(np.mean((model.predict(X_TEST) - sinc(X_TEST[:, 0])) ** 2)) < 0.04
+    again = RVR(gamma=SINC_GAMMA, centres=spec, n_centres=60, random_state=0).fit(X, y)
+    np.testing.assert_array_equal(again.predict(X_TEST), model.predict(X_TEST))
+
+
+@pytest.mark.parametrize(
+    ("params", "match"),
+    [
+        ({"centres": "grid", "n_centres": 5}, "centres must be"),
+        ({"centres": "random"}, "n_centres"),
+        ({"centres": "random", "n_centres": 500}, "exceeds"),
+        ({"centres": np.zeros((4, 2))}, "features"),
+    ],
+)
+def test_bad_centre_options(params, match):
+    X, y = make_sinc(50, random_state=0)
+    with pytest.raises(ValueError, match=match):
+        RVR(**params).fit(X, y)
