@@ -1,1 +1,1 @@
-"""bayes_rvm: the Relevance Vector Machine as a PyMC model, fitted by type-II maximum likelihood or MCMC."""
+"""bayes_rvm: the Relevance Vector Machine as a PyMC model (type-II maximum likelihood or MCMC)."""

@@ -10,20 +10,24 @@ equivariant under both scalings.
 from __future__ import annotations
 
 import dataclasses
+import json
 from numbers import Integral, Real
 
 import numpy as np
+import xarray as xr
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.cluster import MiniBatchKMeans
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
+from bayes_rvm.dims import BASIS, OUTPUT
 from bayes_rvm.evidence.gaussian import EvidenceFit, fit_mackay
+from bayes_rvm.evidence.sequential import fit_sequential
 from bayes_rvm.kernels import KernelBasis
 
 __all__ = ["RVR"]
 
-_SOLVERS = {"mackay": fit_mackay}
+_SOLVERS = ("auto", "sequential", "mackay")
 _PRIORS = ("ard", "student_t")
 
 
@@ -96,11 +100,17 @@ class _BaseRVM(BaseEstimator):
         _check_number("tol", self.tol)
         if not (isinstance(self.threshold_alpha, str) and self.threshold_alpha == "auto"):
             _check_number("threshold_alpha", self.threshold_alpha)
-        if self.solver not in _SOLVERS:
-            raise ValueError(f"solver must be one of {tuple(_SOLVERS)}, got {self.solver!r}.")
 
     def _alpha_prior(self) -> tuple[float, float]:
         return (self.nu / 2.0, self.nu / 2.0) if self.prior == "student_t" else (0.0, 0.0)
+
+    def _solver(self) -> str:
+        if self.solver != "auto":
+            return self.solver
+        # The Student-t MAP-II optimum keeps every alpha finite, relevance being a threshold on
+        # alpha: that is the re-estimation engine's fixed point. The sequential engine instead
+        # leaves out a basis function whenever its prior term outweighs its evidence gain.
+        return "mackay" if self.prior == "student_t" else "sequential"
 
     def _threshold_alpha(self) -> float:
         if self.threshold_alpha != "auto":
@@ -146,6 +156,28 @@ def _unscale_fit(fit: EvidenceFit, norms: np.ndarray, scale: float, n_values: in
     )
 
 
+def _unscale_datatree(dt, norms: np.ndarray, scale: float):
+    """Map an MCMC DataTree of the normalised problem to the original units (see _unscale_fit)."""
+    post = dt["posterior"].dataset
+    nb = xr.DataArray(norms[post[BASIS].values], dims=BASIS, coords={BASIS: post[BASIS]})
+    post = post.assign(
+        w=post["w"] * (scale / nb),
+        alpha=post["alpha"] * nb**2 / scale**2,
+        sigma=post["sigma"] * scale,
+        beta=post["beta"] / scale**2,
+    )
+    n_out = post["w"].sizes.get(OUTPUT, 1)
+    out = dt.copy()
+    out["posterior"] = xr.DataTree(post)
+    out["log_likelihood"] = xr.DataTree(dt["log_likelihood"].dataset - n_out * np.log(scale))
+    out["observed_data"] = xr.DataTree(dt["observed_data"].dataset * scale)
+    # The marginal form's Gram matrix is a sampling cache, not data of the model: leave it out.
+    const = dt["constant_data"].dataset.drop_vars("gram", errors="ignore")
+    const = const.drop_dims([d for d in const.dims if d.startswith("gram")])
+    out["constant_data"] = xr.DataTree(const.assign(Phi=const["Phi"] * nb))
+    return out
+
+
 class RVR(RegressorMixin, _BaseRVM):
     """Relevance Vector Regression (Tipping 2001) fitted by type-II maximum likelihood.
 
@@ -175,8 +207,15 @@ class RVR(RegressorMixin, _BaseRVM):
         ``alpha_i = (gamma_i + nu) / (m_i^2 + nu)``. Smaller ``nu`` gives sparser fits.
     nu : float, default=1.0
         Degrees of freedom of the Student-t prior (ignored for ``"ard"``).
-    solver : {"mackay"}, default="mackay"
-        Type-II engine: MacKay's fixed-point re-estimation with pruning.
+    solver : {"auto", "sequential", "mackay"}, default="auto"
+        Type-II engine: ``"sequential"``, the fast algorithm of Tipping & Faul (2003), which
+        starts from one basis function and adds, re-estimates or deletes one at a time; or
+        ``"mackay"``, fixed-point re-estimation of all alphas with pruning (O(N^3) per early
+        iteration). The evidence is multimodal: the two may stop at different local optima.
+        ``"auto"`` is ``"sequential"`` for the ARD prior and ``"mackay"`` for the Student-t
+        prior, whose MAP-II optimum keeps every alpha finite and defines relevance by
+        ``threshold_alpha`` (the sequential engine, asked explicitly, leaves a basis function out
+        whenever its hyperprior term outweighs its evidence gain, and gives sparser fits).
     noise_variance : float, optional
         Fix the noise variance (in the units of ``y``) instead of estimating it.
     max_iter : int, default=10000
@@ -184,11 +223,13 @@ class RVR(RegressorMixin, _BaseRVM):
     tol : float, default=1e-6
         Stop when no ``log alpha`` changes by more than ``tol``.
     threshold_alpha : float or "auto", default="auto"
-        Prune a basis function once its ``alpha`` (on the normalised scale: unit-norm basis
-        columns, unit-RMS targets) exceeds this. ``"auto"`` is 1e9 for ``"ard"``, whose irrelevant
-        alphas diverge, and 10 for ``"student_t"``, whose MAP alphas stay below about
-        ``(1 + nu) / nu``: there the threshold defines relevance, as in reference document 002,
-        and only a small ``nu`` (1e-4 or less) lets the irrelevant alphas climb past it.
+        MacKay solver only (the sequential solver deletes a basis function exactly when that
+        raises the objective). Prune a basis function once its ``alpha`` (on the normalised
+        scale: unit-norm basis columns, unit-RMS targets) exceeds this. ``"auto"`` is 1e9 for
+        ``"ard"``, whose irrelevant alphas diverge, and 10 for ``"student_t"``, whose MAP alphas
+        stay below about ``(1 + nu) / nu``: there the threshold defines relevance, as in
+        reference document 002, and only a small ``nu`` (1e-4 or less) lets the irrelevant
+        alphas climb past it.
     centres : None, "random", "kmeans" or array-like of shape (n_centres, n_features)
         Where the candidate basis functions sit: every training input (None, the classical RVM),
         a random subset or k-means centres of ``n_centres`` points, or given centres. A subset
@@ -196,8 +237,23 @@ class RVR(RegressorMixin, _BaseRVM):
         With a subset, ``relevance_`` indexes ``basis_.centres_``, not the training samples.
     n_centres : int, optional
         Number of centres for ``centres="random"`` or ``"kmeans"``.
+    inference : {"type2", "mcmc"}, default="type2"
+        ``"type2"``: the hyperparameters at their evidence maximum. ``"mcmc"``: after the type-II
+        fit (which seeds it), NUTS over the hyperparameters of the same model, built by
+        :func:`bayes_rvm.models.rvm_regression_model` in its weight-marginalised form on the
+        normalised problem, with the weights drawn back per draw; predictions then come from
+        the posterior predictive. Both expose ``idata_``.
+    draws, tune, chains : int, default=1000, 1000, 4
+        MCMC settings (``inference="mcmc"``).
+    sampler : {"nutpie", "numpyro", "pymc"}, default="nutpie"
+        NUTS implementation (``inference="mcmc"``).
+    mcmc_basis : {"all", "relevant"}, default="all"
+        Sample over every basis function, or only over the type-II relevance vectors (much
+        cheaper for large N, but conditional on the type-II selection).
     random_state : int, RandomState or None, default=None
         Seed for the randomised parts of a fit (candidate subsets, sampling).
+    verbose : bool, default=False
+        Progress bars during long sequential fits and sampling.
 
     Attributes
     ----------
@@ -231,6 +287,11 @@ class RVR(RegressorMixin, _BaseRVM):
         Engine iterations.
     converged_ : bool
         Whether the engine met its stopping rule.
+    idata_ : xarray.DataTree
+        The fit in ArviZ form, in the units of ``X`` and ``y``: ``posterior`` (``w``, ``alpha``,
+        ``sigma``, ``beta``), ``log_likelihood``, ``observed_data``, ``constant_data`` (and
+        ``sample_stats`` under MCMC). For a type-II fit it holds draws of ``w ~ N(m, Sigma)``
+        at the optimum over the retained basis functions, built on first access.
 
     Examples
     --------
@@ -252,14 +313,21 @@ class RVR(RegressorMixin, _BaseRVM):
         bias=True,
         prior="ard",
         nu=1.0,
-        solver="mackay",
+        solver="auto",
         noise_variance=None,
         max_iter=10_000,
         tol=1e-6,
         threshold_alpha="auto",
         centres=None,
         n_centres=None,
+        inference="type2",
+        draws=1000,
+        tune=1000,
+        chains=4,
+        sampler="nutpie",
+        mcmc_basis="all",
         random_state=None,
+        verbose=False,
     ):
         self.kernel = kernel
         self.gamma = gamma
@@ -276,7 +344,14 @@ class RVR(RegressorMixin, _BaseRVM):
         self.threshold_alpha = threshold_alpha
         self.centres = centres
         self.n_centres = n_centres
+        self.inference = inference
+        self.draws = draws
+        self.tune = tune
+        self.chains = chains
+        self.sampler = sampler
+        self.mcmc_basis = mcmc_basis
         self.random_state = random_state
+        self.verbose = verbose
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -302,7 +377,24 @@ class RVR(RegressorMixin, _BaseRVM):
             self, X, y, multi_output=True, y_numeric=True, ensure_min_samples=2, dtype=np.float64
         )
         self._check_common_params()
+        if self.solver not in _SOLVERS:
+            raise ValueError(f"solver must be one of {_SOLVERS}, got {self.solver!r}.")
         _check_number("noise_variance", self.noise_variance, allow_none=True)
+        if self.inference not in ("type2", "mcmc"):
+            raise ValueError(f"inference must be 'type2' or 'mcmc', got {self.inference!r}.")
+        if self.inference == "mcmc":
+            for name in ("draws", "tune", "chains"):
+                _check_number(
+                    name, getattr(self, name), integer=True, low=0, inclusive=name == "tune"
+                )
+            if self.sampler not in ("nutpie", "numpyro", "pymc", "blackjax"):
+                raise ValueError(
+                    f"sampler must be nutpie, numpyro, pymc or blackjax, got {self.sampler!r}."
+                )
+            if self.mcmc_basis not in ("all", "relevant"):
+                raise ValueError(
+                    f"mcmc_basis must be 'all' or 'relevant', got {self.mcmc_basis!r}."
+                )
         T = y[:, None] if y.ndim == 1 else y
         n, d = T.shape
 
@@ -311,23 +403,84 @@ class RVR(RegressorMixin, _BaseRVM):
         rms = float(np.sqrt(np.mean(T**2)))
         scale = rms if rms > 0 else 1.0
         Tn = T / scale
-        if self.noise_variance is None:
-            beta_init, fixed = 10.0 / max(float(np.var(Tn)), 1e-6), False
+        fixed = self.noise_variance is not None
+        common = {
+            "fixed_beta": fixed,
+            "beta_init": scale**2 / self.noise_variance if fixed else None,
+            "alpha_prior": self._alpha_prior(),
+            "tol": self.tol,
+            "max_iter": self.max_iter,
+        }
+        if self._solver() == "sequential":
+            fit = fit_sequential(Phi, Tn, progress=bool(self.verbose), **common)
         else:
-            beta_init, fixed = scale**2 / self.noise_variance, True
-
-        fit = _SOLVERS[self.solver](
-            Phi,
-            Tn,
-            beta_init=beta_init,
-            fixed_beta=fixed,
-            alpha_prior=self._alpha_prior(),
-            threshold_alpha=self._threshold_alpha(),
-            tol=self.tol,
-            max_iter=self.max_iter,
-        )
+            if not fixed:
+                common["beta_init"] = 10.0 / max(float(np.var(Tn)), 1e-6)
+            fit = fit_mackay(Phi, Tn, threshold_alpha=self._threshold_alpha(), **common)
         self._set_fitted(basis, _unscale_fit(fit, norms, scale, n * d), single=y.ndim == 1)
+        act = fit.active
+        # Enough of the training problem to build the type-II DataTree on demand.
+        self._train = {"phi_active": Phi[:, act] * norms[act], "y": y}
+        self._idata = None
+        if self.inference == "mcmc":
+            self._idata = self._sample_mcmc(Phi, Tn, fit, norms, scale)
         return self
+
+    def _sample_mcmc(self, Phi, Tn, fit, norms, scale):
+        """NUTS on the normalised problem, seeded by its type-II fit; result in original units."""
+        from bayes_rvm.inference import sample_mcmc, type2_initvals
+        from bayes_rvm.models import rvm_regression_model
+
+        cols = fit.active if self.mcmc_basis == "relevant" else None
+        model = rvm_regression_model(
+            Phi, Tn[:, 0] if self._single_output else Tn, prior=self.prior, nu=self.nu, basis=cols
+        )
+        seed = check_random_state(self.random_state).randint(2**31 - 1)
+        dt = sample_mcmc(
+            model,
+            draws=self.draws,
+            tune=self.tune,
+            chains=self.chains,
+            sampler=self.sampler,
+            random_seed=seed,
+            progressbar=bool(self.verbose),
+            initvals=type2_initvals(fit, basis=cols),
+        )
+        return _unscale_datatree(dt, norms, scale)
+
+    def _predict_mcmc(self, X, return_std: bool):
+        """Posterior predictive mean and sd from the MCMC draws (noise included)."""
+        from bayes_rvm.inference import predict_draws
+
+        cols = self._idata["posterior"][BASIS].values
+        mean, draws = predict_draws(
+            self._idata, self.basis_.transform(X, columns=cols), random_seed=0
+        )
+        if not return_std:
+            return mean
+        return mean, draws.std(dim=("chain", "draw")).values
+
+    @property
+    def idata_(self):
+        """The fit as an ArviZ DataTree (see the class docstring); type-II: built on first use."""
+        check_is_fitted(self, "fit_")
+        if self._idata is None:
+            from bayes_rvm.inference import type2_datatree
+
+            k = self.active_.size
+            local = dataclasses.replace(self.fit_, active=np.arange(k), alpha=self.alpha_)
+            self._idata = type2_datatree(
+                local,
+                self._train["phi_active"],
+                self._train["y"],
+                basis_names=self.active_,
+                random_seed=check_random_state(self.random_state).randint(2**31 - 1),
+                attrs={
+                    "estimator": "RVR",
+                    "params": json.dumps(self.get_params(), sort_keys=True, default=repr),
+                },
+            )
+        return self._idata
 
     def _set_fitted(self, basis: KernelBasis, fit: EvidenceFit, *, single: bool) -> None:
         self.basis_ = basis
@@ -353,13 +506,19 @@ class RVR(RegressorMixin, _BaseRVM):
         self._single_output = single
 
     def _persisted_state(self) -> dict:
-        """What :mod:`bayes_rvm.io` stores: the basis, the engine result and the output shape."""
-        return {"basis": self.basis_, "fit": self.fit_, "extras": {"single": self._single_output}}
+        """What :mod:`bayes_rvm.io` stores: basis, engine result, training arrays, DataTree."""
+        return {
+            "basis": self.basis_,
+            "fit": self.fit_,
+            "extras": {"single": self._single_output},
+            "arrays": self._train,
+            "idata": self._idata,
+        }
 
     def _restore_state(self, state: dict) -> None:
         self._set_fitted(state["basis"], state["fit"], single=state["extras"]["single"])
-        if state.get("idata") is not None:
-            self.idata_ = state["idata"]
+        self._train = state["arrays"]
+        self._idata = state.get("idata")
 
     def predict(self, X, return_std: bool = False):
         """Predictive mean, and optionally the predictive standard deviation.
@@ -382,6 +541,8 @@ class RVR(RegressorMixin, _BaseRVM):
         """
         check_is_fitted(self, "fit_")
         X = validate_data(self, X, reset=False, dtype=np.float64)
+        if self.inference == "mcmc":
+            return self._predict_mcmc(X, return_std)
         phi = self.basis_.transform(X, columns=self.active_)
         mean, var = self.fit_.predict(phi)
         if self._single_output:

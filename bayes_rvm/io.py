@@ -106,7 +106,11 @@ def to_datatree(model) -> xr.DataTree:
     for k, fit in enumerate(fits):
         groups[f"/fit_{k}" if len(fits) > 1 else "/fit"] = _dataclass_to_dataset(fit)
     root.attrs["n_fits"] = len(fits)
-    idata = getattr(model, "idata_", None)
+    arrays = state.get("arrays") or {}
+    groups["/arrays"] = xr.Dataset(
+        {k: ([f"{k}_{i}" for i in range(v.ndim)], v) for k, v in arrays.items()}
+    )
+    idata = state.get("idata")
     if idata is not None:
         for node in idata.children.values():
             groups[f"/{node.name}"] = node.to_dataset()
@@ -192,7 +196,8 @@ def load_model(path: str | Path):
         "fit": fits[0] if n_fits == 1 else fits,
         "extras": json.loads(attrs["extras"]),
     }
-    reserved = {"basis", *names}
+    state["arrays"] = {k: v.values for k, v in tree["arrays"].to_dataset().data_vars.items()}
+    reserved = {"basis", "arrays", *names}
     groups = {f"/{k}": v.to_dataset() for k, v in tree.children.items() if k not in reserved}
     state["idata"] = xr.DataTree.from_dict(groups) if groups else None
     model._restore_state(state)

@@ -4,6 +4,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from threadpoolctl import threadpool_limits
+
+# Tests run two workers on two cores: BLAS threads on top only spin against each other.
+threadpool_limits(1)
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 

@@ -6,6 +6,16 @@ from bayes_rvm.evidence.gaussian import (
     fit_mackay,
     gaussian_posterior,
 )
+from bayes_rvm.evidence.laplace import LaplaceFit, fit_laplace_mackay, fit_laplace_sequential
 from bayes_rvm.evidence.sequential import fit_sequential
 
-__all__ = ["EvidenceFit", "GaussianPosterior", "fit_mackay", "fit_sequential", "gaussian_posterior"]
+__all__ = [
+    "EvidenceFit",
+    "GaussianPosterior",
+    "LaplaceFit",
+    "fit_laplace_mackay",
+    "fit_laplace_sequential",
+    "fit_mackay",
+    "fit_sequential",
+    "gaussian_posterior",
+]

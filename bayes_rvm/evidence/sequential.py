@@ -42,7 +42,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 import numpy as np
-from scipy import linalg
+from scipy.linalg import lapack
 from sklearn.exceptions import ConvergenceWarning
 
 from bayes_rvm.evidence.gaussian import (  # private helpers shared within the package
@@ -200,8 +200,13 @@ class _State:
         K, D = self.K, self.D
         H = beta * self.G
         H[np.diag_indices(K)] += self.alpha
-        L = _cholesky(H)
-        z = linalg.solve_triangular(L, self.PT[self.idx], lower=True, check_finite=False)
+        # LAPACK directly: SciPy's wrappers cost more than the K x K work itself at small K.
+        # Equilibrated by diag(H) as in gaussian._cholesky, which takes over (with its jitter
+        # and warning) when H is numerically indefinite.
+        dh = np.sqrt(np.diag(H))
+        Ls, info = lapack.dpotrf(H / np.outer(dh, dh), lower=1, clean=1)
+        L = Ls * dh[:, None] if info == 0 else _cholesky(H)
+        z, info = lapack.dtrtrs(L, self.PT[self.idx], lower=1)
         quad = beta * self.tt - beta * beta * float(np.sum(z * z))
         log_det = 2.0 * float(np.sum(np.log(np.diag(L))))
         log_ev = D * (
@@ -218,7 +223,7 @@ class _State:
         """
         K, beta = self.K, self.beta
         L, self.log_ev = self.factor(beta) if factored is None else factored
-        Linv = linalg.solve_triangular(L, np.eye(K), lower=True, check_finite=False)
+        Linv, _ = lapack.dtrtri(L, lower=1)
         self.Sigma = Linv.T @ Linv
         self.mu = beta * (self.Sigma @ self.PT[self.idx])
         U = Linv @ self.C[:K]
@@ -635,7 +640,7 @@ def _fit(
         # Where the objective is not concave (a column drifting out, two trading places) the
         # curvature is taken in absolute value, so that the step still climbs along those
         # directions instead of aiming at a saddle ("saddle-free" Newton).
-        w, V = linalg.eigh(-hess, check_finite=False)
+        w, V = np.linalg.eigh(-hess)
         w = np.maximum(np.abs(w), 1e-8 * max(float(np.abs(w).max()), 1e-300))
         du = V @ ((V.T @ grad) / w)
         du *= min(1.0, 3.0 / max(float(np.abs(du).max()), 1e-300))  # trust region in log alpha

@@ -1,0 +1,351 @@
+"""scikit-learn estimator :class:`RVC`: the Relevance Vector Classifier.
+
+The binary model is ``p(t = 1 | x) = sigmoid(phi(x)^T w)``; the multiclass one is a true softmax
+(multinomial) model with one weight vector per class and one ``alpha`` per basis function shared by
+the classes, so the whole classifier keeps a single set of relevance vectors. One-vs-rest
+(independent binary RVMs, each with its own relevance set) is available for comparison.
+
+As in :class:`~bayes_rvm.estimators.RVR`, the engines work on basis columns of unit norm; the
+weights, precisions and Hessian factor are mapped back exactly (the Laplace evidence is invariant
+under that reparametrisation).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+from scipy.special import expit
+from sklearn.base import ClassifierMixin
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from bayes_rvm.estimators import _PRIORS, _BaseRVM, _check_number, _normalise_columns
+from bayes_rvm.evidence.laplace import (
+    LaplaceFit,
+    fit_laplace_mackay,
+    fit_laplace_sequential,
+    moderation,
+)
+from bayes_rvm.kernels import KernelBasis
+
+__all__ = ["RVC"]
+
+_SOLVERS = {"sequential": fit_laplace_sequential, "mackay": fit_laplace_mackay}
+_MULTI_CLASS = ("multinomial", "ovr")
+
+
+def _unscale(fit: LaplaceFit, norms: np.ndarray) -> LaplaceFit:
+    """Map a fit on unit-norm columns to the original basis: ``w = w_n / norm``.
+
+    Then ``alpha = alpha_n norm^2`` and the Hessian factor's rows scale by the norms (repeated per
+    class in the class-major layout); the evidence does not change.
+    """
+    a_norm = norms[fit.active]
+    C = fit.mean.shape[1]
+    return dataclasses.replace(
+        fit,
+        alpha=fit.alpha * norms**2,
+        mean=fit.mean / a_norm[:, None],
+        chol=fit.chol * np.tile(a_norm, C)[:, None],
+    )
+
+
+class RVC(ClassifierMixin, _BaseRVM):
+    """Relevance Vector Classifier (Tipping 2001) fitted by type-II maximum likelihood.
+
+    The weights of the kernel basis ``phi_i(x) = k(x, x_i)`` (plus an optional bias) have ARD priors
+    ``w_i ~ N(0, 1/alpha_i)``; the likelihood is Bernoulli-logit for two classes and softmax for
+    more. The evidence ``p(t | alpha)`` is approximated by Laplace's method at the posterior mode
+    (found by Newton / IRLS) and maximised over ``alpha``; most ``alpha_i`` run to infinity, and the
+    remaining basis functions are the *relevance vectors*.
+
+    Parameters
+    ----------
+    kernel : str, callable, scikit-learn kernel object or "precomputed", default="rbf"
+        Basis kernel; see :class:`bayes_rvm.kernels.KernelBasis`.
+    gamma : {"scale", "auto"} or float, default="scale"
+        Kernel coefficient (as in :class:`sklearn.svm.SVC`); for rbf of width ``r``, ``1/r^2``.
+    degree : int, default=3
+        Degree of the polynomial kernel.
+    coef0 : float, default=1.0
+        Independent term of the polynomial and sigmoid kernels.
+    kernel_params : dict, optional
+        Extra keyword arguments of a callable kernel.
+    bias : bool, default=True
+        Include a constant basis function (with its own ARD prior).
+    prior : {"ard", "student_t"}, default="ard"
+        ``"ard"``: flat hyperprior on ``log alpha``; ``"student_t"``: ``alpha_i ~ Gamma(nu/2,
+        nu/2)`` on the unit-norm basis, whose marginal is ``w_i ~ t_nu(0, 1)``.
+    nu : float, default=1.0
+        Degrees of freedom of the Student-t prior (ignored for ``"ard"``).
+    solver : {"sequential", "mackay"}, default="sequential"
+        ``"sequential"``: Tipping and Faul's add / re-estimate / delete algorithm on the problem
+        linearised at the mode (starts from one basis function; the fast choice). ``"mackay"``:
+        re-estimation of all alphas with pruning (O(N^3) per iteration at the start).
+    multi_class : {"multinomial", "ovr"}, default="multinomial"
+        More than two classes: one softmax model with alphas shared across classes, or one binary
+        RVM per class (their probabilities normalised to sum to one).
+    moderated : bool, default=True
+        Moderate the probabilities by the posterior variance of the latent function (MacKay's
+        probit approximation ``sigmoid(kappa mu)``, ``kappa = (1 + pi s^2 / 8)^-1/2``); False
+        plugs in the posterior mean.
+    max_iter : int, default=10000
+        Iteration cap of the engine; reaching it warns with ``ConvergenceWarning``.
+    tol : float, default=1e-6
+        Convergence tolerance on ``log alpha``.
+    threshold_alpha : float, default=1e9
+        Largest ``alpha`` (on the unit-norm scale) still taken as finite.
+    random_state : int, RandomState or None, default=None
+        Unused by the deterministic engines; kept for API symmetry with :class:`RVR`.
+
+    Attributes
+    ----------
+    classes_ : ndarray of shape (n_classes,)
+        Class labels.
+    basis_ : KernelBasis
+        The fitted basis.
+    fit_ : LaplaceFit or tuple of LaplaceFit
+        Engine result(s) in original units; a tuple of one fit per class for ``"ovr"``. For the
+        multinomial fit, ``mean`` is (n_active, n_classes) and ``chol`` the Cholesky factor of the
+        class-major (n_active * n_classes)-square Hessian.
+    active_ : ndarray of int
+        Retained basis functions (the union over classes for ``"ovr"``; ``n_centres`` is the bias).
+    relevance_ : ndarray of int
+        Training samples that are relevance vectors.
+    relevance_vectors_ : ndarray of shape (n_relevance, n_features) or None
+        The relevance vectors (None for a precomputed kernel).
+    coef_ : ndarray of shape (n_relevance,) or (n_relevance, n_classes)
+        Posterior mode weights of the relevance vectors (binary: of the class ``classes_[1]``).
+    intercept_ : float or ndarray of shape (n_classes,)
+        Posterior mode weight of the bias (0 if pruned or absent).
+    alpha_ : ndarray of shape (n_active,) or (n_active, n_classes)
+        Prior precisions of the retained basis functions (``"ovr"``: per class, ``inf`` where a
+        class's model pruned the column).
+    log_evidence_ : float
+        Laplace log evidence (summed over the binary models for ``"ovr"``).
+    n_iter_ : int
+        Engine iterations (summed over classes for ``"ovr"``).
+    converged_ : bool
+        Whether every engine met its stopping rule.
+
+    Examples
+    --------
+    >>> from sklearn.datasets import make_moons
+    >>> from bayes_rvm.classifier import RVC
+    >>> X, y = make_moons(100, noise=0.2, random_state=0)
+    >>> clf = RVC(gamma=2.0).fit(X, y)
+    >>> proba = clf.predict_proba(X[:3])
+    """
+
+    def __init__(
+        self,
+        *,
+        kernel="rbf",
+        gamma="scale",
+        degree=3,
+        coef0=1.0,
+        kernel_params=None,
+        bias=True,
+        prior="ard",
+        nu=1.0,
+        solver="sequential",
+        multi_class="multinomial",
+        moderated=True,
+        max_iter=10_000,
+        tol=1e-6,
+        threshold_alpha=1e9,
+        random_state=None,
+    ):
+        self.kernel = kernel
+        self.gamma = gamma
+        self.degree = degree
+        self.coef0 = coef0
+        self.kernel_params = kernel_params
+        self.bias = bias
+        self.prior = prior
+        self.nu = nu
+        self.solver = solver
+        self.multi_class = multi_class
+        self.moderated = moderated
+        self.max_iter = max_iter
+        self.tol = tol
+        self.threshold_alpha = threshold_alpha
+        self.random_state = random_state
+
+    def _check_params(self) -> None:
+        if self.prior not in _PRIORS:
+            raise ValueError(f"prior must be one of {_PRIORS}, got {self.prior!r}.")
+        _check_number("nu", self.nu)
+        _check_number("max_iter", self.max_iter, integer=True)
+        _check_number("tol", self.tol)
+        _check_number("threshold_alpha", self.threshold_alpha)
+        if self.solver not in _SOLVERS:
+            raise ValueError(f"solver must be one of {tuple(_SOLVERS)}, got {self.solver!r}.")
+        if self.multi_class not in _MULTI_CLASS:
+            raise ValueError(
+                f"multi_class must be one of {_MULTI_CLASS}, got {self.multi_class!r}."
+            )
+        if not isinstance(self.moderated, bool | np.bool_):
+            raise ValueError(f"moderated must be True or False, got {self.moderated!r}.")
+
+    def fit(self, X, y) -> RVC:
+        """Fit the classifier by maximising the Laplace evidence.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Training inputs (the square training kernel matrix for ``kernel="precomputed"``).
+        y : array-like of shape (n_samples,)
+            Class labels of any type scikit-learn accepts (at least two classes).
+
+        Returns
+        -------
+        self : RVC
+        """
+        X, y = validate_data(self, X, y, ensure_min_samples=2, dtype=np.float64)
+        check_classification_targets(y)
+        self._check_params()
+        classes, yi = np.unique(y, return_inverse=True)
+        if classes.size < 2:
+            raise ValueError(
+                "RVC needs samples of at least two classes; the data contain only class "
+                f"{classes[0]!r}."
+            )
+        self.classes_ = classes
+        basis, Phi = self._make_basis(X)
+        norms = _normalise_columns(Phi)
+        engine = _SOLVERS[self.solver]
+        kw = {
+            "alpha_prior": self._alpha_prior(),
+            "threshold_alpha": float(self.threshold_alpha),
+            "tol": float(self.tol),
+            "max_iter": int(self.max_iter),
+        }
+        C = classes.size
+        if C == 2:
+            t = (yi == 1).astype(np.float64)
+            fit = _unscale(engine(Phi, t, likelihood="bernoulli", **kw), norms)
+        elif self.multi_class == "multinomial":
+            T = np.zeros((yi.size, C))
+            T[np.arange(yi.size), yi] = 1.0
+            fit = _unscale(engine(Phi, T, likelihood="softmax", **kw), norms)
+        else:
+            fit = tuple(
+                _unscale(
+                    engine(Phi, (yi == c).astype(np.float64), likelihood="bernoulli", **kw), norms
+                )
+                for c in range(C)
+            )
+        self._set_fitted(basis, fit)
+        return self
+
+    def _set_fitted(self, basis: KernelBasis, fit) -> None:
+        self.basis_ = basis
+        self.fit_ = fit
+        C = self.classes_.size
+        if isinstance(fit, tuple):
+            active = np.unique(np.concatenate([f.active for f in fit]))
+            mean = np.zeros((active.size, C))
+            alpha = np.full((active.size, C), np.inf)
+            self._positions = []
+            for c, f in enumerate(fit):
+                pos = np.searchsorted(active, f.active)
+                mean[pos, c] = f.mean[:, 0]
+                alpha[pos, c] = f.alpha[f.active]
+                self._positions.append(pos)
+            self.log_evidence_ = float(sum(f.log_evidence for f in fit))
+            self.n_iter_ = int(sum(f.n_iter for f in fit))
+            self.converged_ = all(f.converged for f in fit)
+        else:
+            active = fit.active
+            mean = fit.mean[:, 0] if C == 2 else fit.mean
+            alpha = fit.alpha[active]
+            self.log_evidence_ = fit.log_evidence
+            self.n_iter_ = fit.n_iter
+            self.converged_ = fit.converged
+        self.active_ = active
+        is_rv = active < basis.n_centres_
+        self.relevance_ = active[is_rv]
+        centres = basis.centres_
+        self.relevance_vectors_ = None if centres is None else centres[self.relevance_]
+        self.coef_ = mean[is_rv]
+        # The bias is at most one column; summing over none gives the 0 of an absent bias.
+        self.intercept_ = float(mean[~is_rv].sum()) if mean.ndim == 1 else mean[~is_rv].sum(axis=0)
+        self.alpha_ = alpha
+
+    def _latent(self, X) -> tuple[np.ndarray, np.ndarray]:
+        """Posterior mean and variance of the latent function(s), each (n_samples, n_outputs)."""
+        check_is_fitted(self, "fit_")
+        X = validate_data(self, X, reset=False, dtype=np.float64)
+        phi = self.basis_.transform(X, columns=self.active_)
+        if isinstance(self.fit_, tuple):
+            parts = [
+                f.predict(phi[:, pos]) for f, pos in zip(self.fit_, self._positions, strict=True)
+            ]
+            return np.hstack([m for m, _ in parts]), np.hstack([v for _, v in parts])
+        return self.fit_.predict(phi)
+
+    def decision_function(self, X) -> np.ndarray:
+        """Latent scores: the log-odds (binary) or softmax logits behind :meth:`predict_proba`.
+
+        With ``moderated=True`` these are the moderated scores ``kappa(s^2) mu``, so that
+        ``sigmoid(decision_function(X)) == predict_proba(X)[:, 1]`` (and the softmax of the scores
+        is ``predict_proba`` for ``"multinomial"``); with ``moderated=False``, the posterior mean
+        ``mu``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+
+        Returns
+        -------
+        scores : ndarray of shape (n_samples,) for two classes, else (n_samples, n_classes)
+        """
+        mean, var = self._latent(X)
+        score = mean * moderation(var) if self.moderated else mean
+        return score[:, 0] if score.shape[1] == 1 else score
+
+    def predict_proba(self, X) -> np.ndarray:
+        """Class probabilities, moderated by the posterior uncertainty unless ``moderated=False``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+
+        Returns
+        -------
+        proba : ndarray of shape (n_samples, n_classes)
+            Columns in the order of ``classes_``; rows sum to one.
+        """
+        score = self.decision_function(X)
+        if score.ndim == 1:
+            p1 = expit(score)
+            return np.column_stack([1.0 - p1, p1])
+        if isinstance(self.fit_, tuple):
+            # One-vs-rest: independent binary probabilities, normalised as scikit-learn's OvR does.
+            p = expit(score)
+            return p / np.maximum(p.sum(axis=1, keepdims=True), np.finfo(float).tiny)
+        z = score - score.max(axis=1, keepdims=True)
+        p = np.exp(z)
+        return p / p.sum(axis=1, keepdims=True)
+
+    def predict_log_proba(self, X) -> np.ndarray:
+        """Logarithm of :meth:`predict_proba`."""
+        with np.errstate(divide="ignore"):
+            return np.log(self.predict_proba(X))
+
+    def predict(self, X) -> np.ndarray:
+        """Most probable class of each sample (the largest score of :meth:`decision_function`).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+
+        Returns
+        -------
+        y : ndarray of shape (n_samples,)
+        """
+        score = self.decision_function(X)
+        idx = (score > 0).astype(np.intp) if score.ndim == 1 else np.argmax(score, axis=1)
+        return self.classes_[idx]

@@ -1,0 +1,677 @@
+"""The PyMC models of the RVM; the only module of the package that builds PyMC graphs.
+
+Regression model (notation of the reference documents)::
+
+    alpha_i ~ hyperprior                  i = 1..M   (one per basis function, shared by outputs)
+    sigma   ~ noise prior                 (beta = 1 / sigma^2)
+    w_id | alpha_i ~ N(0, 1 / alpha_i)
+    t_nd | w, sigma ~ N(phi_n^T w_d, sigma^2)
+
+Two forms of the same posterior over ``(alpha, sigma)``:
+
+``form="marginal"``
+    ``w`` integrated out: ``t_d ~ N(0, C)``, ``C = beta^-1 I + Phi A^-1 Phi^T``, evaluated in the
+    M x M space through the Woodbury identity and the determinant lemma
+    (``log|C| = log|H| - sum log alpha - N log beta`` with ``H = A + beta Phi^T Phi``) by one
+    Cholesky factorisation. The log density is a custom PyTensor Op whose gradient is the closed
+    form of the evidence derivatives (Tipping 2001, appendix; Fletcher eqs. 1.11-1.12)::
+
+        d L / d log alpha_i = (D - alpha_i (sum_d m_id^2 + D Sigma_ii)) / 2
+        d L / d log beta    = (N D - D sum_i gamma_i - beta ||T - Phi M||^2) / 2
+        d L / d T           = -beta (T - Phi M)
+
+    so NUTS pays one O(N M^2 + M^3) pass per leapfrog step instead of differentiating through a
+    Cholesky. The Op has NumPy (``perform``), Numba (nutpie's default backend) and JAX
+    (numpyro / blackjax) implementations. The weights are drawn back from ``N(m, Sigma)`` after
+    sampling (:func:`bayes_rvm.inference.sample_mcmc`).
+
+``form="joint"``
+    Non-centred ``w = z / sqrt(alpha)``, ``z ~ N(0, 1)``, with an ordinary ``pm.Normal``
+    likelihood, so that users can add terms of their own to the model.
+
+Priors on the weights:
+
+``prior="ard"``
+    ``w_i | alpha_i ~ N(0, 1/alpha_i)``. The default hyperprior puts a half-Cauchy(``tau``) on the
+    prior *scale* ``s_i = alpha_i^(-1/2)`` (Gelman 2006; the horseshoe's local scale). In
+    ``log alpha`` its density is a hyperbolic secant with exponential tails ``exp(-|log alpha|/2)``:
+    proper, weak enough that an irrelevant ``alpha_i`` runs far above the relevant ones (as
+    type-II pruning does) and smooth enough that NUTS meets no walls. A Gamma hyperprior on
+    ``alpha`` (Tipping's choice) with small shape and rate puts a double-exponential wall in
+    ``log alpha`` and makes NUTS diverge; it is available through ``alpha_prior``.
+``prior="student_t"``
+    ``alpha_i ~ Gamma(nu/2, nu s^2 / 2)``, which integrates to ``w_i ~ StudentT(nu, 0, s)``
+    (reference document 002). ``nu`` is fixed or given a prior.
+
+The default hyperpriors are stated for a design with unit-norm columns and targets of unit RMS,
+which is how :class:`bayes_rvm.estimators.RVR` presents the problem; rescale ``tau``, ``s`` and
+the noise prior for other scales.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Literal
+
+import numba
+import numpy as np
+import pymc as pm
+import pytensor.tensor as pt
+from pytensor.gradient import DisconnectedType, grad_not_implemented
+from pytensor.graph.basic import Apply
+from pytensor.graph.op import Op
+from pytensor.link.numba.dispatch.basic import register_funcify_default_op_cache_key
+from scipy import linalg
+
+from bayes_rvm.dims import BASIS, OBS, OUTPUT
+
+__all__ = [
+    "MarginalLogLikelihood",
+    "halfcauchy_scale_alpha",
+    "log_evidence_and_grad",
+    "marginal_log_likelihood",
+    "register_jax_dispatch",
+    "rvm_regression_model",
+    "set_model_data",
+]
+
+_LOG_2PI = float(np.log(2.0 * np.pi))
+
+
+# ---------------------------------------------------------------------------------------------
+# The marginal log density and its closed-form gradient
+# ---------------------------------------------------------------------------------------------
+def log_evidence_and_grad(
+    log_alpha: np.ndarray,
+    log_beta: float,
+    Phi: np.ndarray,
+    Y: np.ndarray,
+    gram: np.ndarray | None = None,
+) -> tuple[float, np.ndarray, float, np.ndarray]:
+    """Log marginal likelihood ``sum_d ln N(t_d | 0, C)`` and its gradient (NumPy / SciPy).
+
+    Parameters
+    ----------
+    log_alpha : ndarray of shape (M,)
+        Log prior precisions of the weights.
+    log_beta : float
+        Log noise precision.
+    Phi : ndarray of shape (N, M)
+        Design matrix.
+    Y : ndarray of shape (N, D)
+        Targets; the D outputs share ``alpha`` and ``beta``.
+    gram : ndarray of shape (M, M), optional
+        ``Phi^T Phi``, precomputed once per data set (it is the largest cost of an evaluation).
+
+    Returns
+    -------
+    logp : float
+    grad_log_alpha : ndarray of shape (M,)
+    grad_log_beta : float
+    grad_Y : ndarray of shape (N, D)
+        ``-C^-1 T = -beta (T - Phi M)``.
+
+    Notes
+    -----
+    ``H = A + beta Phi^T Phi`` is equilibrated by its diagonal before the Cholesky factorisation:
+    ``alpha`` spans many orders of magnitude between relevant and irrelevant basis functions, and
+    the scaled matrix has unit diagonal whatever they are. Non-finite input or a failed
+    factorisation gives ``logp = -inf`` (NUTS counts it as a divergence) and a zero gradient.
+    """
+    N, M = Phi.shape
+    D = Y.shape[1]
+    log_beta = float(log_beta)
+    with np.errstate(over="ignore"):  # overflow is caught just below
+        alpha = np.exp(log_alpha)
+        beta = np.exp(log_beta)
+    bad = (-np.inf, np.zeros(M), 0.0, np.zeros_like(Y, dtype=np.float64))
+    if not (np.all(np.isfinite(alpha)) and np.isfinite(beta) and np.all(alpha > 0) and beta > 0):
+        return bad
+    H = beta * (Phi.T @ Phi if gram is None else gram)
+    H[np.diag_indices(M)] += alpha
+    d = np.sqrt(np.diag(H))
+    Hs = H / d[:, None] / d[None, :]
+    Ls, info = linalg.lapack.dpotrf(Hs, lower=1, clean=1)
+    if info != 0:
+        return bad
+    Linv, info = linalg.lapack.dtrtri(Ls, lower=1)
+    if info != 0:  # pragma: no cover - dpotrf succeeded, so the diagonal is positive
+        return bad
+    # H^-1 = D^-1 Linv^T Linv D^-1
+    PY = (Phi.T @ Y) / d[:, None]
+    mean = beta * (Linv.T @ (Linv @ PY)) / d[:, None]
+    sigma_diag = np.einsum("ij,ij->j", Linv, Linv) / d**2
+    resid = Y - Phi @ mean
+    sse = float(np.sum(resid**2))
+    m2 = np.sum(mean**2, axis=1)
+    log_det_H = 2.0 * float(np.sum(np.log(np.diag(Ls)))) + 2.0 * float(np.sum(np.log(d)))
+    logp = (
+        0.5 * D * (N * (log_beta - _LOG_2PI) + float(np.sum(log_alpha)) - log_det_H)
+        - 0.5 * beta * sse
+        - 0.5 * float(np.sum(alpha * m2))
+    )
+    g_alpha = 0.5 * (D - alpha * (m2 + D * sigma_diag))
+    sum_gamma = M - float(np.sum(alpha * sigma_diag))
+    g_beta = 0.5 * (N * D - D * sum_gamma - beta * sse)
+    g_Y = -beta * resid
+    if not np.isfinite(logp):
+        return bad
+    return float(logp), g_alpha, float(g_beta), g_Y
+
+
+@numba.njit(cache=True, fastmath={"reassoc", "contract"})
+def _log_evidence_numba(log_alpha, log_beta, Phi, Y, gram):  # pragma: no cover - compiled by numba
+    # Same algebra as log_evidence_and_grad, written with loops numba compiles without the GIL,
+    # so that nutpie's chains run in parallel threads.
+    N, M = Phi.shape
+    D = Y.shape[1]
+    lb = log_beta.item()
+    beta = np.exp(lb)
+    alpha = np.exp(log_alpha)
+    Phi = np.ascontiguousarray(Phi)
+    Y = np.ascontiguousarray(Y)
+    out_ga = np.zeros(M)
+    out_gY = np.zeros((N, D))
+    ok = np.isfinite(beta) and beta > 0.0
+    for i in range(M):
+        if not (np.isfinite(alpha[i]) and alpha[i] > 0.0):
+            ok = False
+    if not ok:
+        return np.asarray(-np.inf), out_ga, np.asarray(0.0), out_gY
+    H = beta * gram
+    d = np.empty(M)
+    for i in range(M):
+        H[i, i] += alpha[i]
+        d[i] = np.sqrt(H[i, i])
+    for i in range(M):
+        for j in range(M):
+            H[i, j] /= d[i] * d[j]
+    # Cholesky (lower), in place, row by row.
+    L = np.zeros((M, M))
+    for i in range(M):
+        for j in range(i + 1):
+            s = H[i, j]
+            for k in range(j):
+                s -= L[i, k] * L[j, k]
+            if i == j:
+                if not s > 0.0:
+                    return np.asarray(-np.inf), out_ga, np.asarray(0.0), out_gY
+                L[i, i] = np.sqrt(s)
+            else:
+                L[i, j] = s / L[j, j]
+    # X = L^-1 (lower), row i from the rows above it; the inner loop runs along contiguous rows.
+    X = np.zeros((M, M))
+    acc = np.empty(M)
+    for i in range(M):
+        for j in range(i):
+            acc[j] = 0.0
+        for k in range(i):
+            lik = L[i, k]
+            for j in range(k + 1):
+                acc[j] += lik * X[k, j]
+        inv = 1.0 / L[i, i]
+        for j in range(i):
+            X[i, j] = -acc[j] * inv
+        X[i, i] = inv
+    PY = Phi.T @ Y
+    for i in range(M):
+        for c in range(D):
+            PY[i, c] /= d[i]
+    tmp = X @ PY
+    mean = X.T @ tmp
+    for i in range(M):
+        for c in range(D):
+            mean[i, c] *= beta / d[i]
+    resid = Y - Phi @ mean
+    sse = 0.0
+    for n in range(N):
+        for c in range(D):
+            sse += resid[n, c] * resid[n, c]
+    log_det = 0.0
+    sum_la = 0.0
+    alpha_sigma = 0.0
+    penalty = 0.0
+    for i in range(M):
+        log_det += 2.0 * np.log(L[i, i]) + 2.0 * np.log(d[i])
+        sum_la += log_alpha[i]
+        sd = 0.0
+        for k in range(i, M):
+            sd += X[k, i] * X[k, i]
+        sd /= d[i] * d[i]
+        m2 = 0.0
+        for c in range(D):
+            m2 += mean[i, c] * mean[i, c]
+        penalty += alpha[i] * m2
+        alpha_sigma += alpha[i] * sd
+        out_ga[i] = 0.5 * (D - alpha[i] * (m2 + D * sd))
+    logp = 0.5 * D * (N * (lb - _LOG_2PI) + sum_la - log_det) - 0.5 * beta * sse - 0.5 * penalty
+    sum_gamma = M - alpha_sigma
+    g_beta = 0.5 * (N * D - D * sum_gamma - beta * sse)
+    for n in range(N):
+        for c in range(D):
+            out_gY[n, c] = -beta * resid[n, c]
+    if not np.isfinite(logp):
+        return np.asarray(-np.inf), np.zeros(M), np.asarray(0.0), np.zeros((N, D))
+    return np.asarray(logp), out_ga, np.asarray(g_beta), out_gY
+
+
+class MarginalLogLikelihood(Op):
+    """PyTensor Op: ``(log alpha, log beta, Phi, T, Phi^T Phi) -> (logp, and its gradient)``.
+
+    The outputs are ``logp``, ``dlogp/dlog alpha``, ``dlogp/dlog beta`` and ``dlogp/dT``.
+
+    Only the first output is meant to be used in a model; the others are the closed-form gradient,
+    computed in the same pass and returned by :meth:`grad`, so that the logp-and-gradient function
+    a NUTS sampler compiles runs one factorisation per evaluation. ``Phi^T Phi`` is an input so that
+    it is computed once per data set (``pm.Data``), not once per leapfrog step; the caller keeps it
+    consistent with ``Phi``. Gradients with respect to the design matrix and its Gram matrix are
+    not implemented (they are data). Second derivatives are not available.
+    """
+
+    __props__ = ()
+
+    def make_node(self, log_alpha, log_beta, Phi, Y, gram):
+        inputs = [
+            pt.as_tensor_variable(v).astype("float64") for v in (log_alpha, log_beta, Phi, Y, gram)
+        ]
+        if [v.ndim for v in inputs] != [1, 0, 2, 2, 2]:
+            raise TypeError(
+                "expected log_alpha (M,), log_beta (), Phi (N, M), Y (N, D) and gram (M, M)"
+            )
+        outputs = [pt.dscalar(), pt.dvector(), pt.dscalar(), pt.dmatrix()]
+        return Apply(self, inputs, outputs)
+
+    def perform(self, node, inputs, output_storage):
+        logp, g_alpha, g_beta, g_Y = log_evidence_and_grad(*inputs)
+        output_storage[0][0] = np.asarray(logp, dtype=np.float64)
+        output_storage[1][0] = np.asarray(g_alpha, dtype=np.float64)
+        output_storage[2][0] = np.asarray(g_beta, dtype=np.float64)
+        output_storage[3][0] = np.asarray(g_Y, dtype=np.float64)
+
+    def infer_shape(self, node, input_shapes):
+        return [(), input_shapes[0], (), input_shapes[3]]
+
+    def pullback(self, inputs, outputs, cotangents):
+        for g in cotangents[1:]:
+            if not isinstance(g.type, DisconnectedType):
+                raise NotImplementedError(
+                    "MarginalLogLikelihood has no second derivatives: differentiate only its logp."
+                )
+        g = cotangents[0]
+        _, g_alpha, g_beta, g_Y = outputs
+        return [
+            g * g_alpha,
+            g * g_beta,
+            grad_not_implemented(self, 2, inputs[2], "the design matrix is data"),
+            g * g_Y,
+            grad_not_implemented(self, 4, inputs[4], "the Gram matrix is data"),
+        ]
+
+
+_marginal_op = MarginalLogLikelihood()
+
+
+@register_funcify_default_op_cache_key(MarginalLogLikelihood)
+def _numba_funcify_marginal(op, node=None, **kwargs):
+    # Bumping the integer invalidates numba's on-disk cache when the kernel changes.
+    return _log_evidence_numba, 2
+
+
+def marginal_log_likelihood(log_alpha, log_beta, Phi, Y, gram=None) -> pt.TensorVariable:
+    """Symbolic ``sum_d ln N(t_d | 0, beta^-1 I + Phi A^-1 Phi^T)`` with a closed-form gradient.
+
+    Parameters
+    ----------
+    log_alpha : tensor of shape (M,)
+    log_beta : scalar tensor
+    Phi : tensor of shape (N, M)
+    Y : tensor of shape (N,) or (N, D)
+    gram : tensor of shape (M, M), optional
+        ``Phi^T Phi``; pass a ``pm.Data`` so it is not recomputed at every evaluation.
+
+    Returns
+    -------
+    TensorVariable
+        Scalar log density.
+    """
+    Y = pt.as_tensor_variable(Y)
+    if Y.ndim == 1:
+        Y = Y[:, None]
+    if gram is None:
+        gram = pt.as_tensor_variable(Phi).T @ pt.as_tensor_variable(Phi)
+    return _marginal_op(log_alpha, log_beta, Phi, Y, gram)[0]
+
+
+_JAX_REGISTERED = False
+
+
+def register_jax_dispatch() -> None:
+    """Give :class:`MarginalLogLikelihood` a JAX implementation (for numpyro / blackjax).
+
+    JAX is imported only when a JAX-based sampler is asked for, since importing it costs seconds.
+    PyMC's JAX samplers differentiate the JAX log density with ``jax.grad``; a ``custom_vjp``
+    makes that gradient the same closed form as the PyTensor one. Idempotent.
+    """
+    global _JAX_REGISTERED
+    if _JAX_REGISTERED:
+        return
+    import jax
+    import jax.numpy as jnp
+    from jax.scipy.linalg import solve_triangular
+    from pytensor.link.jax.dispatch import jax_funcify
+
+    def _core(log_alpha, log_beta, Phi, Y, gram):
+        N, M = Phi.shape
+        D = Y.shape[1]
+        alpha = jnp.exp(log_alpha)
+        beta = jnp.exp(log_beta)
+        H = beta * gram + jnp.diag(alpha)
+        d = jnp.sqrt(jnp.diag(H))
+        Ls = jnp.linalg.cholesky(H / d[:, None] / d[None, :])
+        Linv = solve_triangular(Ls, jnp.eye(M, dtype=Phi.dtype), lower=True)
+        PY = (Phi.T @ Y) / d[:, None]
+        mean = beta * (Linv.T @ (Linv @ PY)) / d[:, None]
+        sigma_diag = jnp.sum(Linv**2, axis=0) / d**2
+        resid = Y - Phi @ mean
+        sse = jnp.sum(resid**2)
+        m2 = jnp.sum(mean**2, axis=1)
+        log_det = 2.0 * jnp.sum(jnp.log(jnp.diag(Ls))) + 2.0 * jnp.sum(jnp.log(d))
+        logp = (
+            0.5 * D * (N * (log_beta - _LOG_2PI) + jnp.sum(log_alpha) - log_det)
+            - 0.5 * beta * sse
+            - 0.5 * jnp.sum(alpha * m2)
+        )
+        g_alpha = 0.5 * (D - alpha * (m2 + D * sigma_diag))
+        sum_gamma = M - jnp.sum(alpha * sigma_diag)
+        g_beta = 0.5 * (N * D - D * sum_gamma - beta * sse)
+        g_Y = -beta * resid
+        finite = jnp.isfinite(logp)
+        logp = jnp.where(finite, logp, -jnp.inf)
+        return logp, g_alpha, g_beta, g_Y, finite
+
+    @jax.custom_vjp
+    def logp_fn(log_alpha, log_beta, Phi, Y, gram):
+        return _core(log_alpha, log_beta, Phi, Y, gram)[0]
+
+    def fwd(log_alpha, log_beta, Phi, Y, gram):
+        logp, g_alpha, g_beta, g_Y, finite = _core(log_alpha, log_beta, Phi, Y, gram)
+        keep = jnp.where(finite, 1.0, 0.0)
+        zeros = (jnp.zeros_like(Phi), jnp.zeros_like(gram))
+        return logp, (keep * g_alpha, keep * g_beta, keep * g_Y, *zeros)
+
+    def bwd(res, g):
+        g_alpha, g_beta, g_Y, g_Phi, g_gram = res
+        return g * g_alpha, g * g_beta, g_Phi, g * g_Y, g_gram
+
+    logp_fn.defvjp(fwd, bwd)
+
+    @jax_funcify.register(MarginalLogLikelihood)
+    def _jax_funcify_marginal(op, **kwargs):
+        def marginal(log_alpha, log_beta, Phi, Y, gram):
+            logp = logp_fn(log_alpha, log_beta, Phi, Y, gram)
+            _, g_alpha, g_beta, g_Y, _ = jax.lax.stop_gradient(
+                _core(log_alpha, log_beta, Phi, Y, gram)
+            )
+            return logp, g_alpha, g_beta, g_Y
+
+        return marginal
+
+    _JAX_REGISTERED = True
+
+
+# ---------------------------------------------------------------------------------------------
+# Hyperpriors
+# ---------------------------------------------------------------------------------------------
+def _halfcauchy_scale_logp(value, tau):
+    # alpha = s^-2 with s ~ HalfCauchy(tau):
+    # p(alpha) = 2 / (pi tau (1 + 1/(alpha tau^2))) * alpha^(-3/2) / 2
+    return (
+        -pt.log(np.pi * tau)
+        - pt.log1p(1.0 / (value * tau**2))
+        - 1.5 * pt.log(value)
+    )
+
+
+def _halfcauchy_scale_support_point(rv, size, tau):
+    # The median of alpha; also the start of NUTS before jitter.
+    return pt.full(size, tau**-2.0) if size is not None else tau**-2.0
+
+
+def _halfcauchy_scale_random(tau, rng=None, size=None):
+    s = np.abs(rng.standard_cauchy(size=size)) * tau
+    return s**-2.0
+
+
+def halfcauchy_scale_alpha(
+    name: str = "alpha", *, tau: float = 1.0, dims: str | Sequence[str] = BASIS
+):
+    """ARD hyperprior: half-Cauchy(``tau``) on the weight prior scale ``alpha_i^(-1/2)``.
+
+    Must be called inside a model context. The variable is sampled in ``log alpha`` (log
+    transform), where its density is ``1 / (2 pi cosh((log alpha + 2 log tau) / 2))``: a proper
+    hyperbolic-secant density with exponential tails on both sides. The upper tail lets irrelevant
+    basis functions wander to large ``alpha`` (weights pinned at zero), the lower tail lets relevant
+    ones take weights far larger than ``tau``.
+
+    Parameters
+    ----------
+    name : str, default="alpha"
+    tau : float, default=1.0
+        Median prior scale of a weight (``alpha`` has median ``tau^-2``).
+    dims : str or sequence of str, default="basis"
+
+    Returns
+    -------
+    TensorVariable
+    """
+    return pm.CustomDist(
+        name,
+        float(tau),
+        logp=_halfcauchy_scale_logp,
+        random=_halfcauchy_scale_random,
+        support_point=_halfcauchy_scale_support_point,
+        transform=pm.distributions.transforms.log,
+        dims=dims,
+    )
+
+
+AlphaPrior = Callable[[str, str], pt.TensorVariable]
+NoisePrior = Callable[[str], pt.TensorVariable]
+NuPrior = Callable[[str], pt.TensorVariable]
+
+
+def _default_noise_prior(name: str) -> pt.TensorVariable:
+    return pm.HalfNormal(name, sigma=1.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# The regression model
+# ---------------------------------------------------------------------------------------------
+def _marginal_y_logp(value, log_alpha, log_beta, Phi, gram, *carrier):
+    return marginal_log_likelihood(log_alpha, log_beta, Phi, value, gram)
+
+
+def _marginal_y_random(log_alpha, log_beta, Phi, gram, *carrier, rng=None, size=None):
+    # A prior-predictive draw: w ~ N(0, A^-1), t = Phi w + noise. The optional zero vector
+    # `carrier` of length D only tells PyTensor the number of outputs.
+    if size is not None and len(size) > 0:
+        raise NotImplementedError("batched draws of the marginal RVM likelihood")
+    w_shape = log_alpha.shape + carrier[0].shape if carrier else log_alpha.shape
+    w = rng.normal(size=w_shape)
+    w = w * np.exp(-0.5 * np.asarray(log_alpha)).reshape(log_alpha.shape + (1,) * (w.ndim - 1))
+    mu = Phi @ w
+    return mu + rng.normal(size=mu.shape) * np.exp(-0.5 * float(log_beta))
+
+
+def rvm_regression_model(
+    Phi: np.ndarray,
+    y: np.ndarray,
+    *,
+    prior: Literal["ard", "student_t"] = "ard",
+    form: Literal["marginal", "joint"] = "marginal",
+    tau: float = 1.0,
+    nu: float | NuPrior = 4.0,
+    s: float = 1.0,
+    alpha_prior: AlphaPrior | None = None,
+    noise_prior: NoisePrior | None = None,
+    basis: Sequence[int] | np.ndarray | None = None,
+    basis_names: Sequence | None = None,
+    output_names: Sequence | None = None,
+    coords: dict | None = None,
+) -> pm.Model:
+    """Build the RVM regression model on a design matrix.
+
+    Parameters
+    ----------
+    Phi : ndarray of shape (N, M)
+        Design matrix (for a kernel machine, the N + 1 columns of
+        :meth:`bayes_rvm.kernels.KernelBasis.transform`).
+    y : ndarray of shape (N,) or (N, D)
+        Targets. With D outputs the weights are ``w[basis, output]`` and ``alpha`` and the noise are
+        shared by the outputs.
+    prior : {"ard", "student_t"}, default="ard"
+        ``"ard"``: ``w_i ~ N(0, 1/alpha_i)`` with ``alpha_i`` from ``alpha_prior`` (default
+        :func:`halfcauchy_scale_alpha` with scale ``tau``). ``"student_t"``:
+        ``alpha_i ~ Gamma(nu/2, nu s^2/2)``, so that ``w_i ~ StudentT(nu, 0, s)``.
+    form : {"marginal", "joint"}, default="marginal"
+        ``"marginal"``: ``w`` integrated out (fast, NUTS-friendly; ``w`` is drawn back by
+        :func:`bayes_rvm.inference.sample_mcmc`). ``"joint"``: non-centred
+        ``w = z / sqrt(alpha)`` with a ``pm.Normal`` likelihood, to be extended by the user.
+    tau : float, default=1.0
+        Scale of the default ARD hyperprior (ignored when ``alpha_prior`` is given).
+    nu : float or callable, default=4.0
+        Degrees of freedom of the Student-t prior, or ``nu_prior(name) -> TensorVariable``
+        creating a random ``nu`` inside the model (for example
+        ``lambda name: pm.Gamma(name, 2.0, 0.1)``).
+    s : float, default=1.0
+        Scale of the Student-t prior.
+    alpha_prior : callable, optional
+        ``alpha_prior(name, dims) -> TensorVariable`` creating a positive ``alpha`` inside the
+        model, for example ``lambda name, dims: pm.Gamma(name, 1e-2, 1e-4, dims=dims)``. Replaces
+        the ARD default (``prior="ard"`` only).
+    noise_prior : callable, optional
+        ``noise_prior(name) -> TensorVariable`` creating the noise standard deviation ``sigma``;
+        default ``HalfNormal(1)`` (weak for targets of unit RMS).
+    basis : sequence of int, optional
+        Columns of ``Phi`` to keep (for example ``fit.active`` of a type-II fit); default all.
+    basis_names : sequence, optional
+        Coordinates of the ``basis`` dim; default the kept column indices.
+    output_names : sequence, optional
+        Coordinates of the ``output`` dim (multi-output only).
+    coords : dict, optional
+        Further coordinates for user extensions.
+
+    Returns
+    -------
+    pymc.Model
+        With data ``Phi``, ``gram`` (``Phi^T Phi``, marginal form) and ``y_obs``; free variables
+        ``alpha`` (and ``nu`` if random), ``sigma`` and, in the joint form, ``z``; deterministics
+        ``beta`` and, in the joint form, ``w``; the observed variable ``y``. Attributes
+        ``model.rvm_settings`` (a dict) record the choices made.
+
+    Notes
+    -----
+    Change the data with :func:`set_model_data`, which keeps ``gram`` consistent with ``Phi``.
+    """
+    Phi = np.asarray(Phi, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    if Phi.ndim != 2:
+        raise ValueError(f"Phi must be 2-D, got shape {Phi.shape}.")
+    if y.ndim not in (1, 2) or y.shape[0] != Phi.shape[0]:
+        raise ValueError(
+            f"y must have shape ({Phi.shape[0]},) or ({Phi.shape[0]}, D), got {y.shape}."
+        )
+    if not (np.all(np.isfinite(Phi)) and np.all(np.isfinite(y))):
+        raise ValueError("Phi and y must be finite.")
+    if prior not in ("ard", "student_t"):
+        raise ValueError(f"prior must be 'ard' or 'student_t', got {prior!r}.")
+    if form not in ("marginal", "joint"):
+        raise ValueError(f"form must be 'marginal' or 'joint', got {form!r}.")
+    if alpha_prior is not None and prior != "ard":
+        raise ValueError("alpha_prior replaces the ARD hyperprior; use it with prior='ard'.")
+    cols = np.arange(Phi.shape[1]) if basis is None else np.asarray(basis, dtype=int)
+    Phi = Phi[:, cols]
+    N, M = Phi.shape
+    names = list(cols) if basis_names is None else list(basis_names)
+    if len(names) != M:
+        raise ValueError(f"basis_names has {len(names)} entries for {M} basis functions.")
+    all_coords = {OBS: np.arange(N), BASIS: names}
+    multi = y.ndim == 2
+    if multi:
+        D = y.shape[1]
+        all_coords[OUTPUT] = list(range(D)) if output_names is None else list(output_names)
+    all_coords.update(coords or {})
+    y_dims = (OBS, OUTPUT) if multi else (OBS,)
+    w_dims = (BASIS, OUTPUT) if multi else (BASIS,)
+
+    with pm.Model(coords=all_coords) as model:
+        Phi_data = pm.Data("Phi", Phi, dims=(OBS, BASIS))
+        y_data = pm.Data("y_obs", y, dims=y_dims)
+
+        if prior == "ard":
+            alpha = (alpha_prior or (lambda n, d: halfcauchy_scale_alpha(n, tau=tau, dims=d)))(
+                "alpha", BASIS
+            )
+        else:
+            nu_var = nu("nu") if callable(nu) else float(nu)
+            if not callable(nu) and not (np.isfinite(nu_var) and nu_var > 0):
+                raise ValueError(f"nu must be positive, got {nu!r}.")
+            alpha = pm.Gamma("alpha", alpha=nu_var / 2.0, beta=nu_var * s**2 / 2.0, dims=BASIS)
+        sigma = (noise_prior or _default_noise_prior)("sigma")
+        pm.Deterministic("beta", sigma**-2.0)
+        log_alpha = pt.log(alpha)
+        log_beta = -2.0 * pt.log(sigma)
+
+        if form == "marginal":
+            gram = pm.Data("gram", Phi.T @ Phi)
+            params = [log_alpha, log_beta, Phi_data, gram]
+            if multi:
+                params.append(pt.zeros(y.shape[1]))
+                signature = "(m),(),(n,m),(m,m),(d)->(n,d)"
+            else:
+                signature = "(m),(),(n,m),(m,m)->(n)"
+            pm.CustomDist(
+                "y",
+                *params,
+                logp=_marginal_y_logp,
+                random=_marginal_y_random,
+                signature=signature,
+                observed=y_data,
+                dims=y_dims,
+            )
+        else:
+            z = pm.Normal("z", 0.0, 1.0, dims=w_dims)
+            scale = pt.exp(-0.5 * log_alpha)
+            w = pm.Deterministic("w", z * (scale[:, None] if multi else scale), dims=w_dims)
+            pm.Normal(
+                "y", mu=Phi_data @ w, sigma=sigma, observed=y_data, shape=y_data.shape, dims=y_dims
+            )
+
+    model.rvm_settings = {
+        "prior": prior,
+        "form": form,
+        "tau": float(tau) if prior == "ard" and alpha_prior is None else None,
+        "nu": float(nu) if prior == "student_t" and not callable(nu) else None,
+        "nu_random": bool(prior == "student_t" and callable(nu)),
+        "s": float(s) if prior == "student_t" else None,
+        "custom_alpha_prior": alpha_prior is not None,
+        "custom_noise_prior": noise_prior is not None,
+        "basis": [int(c) for c in cols],
+        "n_outputs": int(y.shape[1]) if multi else 0,
+    }
+    return model
+
+
+def set_model_data(model: pm.Model, Phi: np.ndarray, y: np.ndarray) -> None:
+    """Replace the data of a model built by :func:`rvm_regression_model` (same basis size).
+
+    Keeps the ``gram`` data of the marginal form equal to ``Phi^T Phi``, updates the ``obs``
+    coordinate, and lets compiled samplers be reused (no new graph is built).
+    """
+    Phi = np.asarray(Phi, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    values = {"Phi": Phi, "y_obs": y}
+    if "gram" in model.named_vars:
+        values["gram"] = Phi.T @ Phi
+    with model:
+        pm.set_data(values, coords={OBS: np.arange(Phi.shape[0])})

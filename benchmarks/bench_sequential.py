@@ -1,0 +1,223 @@
+"""Benchmark of the sequential evidence engine against fastrvm (C++ SparseBayes) and fit_mackay.
+
+Sinc data (Tipping 2001: ``sin(x)/x`` on [-10, 10], noise 0.1), rbf kernel
+``exp(-gamma (x - x')^2)`` with the same ``gamma`` for everyone, plus a bias column. Both engines
+get the same design matrix and the same starting noise (10% of the targets' standard deviation,
+SparseBayes' default).
+
+For each size the script prints the fit time (median of ``--repeats`` runs, one engine after the
+other), the peak resident memory of the process during one fit (the design matrix included;
+the high-water mark is reset just before the fit), the extra memory our engine allocates
+(tracemalloc peak), the numbers of relevance vectors, the log evidence (ours computed by
+``gaussian_posterior`` from each engine's alphas) and the RMSE on 1000 noise-free test points.
+Each size runs in its own subprocess so that memory peaks do not mix.
+
+    python benchmarks/bench_sequential.py            # full sizes (several minutes)
+    python benchmarks/bench_sequential.py --quick    # smoke run (seconds)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+import tracemalloc
+
+import numpy as np
+from sklearn.metrics.pairwise import rbf_kernel
+
+GAMMA = 1.0 / 9.0  # rbf width 3 on the sinc inputs
+
+
+def make_data(n: int, seed: int):
+    try:
+        from bayes_rvm.datasets import make_sinc
+    except ImportError:  # pragma: no cover - only before datasets.py exists
+        rng = np.random.default_rng(seed)
+        X = np.linspace(-10, 10, n)[:, None]
+        return X, np.sinc(X[:, 0] / np.pi) + 0.1 * rng.standard_normal(n)
+    return make_sinc(n, noise=0.1, random_state=seed)
+
+
+def design(X: np.ndarray, centres: np.ndarray, chunk: int = 2000) -> np.ndarray:
+    """Kernel columns on ``centres`` plus a bias column, built in row blocks (no N x N copy)."""
+    Phi = np.empty((X.shape[0], centres.shape[0] + 1))
+    for s in range(0, X.shape[0], chunk):
+        Phi[s : s + chunk, :-1] = rbf_kernel(X[s : s + chunk], centres, gamma=GAMMA)
+    Phi[:, -1] = 1.0
+    return Phi
+
+
+def _reset_peak() -> bool:
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _peak_gb() -> float:
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1e6
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
+
+
+def worker(cfg: dict) -> dict:
+    from bayes_rvm.evidence import fit_mackay, fit_sequential, gaussian_posterior
+
+    n, m, seed = cfg["n"], cfg["m"], cfg["seed"]
+    X, y = make_data(n, seed)
+    rng = np.random.default_rng(seed + 1)
+    centres = X if m is None else X[np.sort(rng.choice(n, m, replace=False))]
+    Phi = design(X, centres)
+    Xt = rng.uniform(-10, 10, (1000, 1))
+    ft = np.sinc(Xt[:, 0] / np.pi)
+    noise_std = 0.1 * float(np.std(y))
+    tt = float(y @ y)
+    out = {"n": n, "m": Phi.shape[1], "phi_gb": Phi.nbytes / 1e9, "engines": {}}
+
+    def summarise(idx, alpha, beta, mean):
+        order = np.argsort(idx)
+        idx, alpha, mean = idx[order], alpha[order], mean[order]
+        P = Phi[:, idx]
+        ev = gaussian_posterior(P.T @ P, (P.T @ y)[:, None], tt, n, alpha, beta).log_evidence
+        cols = design(Xt, centres)[:, idx]
+        rmse = float(np.sqrt(np.mean((cols @ mean - ft) ** 2)))
+        return {"n_rv": int(idx.size), "log_evidence": float(ev), "rmse": rmse}
+
+    def run_ours():
+        return fit_sequential(Phi, y, beta_init=1.0 / noise_std**2)
+
+    def run_fastrvm():
+        from fastrvm import _sparsebayes_bindings as sb
+
+        engine = sb.SparseBayes(sb.Likelihood.Gaussian, 10_000, False, False, False, True, False,
+                                noise_std)
+        return engine.inference(Phi, y)
+
+    def run_mackay():
+        return fit_mackay(Phi, y, beta_init=1.0 / noise_std**2, max_iter=100_000)
+
+    runners = {"ours": run_ours, "fastrvm": run_fastrvm, "mackay": run_mackay}
+    engines = cfg["engines"]
+    times: dict[str, list[float]] = {e: [] for e in engines}
+    results = {}
+    for e in engines:
+        # One engine at a time: fastrvm's OpenBLAS threads spin for a while after each call and
+        # would slow whatever runs next on a 2-core machine.
+        time.sleep(1.0)
+        for _ in range(1 if e == "mackay" else cfg["repeats"]):  # mackay: minutes per run
+            t0 = time.perf_counter()
+            results[e] = runners[e]()
+            times[e].append(time.perf_counter() - t0)
+    for e in engines:
+        res = results[e]
+        if e == "fastrvm":
+            idx = np.asarray(res["relevant_idx"]).ravel()
+            # fastrvm's alpha is on its unit-norm column scale: times the column norm^4.
+            alpha = np.asarray(res["alpha"]).ravel() * np.linalg.norm(Phi[:, idx], axis=0) ** 4
+            s = summarise(idx, alpha, float(res["beta"]), np.asarray(res["mean"]).ravel())
+            s["n_iter"] = int(res["n_iter"])
+        else:
+            s = summarise(res.active, res.alpha[res.active], res.beta, res.mean[:, 0])
+            s["n_iter"] = int(res.n_iter)
+            s["converged"] = bool(res.converged)
+        s["time"] = float(np.median(times[e]))
+        s["times"] = [float(t) for t in times[e]]
+        if e != "mackay":
+            _reset_peak()
+            runners[e]()
+            s["peak_gb"] = _peak_gb()
+        if e == "ours":
+            tracemalloc.start()
+            run_ours()
+            s["extra_mb"] = tracemalloc.get_traced_memory()[1] / 1e6
+            tracemalloc.stop()
+        out["engines"][e] = s
+    return out
+
+
+def spawn(cfg: dict) -> dict | None:
+    proc = subprocess.run(
+        [sys.executable, __file__, "--worker", json.dumps(cfg)],
+        capture_output=True,
+        text=True,
+    )
+    if proc.returncode != 0:
+        print(f"  ! {cfg} failed:\n{proc.stderr[-2000:]}", file=sys.stderr)
+        return None
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--sizes", type=int, nargs="+", default=[1000, 2000, 4000, 20000],
+                    help="N for full-kernel designs (M = N + 1)")
+    ap.add_argument("--big-n", type=int, default=100_000,
+                    help="N of the candidate-subset design (0: skip it)")
+    ap.add_argument("--big-m", type=int, default=2000, help="number of random candidate centres")
+    ap.add_argument("--mackay-n", type=int, default=2000,
+                    help="N for the fit_mackay comparison (0: skip it)")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--no-fastrvm", action="store_true", help="skip fastrvm")
+    ap.add_argument("--quick", action="store_true", help="tiny smoke run")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.worker:
+        print(json.dumps(worker(json.loads(args.worker))))
+        return
+    if args.quick:
+        args.sizes, args.big_n, args.big_m = [300, 600], 5000, 200
+        args.mackay_n, args.repeats = 300, 2
+
+    base = ["ours"] + ([] if args.no_fastrvm else ["fastrvm"])
+    configs = [{"n": n, "m": None, "engines": list(base)} for n in args.sizes]
+    if args.big_n > 0:
+        configs.append({"n": args.big_n, "m": args.big_m, "engines": list(base)})
+    for cfg in configs:
+        if cfg["n"] == args.mackay_n and cfg["m"] is None:
+            cfg["engines"].append("mackay")
+    if args.mackay_n > 0 and not any("mackay" in c["engines"] for c in configs):
+        configs.append({"n": args.mackay_n, "m": None, "engines": ["ours", "mackay"]})
+
+    head = (f"{'N':>7} {'M':>6} {'engine':>8} {'time s':>9} {'ratio':>6} {'peak GB':>8} "
+            f"{'extra MB':>9} {'#RV':>4} {'steps':>6} {'log evidence':>14} {'test RMSE':>10}")
+    print(head)
+    print("-" * len(head))
+    rows = []
+    for cfg in configs:
+        cfg = {**cfg, "seed": args.seed, "repeats": args.repeats}
+        res = spawn(cfg)
+        if res is None:
+            continue
+        rows.append(res)
+        ours = res["engines"]["ours"]["time"]
+        for e, s in res["engines"].items():
+            ratio = ours / s["time"] if e != "ours" else 1.0
+            print(f"{res['n']:>7} {res['m']:>6} {e:>8} {s['time']:>9.3f} {ratio:>6.2f} "
+                  f"{s.get('peak_gb', float('nan')):>8.2f} {s.get('extra_mb', float('nan')):>9.1f} "
+                  f"{s['n_rv']:>4} {s['n_iter']:>6} {s['log_evidence']:>14.6f} {s['rmse']:>10.4f}",
+                  flush=True)
+    print("\nratio = our time / that engine's time (below 1: we are faster); peak GB includes the "
+          "design matrix (phi GB: " + ", ".join(f"{r['n']}: {r['phi_gb']:.2f}" for r in rows) + ")")
+    full = [r for r in rows if r["m"] == r["n"] + 1]
+    if len(full) >= 2:
+        n = np.log([r["n"] for r in full])
+        for e in base:
+            t = np.log([r["engines"][e]["time"] for r in full])
+            slope = np.polyfit(n, t, 1)[0]
+            print(f"growth exponent of fit time in N ({e}, full kernel): {slope:.2f}")
+
+
+if __name__ == "__main__":
+    main()
