@@ -1,8 +1,11 @@
 """The ``bayes-rvm`` command.
 
-``bayes-rvm`` with no arguments fits Tipping's sinc problem (100 points, noise sd 0.1) by type-II
-maximum likelihood, prints the fit, and writes a plot of the predictive band with the relevance
-vectors marked, plus a text summary, into ``--output`` (default ``rvm_output/``).
+``bayes-rvm`` (or ``bayes-rvm fit``) with no data fits Tipping's sinc problem (100 points, noise
+sd 0.1) by type-II maximum likelihood, prints the fit and writes a plot of the predictive band with
+the relevance vectors marked, a text summary and the saved model (with its ArviZ DataTree) into
+``--output``. ``--data file.csv --target column`` fits a table instead; ``--inference mcmc``
+samples the hyperparameters by NUTS. ``bayes-rvm compare`` fits the default problem four ways
+(type-II and MCMC, ARD and Student-t priors) and writes ArviZ's PSIS-LOO comparison table and plots.
 """
 
 from __future__ import annotations
@@ -23,46 +26,85 @@ __all__ = ["main"]
 SINC_WIDTH = 3.0
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="bayes-rvm",
-        description=(
-            "Fit a Relevance Vector Machine. With no data given, fits the built-in sinc problem "
-            "(Tipping 2001: 100 equally spaced x in [-10, 10], noise sd 0.1, Gaussian kernel of "
-            f"width {SINC_WIDTH:g}) and reports its error against the noise-free function."
-        ),
-    )
-    p.add_argument("--n-samples", type=int, default=100, help="points of the sinc problem (100)")
-    p.add_argument("--noise", type=float, default=0.1, help="noise sd of the sinc problem (0.1)")
-    p.add_argument(
+def _common(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("the built-in sinc problem (used when no --data is given)")
+    g.add_argument("--n-samples", type=int, default=100, help="points (default 100)")
+    g.add_argument("--noise", type=float, default=0.1, help="noise sd (default 0.1)")
+    g.add_argument("--seed", type=int, default=0, help="random seed of the data (default 0)")
+    m = p.add_argument_group("model")
+    m.add_argument(
         "--kernel",
         default="rbf",
-        help="kernel name: rbf, linear, poly, laplacian, sigmoid, cosine (rbf)",
+        help="rbf, linear, poly, laplacian, sigmoid or cosine (default rbf)",
     )
-    p.add_argument(
+    m.add_argument(
         "--gamma",
         default=None,
-        help="kernel coefficient: 'scale', 'auto' or a number "
-        f"(default 1/{SINC_WIDTH:g}^2 for sinc)",
+        help=f"kernel coefficient: 'scale', 'auto' or a number (default 1/{SINC_WIDTH:g}^2 "
+        "for sinc, 'scale' for --data)",
     )
-    p.add_argument(
-        "--prior", choices=("ard", "student_t"), default="ard", help="weight prior (ard)"
+    m.add_argument(
+        "--nu", type=float, default=1e-6, help="Student-t degrees of freedom (default 1e-6)"
     )
-    p.add_argument("--nu", type=float, default=1.0, help="Student-t degrees of freedom (1.0)")
-    p.add_argument("--seed", type=int, default=0, help="random seed of the data (0)")
+    s = p.add_argument_group("MCMC (with --inference mcmc, and for compare)")
+    s.add_argument("--draws", type=int, default=1000, help="draws per chain (default 1000)")
+    s.add_argument("--tune", type=int, default=1000, help="tuning steps per chain (default 1000)")
+    s.add_argument("--chains", type=int, default=4, help="chains (default 4)")
+    s.add_argument(
+        "--sampler",
+        default="nutpie",
+        choices=("nutpie", "numpyro", "pymc"),
+        help="NUTS implementation (default nutpie)",
+    )
     p.add_argument(
         "--output",
         type=Path,
         default=Path("rvm_output"),
-        help="folder for the plot and summary (rvm_output)",
+        help="folder for the plots, summary, table and saved model (default rvm_output)",
     )
-    p.add_argument("--no-plot", action="store_true", help="do not write the plot")
+    p.add_argument("--no-plot", action="store_true", help="do not write plots")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="bayes-rvm",
+        description="Relevance Vector Machine regression by type-II maximum likelihood or MCMC.",
+        epilog="With no command, 'fit' runs on the built-in sinc problem (Tipping 2001: 100 "
+        f"equally spaced x in [-10, 10], noise sd 0.1, Gaussian kernel of width {SINC_WIDTH:g}).",
+    )
+    sub = p.add_subparsers(dest="command")
+    fit = sub.add_parser(
+        "fit",
+        help="fit one model, print its summary, write plot and model",
+        description="Fit one RVR model and write summary.txt, the plot and "
+        "model.nc (the estimator with its ArviZ DataTree).",
+    )
+    fit.add_argument("--data", type=Path, help="CSV file with a header row (default: sinc)")
+    fit.add_argument("--target", help="target column of --data (default: the last column)")
+    fit.add_argument(
+        "--prior", choices=("ard", "student_t"), default="ard", help="weight prior (default ard)"
+    )
+    fit.add_argument(
+        "--inference",
+        choices=("type2", "mcmc"),
+        default="type2",
+        help="type-II maximum likelihood or NUTS over the hyperparameters (default type2)",
+    )
+    _common(fit)
+    cmp = sub.add_parser(
+        "compare",
+        help="type-II vs MCMC, ARD vs Student-t, by PSIS-LOO",
+        description="Fit the sinc problem with both priors by type-II and by "
+        "MCMC and write ArviZ's comparison table (compare.csv) and plots.",
+    )
+    _common(cmp)
     return p
 
 
-def _gamma(value: str | None):
+def _gamma(value: str | None, default):
     if value is None:
-        return 1.0 / SINC_WIDTH**2
+        return default
     if value in ("scale", "auto"):
         return value
     try:
@@ -73,55 +115,204 @@ def _gamma(value: str | None):
         ) from None
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the command line; returns the exit status."""
-    args = _parser().parse_args(argv)
+def _load_table(path: Path, target: str | None) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    import pandas as pd
+
+    if not path.is_file():
+        raise SystemExit(f"bayes-rvm: --data {path} does not exist")
+    try:
+        frame = pd.read_csv(path, sep=None, engine="python")
+    except Exception as exc:  # any parser error is a bad file for the user
+        raise SystemExit(f"bayes-rvm: could not read {path} as CSV: {exc}") from None
+    target = target or frame.columns[-1]
+    if target not in frame.columns:
+        raise SystemExit(
+            f"bayes-rvm: --target {target!r} is not a column of {path}: {list(frame.columns)}"
+        )
+    features = frame.drop(columns=[target])
+    bad = [c for c in features.columns if not pd.api.types.is_numeric_dtype(features[c])]
+    if bad or not pd.api.types.is_numeric_dtype(frame[target]):
+        raise SystemExit(f"bayes-rvm: non-numeric columns in {path}: {bad or [target]}")
+    return features.to_numpy(float), frame[target].to_numpy(float), list(features.columns)
+
+
+def _problem(args):
+    """Training data, optional test data with the truth, and the default kernel coefficient."""
+    if getattr(args, "data", None) is not None:
+        X, y, names = _load_table(args.data, args.target)
+        return X, y, None, f"{args.data} ({len(y)} rows, features {names})", "scale"
     if args.n_samples < 2:
         raise SystemExit("bayes-rvm: --n-samples must be at least 2")
     X, y = make_sinc(args.n_samples, noise=args.noise, random_state=args.seed)
-    model = RVR(kernel=args.kernel, gamma=_gamma(args.gamma), prior=args.prior, nu=args.nu)
+    label = f"sinc (N={args.n_samples}, noise sd={args.noise:g})"
+    return X, y, np.linspace(-10, 10, 1000)[:, None], label, 1.0 / SINC_WIDTH**2
+
+
+def _mcmc_params(args) -> dict:
+    return {
+        "draws": args.draws,
+        "tune": args.tune,
+        "chains": args.chains,
+        "sampler": args.sampler,
+        "verbose": not args.quiet,
+        "random_state": args.seed,
+    }
+
+
+def _write_plot(model, X, y, truth, path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from bayes_rvm.plots import plot_regression
+
+    if X.shape[1] == 1:
+        ax = plot_regression(model, X, y, truth=truth)
+    else:
+        _, ax = plt.subplots(figsize=(5.5, 5))
+        mean, std = model.predict(X, return_std=True)
+        ax.errorbar(y, mean, yerr=2 * std, fmt=".", alpha=0.6, label="prediction ± 2 sd")
+        lims = [min(y.min(), mean.min()), max(y.max(), mean.max())]
+        ax.plot(lims, lims, "k--", lw=1)
+        ax.set(xlabel="observed", ylabel="predicted")
+        ax.legend()
+    ax.set_title(title)
+    ax.figure.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(ax.figure)
+
+
+def _fit(args) -> int:
+    from bayes_rvm.io import save_model
+
+    X, y, X_test, label, default_gamma = _problem(args)
+    params = {
+        "kernel": args.kernel,
+        "gamma": _gamma(args.gamma, default_gamma),
+        "prior": args.prior,
+        "nu": args.nu,
+        "inference": args.inference,
+    }
+    if args.inference == "mcmc":
+        params.update(_mcmc_params(args))
+    model = RVR(**params)
     start = time.perf_counter()
     model.fit(X, y)
     elapsed = time.perf_counter() - start
 
-    X_test = np.linspace(-10, 10, 1000)[:, None]
-    rmse = float(np.sqrt(np.mean((model.predict(X_test) - sinc(X_test[:, 0])) ** 2)))
+    bias = "kept" if model.bias and model.active_[-1] == model.basis_.n_centres_ else "pruned"
     lines = [
-        "bayes_rvm: relevance vector regression on sinc "
-        f"(N={args.n_samples}, noise sd={args.noise:g}, kernel={args.kernel}, prior={args.prior})",
-        f"  relevance vectors : {model.n_relevance_vectors_} of {args.n_samples}"
-        f"  (bias {'kept' if model.bias and model.active_[-1] == args.n_samples else 'pruned'})",
-        f"  at x              : {np.array2string(model.relevance_vectors_[:, 0], precision=3)}",
+        f"bayes_rvm: relevance vector regression on {label}",
+        f"  kernel={args.kernel}, prior={args.prior}, inference={args.inference}",
+        f"  relevance vectors : {model.n_relevance_vectors_} of {len(y)}  (bias {bias})",
+    ]
+    if X.shape[1] == 1:
+        lines.append(
+            f"  at x              : {np.array2string(model.relevance_vectors_[:, 0], precision=3)}"
+        )
+    lines += [
         f"  weights           : {np.array2string(model.coef_, precision=3)}",
-        f"  noise sd          : {np.sqrt(model.noise_variance_):.4f} (true {args.noise:g})",
+        f"  noise sd          : {np.sqrt(model.noise_variance_):.4f}"
+        + (f" (true {args.noise:g})" if X_test is not None else ""),
         f"  log evidence      : {model.log_evidence_:.3f}",
         f"  iterations        : {model.n_iter_} "
-        f"({'converged' if model.converged_ else 'NOT converged'}:"
-        f" {model.fit_.reason})",
-        f"  test RMSE         : {rmse:.4f} against the noise-free sinc on 1000 points",
-        f"  fit time          : {elapsed:.3f} s",
+        f"({'converged' if model.converged_ else 'NOT converged'}: {model.fit_.reason})",
+        f"  training RMSE     : {np.sqrt(np.mean((model.predict(X) - y) ** 2)):.4f}",
     ]
+    if X_test is not None:
+        rmse = float(np.sqrt(np.mean((model.predict(X_test) - sinc(X_test[:, 0])) ** 2)))
+        lines.append(f"  test RMSE         : {rmse:.4f} against the noise-free sinc on 1000 points")
+    lines.append(f"  fit time          : {elapsed:.3f} s")
+    if args.inference == "mcmc":
+        import arviz as az
+
+        sigma = model.idata_["posterior"]["sigma"]
+        lines.append(f"  posterior sigma   : {float(sigma.mean()):.4f} ± {float(sigma.std()):.4f}")
+        table = az.summary(
+            model.idata_, var_names=["sigma", "alpha"], kind="diagnostics", round_to=3
+        )
+        lines += ["", "MCMC diagnostics (sigma and alpha):", table.to_string(max_rows=12)]
+
     args.output.mkdir(parents=True, exist_ok=True)
     summary = args.output / "summary.txt"
     summary.write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    model.idata_  # noqa: B018 - build the type-II DataTree so that it is saved with the model
+    saved = save_model(model, args.output / "model.nc")
+    written = [summary, saved]
     if not args.no_plot:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        from bayes_rvm.plots import plot_regression
-
-        ax = plot_regression(model, X, y, truth=sinc)
-        ax.set_title(
-            f"RVR on sinc: {model.n_relevance_vectors_} relevance vectors, test RMSE {rmse:.4f}"
+        plot = args.output / "fit.png"
+        _write_plot(
+            model,
+            X,
+            y,
+            sinc if X_test is not None else None,
+            plot,
+            f"RVR ({args.inference}): {model.n_relevance_vectors_} relevance vectors",
         )
-        path = args.output / "sinc_fit.png"
-        ax.figure.savefig(path, dpi=120, bbox_inches="tight")
-        plt.close(ax.figure)
-        print(f"  wrote             : {path}, {summary}")
+        written.append(plot)
+    lines.append("  wrote             : " + ", ".join(str(p) for p in written))
+    print("\n".join(lines))
     return 0
+
+
+def _compare(args) -> int:
+    import arviz as az
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from bayes_rvm.compare import compare
+
+    X, y, _, label, default_gamma = _problem(args)
+    gamma = _gamma(args.gamma, default_gamma)
+    fits = {}
+    for prior in ("ard", "student_t"):
+        for inference in ("type2", "mcmc"):
+            name = f"{'type-II' if inference == 'type2' else 'MCMC'} {prior}"
+            extra = _mcmc_params(args) if inference == "mcmc" else {}
+            print(f"fitting {name} ...", flush=True)
+            model = RVR(
+                kernel=args.kernel,
+                gamma=gamma,
+                prior=prior,
+                nu=args.nu,
+                inference=inference,
+                **extra,
+            ).fit(X, y)
+            fits[name] = model.idata_
+    table = compare(fits)
+    args.output.mkdir(parents=True, exist_ok=True)
+    table.to_csv(args.output / "compare.csv")
+    print(f"PSIS-LOO comparison on {label}:")
+    print(table.to_string())
+    written = [args.output / "compare.csv"]
+    if not args.no_plot:
+        pc = az.plot_compare(table)
+        pc.savefig(args.output / "compare.png")
+        noise = {k: v["posterior"]["sigma"].values.ravel() for k, v in fits.items()}
+        fig, ax = plt.subplots(figsize=(7, 4))
+        for k, v in noise.items():
+            if "MCMC" in k:
+                ax.hist(v, bins=40, alpha=0.5, density=True, label=f"{k} posterior")
+            else:
+                ax.axvline(v[0], ls="--", color="k" if "ard" in k else "C3", label=f"{k} estimate")
+        ax.set(xlabel="noise sd", ylabel="density")
+        ax.legend(fontsize="small")
+        fig.savefig(args.output / "noise.png", dpi=120, bbox_inches="tight")
+        plt.close("all")
+        written += [args.output / "compare.png", args.output / "noise.png"]
+    print("wrote " + ", ".join(str(p) for p in written))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line; returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] not in ("fit", "compare", "-h", "--help"):
+        argv = ["fit", *argv]
+    args = _parser().parse_args(argv)
+    return _compare(args) if args.command == "compare" else _fit(args)
 
 
 if __name__ == "__main__":  # pragma: no cover
