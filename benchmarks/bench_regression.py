@@ -1,6 +1,7 @@
 """Type-II RVM regression beside its peers, in one run: fit time, relevance vectors, error, evidence
 
-Every method gets the same kernel design (rbf plus a bias column) on the same data. The log
+Fit times are medians of 5 runs (one run for fits over a second). Every method gets the same
+kernel design (rbf plus a bias column) on the same data. The log
 evidence of each fit is evaluated by one function, ``ln p(t | alpha, beta)`` of the basis functions
 and hyperparameters that method kept, so the figures are comparable (for ARDRegression this is the
 plain marginal likelihood, without its tiny Gamma hyperprior terms).
@@ -48,15 +49,18 @@ def problems(sizes, quick):
 
 
 def run(name, fit, Phi, y, Xt, yt):
+    """Fit time: the median of 5 runs when one takes under a second, else the single run."""
+    times = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        start = time.perf_counter()
-        out = fit()
-        elapsed = time.perf_counter() - start
+        while len(times) < 5 and (not times or times[0] < 1.0):
+            start = time.perf_counter()
+            out = fit()
+            times.append(time.perf_counter() - start)
     pred, n_rv, cols, alpha, beta = out
     rmse = float(np.sqrt(np.mean((pred(Xt) - yt) ** 2)))
     lev = log_evidence(Phi, y, cols, alpha, beta)
-    return name, elapsed, n_rv, rmse, lev
+    return name, float(np.median(times)), n_rv, rmse, lev
 
 
 def _predictor(X, gamma, Phi, y, cols, alpha, beta):

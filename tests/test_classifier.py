@@ -156,7 +156,7 @@ def test_pymc_classification_model_logp_matches_numpy(n_classes):
     """The PyMC model's log likelihood at a point equals the one written out with NumPy."""
     from scipy.special import log_softmax
 
-    from bayes_rvm.classification_models import rvm_classification_model
+    from bayes_rvm.models import rvm_classification_model
 
     rng = np.random.default_rng(0)
     Phi = rng.normal(size=(30, 4))
@@ -181,7 +181,7 @@ def test_pymc_classification_model_samples_and_agrees_with_type2():
     """MCMC on the relevance vectors of a Ripley fit: converged chains, similar predictions."""
     import pymc as pm
 
-    from bayes_rvm.classification_models import rvm_classification_model
+    from bayes_rvm.models import rvm_classification_model
 
     Xtr, ytr, Xte, _ = _load(load_ripley)
     idx = np.random.default_rng(0).permutation(len(ytr))[:100]
