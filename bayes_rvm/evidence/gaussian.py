@@ -229,6 +229,29 @@ def gaussian_posterior(
     return GaussianPosterior(mean, L, sigma_diag, gamma, sse, float(log_ev))
 
 
+class _MacKayStop:
+    """The re-estimation engines' stopping rule.
+
+    Converged when no ``log alpha`` moved by ``tol`` or more and nothing was pruned, or when the
+    objective changed by less than ``evidence_tol * (1 + |objective|)`` for ten iterations in a row
+    (the updates of alphas on their way to infinity creep for thousands of iterations).
+    """
+
+    def __init__(self, tol: float, evidence_tol: float) -> None:
+        self.tol, self.evidence_tol, self.stall = tol, evidence_tol, 0
+
+    def __call__(self, trace: list[float], change: np.ndarray, pruned: np.ndarray) -> str | None:
+        if not pruned.any() and float(np.max(change)) < self.tol:
+            return f"max |change of log alpha| < tol={self.tol:g}"
+        flat = len(trace) > 1 and abs(trace[-1] - trace[-2]) < self.evidence_tol * (
+            1 + abs(trace[-1])
+        )
+        self.stall = self.stall + 1 if flat else 0
+        if self.stall >= 10:
+            return f"objective stalled (relative change < {self.evidence_tol:g})"
+        return None
+
+
 def _validate_prior(name: str, prior) -> tuple[float, float]:
     try:
         a, b = (float(v) for v in prior)
@@ -325,7 +348,7 @@ def fit_mackay(
 
     trace: list[float] = []
     converged, reason = False, f"reached max_iter={max_iter}"
-    stall = 0
+    should_stop = _MacKayStop(tol, evidence_tol)
     n_iter = 0
     for n_iter in range(1, max_iter + 1):  # noqa: B007 - n_iter is reported after the loop
         idx = np.flatnonzero(keep)
@@ -361,16 +384,10 @@ def fit_mackay(
             alpha[best] = min(new_alpha.min(), threshold_alpha)
             converged, reason = True, "every basis function reached the pruning threshold; kept one"
             break
-        if not pruned.any() and float(np.max(change)) < tol:
-            converged, reason = True, f"max |change of log alpha| < tol={tol:g}"
+        stop = should_stop(trace, change, pruned)
+        if stop is not None:
+            converged, reason = True, stop
             break
-        if len(trace) > 1 and abs(trace[-1] - trace[-2]) < evidence_tol * (1 + abs(trace[-1])):
-            stall += 1
-            if stall >= 10:
-                converged, reason = True, f"objective stalled (relative change < {evidence_tol:g})"
-                break
-        else:
-            stall = 0
 
     idx = np.flatnonzero(keep)
     post = gaussian_posterior(gram[np.ix_(idx, idx)], phi_t_all[idx], tt, N, alpha[idx], beta)

@@ -56,7 +56,7 @@ from scipy import linalg
 from scipy.special import expit, gammaln, log_softmax, softmax
 from sklearn.exceptions import ConvergenceWarning
 
-from bayes_rvm.evidence.gaussian import EvidenceFit, _cholesky, _validate_prior
+from bayes_rvm.evidence.gaussian import EvidenceFit, _cholesky, _MacKayStop, _validate_prior
 
 
 @functools.cache
@@ -71,6 +71,7 @@ def _one_blas_thread():
     """Limit BLAS to one thread: the operands here are thin (N x K, K x K), and on a busy
     2-core machine thread hand-offs made the small products and solves 10-100x slower."""
     return _blas_controller().limit(limits=1, user_api="blas")
+
 
 __all__ = [
     "LaplaceFit",
@@ -450,8 +451,20 @@ def _log_hyper(alpha: np.ndarray, a: float, b: float) -> float:
 
 
 def _finish(
-    Phi, T, alpha, active, W, likelihood, mode_tol, mode_max_iter, trace, n_iter, converged,
-    reason, actions, warn_name,
+    Phi,
+    T,
+    alpha,
+    active,
+    W,
+    likelihood,
+    mode_tol,
+    mode_max_iter,
+    trace,
+    n_iter,
+    converged,
+    reason,
+    actions,
+    warn_name,
 ) -> LaplaceFit:
     post = _newton(Phi[:, active], T, alpha[active], W, likelihood, mode_tol, mode_max_iter)
     if not post.converged:
@@ -541,7 +554,7 @@ def fit_laplace_mackay(
     W = np.zeros((int(keep.sum()), C))
     trace: list[float] = []
     converged, reason = False, f"reached max_iter={max_iter}"
-    stall = 0
+    should_stop = _MacKayStop(tol, evidence_tol)
     n_iter = 0
     for n_iter in range(1, max_iter + 1):  # noqa: B007 - n_iter is reported after the loop
         idx = np.flatnonzero(keep)
@@ -568,19 +581,25 @@ def fit_laplace_mackay(
         alpha[idx] = np.where(pruned, np.inf, new)
         keep[idx[pruned]] = False
         W = post.mean[~pruned]
-        if not pruned.any() and float(np.max(change)) < tol:
-            converged, reason = True, f"max |change of log alpha| < tol={tol:g}"
+        stop = should_stop(trace, change, pruned)
+        if stop is not None:
+            converged, reason = True, stop
             break
-        if len(trace) > 1 and abs(trace[-1] - trace[-2]) < evidence_tol * (1 + abs(trace[-1])):
-            stall += 1
-            if stall >= 10:
-                converged, reason = True, f"objective stalled (relative change < {evidence_tol:g})"
-                break
-        else:
-            stall = 0
     return _finish(
-        Phi, T, alpha, np.flatnonzero(keep), W, likelihood, mode_tol, mode_max_iter, trace,
-        n_iter, converged, reason, (), "Laplace MacKay re-estimation",
+        Phi,
+        T,
+        alpha,
+        np.flatnonzero(keep),
+        W,
+        likelihood,
+        mode_tol,
+        mode_max_iter,
+        trace,
+        n_iter,
+        converged,
+        reason,
+        (),
+        "Laplace MacKay re-estimation",
     )
 
 
@@ -815,14 +834,42 @@ def fit_laplace_sequential(
         raise ValueError(f"priority must be 'delete', 'add' or None, got {priority!r}.")
     with _one_blas_thread():
         return _sequential(
-            Phi, T, a, b, likelihood, threshold_alpha, tol, max_iter, priority, mode_tol,
-            inner_mode_tol, mode_max_iter, start, batch_reestimate, gain_tol, evidence_tol,
+            Phi,
+            T,
+            a,
+            b,
+            likelihood,
+            threshold_alpha,
+            tol,
+            max_iter,
+            priority,
+            mode_tol,
+            inner_mode_tol,
+            mode_max_iter,
+            start,
+            batch_reestimate,
+            gain_tol,
+            evidence_tol,
         )
 
 
 def _sequential(
-    Phi, T, a, b, likelihood, threshold_alpha, tol, max_iter, priority, mode_tol, inner_mode_tol,
-    mode_max_iter, start, batch_reestimate, gain_tol, evidence_tol,
+    Phi,
+    T,
+    a,
+    b,
+    likelihood,
+    threshold_alpha,
+    tol,
+    max_iter,
+    priority,
+    mode_tol,
+    inner_mode_tol,
+    mode_max_iter,
+    start,
+    batch_reestimate,
+    gain_tol,
+    evidence_tol,
 ) -> LaplaceFit:
     N, M = Phi.shape
     C = T.shape[1]
@@ -884,8 +931,16 @@ def _sequential(
                 if partial:
                     n_partial += 1
                     sub = _step_statistics(
-                        Phi[:, act], T, post, np.arange(act.size), alpha[act],
-                        np.ones(act.size, dtype=bool), buf[:, : act.size], likelihood, a, b,
+                        Phi[:, act],
+                        T,
+                        post,
+                        np.arange(act.size),
+                        alpha[act],
+                        np.ones(act.size, dtype=bool),
+                        buf[:, : act.size],
+                        likelihood,
+                        a,
+                        b,
                         threshold_alpha,
                     )
                     stats = _embed(sub, act, M)
@@ -988,7 +1043,18 @@ def _sequential(
         if saved is not None:
             active, alpha, W = saved[0], saved[1], saved[2]
     return _finish(
-        Phi, T, alpha, np.sort(np.asarray(active)), W[np.argsort(np.asarray(active))], likelihood,
-        mode_tol, mode_max_iter, trace, n_iter, converged, reason, actions,
+        Phi,
+        T,
+        alpha,
+        np.sort(np.asarray(active)),
+        W[np.argsort(np.asarray(active))],
+        likelihood,
+        mode_tol,
+        mode_max_iter,
+        trace,
+        n_iter,
+        converged,
+        reason,
+        actions,
         "Laplace sequential optimisation",
     )

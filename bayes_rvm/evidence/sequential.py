@@ -209,11 +209,15 @@ class _State:
         z, info = lapack.dtrtrs(L, self.PT[self.idx], lower=1)
         quad = beta * self.tt - beta * beta * float(np.sum(z * z))
         log_det = 2.0 * float(np.sum(np.log(np.diag(L))))
-        log_ev = D * (
-            0.5 * self.N * (math.log(beta) - _LOG_2PI)
-            + 0.5 * float(np.sum(np.log(self.alpha)))
-            - 0.5 * log_det
-        ) - 0.5 * quad
+        log_ev = (
+            D
+            * (
+                0.5 * self.N * (math.log(beta) - _LOG_2PI)
+                + 0.5 * float(np.sum(np.log(self.alpha)))
+                - 0.5 * log_det
+            )
+            - 0.5 * quad
+        )
         return L, log_ev
 
     def refresh(self, factored: tuple[np.ndarray, float] | None = None) -> None:
@@ -483,15 +487,54 @@ def fit_sequential(
         if not (np.all(np.isfinite(dd)) and np.all(np.isfinite(PT))):
             raise ValueError("Phi must be finite.")
         return _fit(
-            Phi, N, M, D, dd, PT, tt, beta, beta_max, (a, b), (c, d), free, candidates, max_iter,
-            tol, beta_update_every, priority, alignment_threshold, callback, progress, alpha_init,
+            Phi,
+            N,
+            M,
+            D,
+            dd,
+            PT,
+            tt,
+            beta,
+            beta_max,
+            (a, b),
+            (c, d),
+            free,
+            candidates,
+            max_iter,
+            tol,
+            beta_update_every,
+            priority,
+            alignment_threshold,
+            callback,
+            progress,
+            alpha_init,
             fixed_beta,
         )
 
 
 def _fit(
-    Phi, N, M, D, dd, PT, tt, beta, beta_max, ab, cd, free, candidates, max_iter, tol,
-    beta_update_every, priority, alignment_threshold, callback, progress, alpha_init, fixed_beta,
+    Phi,
+    N,
+    M,
+    D,
+    dd,
+    PT,
+    tt,
+    beta,
+    beta_max,
+    ab,
+    cd,
+    free,
+    candidates,
+    max_iter,
+    tol,
+    beta_update_every,
+    priority,
+    alignment_threshold,
+    callback,
+    progress,
+    alpha_init,
+    fixed_beta,
 ) -> EvidenceFit:
     a, b = ab
     c, d = cd
