@@ -194,27 +194,34 @@ class KernelBasis(TransformerMixin, BaseEstimator):
         cols = np.arange(self.n_basis_) if columns is None else np.asarray(columns, dtype=np.intp)
         if cols.size and (cols.min() < 0 or cols.max() >= self.n_basis_):
             raise ValueError(f"columns must lie in [0, {self.n_basis_}).")
-        is_centre = cols < self.n_centres_
-        out = np.empty((X.shape[0], cols.size), dtype=np.float64)
-        out[:, ~is_centre] = 1.0
-        centre_cols = cols[is_centre]
+        # Centre columns first, then the bias: a contiguous block to write the kernel into (a
+        # scattered column assignment costs more than the kernel itself at large N).
+        order = np.argsort(cols >= self.n_centres_, kind="stable")
+        centre_cols = cols[order][: int(np.sum(cols < self.n_centres_))]
+        k = centre_cols.size
+        block_out = np.empty((X.shape[0], cols.size), dtype=np.float64)
+        block_out[:, k:] = 1.0
         if self.kernel == "precomputed":
-            out[:, is_centre] = X[:, centre_cols]
-        elif centre_cols.size:
+            block_out[:, :k] = X[:, centre_cols]
+        elif k:
             C = self.centres_[centre_cols]
             step = X.shape[0] if chunk_size is None else max(int(chunk_size), 1)
-            where = np.flatnonzero(is_centre)
             for start in range(0, X.shape[0], step):
                 block = self.kernel_matrix(X[start : start + step], C)
-                if block.shape != (min(step, X.shape[0] - start), C.shape[0]):
+                if block.shape != (min(step, X.shape[0] - start), k):
                     raise ValueError(
                         f"kernel returned shape {block.shape}; expected "
-                        f"(n_X, n_Y) = {(min(step, X.shape[0] - start), C.shape[0])}."
+                        f"(n_X, n_Y) = {(min(step, X.shape[0] - start), k)}."
                     )
-                out[start : start + step, where] = block
-        if not np.all(np.isfinite(out)):
+                block_out[start : start + step, :k] = block
+        # A sum is a cheap test for NaN or inf; the exact test runs only when it fails.
+        if not np.isfinite(block_out.sum()) and not np.all(np.isfinite(block_out)):
             raise ValueError(
                 "kernel produced non-finite values; check the kernel and its parameters "
                 f"(kernel={self.kernel!r}, gamma={self.gamma!r})."
             )
+        if np.all(order == np.arange(cols.size)):
+            return block_out
+        out = np.empty_like(block_out)
+        out[:, order] = block_out
         return out
