@@ -352,7 +352,8 @@ def fit_mackay(
     n_iter = 0
     for n_iter in range(1, max_iter + 1):  # noqa: B007 - n_iter is reported after the loop
         idx = np.flatnonzero(keep)
-        post = gaussian_posterior(gram[np.ix_(idx, idx)], phi_t_all[idx], tt, N, alpha[idx], beta)
+        gram_a = gram[np.ix_(idx, idx)]
+        post = gaussian_posterior(gram_a, phi_t_all[idx], tt, N, alpha[idx], beta)
         objective = post.log_evidence + log_hyperprior(alpha[idx], beta, (a, b), (c, d))
         trace.append(objective)
 
@@ -368,10 +369,8 @@ def fit_mackay(
         pruned = new_alpha >= threshold_alpha
         if a == 0 and b == 0:
             # MacKay updates creep towards alpha = inf for thousands of iterations. Once the rest
-            # has settled, prune those whose evidence-optimal alpha is already infinite.
-            heading_out = (
-                post.factor_theta(gram[np.ix_(idx, idx)], phi_t_all[idx], alpha[idx], beta) <= 0
-            )
+            # has settled, prune those whose evidence-optimal alpha (at the new beta) is infinite.
+            heading_out = post.factor_theta(gram_a, phi_t_all[idx], alpha[idx], beta) <= 0
             if np.all(change[~heading_out] < tol):
                 pruned |= heading_out
         alpha[idx] = new_alpha
