@@ -8,14 +8,14 @@ ok() { "$1" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) else 1)' >
 
 find_python() {
     local cand
-    for cand in "${PYTHON:-}" python3.14 python3.13 python3.12 python3 python; do
+    for cand in "${PYTHON:-}" python3.12 python3.13 python3.14 python3 python; do
         [ -n "$cand" ] || continue
         if command -v "$cand" >/dev/null 2>&1 && ok "$(command -v "$cand")"; then
             command -v "$cand"; return 0
         fi
     done
     local root="${PYENV_ROOT:-$HOME/.pyenv}"
-    for cand in $(ls -d "$root"/versions/3.* 2>/dev/null | sort -rV); do
+    for cand in $(ls -d "$root"/versions/3.* 2>/dev/null | sort -V); do
         if [ -x "$cand/bin/python3" ] && ok "$cand/bin/python3"; then
             echo "$cand/bin/python3"; return 0
         fi
