@@ -356,6 +356,9 @@ def diagnose(dt: xr.DataTree, *, warn: bool = True, stacklevel: int = 2) -> dict
     post = dt["posterior"].dataset
     hyper = [v for v in ("alpha", "sigma", "nu") if v in post]
     ds = post[hyper]
+    if "alpha" in ds:
+        # As documented, on log alpha: the scale NUTS moves on (rank R-hat is not log-invariant).
+        ds = ds.assign(alpha=np.log(ds["alpha"]))
     rhat = az.rhat(ds)
     ess_b = az.ess(ds, method="bulk")
     ess_t = az.ess(ds, method="tail")
