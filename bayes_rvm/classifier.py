@@ -274,6 +274,23 @@ class RVC(ClassifierMixin, _BaseRVM):
         self.intercept_ = float(mean[~is_rv].sum()) if mean.ndim == 1 else mean[~is_rv].sum(axis=0)
         self.alpha_ = alpha
 
+    def _persisted_state(self) -> dict:
+        """What :mod:`bayes_rvm.io` stores: basis, engine result(s) and the class labels."""
+        ovr = isinstance(self.fit_, tuple)
+        return {
+            "basis": self.basis_,
+            "fit": list(self.fit_) if ovr else self.fit_,
+            "extras": {"classes": self.classes_.tolist(), "ovr": ovr},
+            "arrays": {},
+            "idata": None,
+        }
+
+    def _restore_state(self, state: dict) -> None:
+        self.classes_ = np.asarray(state["extras"]["classes"])
+        self.n_features_in_ = state["basis"].n_features_in_
+        fit = tuple(state["fit"]) if state["extras"]["ovr"] else state["fit"]
+        self._set_fitted(state["basis"], fit)
+
     def _latent(self, X) -> tuple[np.ndarray, np.ndarray]:
         """Posterior mean and variance of the latent function(s), each (n_samples, n_outputs)."""
         check_is_fitted(self, "fit_")

@@ -97,3 +97,19 @@ def test_unserialisable_kernel_points_to_pickle(tmp_path):
     model = RVR(kernel=lambda A, B: A @ B.T).fit(X, y)
     with pytest.raises(TypeError, match="pickle"):
         save_model(model, tmp_path / "m.nc")
+
+
+@pytest.mark.parametrize("multi_class", ["multinomial", "ovr"])
+@pytest.mark.parametrize("n_classes", [2, 3])
+def test_classifier_round_trip(tmp_path, multi_class, n_classes):
+    from sklearn.datasets import make_blobs
+
+    from bayes_rvm.classifier import RVC
+
+    X, y = make_blobs(90, centers=n_classes, cluster_std=2.0, random_state=0)
+    labels = np.array(["ant", "bee", "cow"])[y]
+    model = RVC(gamma=0.2, multi_class=multi_class).fit(X, labels)
+    loaded = load_model(save_model(model, tmp_path / "c.nc"))
+    np.testing.assert_array_equal(loaded.predict_proba(X), model.predict_proba(X))
+    np.testing.assert_array_equal(loaded.predict(X), model.predict(X))
+    assert loaded.get_params() == model.get_params()
