@@ -149,8 +149,10 @@ def _nutpie_cache_key(model, initvals) -> tuple | None:
     data = sorted(_data_vars(model).items())
     shapes = tuple((k, tuple(np.shape(v.get_value()))) for k, v in data)
     extra = tuple(sorted(model.named_vars)) + tuple(sorted(map(str, model.coords.items())))
-    init = None if initvals is None else json.dumps(
-        {k: np.asarray(v).tolist() for k, v in initvals.items()}, sort_keys=True
+    init = (
+        None
+        if initvals is None
+        else json.dumps({k: np.asarray(v).tolist() for k, v in initvals.items()}, sort_keys=True)
     )
     return (json.dumps(settings, sort_keys=True), shapes, extra, init)
 
@@ -194,13 +196,25 @@ def _sample_nutpie_cached(model, *, draws, tune, chains, cores, seed, progressba
     if pb is not None:
         with pb:
             dt = nutpie.sample(
-                compiled, draws=draws, tune=max(tune, 1), chains=chains, cores=cores, seed=seed,
-                **pb_kwargs, **nuts,
+                compiled,
+                draws=draws,
+                tune=max(tune, 1),
+                chains=chains,
+                cores=cores,
+                seed=seed,
+                **pb_kwargs,
+                **nuts,
             )
     else:  # pragma: no cover
         dt = nutpie.sample(
-            compiled, draws=draws, tune=max(tune, 1), chains=chains, cores=cores, seed=seed,
-            **pb_kwargs, **nuts,
+            compiled,
+            draws=draws,
+            tune=max(tune, 1),
+            chains=chains,
+            cores=cores,
+            seed=seed,
+            **pb_kwargs,
+            **nuts,
         )
     patch_nutpie_idata(dt, model, sampling_time=time.time() - t0)
     return dt
@@ -281,14 +295,30 @@ def sample_mcmc(
     t0 = time.time()
     if sampler == "nutpie" and cache and not kwargs:
         dt = _sample_nutpie_cached(
-            model, draws=draws, tune=tune, chains=chains, cores=cores, seed=seed,
-            progressbar=progressbar, initvals=initvals, nuts=nuts,
+            model,
+            draws=draws,
+            tune=tune,
+            chains=chains,
+            cores=cores,
+            seed=seed,
+            progressbar=progressbar,
+            initvals=initvals,
+            nuts=nuts,
         )
     else:
         dt = pm.sample(
-            draws=draws, tune=tune, chains=chains, cores=cores, model=model, nuts_sampler=sampler,
-            random_seed=seed, progressbar=progressbar, initvals=initvals, nuts=dict(nuts or {}),
-            compute_convergence_checks=False, **kwargs,
+            draws=draws,
+            tune=tune,
+            chains=chains,
+            cores=cores,
+            model=model,
+            nuts_sampler=sampler,
+            random_seed=seed,
+            progressbar=progressbar,
+            initvals=initvals,
+            nuts=dict(nuts or {}),
+            compute_convergence_checks=False,
+            **kwargs,
         )
     wall = time.time() - t0
 
@@ -316,7 +346,9 @@ def sample_mcmc(
         xr.Dataset(
             {"y": (("chain", "draw", OBS), ll)},
             coords={
-                "chain": post.chain.values, "draw": post.draw.values, OBS: np.arange(ll.shape[2])
+                "chain": post.chain.values,
+                "draw": post.draw.values,
+                OBS: np.arange(ll.shape[2]),
             },
         )
     )
@@ -325,8 +357,14 @@ def sample_mcmc(
         method="mcmc",
         sampler=sampler,
         settings=json.dumps(
-            {**settings, "draws": draws, "tune": tune, "chains": chains, "sampler": sampler,
-             "random_seed": None if random_seed is None else seed},
+            {
+                **settings,
+                "draws": draws,
+                "tune": tune,
+                "chains": chains,
+                "sampler": sampler,
+                "random_seed": None if random_seed is None else seed,
+            },
             sort_keys=True,
         ),
         diagnostics=json.dumps(diag, sort_keys=True),
@@ -490,8 +528,9 @@ def type2_datatree(
     K = fit.active.size
     z = rng.standard_normal((n_draws, K, D))
     # w = m + L^-T z has covariance (L L^T)^-1 = Sigma.
-    noise = linalg.solve_triangular(fit.chol, z.transpose(1, 0, 2).reshape(K, -1), lower=True,
-                                    trans="T", check_finite=False)
+    noise = linalg.solve_triangular(
+        fit.chol, z.transpose(1, 0, 2).reshape(K, -1), lower=True, trans="T", check_finite=False
+    )
     w_active = fit.mean[None] + noise.reshape(K, n_draws, D).transpose(1, 0, 2)
     w_full = np.zeros((n_draws, M, D))
     w_full[:, fit.active] = w_active
@@ -530,9 +569,12 @@ def type2_datatree(
             ),
         }
     )
-    settings = {"n_draws": n_draws,
-                "random_seed": random_seed if isinstance(random_seed, int) else None,
-                "n_iter": int(fit.n_iter), "basis": [int(c) for c in cols]}
+    settings = {
+        "n_draws": n_draws,
+        "random_seed": random_seed if isinstance(random_seed, int) else None,
+        "n_iter": int(fit.n_iter),
+        "basis": [int(c) for c in cols],
+    }
     settings.update(dict(attrs or {}))
     tree.attrs.update(
         method="type2",
@@ -590,7 +632,9 @@ def predict_draws(
         f = f + sig * rng.standard_normal(f.shape)
     dims = ("chain", "draw", OBS, OUTPUT) if multi else ("chain", "draw", OBS)
     coords = {
-        "chain": post.chain.values, "draw": post.draw.values, OBS: np.arange(Phi_new.shape[0])
+        "chain": post.chain.values,
+        "draw": post.draw.values,
+        OBS: np.arange(Phi_new.shape[0]),
     }
     if multi:
         coords[OUTPUT] = w.coords[OUTPUT].values

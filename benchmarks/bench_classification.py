@@ -57,12 +57,23 @@ def _timed(make, X, y, Xte, yte, n_vectors):
 def _models(gamma: float, multiclass: bool):
     out = [("bayes_rvm RVC", lambda: RVC(gamma=gamma), lambda m: m.n_relevance_vectors_)]
     if multiclass:
-        out.append(("bayes_rvm RVC ovr", lambda: RVC(gamma=gamma, multi_class="ovr"),
-                    lambda m: m.n_relevance_vectors_))
+        out.append(
+            (
+                "bayes_rvm RVC ovr",
+                lambda: RVC(gamma=gamma, multi_class="ovr"),
+                lambda m: m.n_relevance_vectors_,
+            )
+        )
     if fastrvm is not None:
-        out.append(("fastrvm RVC", lambda: fastrvm.RVC(gamma=gamma, fit_intercept=True),
-                    lambda m: int(np.unique(m.relevance_).size) if multiclass
-                    else int(np.sum(m.n_relevance_))))
+        out.append(
+            (
+                "fastrvm RVC",
+                lambda: fastrvm.RVC(gamma=gamma, fit_intercept=True),
+                lambda m: (
+                    int(np.unique(m.relevance_).size) if multiclass else int(np.sum(m.n_relevance_))
+                ),
+            )
+        )
     out.append(("sklearn SVC", lambda: SVC(gamma=gamma), lambda m: int(m.n_support_.sum())))
     return out
 
@@ -94,14 +105,26 @@ def main(argv=None) -> None:
         Xr = None
     if Xr is not None:
         idx = np.random.default_rng(0).permutation(len(yr))[:100]
-        bench("Ripley, 100 training points (Tipping 2001: 9.3%, 4 RVs)", Xr[idx], yr[idx], Xrte,
-              yrte, 4.0)
+        bench(
+            "Ripley, 100 training points (Tipping 2001: 9.3%, 4 RVs)",
+            Xr[idx],
+            yr[idx],
+            Xrte,
+            yrte,
+            4.0,
+        )
         if not args.quick:
             bench("Ripley, all 250 training points", Xr, yr, Xrte, yrte, 4.0)
             Xp, yp, Xpte, ypte = load_pima()
             sc = StandardScaler().fit(Xp)
-            bench("Pima, 200/332 (Tipping 2001: 19.6%, 4 RVs); gamma from 5-fold CV",
-                  sc.transform(Xp), yp, sc.transform(Xpte), ypte, 0.03)
+            bench(
+                "Pima, 200/332 (Tipping 2001: 19.6%, 4 RVs); gamma from 5-fold CV",
+                sc.transform(Xp),
+                yp,
+                sc.transform(Xpte),
+                ypte,
+                0.03,
+            )
 
     sizes = (1000,) if args.quick else (1000, 2000, 4000)
     for n in sizes:

@@ -78,8 +78,15 @@ def run_one(Phi, t, relevant, *, form, sampler, draws, tune, chains, seed):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         dt = sample_mcmc(
-            model, draws=draws, tune=tune, chains=chains, sampler=sampler, random_seed=seed,
-            progressbar=False, nuts=nuts, warn=False,
+            model,
+            draws=draws,
+            tune=tune,
+            chains=chains,
+            sampler=sampler,
+            random_seed=seed,
+            progressbar=False,
+            nuts=nuts,
+            warn=False,
             **({"cores": 2} if sampler != "numpyro" else {}),
         )
     sample_s = time.perf_counter() - t1
@@ -128,15 +135,26 @@ def main(argv=None) -> int:
     Phi, t = sinc_problem(a.n)
     fit = fit_mackay(Phi, t)
     relevant = fit.active
-    print(f"sinc N={a.n}, M={Phi.shape[1]} basis functions, {relevant.size} type-II relevance "
-          f"vectors, {a.chains} chains x {a.draws} draws (+{a.tune} tune), {os.cpu_count()} cores, "
-          f"load average {os.getloadavg()[0]:.1f}")
+    print(
+        f"sinc N={a.n}, M={Phi.shape[1]} basis functions, {relevant.size} type-II relevance "
+        f"vectors, {a.chains} chains x {a.draws} draws (+{a.tune} tune), {os.cpu_count()} cores, "
+        f"load average {os.getloadavg()[0]:.1f}"
+    )
     rows = []
     for form in a.forms.split(","):
         for sampler in a.samplers.split(","):
             try:
-                row = run_one(Phi, t, relevant, form=form, sampler=sampler, draws=a.draws,
-                              tune=a.tune, chains=a.chains, seed=a.seed)
+                row = run_one(
+                    Phi,
+                    t,
+                    relevant,
+                    form=form,
+                    sampler=sampler,
+                    draws=a.draws,
+                    tune=a.tune,
+                    chains=a.chains,
+                    seed=a.seed,
+                )
             except Exception as exc:
                 msg = f"{type(exc).__name__}: {exc}"[:80]
                 row = {"form": form, "sampler": sampler, "error": msg}
@@ -148,14 +166,31 @@ def main(argv=None) -> int:
     joint = {r["sampler"]: r for r in rows if r.get("form") == "joint" and "error" not in r}
     for s in marg:
         if s in joint:
-            print(f"{s}: marginal / joint ESS per second = "
-                  f"{marg[s]['ess/s'] / max(joint[s]['ess/s'], 1e-12):.0f}x (wall), "
-                  f"{marg[s]['ess/s_idle'] / max(joint[s]['ess/s_idle'], 1e-12):.0f}x (idle)")
+            print(
+                f"{s}: marginal / joint ESS per second = "
+                f"{marg[s]['ess/s'] / max(joint[s]['ess/s'], 1e-12):.0f}x (wall), "
+                f"{marg[s]['ess/s_idle'] / max(joint[s]['ess/s_idle'], 1e-12):.0f}x (idle)"
+            )
     return 0
 
 
-_COLS = ["form", "sampler", "compile_s", "sample_s", "wall_s", "ess_bulk", "ess_all", "ess/s",
-         "ess/s_sampling", "cpu_s", "idle_s", "ess/s_idle", "div", "rhat", "sigma_mean"]
+_COLS = [
+    "form",
+    "sampler",
+    "compile_s",
+    "sample_s",
+    "wall_s",
+    "ess_bulk",
+    "ess_all",
+    "ess/s",
+    "ess/s_sampling",
+    "cpu_s",
+    "idle_s",
+    "ess/s_idle",
+    "div",
+    "rhat",
+    "sigma_mean",
+]
 
 
 def _format_row(row) -> str:

@@ -155,8 +155,7 @@ def main(argv=None):
         gamma_ = gamma if gamma != "scale" else 1.0 / (X.shape[1] * X.var())
         Phi = np.c_[rbf_kernel(X, X, gamma=gamma_), np.ones(len(X))]
         rows = [
-            run(name, fit, Phi, y, Xt, yt)
-            for name, fit in methods(X, y, gamma, Phi, args.max_slow)
+            run(name, fit, Phi, y, Xt, yt) for name, fit in methods(X, y, gamma, Phi, args.max_slow)
         ]
         for name, t, n_rv, rmse, lev in rows:
             print(f"{label:<20} {name:<20} {t:8.3f} {n_rv:5d} {rmse:10.4f} {lev:13.3f}")

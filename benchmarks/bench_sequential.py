@@ -100,8 +100,9 @@ def worker(cfg: dict) -> dict:
     def run_fastrvm():
         from fastrvm import _sparsebayes_bindings as sb
 
-        engine = sb.SparseBayes(sb.Likelihood.Gaussian, 10_000, False, False, False, True, False,
-                                noise_std)
+        engine = sb.SparseBayes(
+            sb.Likelihood.Gaussian, 10_000, False, False, False, True, False, noise_std
+        )
         return engine.inference(Phi, y)
 
     def run_mackay():
@@ -160,13 +161,20 @@ def spawn(cfg: dict) -> dict | None:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--sizes", type=int, nargs="+", default=[1000, 2000, 4000, 20000],
-                    help="N for full-kernel designs (M = N + 1)")
-    ap.add_argument("--big-n", type=int, default=100_000,
-                    help="N of the candidate-subset design (0: skip it)")
+    ap.add_argument(
+        "--sizes",
+        type=int,
+        nargs="+",
+        default=[1000, 2000, 4000, 20000],
+        help="N for full-kernel designs (M = N + 1)",
+    )
+    ap.add_argument(
+        "--big-n", type=int, default=100_000, help="N of the candidate-subset design (0: skip it)"
+    )
     ap.add_argument("--big-m", type=int, default=2000, help="number of random candidate centres")
-    ap.add_argument("--mackay-n", type=int, default=2000,
-                    help="N for the fit_mackay comparison (0: skip it)")
+    ap.add_argument(
+        "--mackay-n", type=int, default=2000, help="N for the fit_mackay comparison (0: skip it)"
+    )
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-fastrvm", action="store_true", help="skip fastrvm")
@@ -190,8 +198,10 @@ def main(argv=None) -> None:
     if args.mackay_n > 0 and not any("mackay" in c["engines"] for c in configs):
         configs.append({"n": args.mackay_n, "m": None, "engines": ["ours", "mackay"]})
 
-    head = (f"{'N':>7} {'M':>6} {'engine':>8} {'time s':>9} {'ratio':>6} {'peak GB':>8} "
-            f"{'extra MB':>9} {'#RV':>4} {'steps':>6} {'log evidence':>14} {'test RMSE':>10}")
+    head = (
+        f"{'N':>7} {'M':>6} {'engine':>8} {'time s':>9} {'ratio':>6} {'peak GB':>8} "
+        f"{'extra MB':>9} {'#RV':>4} {'steps':>6} {'log evidence':>14} {'test RMSE':>10}"
+    )
     print(head)
     print("-" * len(head))
     rows = []
@@ -204,12 +214,16 @@ def main(argv=None) -> None:
         ours = res["engines"]["ours"]["time"]
         for e, s in res["engines"].items():
             ratio = ours / s["time"] if e != "ours" else 1.0
-            print(f"{res['n']:>7} {res['m']:>6} {e:>8} {s['time']:>9.3f} {ratio:>6.2f} "
-                  f"{s.get('peak_gb', float('nan')):>8.2f} {s.get('extra_mb', float('nan')):>9.1f} "
-                  f"{s['n_rv']:>4} {s['n_iter']:>6} {s['log_evidence']:>14.6f} {s['rmse']:>10.4f}",
-                  flush=True)
-    print("\nratio = our time / that engine's time (below 1: we are faster); peak GB includes the "
-          "design matrix (phi GB: " + ", ".join(f"{r['n']}: {r['phi_gb']:.2f}" for r in rows) + ")")
+            print(
+                f"{res['n']:>7} {res['m']:>6} {e:>8} {s['time']:>9.3f} {ratio:>6.2f} "
+                f"{s.get('peak_gb', float('nan')):>8.2f} {s.get('extra_mb', float('nan')):>9.1f} "
+                f"{s['n_rv']:>4} {s['n_iter']:>6} {s['log_evidence']:>14.6f} {s['rmse']:>10.4f}",
+                flush=True,
+            )
+    print(
+        "\nratio = our time / that engine's time (below 1: we are faster); peak GB includes the "
+        "design matrix (phi GB: " + ", ".join(f"{r['n']}: {r['phi_gb']:.2f}" for r in rows) + ")"
+    )
     full = [r for r in rows if r["m"] == r["n"] + 1]
     if len(full) >= 2:
         n = np.log([r["n"] for r in full])

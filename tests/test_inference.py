@@ -33,7 +33,6 @@ from bayes_rvm.models import rvm_regression_model
 NU = 2.0  # Student-t degrees of freedom used for both engines
 
 
-
 @pytest.fixture(autouse=True, scope="module")
 def _single_threaded_blas():
     # Small matrices on two shared cores: BLAS threads only spin against the sampler's chains.
@@ -100,9 +99,7 @@ def test_pointwise_log_likelihood_is_gaussian():
     w = rng.normal(size=(4, 3, 2))
     sigma = np.array([0.5, 1.0, 2.0, 0.3])
     ll = pointwise_log_likelihood(Phi, Y, w, sigma)
-    expected = np.stack([
-        stats.norm(Phi @ w[s], sigma[s]).logpdf(Y).sum(axis=1) for s in range(4)
-    ])
+    expected = np.stack([stats.norm(Phi @ w[s], sigma[s]).logpdf(Y).sum(axis=1) for s in range(4)])
     np.testing.assert_allclose(ll, expected, atol=1e-12)
 
 
@@ -264,8 +261,9 @@ def test_diagnostic_warnings_and_compile_cache(mcmc_ard, sinc60):
         dt = sample_mcmc(model, draws=20, tune=20, chains=2, random_seed=3, progressbar=False)
     assert time.perf_counter() - t0 < 10  # no recompilation
     assert len(inference._NUTPIE_CACHE) == n_cached
-    again = sample_mcmc(model, draws=20, tune=20, chains=2, random_seed=3, progressbar=False,
-                        warn=False)
+    again = sample_mcmc(
+        model, draws=20, tune=20, chains=2, random_seed=3, progressbar=False, warn=False
+    )
     for var in ("sigma", "w"):
         np.testing.assert_array_equal(dt["posterior"][var].values, again["posterior"][var].values)
 
@@ -289,7 +287,10 @@ def test_marginal_and_joint_forms_agree_on_noise(sinc60):
         )
         joint = sample_mcmc(
             rvm_regression_model(sinc60["Phi"], sinc60["t"], basis=fit.active, form="joint"),
-            sampler="numpyro", random_seed=6, nuts={"chain_method": "sequential"}, **kw,
+            sampler="numpyro",
+            random_seed=6,
+            nuts={"chain_method": "sequential"},
+            **kw,
         )
     s_m = marg["posterior"].dataset[["sigma"]]
     s_j = joint["posterior"].dataset[["sigma"]]
@@ -310,8 +311,17 @@ def test_other_samplers_agree_with_nutpie(sampler, mcmc_ard, sinc60):
     nuts = {"chain_method": "sequential"} if sampler == "numpyro" else None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        dt = sample_mcmc(model, sampler=sampler, draws=300, tune=300, chains=2, random_seed=7,
-                         progressbar=False, warn=False, nuts=nuts)
+        dt = sample_mcmc(
+            model,
+            sampler=sampler,
+            draws=300,
+            tune=300,
+            chains=2,
+            random_seed=7,
+            progressbar=False,
+            warn=False,
+            nuts=nuts,
+        )
     assert {"posterior", "log_likelihood", "sample_stats"} <= set(dt.children)
     assert dt["posterior"]["w"].dims == ("chain", "draw", BASIS)
     ref = mcmc_ard["posterior"]["sigma"]

@@ -111,8 +111,14 @@ def test_laplace_evidence_close_to_quadrature_for_one_weight():
     logf = lambda w: _log_joint(np.array([w]), phi, t[:, None], alpha, "bernoulli")  # noqa: E731
     peak = logf(w0)
     sd = 1.0 / np.sqrt(post.hessian[0, 0])
-    val, _ = integrate.quad(lambda w: np.exp(logf(w) - peak), w0 - 12 * sd, w0 + 12 * sd,
-                            epsabs=0, epsrel=1e-10, limit=200)
+    val, _ = integrate.quad(
+        lambda w: np.exp(logf(w) - peak),
+        w0 - 12 * sd,
+        w0 + 12 * sd,
+        epsabs=0,
+        epsrel=1e-10,
+        limit=200,
+    )
     exact = peak + np.log(val)
     assert post.log_evidence == pytest.approx(exact, abs=5e-3)
     assert post.log_evidence != pytest.approx(exact, abs=1e-9)  # it is an approximation
@@ -131,8 +137,12 @@ def test_laplace_evidence_close_to_quadrature_for_two_weights():
     sd = np.sqrt(np.diag(np.linalg.inv(post.hessian)))
     val, _ = integrate.dblquad(
         lambda b, a: np.exp(logf(a, b) - peak),
-        w0[0] - 9 * sd[0], w0[0] + 9 * sd[0], w0[1] - 9 * sd[1], w0[1] + 9 * sd[1],
-        epsabs=0, epsrel=1e-7,
+        w0[0] - 9 * sd[0],
+        w0[0] + 9 * sd[0],
+        w0[1] - 9 * sd[1],
+        w0[1] + 9 * sd[1],
+        epsabs=0,
+        epsrel=1e-7,
     )
     assert post.log_evidence == pytest.approx(peak + np.log(val), abs=1e-2)
 

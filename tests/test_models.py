@@ -80,10 +80,12 @@ def test_marginal_logp_and_gradient_match_dense_and_finite_differences(mode):
     assert abs(float(value) - _dense_logp(la, lb, Phi, Y)) < 1e-8
     h = 1e-5
     # finite differences of the dense density, not of the code under test
-    fd_la = np.array([
-        (_dense_logp(la + h * e, lb, Phi, Y) - _dense_logp(la - h * e, lb, Phi, Y)) / (2 * h)
-        for e in np.eye(la.size)
-    ])
+    fd_la = np.array(
+        [
+            (_dense_logp(la + h * e, lb, Phi, Y) - _dense_logp(la - h * e, lb, Phi, Y)) / (2 * h)
+            for e in np.eye(la.size)
+        ]
+    )
     fd_lb = (_dense_logp(la, lb + h, Phi, Y) - _dense_logp(la, lb - h, Phi, Y)) / (2 * h)
     E = np.zeros_like(Y)
     E[3, 1] = h
@@ -230,8 +232,13 @@ def test_set_model_data_keeps_gram_consistent():
     np.testing.assert_allclose(model["gram"].get_value(), Phi2.T @ Phi2)
     point = model.initial_point()
     la = np.zeros(16)
-    assert abs(model.point_logps(point, round_vals=12)["y"]
-               - _dense_logp(la, -2 * point["sigma_log__"], Phi2, Y2)) < 1e-8
+    assert (
+        abs(
+            model.point_logps(point, round_vals=12)["y"]
+            - _dense_logp(la, -2 * point["sigma_log__"], Phi2, Y2)
+        )
+        < 1e-8
+    )
 
 
 def test_custom_priors_are_used():

@@ -25,10 +25,16 @@ def test_notebook_executes(path, monkeypatch):
     needs_data = any("load_ripley" in c.source or "load_pima" in c.source for c in nb.cells)
     if needs_data and not SHARED_DATA.is_dir():
         pytest.skip(f"{path.name} reads the team's data sets, absent at {SHARED_DATA}")
-    NotebookClient(nb, timeout=900, kernel_name="python3",
-                   resources={"metadata": {"path": str(path.parent)}}).execute()
-    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
-              if o.get("output_type") == "error"]
+    NotebookClient(
+        nb, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
+    ).execute()
+    errors = [
+        o
+        for c in nb.cells
+        if c.cell_type == "code"
+        for o in c.get("outputs", [])
+        if o.get("output_type") == "error"
+    ]
     assert not errors
 
 
@@ -45,8 +51,19 @@ def test_docs_build_without_warnings(tmp_path):
     if shutil.which("sphinx-build", path=os.path.dirname(sys.executable)) is None:
         pytest.fail("sphinx-build is not installed: install the 'docs' extra")
     result = subprocess.run(
-        [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html",
-         str(ROOT / "docs"), str(tmp_path / "html")],
-        capture_output=True, text=True,
+        [
+            sys.executable,
+            "-m",
+            "sphinx",
+            "-W",
+            "--keep-going",
+            "-q",
+            "-b",
+            "html",
+            str(ROOT / "docs"),
+            str(tmp_path / "html"),
+        ],
+        capture_output=True,
+        text=True,
     )
     assert result.returncode == 0, result.stderr[-5000:]
