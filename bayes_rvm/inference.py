@@ -19,6 +19,7 @@ The root ``attrs`` name the method (``"mcmc"`` or ``"type2"``) and record its se
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import warnings
@@ -193,19 +194,7 @@ def _sample_nutpie_cached(model, *, draws, tune, chains, cores, seed, progressba
     except (ImportError, TypeError):  # pragma: no cover - PyMC moved its progress bar
         pb, pb_kwargs = None, {"progress_bar": bool(progressbar)}
     t0 = time.time()
-    if pb is not None:
-        with pb:
-            dt = nutpie.sample(
-                compiled,
-                draws=draws,
-                tune=max(tune, 1),
-                chains=chains,
-                cores=cores,
-                seed=seed,
-                **pb_kwargs,
-                **nuts,
-            )
-    else:  # pragma: no cover
+    with pb if pb is not None else contextlib.nullcontext():
         dt = nutpie.sample(
             compiled,
             draws=draws,
