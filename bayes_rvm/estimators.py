@@ -220,8 +220,10 @@ class RVR(RegressorMixin, _BaseRVM):
         Fix the noise variance (in the units of ``y``) instead of estimating it.
     max_iter : int, default=10000
         Iteration cap of the engine; reaching it warns with ``ConvergenceWarning``.
-    tol : float, default=1e-6
-        Stop when no ``log alpha`` changes by more than ``tol``.
+    tol : float, default=1e-3
+        Stop when no ``log alpha`` changes by more than ``tol`` (the convention of scikit-learn's
+        ``ARDRegression`` and sklearn-rvm). Tighter values move the log evidence by a tiny
+        fraction of a nat on the usual problems, at the price of many slow MacKay iterations.
     threshold_alpha : float or "auto", default="auto"
         MacKay solver only (the sequential solver deletes a basis function exactly when that
         raises the objective). Prune a basis function once its ``alpha`` (on the normalised
@@ -316,7 +318,7 @@ class RVR(RegressorMixin, _BaseRVM):
         solver="auto",
         noise_variance=None,
         max_iter=10_000,
-        tol=1e-6,
+        tol=1e-3,
         threshold_alpha="auto",
         centres=None,
         n_centres=None,
@@ -415,7 +417,10 @@ class RVR(RegressorMixin, _BaseRVM):
             fit = fit_sequential(Phi, Tn, progress=bool(self.verbose), **common)
         else:
             if not fixed:
-                common["beta_init"] = 10.0 / max(float(np.var(Tn)), 1e-6)
+                # Start at a noise sd of a tenth of the targets' sd (sklearn-rvm's start): on the
+                # benchmark problems it reaches as high or higher evidence in 2-4x fewer iterations
+                # than a noisier start.
+                common["beta_init"] = 100.0 / max(float(np.var(Tn)), 1e-6)
             fit = fit_mackay(Phi, Tn, threshold_alpha=self._threshold_alpha(), **common)
         self._set_fitted(basis, _unscale_fit(fit, norms, scale, n * d), single=y.ndim == 1)
         act = fit.active

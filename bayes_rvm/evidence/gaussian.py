@@ -19,11 +19,13 @@ eq. 6). With ``a = b = c = d = 0`` (the default) they are the plain type-II upda
 
 from __future__ import annotations
 
+import math
 import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
 from scipy import linalg
+from scipy.linalg import lapack
 from sklearn.exceptions import ConvergenceWarning
 
 __all__ = [
@@ -34,7 +36,7 @@ __all__ = [
     "log_hyperprior",
 ]
 
-_LOG_2PI = float(np.log(2.0 * np.pi))
+_LOG_2PI = math.log(2.0 * math.pi)
 #: Largest noise precision relative to the targets' scale: an exact fit must not divide by zero.
 BETA_MAX = 1e12
 
@@ -66,22 +68,6 @@ class GaussianPosterior:
     gamma: np.ndarray
     sse: float
     log_evidence: float
-
-    def factor_theta(self, gram: np.ndarray, phi_t: np.ndarray, alpha: np.ndarray, beta: float):
-        """Tipping & Faul's ``theta_i = sum_d q_id^2 - D s_i`` for the active basis functions.
-
-        ``theta_i <= 0`` means that, the other hyperparameters held fixed, the evidence is
-        maximised by ``alpha_i = inf``: the basis function is heading for pruning.
-        """
-        D = self.mean.shape[1]
-        V = linalg.solve_triangular(self.chol, gram, lower=True, check_finite=False)
-        S = beta * np.diag(gram) - beta**2 * np.einsum("ij,ij->j", V, V)
-        Q = beta * (phi_t - gram @ self.mean)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            factor = alpha / (alpha - S)
-        s = factor * S
-        q = factor[:, None] * Q
-        return np.sum(q**2, axis=1) - D * s
 
 
 @dataclass(frozen=True)
@@ -159,17 +145,16 @@ def _cholesky(H: np.ndarray) -> np.ndarray:
 
     Falls back to a small diagonal jitter, with a warning, when rounding makes H indefinite.
     """
-    d = np.sqrt(np.diag(H))
-    Hs = H / d[:, None] / d[None, :]
+    d = np.sqrt(H.diagonal())
+    Hs = H / d[:, None] / d
+    # LAPACK directly: this runs once per iteration of every engine, mostly on small matrices.
+    Ls, info = lapack.dpotrf(Hs, lower=1)
     jitter = 0.0
-    for attempt in range(6):
-        try:
-            Ls = linalg.cholesky(Hs + jitter * np.eye(H.shape[0]), lower=True, check_finite=False)
-            break
-        except linalg.LinAlgError:
-            jitter = 1e-12 * 100.0**attempt
-    else:  # pragma: no cover - only for matrices with non-finite entries
-        raise linalg.LinAlgError("posterior precision is not positive definite")
+    while info != 0:
+        jitter = 100.0 * jitter if jitter else 1e-12
+        if jitter > 1e-2:
+            raise linalg.LinAlgError("posterior precision is not positive definite")
+        Ls, info = lapack.dpotrf(Hs + jitter * np.eye(H.shape[0]), lower=1)
     if jitter:
         warnings.warn(
             f"posterior precision was numerically indefinite; added relative jitter {jitter:.0e}. "
@@ -207,26 +192,27 @@ def gaussian_posterior(
     """
     K, D = phi_t.shape
     H = beta * gram
-    H[np.diag_indices(K)] += alpha
+    H.flat[:: K + 1] += alpha
     L = _cholesky(H)
-    mean = beta * linalg.cho_solve((L, True), phi_t, check_finite=False)
-    Linv = linalg.solve_triangular(L, np.eye(K), lower=True, check_finite=False)
-    sigma_diag = np.einsum("ij,ij->j", Linv, Linv)
+    mean = lapack.dpotrs(L, phi_t, lower=1)[0]
+    mean *= beta
+    Linv = lapack.dtrtri(L, lower=1)[0]
+    sigma_diag = (Linv * Linv).sum(axis=0)
     gamma = 1.0 - alpha * sigma_diag
     # ||T - Phi m||^2 from the sufficient statistics; clipped at 0 against cancellation.
-    sse = max(float(tt - 2.0 * np.sum(mean * phi_t) + np.sum(mean * (gram @ mean))), 0.0)
-    log_det_H = 2.0 * float(np.sum(np.log(np.diag(L))))
+    sse = max(float(tt - ((2.0 * phi_t - gram @ mean) * mean).sum()), 0.0)
+    log_det_H = 2.0 * float(np.log(L.diagonal()).sum())
     log_ev = (
         D
         * (
-            0.5 * n_samples * (np.log(beta) - _LOG_2PI)
-            + 0.5 * float(np.sum(np.log(alpha)))
+            0.5 * n_samples * (math.log(beta) - _LOG_2PI)
+            + 0.5 * float(np.log(alpha).sum())
             - 0.5 * log_det_H
         )
         - 0.5 * beta * sse
-        - 0.5 * float(np.sum(alpha * np.sum(mean**2, axis=1)))
+        - 0.5 * float(alpha @ (mean * mean).sum(axis=1))
     )
-    return GaussianPosterior(mean, L, sigma_diag, gamma, sse, float(log_ev))
+    return GaussianPosterior(mean, L, sigma_diag, gamma, sse, log_ev)
 
 
 class _MacKayStop:
@@ -241,7 +227,7 @@ class _MacKayStop:
         self.tol, self.evidence_tol, self.stall = tol, evidence_tol, 0
 
     def __call__(self, trace: list[float], change: np.ndarray, pruned: np.ndarray) -> str | None:
-        if not pruned.any() and float(np.max(change)) < self.tol:
+        if not pruned.any() and change.max() < self.tol:
             return f"max |change of log alpha| < tol={self.tol:g}"
         flat = len(trace) > 1 and abs(trace[-1] - trace[-2]) < self.evidence_tol * (
             1 + abs(trace[-1])
@@ -349,47 +335,58 @@ def fit_mackay(
     trace: list[float] = []
     converged, reason = False, f"reached max_iter={max_iter}"
     should_stop = _MacKayStop(tol, evidence_tol)
+    hyperprior = a or b or c or d
+    # The active block of the sufficient statistics, sliced again only when something is pruned.
+    idx = np.flatnonzero(keep)
+    gram_a, pt_a, alpha_a = gram[np.ix_(idx, idx)], phi_t_all[idx], alpha[idx]
     n_iter = 0
     for n_iter in range(1, max_iter + 1):  # noqa: B007 - n_iter is reported after the loop
-        idx = np.flatnonzero(keep)
-        gram_a = gram[np.ix_(idx, idx)]
-        post = gaussian_posterior(gram_a, phi_t_all[idx], tt, N, alpha[idx], beta)
-        objective = post.log_evidence + log_hyperprior(alpha[idx], beta, (a, b), (c, d))
+        post = gaussian_posterior(gram_a, pt_a, tt, N, alpha_a, beta)
+        objective = post.log_evidence
+        if hyperprior:
+            objective += log_hyperprior(alpha_a, beta, (a, b), (c, d))
         trace.append(objective)
 
-        with np.errstate(divide="ignore", invalid="ignore"):
-            new_alpha = (D * post.gamma + 2 * a) / (np.sum(post.mean**2, axis=1) + 2 * b)
-        new_alpha = np.where(np.isfinite(new_alpha) & (new_alpha > 0), new_alpha, np.inf)
+        m2 = (post.mean * post.mean).sum(axis=1)
+        # No support (m_i = 0 or gamma_i <= 0, which rounding can produce) sends alpha_i to inf.
+        support = (m2 + 2 * b > 0) & (D * post.gamma + 2 * a > 0)
+        new_alpha = np.full_like(m2, np.inf)
+        np.divide(D * post.gamma + 2 * a, m2 + 2 * b, out=new_alpha, where=support)
+        change = np.abs(np.log(new_alpha / alpha_a))
         if not fixed_beta:
-            dof = N * D - D * float(np.sum(post.gamma)) + 2 * c
+            dof = N * D - D * float(post.gamma.sum()) + 2 * c
             beta = min(max(dof, 1e-300) / max(post.sse + 2 * d, 1e-300), beta_max)
 
-        with np.errstate(invalid="ignore"):
-            change = np.abs(np.log(new_alpha) - np.log(alpha[idx]))
         pruned = new_alpha >= threshold_alpha
-        if a == 0 and b == 0:
+        if not hyperprior:
             # MacKay updates creep towards alpha = inf for thousands of iterations. Once the rest
-            # has settled, prune those whose evidence-optimal alpha (at the new beta) is infinite.
-            heading_out = post.factor_theta(gram_a, phi_t_all[idx], alpha[idx], beta) <= 0
+            # has settled, prune those whose evidence-optimal alpha is infinite: Tipping & Faul's
+            # theta_i = |q_i|^2 - D s_i <= 0, which for a basis in the model reads
+            # |m_i|^2 <= D gamma_i Sigma_ii (q_i = m_i / Sigma_ii, s_i = gamma_i / Sigma_ii).
+            heading_out = m2 <= D * post.gamma * post.sigma_diag
             if np.all(change[~heading_out] < tol):
                 pruned |= heading_out
-        alpha[idx] = new_alpha
-        alpha[idx[pruned]] = np.inf
-        keep[idx[pruned]] = False
-        if not keep.any():
+        if pruned.all():
             # Never prune the last basis function: keep the one with the smallest alpha.
-            best = idx[np.argmin(new_alpha)]
-            keep[best] = True
-            alpha[best] = min(new_alpha.min(), threshold_alpha)
+            best = int(np.argmin(new_alpha))
+            pruned[best] = False
+            new_alpha[best] = min(new_alpha[best], threshold_alpha)
             converged, reason = True, "every basis function reached the pruning threshold; kept one"
-            break
         stop = should_stop(trace, change, pruned)
+        alpha_a = new_alpha
+        if pruned.any():
+            kept = ~pruned
+            alpha[idx[pruned]] = np.inf
+            idx, alpha_a, pt_a = idx[kept], alpha_a[kept], pt_a[kept]
+            gram_a = gram_a[np.ix_(kept, kept)]
+        if converged:
+            break
         if stop is not None:
             converged, reason = True, stop
             break
 
-    idx = np.flatnonzero(keep)
-    post = gaussian_posterior(gram[np.ix_(idx, idx)], phi_t_all[idx], tt, N, alpha[idx], beta)
+    alpha[idx] = alpha_a
+    post = gaussian_posterior(gram_a, pt_a, tt, N, alpha_a, beta)
     if not converged:
         warnings.warn(
             f"MacKay re-estimation did not converge in {max_iter} iterations "
