@@ -188,32 +188,38 @@ def _log_evidence_numba(log_alpha, log_beta, Phi, Y, gram):  # pragma: no cover 
         for j in range(M):
             H[i, j] /= d[i] * d[j]
     # Cholesky (lower), in place, row by row.
+    # Row views (Li = L[i]) let LLVM vectorise the inner loops; 2-D indexing there does not.
     L = np.zeros((M, M))
     for i in range(M):
+        Li = L[i]
         for j in range(i + 1):
+            Lj = L[j]
             s = H[i, j]
             for k in range(j):
-                s -= L[i, k] * L[j, k]
+                s -= Li[k] * Lj[k]
             if i == j:
                 if not s > 0.0:
                     return np.asarray(-np.inf), out_ga, np.asarray(0.0), out_gY
-                L[i, i] = np.sqrt(s)
+                Li[i] = np.sqrt(s)
             else:
-                L[i, j] = s / L[j, j]
+                Li[j] = s / Lj[j]
     # X = L^-1 (lower), row i from the rows above it; the inner loop runs along contiguous rows.
     X = np.zeros((M, M))
     acc = np.empty(M)
     for i in range(M):
+        Li = L[i]
         for j in range(i):
             acc[j] = 0.0
         for k in range(i):
-            lik = L[i, k]
+            lik = Li[k]
+            Xk = X[k]
             for j in range(k + 1):
-                acc[j] += lik * X[k, j]
-        inv = 1.0 / L[i, i]
+                acc[j] += lik * Xk[j]
+        inv = 1.0 / Li[i]
+        Xi = X[i]
         for j in range(i):
-            X[i, j] = -acc[j] * inv
-        X[i, i] = inv
+            Xi[j] = -acc[j] * inv
+        Xi[i] = inv
     PY = Phi.T @ Y
     for i in range(M):
         for c in range(D):
@@ -315,7 +321,7 @@ _marginal_op = MarginalLogLikelihood()
 @register_funcify_default_op_cache_key(MarginalLogLikelihood)
 def _numba_funcify_marginal(op, node=None, **kwargs):
     # Bumping the integer invalidates numba's on-disk cache when the kernel changes.
-    return _log_evidence_numba, 2
+    return _log_evidence_numba, 3
 
 
 def marginal_log_likelihood(log_alpha, log_beta, Phi, Y, gram=None) -> pt.TensorVariable:

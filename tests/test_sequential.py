@@ -314,7 +314,8 @@ def test_max_iter_warns_and_callback_stops():
     fit = fit_sequential(
         Phi, y, callback=lambda info: seen.append(info["action"]) or len(seen) == 5
     )
-    assert fit.converged and fit.reason == "stopped by callback" and len(seen) == 5
+    # (The reason may go on to count candidates set aside as aligned with an active column.)
+    assert fit.converged and fit.reason.startswith("stopped by callback") and len(seen) == 5
     assert list(fit.actions[1:]) == seen
     fit_sequential(Phi, y, progress=True)  # the tqdm bar must not break anything
 

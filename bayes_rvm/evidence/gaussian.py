@@ -353,18 +353,22 @@ def fit_mackay(
         new_alpha = np.full_like(m2, np.inf)
         np.divide(D * post.gamma + 2 * a, m2 + 2 * b, out=new_alpha, where=support)
         change = np.abs(np.log(new_alpha / alpha_a))
+        beta_change = 0.0
         if not fixed_beta:
             dof = N * D - D * float(post.gamma.sum()) + 2 * c
-            beta = min(max(dof, 1e-300) / max(post.sse + 2 * d, 1e-300), beta_max)
+            new_beta = min(max(dof, 1e-300) / max(post.sse + 2 * d, 1e-300), beta_max)
+            beta_change, beta = abs(math.log(new_beta / beta)), new_beta
 
         pruned = new_alpha >= threshold_alpha
         if not hyperprior:
             # MacKay updates creep towards alpha = inf for thousands of iterations. Once the rest
-            # has settled, prune those whose evidence-optimal alpha is infinite: Tipping & Faul's
-            # theta_i = |q_i|^2 - D s_i <= 0, which for a basis in the model reads
-            # |m_i|^2 <= D gamma_i Sigma_ii (q_i = m_i / Sigma_ii, s_i = gamma_i / Sigma_ii).
+            # (the other alphas and the noise) has settled, prune those whose evidence-optimal
+            # alpha is infinite: Tipping & Faul's theta_i = |q_i|^2 - D s_i <= 0, which for a
+            # basis in the model reads |m_i|^2 <= D gamma_i Sigma_ii (q_i = m_i / Sigma_ii,
+            # s_i = gamma_i / Sigma_ii). Everything heading out at once means the noise estimate
+            # is still far off (as at a noisy start), not that the fit has settled.
             heading_out = m2 <= D * post.gamma * post.sigma_diag
-            if np.all(change[~heading_out] < tol):
+            if beta_change < tol and not heading_out.all() and np.all(change[~heading_out] < tol):
                 pruned |= heading_out
         if pruned.all():
             # Never prune the last basis function: keep the one with the smallest alpha.

@@ -135,7 +135,9 @@ class _State:
     """Active set, its posterior, and the factors ``S``, ``Q`` of every column.
 
     Rows of the active arrays are in the order the columns entered; a deletion moves the last row
-    into the freed one, so nothing is shifted.
+    into the freed one, so nothing is shifted. Every step runs a few dozen NumPy calls on arrays
+    of size K or M, so the methods keep the number of calls (not only the flops) small: at small
+    K and M each call costs more than its arithmetic.
     """
 
     def __init__(self, Phi, PT, dd, tt, N, D, beta, ab):
@@ -147,9 +149,9 @@ class _State:
         self.pos = np.full(self.M, -1, dtype=np.intp)  # column -> row in the active arrays
         self.alpha = np.empty(0)
         self.is_free = np.zeros(0, dtype=bool)
+        self.n_free = 0
         self.G = np.empty((0, 0))  # Phi_a^T Phi_a
         self.C = np.empty((8, self.M))  # rows Phi^T phi_j of the active columns (grown by doubling)
-        self.P = np.empty((8, self.N))  # the active columns themselves, contiguous
         self.Sigma = np.empty((0, 0))
         self.mu = np.empty((0, D))
         self.S = beta * dd
@@ -171,17 +173,15 @@ class _State:
     def prior_term(self) -> float:
         if not (self.a or self.b):
             return 0.0
-        reg = self.alpha[~self.is_free]
+        reg = self.alpha[~self.is_free] if self.n_free else self.alpha
         return float(np.sum(self.a * np.log(reg) - self.b * reg))
 
-    def append(self, j: int, alpha: float, free: bool, phi_j: np.ndarray, cj: np.ndarray) -> None:
+    def append(self, j: int, alpha: float, free: bool, cj: np.ndarray) -> None:
         """Grow the active arrays by one column (``Sigma``, ``mu`` are the caller's business)."""
         K = self.K
         if K == self.C.shape[0]:
             self.C = np.concatenate([self.C, np.empty_like(self.C)])
-            self.P = np.concatenate([self.P, np.empty_like(self.P)])
         self.C[K] = cj
-        self.P[K] = phi_j
         G = np.empty((K + 1, K + 1))
         G[:K, :K] = self.G
         G[K, :K] = G[:K, K] = cj[self.idx]
@@ -191,114 +191,139 @@ class _State:
         self.pos[j] = K
         self.alpha = np.append(self.alpha, alpha)
         self.is_free = np.append(self.is_free, free)
+        self.n_free += bool(free)
 
-    def factor(self, beta: float) -> tuple[np.ndarray, float]:
+    def factor(self, beta: float) -> tuple:
         """Cholesky factor of ``H = A + beta G`` and the log evidence at ``beta`` (O(K^3)).
 
-        Uses ``beta ||T - Phi M||^2 + sum alpha m^2 = beta ||T||^2 - beta^2 |L^-1 Phi_a^T T|^2``.
+        Uses ``beta ||T - Phi M||^2 + sum alpha m^2 = beta ||T||^2 - beta^2 |z|^2`` with
+        ``z = L^-1 Phi_a^T T``. Returns ``(L, log_ev, H, z)``: :meth:`refresh` takes the tuple.
         """
-        K, D = self.K, self.D
         H = beta * self.G
-        H[np.diag_indices(K)] += self.alpha
+        H.flat[:: self.K + 1] += self.alpha
         # LAPACK directly: SciPy's wrappers cost more than the K x K work itself at small K.
-        # Equilibrated by diag(H) as in gaussian._cholesky, which takes over (with its jitter
-        # and warning) when H is numerically indefinite.
-        dh = np.sqrt(np.diag(H))
-        Ls, info = lapack.dpotrf(H / np.outer(dh, dh), lower=1, clean=1)
-        L = Ls * dh[:, None] if info == 0 else _cholesky(H)
-        z, info = lapack.dtrtrs(L, self.PT[self.idx], lower=1)
-        quad = beta * self.tt - beta * beta * float(np.sum(z * z))
-        log_det = 2.0 * float(np.sum(np.log(np.diag(L))))
+        # Cholesky's backward error is insensitive to a diagonal scaling of H, so the
+        # equilibration of gaussian._cholesky is left to the rare case that H is numerically
+        # indefinite, where that function takes over (with its jitter and warning).
+        L, info = lapack.dpotrf(H, lower=1, clean=1)
+        if info:
+            L = _cholesky(H)
+        z, _ = lapack.dtrtrs(L, self.PT[self.idx], lower=1)
+        quad = beta * self.tt - beta * beta * float(np.vdot(z, z))
+        log_det = 2.0 * float(np.log(L.diagonal()).sum())
         log_ev = (
-            D
+            self.D
             * (
                 0.5 * self.N * (math.log(beta) - _LOG_2PI)
-                + 0.5 * float(np.sum(np.log(self.alpha)))
+                + 0.5 * float(np.log(self.alpha).sum())
                 - 0.5 * log_det
             )
             - 0.5 * quad
         )
-        return L, log_ev
+        return L, log_ev, H, z
 
-    def refresh(self, factored: tuple[np.ndarray, float] | None = None) -> None:
+    def refresh(self, factored: tuple | None = None) -> None:
         """Recompute ``Sigma``, ``mu``, ``S``, ``Q`` and the log evidence from scratch.
 
         ``factored`` is :meth:`factor` at the current ``beta`` when the caller has it already.
         """
         K, beta = self.K, self.beta
-        L, self.log_ev = self.factor(beta) if factored is None else factored
+        L, self.log_ev, H, z = self.factor(beta) if factored is None else factored
         Linv, _ = lapack.dtrtri(L, lower=1)
         self.Sigma = Linv.T @ Linv
-        self.mu = beta * (self.Sigma @ self.PT[self.idx])
-        U = Linv @ self.C[:K]
-        self.S = beta * self.dd - beta * beta * np.einsum("ij,ij->j", U, U)
-        self.Q = beta * self.PT - beta * (self.C[:K].T @ self.mu)
-        H = beta * self.G
-        H[np.diag_indices(K)] += self.alpha
+        self.mu = Linv.T @ z
+        self.mu *= beta
+        CK = self.C[:K]
+        U = Linv @ CK
+        U *= U
+        S = U.sum(axis=0)
+        S *= -beta * beta
+        S += beta * self.dd
+        self.S = S
+        Q = self.PT - CK.T @ self.mu
+        Q *= beta
+        self.Q = Q
         # Residual of H Sigma = I after equilibration by diag(H): it measures rounding, not the
         # (possibly huge) spread of the alphas. Kept as the baseline the guard compares with.
-        dh = np.sqrt(np.diag(H))
-        R = (H @ self.Sigma) * np.outer(1.0 / dh, dh)
-        R[np.diag_indices(K)] -= 1.0
-        self.residual_base = float(np.max(np.abs(R)))
+        dh = np.sqrt(H.diagonal())
+        R = H @ self.Sigma
+        R *= dh / dh[:, None]
+        R.flat[:: K + 1] -= 1.0
+        self.residual_base = float(np.abs(R).max())
 
     def column_residual(self, p: int) -> float:
         """Equilibrated residual of column ``p`` of ``H Sigma = I`` (O(K^2))."""
         col = self.Sigma[:, p]
-        dh = np.sqrt(self.beta * np.diag(self.G) + self.alpha)
-        r = (self.beta * (self.G @ col) + self.alpha * col) * (dh[p] / dh)
+        hd = self.beta * self.G.diagonal()
+        hd += self.alpha
+        r = self.G @ col
+        r *= self.beta
+        r += self.alpha * col
+        r *= np.sqrt(hd[p] / hd)
         r[p] -= 1.0
-        return float(np.max(np.abs(r)))
+        return float(np.abs(r).max())
 
     def factors_active(self):
         """``s`` and ``|q|^2`` of the active columns measured without themselves."""
         al = self.alpha
         sd = self.Sigma.diagonal()
+        inv_sd = 1.0 / sd
         S = self.S[self.idx]
         # Two algebraically equal forms; each loses precision where alpha Sigma_ii nears the
         # other end of [0, 1], so take the well-conditioned one.
         prior_side = al * sd > 0.5
-        ratio = np.where(prior_side, al / (al - S), 1.0 / sd)
-        s = np.where(prior_side, S * ratio, 1.0 / sd - al)
+        ratio = np.where(prior_side, al / (al - S), inv_sd)
+        s = np.where(prior_side, S * ratio, inv_sd - al)
         if self.D == 1:
-            q = np.where(prior_side, self.Q[self.idx, 0], self.mu[:, 0]) * ratio
+            q = np.where(prior_side, self.Q[self.idx, 0], self.mu[:, 0])
+            q *= ratio
             q2 = q * q
         else:
             q = np.where(prior_side[:, None], self.Q[self.idx], self.mu) * ratio[:, None]
             q2 = np.einsum("ij,ij->i", q, q)
-        return np.maximum(s, 0.0), q2
+        return np.maximum(s, 0.0, out=s), q2
 
     # --- rank-one steps (Tipping and Faul, appendix) ------------------------------------------
 
-    def add(self, j: int, alpha: float, phi_j: np.ndarray, cj: np.ndarray) -> None:
+    def add(self, j: int, alpha: float, cj: np.ndarray) -> None:
         beta, K = self.beta, self.K
         v = self.Sigma @ cj[self.idx]
-        e = beta * cj
-        e -= (beta * beta) * (v @ self.C[:K])
+        # e = beta (cj - beta C^T v): the change of S and Q is rank one along it.
+        e = v @ self.C[:K]
+        e *= -beta
+        e += cj
+        e *= beta
         sjj = 1.0 / (alpha + self.S[j])
         mj = sjj * self.Q[j]
         Sig = np.empty((K + 1, K + 1))
         Sig[:K, :K] = self.Sigma
-        Sig[:K, :K] += (beta * beta * sjj) * np.outer(v, v)
+        Sig[:K, :K] += (beta * beta * sjj) * np.multiply.outer(v, v)
         Sig[:K, K] = Sig[K, :K] = -beta * sjj * v
         Sig[K, K] = sjj
         self.Sigma = Sig
         mu = np.empty((K + 1, self.D))
-        mu[:K] = self.mu - beta * np.outer(v, mj)
+        mu[:K] = self.mu - np.multiply.outer(beta * v, mj)
         mu[K] = mj
         self.mu = mu
-        self.S -= sjj * e * e
-        self.Q -= np.outer(e, mj)
-        self.append(j, alpha, False, phi_j, cj)
+        self.Q -= np.multiply.outer(e, mj)
+        e *= e
+        e *= sjj
+        self.S -= e
+        self.append(j, alpha, False, cj)
 
     def _downdate(self, p: int, kappa: float) -> None:
+        """``Sigma <- Sigma - kappa Sigma_p Sigma_p^T`` and what follows from it (O(K M))."""
         sp = self.Sigma[:, p].copy()
         mp = self.mu[p].copy()
-        self.Sigma -= kappa * np.outer(sp, sp)
-        self.mu -= kappa * np.outer(sp, mp)
-        z = self.beta * (sp @ self.C[: self.K])
-        self.S += kappa * z * z
-        self.Q += kappa * np.outer(z, mp)
+        W = np.multiply.outer(sp, sp)
+        W *= kappa  # after the product, so that Sigma stays exactly symmetric
+        self.Sigma -= W
+        self.mu -= np.multiply.outer(kappa * sp, mp)
+        z = sp @ self.C[: self.K]  # Phi^T Phi_a Sigma_p: the change of S and Q is along it
+        self.Q += np.multiply.outer(z, (kappa * self.beta) * mp)
+        z *= z
+        z *= kappa * self.beta * self.beta
+        self.S += z
 
     def reestimate(self, p: int, alpha: float) -> None:
         delta = alpha - self.alpha[p]
@@ -314,7 +339,7 @@ class _State:
             for arr in (self.Sigma, self.G):
                 arr[p, :] = arr[last, :]
                 arr[:, p] = arr[:, last]
-            for arr in (self.mu, self.C, self.P, self.alpha, self.is_free, self.idx):
+            for arr in (self.mu, self.C, self.alpha, self.is_free, self.idx):
                 arr[p] = arr[last]
             self.pos[self.idx[p]] = p
         self.Sigma = self.Sigma[:last, :last].copy()
@@ -400,7 +425,8 @@ def fit_sequential(
     alignment_threshold : float, default=1e-3
         A candidate whose column has cosine above ``1 - alignment_threshold`` with an active column
         is not added (its addition is numerically a re-estimation of the other); it becomes a
-        candidate again when that column is deleted.
+        candidate again once no such column is in the model. 0 turns the test off. ``reason``
+        ends with the number of candidates set aside at the end, if any.
     callback : callable, optional
         Called after every step with a dict: ``step``, ``action``, ``objective``, ``gain``,
         ``n_active``, ``beta``, ``active`` (column indices, in model order) and ``alpha`` (their
@@ -556,9 +582,8 @@ def _fit(
     st = _State(Phi, PT, dd, tt, N, D, beta, ab)
     msq = max(tt / (N * D), 1e-300)
     for j in free_idx:
-        phi_j = st.column(int(j))
         alpha_free = FREE_ALPHA_FACTOR * dd[j] / (N * msq)
-        st.append(int(j), alpha_free, True, phi_j, st.column_products(phi_j))
+        st.append(int(j), alpha_free, True, st.column_products(st.column(int(j))))
 
     if alpha_init is not None:
         ai = np.asarray(alpha_init, dtype=np.float64)
@@ -571,8 +596,7 @@ def _fit(
         if start.size == 0 and free_idx.size == 0:
             raise ValueError("alpha_init must have at least one finite entry.")
         for j in start:
-            phi_j = st.column(int(j))
-            st.append(int(j), float(ai[j]), False, phi_j, st.column_products(phi_j))
+            st.append(int(j), float(ai[j]), False, st.column_products(st.column(int(j))))
         addable[start] = False
         st.refresh()
         init_action = "init " + ",".join(str(int(j)) for j in start) if start.size else "init"
@@ -590,11 +614,28 @@ def _fit(
         alpha_j = float(_optimal_alpha(s_j, q2_j, D, a, b)[0])
         if not np.isfinite(alpha_j):
             alpha_j = s_j  # nothing is worth adding at this beta; the steps sort it out
-        phi_j = st.column(j)
-        st.append(j, alpha_j, False, phi_j, st.column_products(phi_j))
+        st.append(j, alpha_j, False, st.column_products(st.column(j)))
         addable[j] = False
         st.refresh()
         init_action = f"init {j}"
+
+    # A candidate (nearly) parallel to an active column would only re-estimate that one, in a
+    # numerically singular way: it is set aside while such a column is in the model. Cosines
+    # with the active columns come from their rows Phi^T phi_k, so this costs O(M) per addition
+    # or deletion; ``n_parallel`` counts the active columns each candidate is aligned with.
+    n_parallel = np.zeros(M, dtype=np.intp)
+    root_dd = np.sqrt(dd)
+
+    def aligned(p: int) -> np.ndarray:
+        """Columns whose cosine with active row ``p`` exceeds ``1 - alignment_threshold``."""
+        cut = (1.0 - alignment_threshold) * root_dd[st.idx[p]]
+        return np.abs(st.C[p]) > cut * root_dd
+
+    if alignment_threshold > 0:
+        for p in range(st.K):
+            n_parallel += aligned(p)
+        addable &= n_parallel == 0
+    no_prior = not a and not b
 
     def exact_objective() -> float:
         return st.log_ev + st.prior_term() + c * math.log(st.beta) - d * st.beta
@@ -602,7 +643,6 @@ def _fit(
     objective = exact_objective()
     trace = [objective]
     actions = [init_action]
-    aligned_with: dict[int, list[int]] = {}  # active column -> candidates it set aside
 
     bar = None
     if progress:
@@ -613,9 +653,9 @@ def _fit(
     def noise_step() -> tuple[bool, float]:
         """One safeguarded fixed-point step of beta; returns (accepted, |change of log beta|)."""
         nonlocal objective
-        gamma_sum = float(np.sum(1.0 - st.alpha * st.Sigma.diagonal()))
+        gamma_sum = st.K - float(st.alpha @ st.Sigma.diagonal())
         PTa = PT[st.idx]
-        sse = max(float(tt - 2.0 * np.sum(st.mu * PTa) + np.sum(st.mu * (st.G @ st.mu))), 0.0)
+        sse = max(float(tt - np.vdot(st.mu, 2.0 * PTa - st.G @ st.mu)), 0.0)
         target = (N * D - D * gamma_sum + 2 * c) / max(sse + 2 * d, 1e-300)
         target = min(max(target, 1e-300), beta_max)
         step = math.log(target) - math.log(st.beta)
@@ -669,29 +709,39 @@ def _fit(
         the Hessian is negative definite and only if the exact objective rises; returns the gain.
         """
         nonlocal objective
-        reg = np.flatnonzero(~st.is_free)
-        al, Sig = st.alpha[reg], st.Sigma[np.ix_(reg, reg)]
-        mu = st.mu[reg]
+        old = st.alpha  # replaced, never modified in place, by the trials below
+        if st.n_free:
+            reg = np.flatnonzero(~st.is_free)
+            al, Sig, mu = old[reg], st.Sigma[np.ix_(reg, reg)], st.mu[reg]
+        else:
+            reg = slice(None)  # no copies of Sigma and mu when every column is regularised
+            al, Sig, mu = old, st.Sigma, st.mu
         mm = mu @ mu.T
-        sd, m2 = np.diag(Sig), np.diag(mm)
+        sd, m2 = Sig.diagonal(), mm.diagonal()
         # d l / d log alpha_i and its derivatives (d Sigma_ii / d log alpha_j = -alpha_j
         # Sigma_ij^2, d m_i / d log alpha_j = -alpha_j Sigma_ij m_j).
         grad = 0.5 * (D * (1.0 - al * sd) - al * m2) + a - b * al
-        aa = np.outer(al, al)
-        hess = 0.5 * aa * (D * Sig * Sig + 2.0 * Sig * mm)
-        hess[np.diag_indices(reg.size)] -= 0.5 * (D * al * sd + al * m2) + b * al
+        neg_hess = D * Sig
+        neg_hess += 2.0 * mm
+        neg_hess *= Sig
+        neg_hess *= np.multiply.outer(-0.5 * al, al)
+        neg_hess.flat[:: al.size + 1] += 0.5 * (D * al * sd + al * m2) + b * al
         # Where the objective is not concave (a column drifting out, two trading places) the
         # curvature is taken in absolute value, so that the step still climbs along those
         # directions instead of aiming at a saddle ("saddle-free" Newton).
-        w, V = np.linalg.eigh(-hess)
-        w = np.maximum(np.abs(w), 1e-8 * max(float(np.abs(w).max()), 1e-300))
-        du = V @ ((V.T @ grad) / w)
+        w, V = np.linalg.eigh(neg_hess)
+        w = np.abs(w)
+        np.maximum(w, 1e-8 * max(float(w.max()), 1e-300), out=w)
+        du = V @ ((grad @ V) / w)
         du *= min(1.0, 3.0 / max(float(np.abs(du).max()), 1e-300))  # trust region in log alpha
         prior_term = c * math.log(st.beta) - d * st.beta
         base = (st.log_ev if fresh else st.factor(st.beta)[1]) + st.prior_term() + prior_term
-        old = st.alpha.copy()
         for _ in range(3):
-            st.alpha[reg] = al * np.exp(du)
+            if st.n_free:
+                st.alpha = old.copy()
+                st.alpha[reg] = al * np.exp(du)
+            else:
+                st.alpha = al * np.exp(du)
             factored = st.factor(st.beta)
             new_obj = factored[1] + st.prior_term() + prior_term
             if new_obj > base:
@@ -730,7 +780,7 @@ def _fit(
     reason = f"reached max_iter={max_iter}"
     beta_settled = fixed_beta
     fresh = True  # statistics were recomputed from scratch since the last step
-    n_steps = n_aligned = 0
+    n_steps = 0
     newton_ok = True
     last_change = np.inf
     span_tol = _SPAN_RTOL * dd
@@ -738,71 +788,50 @@ def _fit(
     try:
         while n_steps < max_iter:
             K = st.K
-            # --- gain of adding each candidate (vectorised over M) -------------------------------
+            n_reg = K - st.n_free
+            # --- best addition (vectorised over M) ---------------------------------------------
             S, Q = st.S, st.Q
-            q2 = Q[:, 0] * Q[:, 0] if D == 1 else np.einsum("ij,ij->i", Q, Q)
-            ok = addable & (S > st.beta * span_tol)
-            if not a and not b:
-                x = q2 / S
-                x *= 1.0 / D
-                x -= 1.0
-                gain_add = x - np.log1p(x)
-                gain_add *= 0.5 * D
-                ok &= x > 0
+            q2 = np.square(Q[:, 0]) if D == 1 else np.einsum("ij,ij->i", Q, Q)
+            ok = S > st.beta * span_tol
+            ok &= addable
+            if no_prior:
+                # The gain D/2 (x - log(1 + x)), x = |q|^2 / (D S) - 1, increases with |q|^2 / S:
+                # the best candidate is found on the ratio, and only its gain is computed.
+                score = np.divide(q2, S, out=np.zeros(M), where=ok)
             else:
-                gain_add = _optimal_alpha(S, q2, D, a, b)[1]
-                ok &= gain_add > 0
-            gain_add = np.where(ok, gain_add, -np.inf)
+                score = _optimal_alpha(S, q2, D, a, b)[1]
+                score[~ok] = 0.0  # gains of candidates worth adding are positive
+            j_add = int(score.argmax())
+            if no_prior:
+                x = float(score[j_add]) / D - 1.0
+                g_add = 0.5 * D * (x - math.log1p(x)) if x > 0 else -math.inf
+            else:
+                g_add = float(score[j_add])
             min_gain = _GAIN_RTOL * (1.0 + abs(objective))
-            phi_add = None
-            while True:
-                j_add = int(np.argmax(gain_add))
-                g_add = float(gain_add[j_add])
-                if g_add <= min_gain:
-                    break
-                phi_add = st.column(j_add)
-                if alignment_threshold == 0:
-                    break
-                # A candidate (nearly) parallel to an active column would only re-estimate that
-                # one, in a numerically singular way: set it aside until that column leaves.
-                # O(N K), checked before paying O(N M) for its products with every column.
-                cos = np.abs(st.P[:K] @ phi_add) / np.sqrt(dd[st.idx] * dd[j_add])
-                hit = np.flatnonzero(cos > 1.0 - alignment_threshold)
-                if not hit.size:
-                    break
-                addable[j_add] = False
-                gain_add[j_add] = -np.inf
-                for h in hit:
-                    aligned_with.setdefault(int(st.idx[h]), []).append(j_add)
-                n_aligned += 1
-                phi_add = None
+            any_add = g_add > min_gain
 
             # --- re-estimation and deletion of the active columns (vectorised over K) ----------
-            reg = ~st.is_free
+            al = st.alpha
             s_a, q2_a = st.factors_active()
-            al_opt, l_opt = _optimal_alpha(s_a, q2_a, D, a, b)
-            finite = np.isfinite(al_opt)
-            l_now = _log_gain(s_a, q2_a, st.alpha, D, a, b)
-            deletable = reg & ~finite
-            if not single_ok and int(reg.sum()) == 1:
-                deletable[:] = False  # never empty the model
-            gain_del = np.where(deletable, -l_now, -np.inf)
-            reest = reg & finite
-            if not a and not b:
-                # l(alpha') - l(alpha) in a form without cancellation between the two terms.
-                al_new = np.where(finite, al_opt, st.alpha)
-                dal = st.alpha - al_new
-                den = st.alpha + s_a
-                gain_re = 0.5 * (
-                    q2_a * dal / ((al_new + s_a) * den) - D * np.log1p(s_a * dal / (al_new * den))
-                )
+            if no_prior:
+                theta = q2_a - D * s_a
+                finite = theta > 0
+                al_opt = D * s_a * s_a / theta  # meaningless where not finite: masked below
             else:
-                gain_re = l_opt - l_now
-            gain_re = np.where(reest, gain_re, -np.inf)
-            dlog = np.where(reest, np.abs(np.log(al_opt / st.alpha)), 0.0)
-            any_del = bool(deletable.any())
-            any_add = g_add > min_gain
-            max_dlog = float(dlog.max())
+                al_opt, l_opt = _optimal_alpha(s_a, q2_a, D, a, b)
+                finite = np.isfinite(al_opt)
+            if st.n_free:
+                reest = finite & ~st.is_free
+                deletable = ~(finite | st.is_free)
+            else:
+                reest, deletable = finite, ~finite
+            some_out = bool(deletable.any())
+            any_del = some_out and (single_ok or n_reg > 1)  # never empty the model
+            masked = some_out or st.n_free > 0  # not every active column is re-estimated
+            dlog = np.abs(np.log(al_opt / al))
+            if masked:
+                dlog[~reest] = 0.0
+            max_dlog = float(dlog.max()) if K else 0.0
 
             if not any_del and not any_add and max_dlog < tol:
                 if not beta_settled:
@@ -830,7 +859,7 @@ def _fit(
                 break
 
             # --- choose and take the step ----------------------------------------------------
-            if not any_add and not any_del and newton_ok and int((~st.is_free).sum()) > 1:
+            if not any_add and not any_del and newton_ok and n_reg > 1:
                 gain = newton_step()
                 if gain is not None:
                     n_steps += 1
@@ -845,11 +874,28 @@ def _fit(
                 newton_ok = False  # until the model or the noise changes
             options = []
             if any_del:
-                p_del = int(np.argmax(gain_del))
-                options.append(("delete", float(gain_del[p_del]), p_del))
+                l_now = _log_gain(s_a[deletable], q2_a[deletable], al[deletable], D, a, b)
+                k = int(np.argmax(-l_now))
+                options.append(("delete", float(-l_now[k]), int(np.flatnonzero(deletable)[k])))
             if any_add:
                 options.append(("add", g_add, j_add))
-            if max_dlog >= tol:
+            if max_dlog >= tol and not (
+                (priority == "delete" and any_del) or (priority == "add" and any_add)
+            ):
+                # Gains of re-estimation, needed only where the step is chosen by its gain.
+                if no_prior:
+                    # l(alpha') - l(alpha) in a form without cancellation between the two terms.
+                    al_new = np.where(reest, al_opt, al) if masked else al_opt
+                    dal = al - al_new
+                    den = al + s_a
+                    gain_re = 0.5 * (
+                        q2_a * dal / ((al_new + s_a) * den)
+                        - D * np.log1p(s_a * dal / (al_new * den))
+                    )
+                else:
+                    gain_re = l_opt - _log_gain(s_a, q2_a, al, D, a, b)
+                if masked:
+                    gain_re[~reest] = -np.inf
                 p_re = int(np.argmax(gain_re))
                 g_re = float(gain_re[p_re])
                 if g_re <= min_gain:
@@ -866,10 +912,18 @@ def _fit(
 
             if kind == "add":
                 j = where
-                alpha_j = float(_optimal_alpha(S[j], q2[j], D, a, b)[0])
-                st.add(j, alpha_j, phi_add, st.column_products(phi_add))
+                if no_prior:
+                    s_j = float(S[j])
+                    alpha_j = D * s_j * s_j / (float(q2[j]) - D * s_j)
+                else:
+                    alpha_j = float(_optimal_alpha(S[j], q2[j], D, a, b)[0])
+                st.add(j, alpha_j, st.column_products(st.column(j)))
                 addable[j] = False
                 p = st.K - 1
+                if alignment_threshold > 0:
+                    hit = aligned(p)
+                    n_parallel += hit
+                    addable[hit] = False
                 action = f"add {j}"
             elif kind == "reestimate":
                 p = where
@@ -878,10 +932,11 @@ def _fit(
             else:
                 p = where
                 j = int(st.idx[p])
+                if alignment_threshold > 0:
+                    n_parallel -= aligned(p)
                 st.delete(p)
-                for blocked in aligned_with.pop(j, []):
-                    addable[blocked] = allowed[blocked] and st.pos[blocked] < 0
-                addable[j] = allowed[j]
+                np.logical_and(allowed, n_parallel == 0, out=addable)
+                addable[st.idx] = False
                 p = min(p, st.K - 1)
                 action = f"delete {j}"
             n_steps += 1
@@ -901,8 +956,9 @@ def _fit(
         if bar is not None:
             bar.close()
 
-    if n_aligned:
-        reason += f"; {n_aligned} candidates set aside as aligned with an active column"
+    n_aside = int(np.count_nonzero(allowed & (n_parallel > 0) & (st.pos < 0)))
+    if n_aside:
+        reason += f"; {n_aside} candidates set aside as aligned with an active column"
     order = np.argsort(st.idx)
     idx = st.idx[order]
     alpha = st.alpha[order]
