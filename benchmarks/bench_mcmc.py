@@ -1,8 +1,10 @@
 """MCMC benchmark of the RVM regression model on Tipping's sinc problem.
 
 Compares the weight-marginalised and the joint (non-centred) forms under nutpie, numpyro and
-PyMC's own NUTS, on all N + 1 basis functions of an RBF kernel (design columns scaled to unit norm,
-targets to unit RMS, as :class:`bayes_rvm.estimators.RVR` does), and prints one table:
+PyMC's own NUTS, and the straightforward centred joint form (``w_i ~ N(0, alpha_i^-1/2)``, the
+same priors; nutpie only by default), on all N + 1 basis functions of an RBF kernel (design
+columns scaled to unit norm, targets to unit RMS, as :class:`bayes_rvm.estimators.RVR` does),
+and prints one table:
 
 - ``compile_s``: building and compiling the sampler (nutpie: ``compile_pymc_model``; for the other
   samplers compilation is inside ``pm.sample`` and is included in ``sample_s``);
@@ -33,12 +35,14 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")  # four chains on two cores: no ne
 
 import arviz as az
 import numpy as np
+import pymc as pm
 
 from bayes_rvm.datasets import make_sinc
+from bayes_rvm.dims import BASIS, OBS
 from bayes_rvm.evidence.gaussian import fit_mackay
 from bayes_rvm.inference import sample_mcmc
 from bayes_rvm.kernels import KernelBasis
-from bayes_rvm.models import rvm_regression_model
+from bayes_rvm.models import halfcauchy_scale_alpha, rvm_regression_model
 
 
 def sinc_problem(n: int, seed: int = 0):
@@ -49,6 +53,19 @@ def sinc_problem(n: int, seed: int = 0):
     return Phi, y / np.sqrt(np.mean(y**2))
 
 
+def centred_joint_model(Phi, t) -> pm.Model:
+    """The baseline the issue measured: centred weights, the same priors as the package's model."""
+    N, M = Phi.shape
+    with pm.Model(coords={OBS: np.arange(N), BASIS: np.arange(M)}) as model:
+        Phi_data = pm.Data("Phi", Phi, dims=(OBS, BASIS))
+        y_data = pm.Data("y_obs", t, dims=OBS)
+        alpha = halfcauchy_scale_alpha("alpha", tau=1.0)
+        sigma = pm.HalfNormal("sigma", 1.0)
+        w = pm.Normal("w", 0.0, alpha**-0.5, dims=BASIS)
+        pm.Normal("y", Phi_data @ w, sigma, observed=y_data, dims=OBS)
+    return model
+
+
 def _cpu() -> float:
     # This process's threads (nutpie, numpyro) plus finished worker processes (PyMC's NUTS).
     own = resource.getrusage(resource.RUSAGE_SELF)
@@ -57,7 +74,10 @@ def _cpu() -> float:
 
 
 def run_one(Phi, t, relevant, *, form, sampler, draws, tune, chains, seed):
-    model = rvm_regression_model(Phi, t, form=form)
+    if form == "joint_centred":
+        model = centred_joint_model(Phi, t)
+    else:
+        model = rvm_regression_model(Phi, t, form=form)
     c0 = _cpu()
     t0 = time.perf_counter()
     compile_s = 0.0
@@ -128,6 +148,11 @@ def main(argv=None) -> int:
     p.add_argument("--chains", type=int, default=4)
     p.add_argument("--forms", default="marginal,joint")
     p.add_argument("--samplers", default="nutpie,numpyro,pymc")
+    p.add_argument(
+        "--centred-samplers",
+        default="nutpie",
+        help="samplers for the centred joint form (slow: NUTS runs to its maximum tree depth)",
+    )
     p.add_argument("--seed", type=int, default=1)
     a = p.parse_args(argv)
     if a.quick:
@@ -140,36 +165,37 @@ def main(argv=None) -> int:
         f"vectors, {a.chains} chains x {a.draws} draws (+{a.tune} tune), {os.cpu_count()} cores, "
         f"load average {os.getloadavg()[0]:.1f}"
     )
+    runs = [(f, s) for f in a.forms.split(",") for s in a.samplers.split(",")]
+    runs += [("joint_centred", s) for s in a.centred_samplers.split(",") if s]
     rows = []
-    for form in a.forms.split(","):
-        for sampler in a.samplers.split(","):
-            try:
-                row = run_one(
-                    Phi,
-                    t,
-                    relevant,
-                    form=form,
-                    sampler=sampler,
-                    draws=a.draws,
-                    tune=a.tune,
-                    chains=a.chains,
-                    seed=a.seed,
-                )
-            except Exception as exc:
-                msg = f"{type(exc).__name__}: {exc}"[:80]
-                row = {"form": form, "sampler": sampler, "error": msg}
-            rows.append(row)
-            print(_format_row(row), f"(load {os.getloadavg()[0]:.1f})", flush=True)
+    for form, sampler in runs:
+        try:
+            row = run_one(
+                Phi,
+                t,
+                relevant,
+                form=form,
+                sampler=sampler,
+                draws=a.draws,
+                tune=a.tune,
+                chains=a.chains,
+                seed=a.seed,
+            )
+        except Exception as exc:
+            msg = f"{type(exc).__name__}: {exc}"[:80]
+            row = {"form": form, "sampler": sampler, "error": msg}
+        rows.append(row)
+        print(_format_row(row), f"(load {os.getloadavg()[0]:.1f})", flush=True)
     print()
     print(_table(rows))
-    marg = {r["sampler"]: r for r in rows if r.get("form") == "marginal" and "error" not in r}
-    joint = {r["sampler"]: r for r in rows if r.get("form") == "joint" and "error" not in r}
-    for s in marg:
-        if s in joint:
+    ok = [r for r in rows if "error" not in r]
+    for m in (r for r in ok if r["form"] == "marginal"):
+        for j in (r for r in ok if r["form"] != "marginal" and r["sampler"] == m["sampler"]):
             print(
-                f"{s}: marginal / joint ESS per second = "
-                f"{marg[s]['ess/s'] / max(joint[s]['ess/s'], 1e-12):.0f}x (wall), "
-                f"{marg[s]['ess/s_idle'] / max(joint[s]['ess/s_idle'], 1e-12):.0f}x (idle)"
+                f"{m['sampler']}: marginal / {j['form']} ESS per second = "
+                f"{m['ess/s'] / max(j['ess/s'], 1e-12):.0f}x (wall), "
+                f"{m['ess/s_idle'] / max(j['ess/s_idle'], 1e-12):.0f}x (idle)"
+                + (f", the joint run had {j['div']} divergences" if j["div"] else "")
             )
     return 0
 
