@@ -133,7 +133,7 @@ def test_student_t_optimum_is_a_mackay_fixed_point():
 @pytest.mark.slow
 def test_not_worse_than_mackay_over_many_problems():
     diffs = []
-    for seed in range(6):
+    for seed in range(15):
         for Phi, y in (sinc_design(70, 100 + seed), friedman_design(70, seed, 1 + seed % 3)):
             seq = fit_sequential(Phi, y)
             with warnings.catch_warnings():
@@ -141,9 +141,24 @@ def test_not_worse_than_mackay_over_many_problems():
                 mk = fit_mackay(Phi, y, max_iter=20_000)
             diffs.append((seq.log_evidence - mk.log_evidence) / abs(mk.log_evidence))
     diffs = np.asarray(diffs)
-    # Different local optima are allowed; a systematic deficit is not.
-    assert np.median(diffs) > -1e-6
-    assert np.mean(diffs > -1e-6) >= 0.5
+    # Different local optima are allowed; a systematic deficit is not. Sign test over the
+    # problems where the two differ: "sequential lower" must not be significantly more common.
+    lower, higher = int(np.sum(diffs < -1e-6)), int(np.sum(diffs > 1e-6))
+    assert stats.binomtest(lower, lower + higher, 0.5, alternative="greater").pvalue > 0.05
+    assert np.median(diffs) > -1e-3
+
+
+def test_noise_warmup_hold_avoids_the_all_noise_optimum():
+    # A wide kernel (RVR's gamma="scale" on sinc): with SparseBayes' schedule the first noise
+    # estimates count the unexplained signal as noise and the fit stops with a handful of basis
+    # functions far below the evidence that MacKay's engine (an independent algorithm) reaches.
+    for seed in range(4):
+        Phi, y = sinc_design(100, seed, gamma=0.0294, normalise=True)
+        mk = fit_mackay(Phi, y).log_evidence
+        hold = fit_sequential(Phi, y).log_evidence
+        update = fit_sequential(Phi, y, beta_warmup="update").log_evidence
+        assert hold > mk - 5.0  # another local optimum at most, not the all-noise one
+        assert update < mk - 20.0
 
 
 # --- the single-alpha optimum -----------------------------------------------------------------
@@ -226,7 +241,8 @@ def test_same_log_evidence_as_fastrvm_where_same_relevance_set(seed):
         sb.Likelihood.Gaussian, 10_000, False, False, False, True, False, noise_std
     )
     res = engine.inference(Phi, y)
-    fit = fit_sequential(Phi, y, beta_init=1.0 / noise_std**2)
+    # fastrvm's noise schedule: a noise step after each of the first 10 steps.
+    fit = fit_sequential(Phi, y, beta_init=1.0 / noise_std**2, beta_warmup="update")
     theirs = np.asarray(res["relevant_idx"]).ravel()
     order = np.argsort(theirs)
     idx = theirs[order]
@@ -342,6 +358,7 @@ def test_tall_design_never_forms_n_by_n():
         ({"tol": -1.0}, "tol"),
         ({"beta_init": 0.0}, "beta_init"),
         ({"beta_update_every": 0}, "beta_update_every"),
+        ({"beta_warmup": "never"}, "beta_warmup"),
         ({"priority": "both"}, "priority"),
         ({"alignment_threshold": 1.5}, "alignment_threshold"),
         ({"alpha_prior": (-1.0, 1.0)}, "alpha_prior"),

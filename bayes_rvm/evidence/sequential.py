@@ -66,7 +66,7 @@ _GAIN_RTOL = 1e-12
 #: span of the active columns: its factors are rounding noise, so it is not offered.
 _SPAN_RTOL = 1e-10
 _LOG_2PI = math.log(2.0 * math.pi)
-#: Noise steps follow each of the first few steps (the noise estimate is poor at the start).
+#: Steps of the noise warm-up (see ``beta_warmup``), as SparseBayes' ``BetaUpdateStart``.
 _BETA_WARMUP = 10
 
 
@@ -371,6 +371,7 @@ def fit_sequential(
     max_iter: int = 10_000,
     tol: float = 1e-6,
     beta_update_every: int = 5,
+    beta_warmup: Literal["hold", "update"] = "hold",
     priority: Literal["delete", "add"] | None = "delete",
     alignment_threshold: float = 1e-3,
     callback: Callable[[dict[str, Any]], Any] | None = None,
@@ -414,11 +415,18 @@ def fit_sequential(
         ``tol`` of its single-alpha optimum, and a noise step changes ``log beta`` by less than
         ``tol``.
     beta_update_every : int, default=5
-        Noise step after each of the first 10 steps and then after every ``beta_update_every``-th;
-        also whenever the alphas have converged. A noise step is the fixed-point update
+        After the first 10 steps, a noise step after every ``beta_update_every``-th step; also
+        whenever the alphas have converged. A noise step is the fixed-point update
         ``beta = (N D - D sum(gamma) + 2c) / (||T - Phi M||^2 + 2d)``, an ascent direction of the
         objective, shortened in ``log beta`` until the exact objective does not decrease; it is
         followed by a full refactorisation of the posterior.
+    beta_warmup : {"hold", "update"}, default="hold"
+        The noise during the first 10 steps. ``"hold"`` keeps ``beta_init`` while the model
+        gathers its first basis functions: a noise estimate from a model of one or two functions
+        counts the unexplained signal as noise, and from such an estimate no addition may be worth
+        its cost, a poor local optimum (on sinc with an rbf width of 6 it costs about 40 nats and
+        triples the test error). ``"update"`` takes a noise step after each of those steps, the
+        schedule of SparseBayes and fastrvm (use it to reproduce their fits).
     priority : {"delete", "add"} or None, default="delete"
         Take any worthwhile deletion (or addition) before other steps; None takes the step of
         largest gain. Deleting first keeps the model small, which is what makes the steps cheap.
@@ -484,6 +492,8 @@ def fit_sequential(
         raise ValueError(
             f"beta_update_every must be a positive integer, got {beta_update_every!r}."
         )
+    if beta_warmup not in ("hold", "update"):
+        raise ValueError(f"beta_warmup must be 'hold' or 'update', got {beta_warmup!r}.")
     if priority not in ("delete", "add", None):
         raise ValueError(f"priority must be 'delete', 'add' or None, got {priority!r}.")
     if not (0 <= alignment_threshold < 1):
@@ -528,7 +538,7 @@ def fit_sequential(
             candidates,
             max_iter,
             tol,
-            beta_update_every,
+            (beta_update_every, beta_warmup == "update"),
             priority,
             alignment_threshold,
             callback,
@@ -554,7 +564,7 @@ def _fit(
     candidates,
     max_iter,
     tol,
-    beta_update_every,
+    noise_schedule,
     priority,
     alignment_threshold,
     callback,
@@ -564,6 +574,7 @@ def _fit(
 ) -> EvidenceFit:
     a, b = ab
     c, d = cd
+    beta_update_every, update_in_warmup = noise_schedule
     free_idx = np.unique(_as_index_array("free", free, M))
     if free_idx.size and np.any(dd[free_idx] == 0):
         raise ValueError("a free column is identically zero.")
@@ -688,7 +699,11 @@ def _fit(
         return record("noise", 0.0)
 
     def noise_due() -> bool:
-        return not fixed_beta and (n_steps <= _BETA_WARMUP or n_steps % beta_update_every == 0)
+        if fixed_beta:
+            return False
+        if n_steps <= _BETA_WARMUP:
+            return update_in_warmup
+        return n_steps % beta_update_every == 0
 
     def guard(p: int, deleted: bool) -> None:
         """Refactorise when the rank-one updates have drifted from ``H Sigma = I``."""
