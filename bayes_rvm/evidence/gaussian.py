@@ -360,7 +360,7 @@ def fit_mackay(
             beta_change, beta = abs(math.log(new_beta / beta)), new_beta
 
         pruned = new_alpha >= threshold_alpha
-        if not hyperprior:
+        if not (a or b):
             # MacKay updates creep towards alpha = inf for thousands of iterations. Once the rest
             # (the other alphas and the noise) has settled, prune those whose evidence-optimal
             # alpha is infinite: Tipping & Faul's theta_i = |q_i|^2 - D s_i <= 0, which for a
