@@ -179,33 +179,43 @@ def _log_evidence_numba(log_alpha, log_beta, Phi, Y, gram):  # pragma: no cover 
             ok = False
     if not ok:
         return np.asarray(-np.inf), out_ga, np.asarray(0.0), out_gY
-    H = beta * gram
-    d = np.empty(M)
+    # H = A + beta Phi^T Phi scaled to unit diagonal, built row by row inside its own Cholesky
+    # factor (lower triangle only). Reciprocals are kept because divisions cost several times a
+    # multiplication in these O(M^2) and O(M^3) loops; row views (Li = L[i]) let LLVM
+    # vectorise the inner loops, where 2-D indexing does not. log|H| = sum log h_ii + log|H_s|.
+    dinv = np.empty(M)
+    log_det = 0.0
     for i in range(M):
-        H[i, i] += alpha[i]
-        d[i] = np.sqrt(H[i, i])
-    for i in range(M):
-        for j in range(M):
-            H[i, j] /= d[i] * d[j]
-    # Cholesky (lower), in place, row by row.
-    # Row views (Li = L[i]) let LLVM vectorise the inner loops; 2-D indexing there does not.
-    L = np.zeros((M, M))
+        hii = alpha[i] + beta * gram[i, i]
+        dinv[i] = 1.0 / np.sqrt(hii)
+        log_det += np.log(hii)
+    L = np.empty((M, M))
+    ldinv = np.empty(M)
     for i in range(M):
         Li = L[i]
-        for j in range(i + 1):
+        gi = gram[i]
+        si = beta * dinv[i]
+        for j in range(i):
+            Li[j] = si * gi[j] * dinv[j]
+        for j in range(i):
             Lj = L[j]
-            s = H[i, j]
+            s = Li[j]
             for k in range(j):
                 s -= Li[k] * Lj[k]
-            if i == j:
-                if not s > 0.0:
-                    return np.asarray(-np.inf), out_ga, np.asarray(0.0), out_gY
-                Li[i] = np.sqrt(s)
-            else:
-                Li[j] = s / Lj[j]
-    # X = L^-1 (lower), row i from the rows above it; the inner loop runs along contiguous rows.
+            Li[j] = s * ldinv[j]
+        s = 1.0
+        for k in range(i):
+            s -= Li[k] * Li[k]
+        if not s > 0.0:
+            return np.asarray(-np.inf), out_ga, np.asarray(0.0), out_gY
+        Li[i] = np.sqrt(s)
+        ldinv[i] = 1.0 / Li[i]
+        log_det += np.log(s)
+    # X = L^-1 (lower), row i from the rows above it, inner loops along contiguous rows;
+    # diag(H_s^-1) = column sums of X^2, accumulated as the rows are made.
     X = np.zeros((M, M))
     acc = np.empty(M)
+    sd = np.zeros(M)
     for i in range(M):
         Li = L[i]
         for j in range(i):
@@ -215,42 +225,40 @@ def _log_evidence_numba(log_alpha, log_beta, Phi, Y, gram):  # pragma: no cover 
             Xk = X[k]
             for j in range(k + 1):
                 acc[j] += lik * Xk[j]
-        inv = 1.0 / Li[i]
+        inv = ldinv[i]
         Xi = X[i]
         for j in range(i):
-            Xi[j] = -acc[j] * inv
+            v = -acc[j] * inv
+            Xi[j] = v
+            sd[j] += v * v
         Xi[i] = inv
+        sd[i] += inv * inv
     PY = Phi.T @ Y
     for i in range(M):
         for c in range(D):
-            PY[i, c] /= d[i]
+            PY[i, c] *= dinv[i]
     tmp = X @ PY
     mean = X.T @ tmp
     for i in range(M):
         for c in range(D):
-            mean[i, c] *= beta / d[i]
+            mean[i, c] *= beta * dinv[i]
     resid = Y - Phi @ mean
     sse = 0.0
     for n in range(N):
         for c in range(D):
             sse += resid[n, c] * resid[n, c]
-    log_det = 0.0
     sum_la = 0.0
     alpha_sigma = 0.0
     penalty = 0.0
     for i in range(M):
-        log_det += 2.0 * np.log(L[i, i]) + 2.0 * np.log(d[i])
         sum_la += log_alpha[i]
-        sd = 0.0
-        for k in range(i, M):
-            sd += X[k, i] * X[k, i]
-        sd /= d[i] * d[i]
+        sdi = sd[i] * dinv[i] * dinv[i]
         m2 = 0.0
         for c in range(D):
             m2 += mean[i, c] * mean[i, c]
         penalty += alpha[i] * m2
-        alpha_sigma += alpha[i] * sd
-        out_ga[i] = 0.5 * (D - alpha[i] * (m2 + D * sd))
+        alpha_sigma += alpha[i] * sdi
+        out_ga[i] = 0.5 * (D - alpha[i] * (m2 + D * sdi))
     logp = 0.5 * D * (N * (lb - _LOG_2PI) + sum_la - log_det) - 0.5 * beta * sse - 0.5 * penalty
     sum_gamma = M - alpha_sigma
     g_beta = 0.5 * (N * D - D * sum_gamma - beta * sse)
@@ -321,7 +329,7 @@ _marginal_op = MarginalLogLikelihood()
 @register_funcify_default_op_cache_key(MarginalLogLikelihood)
 def _numba_funcify_marginal(op, node=None, **kwargs):
     # Bumping the integer invalidates numba's on-disk cache when the kernel changes.
-    return _log_evidence_numba, 3
+    return _log_evidence_numba, 4
 
 
 def marginal_log_likelihood(log_alpha, log_beta, Phi, Y, gram=None) -> pt.TensorVariable:

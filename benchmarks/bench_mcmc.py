@@ -13,6 +13,9 @@ and prints one table:
   type-II relevance vectors; ``ess_all`` over every ``log alpha``);
 - ``ess/s``: ``ess_bulk / wall_s``; ``ess/s_sampling``: over the sampling time alone;
 - ``div``: divergent transitions after warm-up; ``rhat``: max R-hat over the hyperparameters;
+- ``accept``: NUTS's target acceptance rate (0.8 unless set); the joint form is run a second
+  time with nutpie at ``--joint-target-accept`` (0.99), which shows whether smaller steps remove
+  its divergences, and what its ESS per second is then;
 - ``cpu_s``: CPU seconds of compilation plus sampling (threads and worker processes), and
   ``idle_s`` = compile CPU + sampling CPU / min(chains, cores): the wall time the run would take
   on an otherwise idle machine; ``ess/s_idle`` = ``ess_bulk / idle_s``. On a shared machine the
@@ -73,7 +76,7 @@ def _cpu() -> float:
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
-def run_one(Phi, t, relevant, *, form, sampler, draws, tune, chains, seed):
+def run_one(Phi, t, relevant, *, form, sampler, draws, tune, chains, seed, target_accept=0.8):
     if form == "joint_centred":
         model = centred_joint_model(Phi, t)
     else:
@@ -93,7 +96,9 @@ def run_one(Phi, t, relevant, *, form, sampler, draws, tune, chains, seed):
         compile_s = time.perf_counter() - t0
     compile_cpu = _cpu() - c0
     c1 = _cpu()
-    nuts = {"chain_method": "parallel"} if sampler == "numpyro" else None
+    nuts = {"target_accept": target_accept}
+    if sampler == "numpyro":
+        nuts["chain_method"] = "parallel"
     t1 = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -123,6 +128,7 @@ def run_one(Phi, t, relevant, *, form, sampler, draws, tune, chains, seed):
     return {
         "form": form,
         "sampler": sampler,
+        "accept": target_accept,
         "compile_s": compile_s,
         "sample_s": sample_s,
         "wall_s": wall,
@@ -153,6 +159,12 @@ def main(argv=None) -> int:
         default="nutpie",
         help="samplers for the centred joint form (slow: NUTS runs to its maximum tree depth)",
     )
+    p.add_argument(
+        "--joint-target-accept",
+        type=float,
+        default=0.99,
+        help="target_accept of an extra nutpie run of the joint form (0 to skip)",
+    )
     p.add_argument("--seed", type=int, default=1)
     a = p.parse_args(argv)
     if a.quick:
@@ -165,10 +177,12 @@ def main(argv=None) -> int:
         f"vectors, {a.chains} chains x {a.draws} draws (+{a.tune} tune), {os.cpu_count()} cores, "
         f"load average {os.getloadavg()[0]:.1f}"
     )
-    runs = [(f, s) for f in a.forms.split(",") for s in a.samplers.split(",")]
-    runs += [("joint_centred", s) for s in a.centred_samplers.split(",") if s]
+    runs = [(f, s, 0.8) for f in a.forms.split(",") for s in a.samplers.split(",")]
+    if a.joint_target_accept and "joint" in a.forms.split(","):
+        runs.append(("joint", "nutpie", a.joint_target_accept))
+    runs += [("joint_centred", s, 0.8) for s in a.centred_samplers.split(",") if s]
     rows = []
-    for form, sampler in runs:
+    for form, sampler, accept in runs:
         try:
             row = run_one(
                 Phi,
@@ -180,10 +194,11 @@ def main(argv=None) -> int:
                 tune=a.tune,
                 chains=a.chains,
                 seed=a.seed,
+                target_accept=accept,
             )
         except Exception as exc:
             msg = f"{type(exc).__name__}: {exc}"[:80]
-            row = {"form": form, "sampler": sampler, "error": msg}
+            row = {"form": form, "sampler": sampler, "accept": accept, "error": msg}
         rows.append(row)
         print(_format_row(row), f"(load {os.getloadavg()[0]:.1f})", flush=True)
     print()
@@ -192,7 +207,8 @@ def main(argv=None) -> int:
     for m in (r for r in ok if r["form"] == "marginal"):
         for j in (r for r in ok if r["form"] != "marginal" and r["sampler"] == m["sampler"]):
             print(
-                f"{m['sampler']}: marginal / {j['form']} ESS per second = "
+                f"{m['sampler']}: marginal / {j['form']} (target_accept {j['accept']}) "
+                "ESS per second = "
                 f"{m['ess/s'] / max(j['ess/s'], 1e-12):.0f}x (wall), "
                 f"{m['ess/s_idle'] / max(j['ess/s_idle'], 1e-12):.0f}x (idle)"
                 + (f", the joint run had {j['div']} divergences" if j["div"] else "")
@@ -203,6 +219,7 @@ def main(argv=None) -> int:
 _COLS = [
     "form",
     "sampler",
+    "accept",
     "compile_s",
     "sample_s",
     "wall_s",
