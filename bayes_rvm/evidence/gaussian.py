@@ -19,6 +19,7 @@ eq. 6). With ``a = b = c = d = 0`` (the default) they are the plain type-II upda
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from dataclasses import dataclass, field
@@ -138,6 +139,24 @@ def log_hyperprior(alpha: np.ndarray, beta: float, alpha_prior, beta_prior) -> f
     c, d = beta_prior
     out = float(np.sum(a * np.log(alpha) - b * alpha))
     return out + float(c * np.log(beta) - d * beta)
+
+
+@functools.cache
+def _blas_controller():
+    # Built once, after NumPy and SciPy have loaded their BLAS libraries.
+    from threadpoolctl import ThreadpoolController
+
+    return ThreadpoolController()
+
+
+def _one_blas_thread():
+    """Limit BLAS to one thread (a context manager) for the sequential engines.
+
+    Their operands are thin (N x K, K x K) and their O(N M) matrix-vector products are
+    memory-bound: a second thread gains little, while thread hand-offs on a busy 2-core machine
+    made the small products and solves 10-100x slower (measured).
+    """
+    return _blas_controller().limit(limits=1, user_api="blas")
 
 
 def _cholesky(H: np.ndarray) -> np.ndarray:

@@ -46,7 +46,6 @@ The Gamma(a, b) hyperprior on ``alpha`` (over ``log alpha``, as in
 
 from __future__ import annotations
 
-import functools
 import warnings
 from dataclasses import dataclass
 from typing import Literal
@@ -56,22 +55,13 @@ from scipy import linalg
 from scipy.special import expit, gammaln, log_softmax, softmax
 from sklearn.exceptions import ConvergenceWarning
 
-from bayes_rvm.evidence.gaussian import EvidenceFit, _cholesky, _MacKayStop, _validate_prior
-
-
-@functools.cache
-def _blas_controller():
-    # Built once, after NumPy and SciPy have loaded their BLAS libraries.
-    from threadpoolctl import ThreadpoolController
-
-    return ThreadpoolController()
-
-
-def _one_blas_thread():
-    """Limit BLAS to one thread: the operands here are thin (N x K, K x K), and on a busy
-    2-core machine thread hand-offs made the small products and solves 10-100x slower."""
-    return _blas_controller().limit(limits=1, user_api="blas")
-
+from bayes_rvm.evidence.gaussian import (
+    EvidenceFit,
+    _cholesky,
+    _MacKayStop,
+    _one_blas_thread,
+    _validate_prior,
+)
 
 __all__ = [
     "LaplaceFit",

@@ -35,7 +35,6 @@ all log alphas, ``"reestimate all"`` in the actions, kept only if the exact obje
 
 from __future__ import annotations
 
-import functools
 import math
 import warnings
 from collections.abc import Callable, Sequence
@@ -49,6 +48,7 @@ from bayes_rvm.evidence.gaussian import (  # private helpers shared within the p
     BETA_MAX,
     EvidenceFit,
     _cholesky,
+    _one_blas_thread,
     _validate_prior,
     gaussian_posterior,
 )
@@ -68,14 +68,6 @@ _SPAN_RTOL = 1e-10
 _LOG_2PI = math.log(2.0 * math.pi)
 #: Steps of the noise warm-up (see ``beta_warmup``), as SparseBayes' ``BetaUpdateStart``.
 _BETA_WARMUP = 10
-
-
-@functools.cache
-def _blas_controller():
-    # Found once, after NumPy and SciPy have loaded their BLAS libraries.
-    from threadpoolctl import ThreadpoolController
-
-    return ThreadpoolController()
 
 
 def _log_gain(s, q2, alpha, D: int, a: float, b: float):
@@ -510,11 +502,8 @@ def fit_sequential(
         raise ValueError(f"beta_init must be finite and positive, got {beta_init!r}.")
     beta_max = BETA_MAX * D * N / max(tt, 1e-300)
 
-    # One BLAS thread: the K x K and K x M operands are too small to share, and the memory-bound
-    # O(N M) matrix-vector products gain little from a second thread but lose up to 20x to thread
-    # hand-offs when the cores are busy (measured on 2 cores).
     with (
-        _blas_controller().limit(limits=1, user_api="blas"),
+        _one_blas_thread(),
         np.errstate(divide="ignore", invalid="ignore", over="ignore"),
     ):
         # The two passes over Phi that everything else is built from.
