@@ -420,7 +420,9 @@ def diagnose(dt: xr.DataTree, *, warn: bool = True, stacklevel: int = 2) -> dict
             warnings.warn(
                 f"max R-hat of the hyperparameters is {out['max_rhat']:.3f} > 1.01: the chains "
                 "disagree. Run longer (more tune and draws), start from type2_initvals(fit), or "
-                "restrict the basis to the type-II relevance vectors.",
+                "restrict the basis to the type-II relevance vectors (RVR(mcmc_basis='relevant'), "
+                "or basis=fit.active in rvm_regression_model). Nearly collinear columns, as from "
+                "a wide kernel, make a ridged posterior; a narrower one (larger gamma) helps.",
                 SamplingDiagnosticsWarning,
                 stacklevel=stacklevel,
             )
