@@ -69,6 +69,10 @@ def centred_joint_model(Phi, t) -> pm.Model:
     return model
 
 
+#: NUTS's target acceptance in every run but the extra joint one (PyMC's and nutpie's default).
+TARGET_ACCEPT = 0.8
+
+
 def _cpu() -> float:
     # This process's threads (nutpie, numpyro) plus finished worker processes (PyMC's NUTS).
     own = resource.getrusage(resource.RUSAGE_SELF)
@@ -76,7 +80,9 @@ def _cpu() -> float:
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
-def run_one(Phi, t, relevant, *, form, sampler, draws, tune, chains, seed, target_accept=0.8):
+def run_one(
+    Phi, t, relevant, *, form, sampler, draws, tune, chains, seed, target_accept=TARGET_ACCEPT
+):
     if form == "joint_centred":
         model = centred_joint_model(Phi, t)
     else:
@@ -177,10 +183,10 @@ def main(argv=None) -> int:
         f"vectors, {a.chains} chains x {a.draws} draws (+{a.tune} tune), {os.cpu_count()} cores, "
         f"load average {os.getloadavg()[0]:.1f}"
     )
-    runs = [(f, s, 0.8) for f in a.forms.split(",") for s in a.samplers.split(",")]
+    runs = [(f, s, TARGET_ACCEPT) for f in a.forms.split(",") for s in a.samplers.split(",")]
     if a.joint_target_accept and "joint" in a.forms.split(","):
         runs.append(("joint", "nutpie", a.joint_target_accept))
-    runs += [("joint_centred", s, 0.8) for s in a.centred_samplers.split(",") if s]
+    runs += [("joint_centred", s, TARGET_ACCEPT) for s in a.centred_samplers.split(",") if s]
     rows = []
     for form, sampler, accept in runs:
         try:
