@@ -277,7 +277,7 @@ def sample_mcmc(
         raise ValueError(f"sampler must be one of {SAMPLERS}, got {sampler!r}.")
     settings = dict(getattr(model, "rvm_settings", {}))
     if sampler in ("numpyro", "blackjax"):
-        from bayes_rvm.models import register_jax_dispatch
+        from bayes_rvm.marginal import register_jax_dispatch
 
         register_jax_dispatch()
     seed = _seed_from(random_seed)

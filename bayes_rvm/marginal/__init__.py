@@ -1,0 +1,22 @@
+"""The marginal likelihood of the RVM regression model, ``w`` integrated out, as a PyTensor Op.
+
+:func:`marginal_log_likelihood` builds the symbolic log density on ``(log alpha, log beta)`` with
+its closed-form gradient; :func:`log_evidence_and_grad` is the NumPy reference path. Backends:
+numba (registered on import, used by nutpie) and JAX (:func:`register_jax_dispatch`, for numpyro
+and blackjax).
+"""
+
+from bayes_rvm.marginal import numba_backend as _numba_backend  # noqa: F401  (registers numba)
+from bayes_rvm.marginal.jax_backend import register_jax_dispatch
+from bayes_rvm.marginal.op import (
+    MarginalLogLikelihood,
+    log_evidence_and_grad,
+    marginal_log_likelihood,
+)
+
+__all__ = [
+    "MarginalLogLikelihood",
+    "log_evidence_and_grad",
+    "marginal_log_likelihood",
+    "register_jax_dispatch",
+]
