@@ -16,11 +16,12 @@ import dataclasses
 
 import numpy as np
 from scipy.special import expit
-from sklearn.base import ClassifierMixin
+from sklearn.base import ClassifierMixin, _fit_context
+from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from bayes_rvm.estimators import _PRIORS, _BaseRVM, _check_number, _normalise_columns
+from bayes_rvm._base import _POSITIVE, BaseRVM, normalise_columns
 from bayes_rvm.evidence.laplace import (
     LaplaceFit,
     fit_laplace_mackay,
@@ -28,6 +29,7 @@ from bayes_rvm.evidence.laplace import (
     moderation,
 )
 from bayes_rvm.kernels import KernelBasis
+from bayes_rvm.priors import DEFAULT_NU
 
 __all__ = ["RVC"]
 
@@ -51,7 +53,7 @@ def _unscale(fit: LaplaceFit, norms: np.ndarray) -> LaplaceFit:
     )
 
 
-class RVC(ClassifierMixin, _BaseRVM):
+class RVC(ClassifierMixin, BaseRVM):
     """Relevance Vector Classifier (Tipping 2001) fitted by type-II maximum likelihood.
 
     The weights of the kernel basis ``phi_i(x) = k(x, x_i)`` (plus an optional bias) have ARD priors
@@ -77,8 +79,9 @@ class RVC(ClassifierMixin, _BaseRVM):
     prior : {"ard", "student_t"}, default="ard"
         ``"ard"``: flat hyperprior on ``log alpha``; ``"student_t"``: ``alpha_i ~ Gamma(nu/2,
         nu/2)`` on the unit-norm basis, whose marginal is ``w_i ~ t_nu(0, 1)``.
-    nu : float, default=1.0
-        Degrees of freedom of the Student-t prior (ignored for ``"ard"``).
+    nu : float, default=1e-4
+        Degrees of freedom of the Student-t prior (ignored for ``"ard"``); the package-wide
+        default :data:`bayes_rvm.priors.DEFAULT_NU`.
     solver : {"sequential", "mackay"}, default="sequential"
         ``"sequential"``: Tipping and Faul's add / re-estimate / delete algorithm on the problem
         linearised at the mode (starts from one basis function; the fast choice). ``"mackay"``:
@@ -138,6 +141,19 @@ class RVC(ClassifierMixin, _BaseRVM):
     >>> proba = clf.predict_proba(X[:3])
     """
 
+    _parameter_constraints: dict = {  # noqa: RUF012 - scikit-learn's convention
+        **{
+            k: v
+            for k, v in BaseRVM._shared_constraints.items()
+            if k not in ("centres", "n_centres", "inference", "draws", "tune", "chains")
+            and k not in ("sampler", "mcmc_basis", "verbose")
+        },
+        "solver": [StrOptions(set(_SOLVERS))],
+        "multi_class": [StrOptions(set(_MULTI_CLASS))],
+        "moderated": ["boolean"],
+        "threshold_alpha": [_POSITIVE],
+    }
+
     def __init__(
         self,
         *,
@@ -148,7 +164,7 @@ class RVC(ClassifierMixin, _BaseRVM):
         kernel_params=None,
         bias=True,
         prior="ard",
-        nu=1.0,
+        nu=DEFAULT_NU,
         solver="sequential",
         multi_class="multinomial",
         moderated=True,
@@ -173,22 +189,7 @@ class RVC(ClassifierMixin, _BaseRVM):
         self.threshold_alpha = threshold_alpha
         self.random_state = random_state
 
-    def _check_params(self) -> None:
-        if self.prior not in _PRIORS:
-            raise ValueError(f"prior must be one of {_PRIORS}, got {self.prior!r}.")
-        _check_number("nu", self.nu)
-        _check_number("max_iter", self.max_iter, integer=True)
-        _check_number("tol", self.tol)
-        _check_number("threshold_alpha", self.threshold_alpha)
-        if self.solver not in _SOLVERS:
-            raise ValueError(f"solver must be one of {tuple(_SOLVERS)}, got {self.solver!r}.")
-        if self.multi_class not in _MULTI_CLASS:
-            raise ValueError(
-                f"multi_class must be one of {_MULTI_CLASS}, got {self.multi_class!r}."
-            )
-        if not isinstance(self.moderated, bool | np.bool_):
-            raise ValueError(f"moderated must be True or False, got {self.moderated!r}.")
-
+    @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y) -> RVC:
         """Fit the classifier by maximising the Laplace evidence.
 
@@ -205,7 +206,6 @@ class RVC(ClassifierMixin, _BaseRVM):
         """
         X, y = validate_data(self, X, y, ensure_min_samples=2, dtype=np.float64)
         check_classification_targets(y)
-        self._check_params()
         classes, yi = np.unique(y, return_inverse=True)
         if classes.size < 2:
             raise ValueError(
@@ -214,7 +214,7 @@ class RVC(ClassifierMixin, _BaseRVM):
             )
         self.classes_ = classes
         basis, Phi = self._make_basis(X)
-        norms = _normalise_columns(Phi)
+        norms = normalise_columns(Phi)
         engine = _SOLVERS[self.solver]
         kw = {
             "alpha_prior": self._alpha_prior(),

@@ -19,6 +19,7 @@ import numpy as np
 
 from bayes_rvm.datasets import make_sinc, sinc
 from bayes_rvm.estimators import RVR
+from bayes_rvm.priors import DEFAULT_NU
 
 __all__ = ["main"]
 
@@ -44,7 +45,10 @@ def _common(p: argparse.ArgumentParser) -> None:
         "for sinc, 'scale' for --data)",
     )
     m.add_argument(
-        "--nu", type=float, default=1e-6, help="Student-t degrees of freedom (default 1e-6)"
+        "--nu",
+        type=float,
+        default=DEFAULT_NU,
+        help=f"Student-t degrees of freedom (default {DEFAULT_NU:g})",
     )
     s = p.add_argument_group("MCMC (with --inference mcmc, and for compare)")
     s.add_argument("--draws", type=int, default=1000, help="draws per chain (default 1000)")

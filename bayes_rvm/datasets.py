@@ -1,4 +1,4 @@
-"""Small data sets of the RVM literature: generated (sinc, Friedman) and read from disk.
+"""Small data sets of the RVM literature: generated (sinc, Friedman) and shipped (Ripley, Pima).
 
 The generated ones follow Tipping (2001): sinc on 100 equally spaced inputs in [-10, 10] with
 Gaussian noise of standard deviation 0.1, and the Friedman #1-#3 functions of scikit-learn, whose
@@ -7,6 +7,7 @@ input ranges are those of the paper.
 
 from __future__ import annotations
 
+from importlib import resources
 from pathlib import Path
 
 import numpy as np
@@ -79,17 +80,13 @@ def make_friedman(
     return makers[number](n_samples=n_samples, noise=noise, random_state=random_state)
 
 
-def _data_folder(path, name: str) -> Path:
-    """The folder of data set ``name``: ``path`` if given, else ``../shared/data/<name>``."""
-    if path is not None:
-        folder = Path(path)
-    else:
-        folder = Path(__file__).resolve().parents[1].parent / "shared" / "data" / name
+def _data_folder(path, name: str):
+    """The folder of data set ``name``: ``path`` if given, else the copy shipped in the package."""
+    if path is None:
+        return resources.files("bayes_rvm") / "data" / name
+    folder = Path(path)
     if not folder.is_dir():
-        raise FileNotFoundError(
-            f"data folder {str(folder)!r} not found: pass path=... or put the {name!r} files "
-            f"under <repository>/../shared/data/{name}/ (see that folder's README)."
-        )
+        raise FileNotFoundError(f"data folder {str(folder)!r} not found.")
     return folder
 
 
@@ -100,7 +97,7 @@ def load_ripley(path=None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarr
     ----------
     path : str or Path, optional
         Folder holding ``synth.tr`` and ``synth.te`` (whitespace-separated, header ``xs ys yc``);
-        default ``../shared/data/ripley`` relative to the repository root.
+        default the copy shipped inside the package.
 
     Returns
     -------
@@ -115,8 +112,9 @@ def load_ripley(path=None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarr
     rather than taking the first rows.
     """
     folder = _data_folder(path, "ripley")
-    tr = np.loadtxt(folder / "synth.tr", skiprows=1)
-    te = np.loadtxt(folder / "synth.te", skiprows=1)
+    with (folder / "synth.tr").open() as ftr, (folder / "synth.te").open() as fte:
+        tr = np.loadtxt(ftr, skiprows=1)
+        te = np.loadtxt(fte, skiprows=1)
     return tr[:, :2], tr[:, 2].astype(int), te[:, :2], te[:, 2].astype(int)
 
 
@@ -127,7 +125,8 @@ def load_pima(path=None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray
     ----------
     path : str or Path, optional
         Folder holding ``pima_train.csv`` and ``pima_test.csv`` (whitespace-separated, header
-        ``npreg glu bp skin bmi ped age type``, ``type`` Yes/No); default ``../shared/data/pima``.
+        ``npreg glu bp skin bmi ped age type``, ``type`` Yes/No); default the copy shipped
+        inside the package.
 
     Returns
     -------

@@ -11,129 +11,22 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from numbers import Integral, Real
 
 import numpy as np
 import xarray as xr
-from sklearn.base import BaseEstimator, RegressorMixin
-from sklearn.cluster import MiniBatchKMeans
+from sklearn.base import RegressorMixin, _fit_context
 from sklearn.utils import check_random_state
-from sklearn.utils.validation import check_array, check_is_fitted, validate_data
+from sklearn.utils._param_validation import StrOptions
+from sklearn.utils.validation import check_is_fitted, validate_data
 
+from bayes_rvm._base import _POSITIVE, BaseRVM, normalise_columns
 from bayes_rvm.dims import BASIS, OUTPUT
 from bayes_rvm.evidence.gaussian import EvidenceFit, fit_mackay
 from bayes_rvm.evidence.sequential import fit_sequential
 from bayes_rvm.kernels import KernelBasis
+from bayes_rvm.priors import DEFAULT_NU
 
 __all__ = ["RVR"]
-
-_SOLVERS = ("auto", "sequential", "mackay")
-_PRIORS = ("ard", "student_t")
-
-
-def _check_number(name: str, value, *, low=0.0, integer=False, allow_none=False, inclusive=False):
-    """Raise a ValueError naming ``name`` unless ``value`` is a finite number above ``low``."""
-    if value is None and allow_none:
-        return
-    kind = Integral if integer else Real
-    ok = isinstance(value, kind) and not isinstance(value, bool) and np.isfinite(value)
-    ok = ok and (value >= low if inclusive else value > low)
-    if not ok:
-        what = "an integer" if integer else "a finite number"
-        rel = ">=" if inclusive else ">"
-        raise ValueError(f"{name} must be {what} {rel} {low}, got {value!r}.")
-
-
-class _BaseRVM(BaseEstimator):
-    """Parameters and helpers shared by the RVM estimators: the kernel basis and its validation."""
-
-    def _candidate_centres(self, X: np.ndarray) -> np.ndarray | None:
-        """The centres the basis functions sit on: None (every training input) or a subset."""
-        spec = getattr(self, "centres", None)
-        if spec is None:
-            return None
-        if self.kernel == "precomputed":
-            raise ValueError("centres cannot be chosen with kernel='precomputed'.")
-        if isinstance(spec, str):
-            if spec not in ("random", "kmeans"):
-                raise ValueError(
-                    f"centres must be None, 'random', 'kmeans' or an array, got {spec!r}."
-                )
-            n = self.n_centres
-            _check_number("n_centres", n, integer=True)
-            if n > X.shape[0]:
-                raise ValueError(f"n_centres={n} exceeds the {X.shape[0]} training samples.")
-            rng = check_random_state(self.random_state)
-            if spec == "random":
-                return X[np.sort(rng.choice(X.shape[0], n, replace=False))]
-            km = MiniBatchKMeans(n_clusters=n, n_init=3, random_state=rng.randint(2**31 - 1))
-            return km.fit(X).cluster_centers_
-        return check_array(spec, dtype=np.float64, input_name="centres")
-
-    def _make_basis(self, X: np.ndarray) -> tuple[KernelBasis, np.ndarray]:
-        if self.kernel == "precomputed" and X.shape[0] != X.shape[1]:
-            raise ValueError(
-                f"with kernel='precomputed', X must be the square training kernel matrix; "
-                f"got shape {X.shape}."
-            )
-        basis = KernelBasis(
-            self.kernel,
-            gamma=self.gamma,
-            degree=self.degree,
-            coef0=self.coef0,
-            kernel_params=self.kernel_params,
-            bias=self.bias,
-        ).fit(X, centres=self._candidate_centres(X))
-        # Rows in chunks of ~64 MB keep the kernel's pairwise temporaries small at large N.
-        return basis, basis.transform(X, chunk_size=max(1, 8_000_000 // basis.n_basis_))
-
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.input_tags.pairwise = self.kernel == "precomputed"
-        return tags
-
-    def _check_common_params(self) -> None:
-        if self.prior not in _PRIORS:
-            raise ValueError(f"prior must be one of {_PRIORS}, got {self.prior!r}.")
-        _check_number("nu", self.nu)
-        _check_number("max_iter", self.max_iter, integer=True)
-        _check_number("tol", self.tol)
-        if not (isinstance(self.threshold_alpha, str) and self.threshold_alpha == "auto"):
-            _check_number("threshold_alpha", self.threshold_alpha)
-
-    def _alpha_prior(self) -> tuple[float, float]:
-        return (self.nu / 2.0, self.nu / 2.0) if self.prior == "student_t" else (0.0, 0.0)
-
-    def _solver(self) -> str:
-        if self.solver != "auto":
-            return self.solver
-        # The Student-t MAP-II optimum keeps every alpha finite, relevance being a threshold on
-        # alpha: that is the re-estimation engine's fixed point. The sequential engine instead
-        # leaves out a basis function whenever its prior term outweighs its evidence gain.
-        return "mackay" if self.prior == "student_t" else "sequential"
-
-    def _threshold_alpha(self) -> float:
-        if self.threshold_alpha != "auto":
-            return float(self.threshold_alpha)
-        # Under the Student-t prior the MAP alphas stay finite (at most about (1 + nu) / nu), so
-        # relevance is a threshold on alpha (reference document 002). On the normalised scale the
-        # relevant weights are O(1) to O(sqrt(N)); alpha = 10 is a prior sd of 0.3. Under ARD the
-        # alphas of irrelevant basis functions diverge and only need a numerical cut-off.
-        return 10.0 if self.prior == "student_t" else 1e9
-
-    @property
-    def n_relevance_vectors_(self) -> int:
-        """Number of relevance vectors (basis functions other than the bias that were kept)."""
-        check_is_fitted(self, "relevance_")
-        return int(self.relevance_.size)
-
-
-def _normalise_columns(Phi: np.ndarray) -> np.ndarray:
-    """Scale the columns of ``Phi`` to unit norm in place; return the norms (1 for zero columns)."""
-    norms = np.sqrt(np.einsum("ij,ij->j", Phi, Phi))
-    norms[norms == 0] = 1.0
-    Phi /= norms
-    return norms
 
 
 def _unscale_fit(fit: EvidenceFit, norms: np.ndarray, scale: float, n_values: int) -> EvidenceFit:
@@ -178,7 +71,7 @@ def _unscale_datatree(dt, norms: np.ndarray, scale: float):
     return out
 
 
-class RVR(RegressorMixin, _BaseRVM):
+class RVR(RegressorMixin, BaseRVM):
     """Relevance Vector Regression (Tipping 2001) fitted by type-II maximum likelihood.
 
     The model is ``t = Phi w + noise`` with one basis function ``k(x, x_i)`` per training input and
@@ -205,8 +98,9 @@ class RVR(RegressorMixin, _BaseRVM):
         ``"student_t"``: ``alpha_i ~ Gamma(nu/2, nu/2)``, whose marginal is ``w_i ~ t_nu(0, 1)`` on
         the normalised basis (unit-norm columns, unit-RMS targets); the MAP-II update is
         ``alpha_i = (gamma_i + nu) / (m_i^2 + nu)``. Smaller ``nu`` gives sparser fits.
-    nu : float, default=1.0
-        Degrees of freedom of the Student-t prior (ignored for ``"ard"``).
+    nu : float, default=1e-4
+        Degrees of freedom of the Student-t prior (ignored for ``"ard"``); the package-wide
+        default :data:`bayes_rvm.priors.DEFAULT_NU`, small enough to give a sparse fit.
     solver : {"auto", "sequential", "mackay"}, default="auto"
         Type-II engine: ``"sequential"``, the fast algorithm of Tipping & Faul (2003), which
         starts from one basis function and adds, re-estimates or deletes one at a time; or
@@ -304,6 +198,13 @@ class RVR(RegressorMixin, _BaseRVM):
     >>> mean, std = model.predict(X[:3], return_std=True)
     """
 
+    _parameter_constraints: dict = {  # noqa: RUF012 - scikit-learn's convention
+        **BaseRVM._shared_constraints,
+        "solver": [StrOptions({"auto", "sequential", "mackay"})],
+        "noise_variance": [_POSITIVE, None],
+        "threshold_alpha": [StrOptions({"auto"}), _POSITIVE],
+    }
+
     def __init__(
         self,
         *,
@@ -314,7 +215,7 @@ class RVR(RegressorMixin, _BaseRVM):
         kernel_params=None,
         bias=True,
         prior="ard",
-        nu=1.0,
+        nu=DEFAULT_NU,
         solver="auto",
         noise_variance=None,
         max_iter=10_000,
@@ -355,12 +256,30 @@ class RVR(RegressorMixin, _BaseRVM):
         self.random_state = random_state
         self.verbose = verbose
 
+    def _solver(self) -> str:
+        if self.solver != "auto":
+            return self.solver
+        # The Student-t MAP-II optimum keeps every alpha finite, relevance being a threshold on
+        # alpha: that is the re-estimation engine's fixed point. The sequential engine instead
+        # leaves out a basis function whenever its prior term outweighs its evidence gain.
+        return "mackay" if self.prior == "student_t" else "sequential"
+
+    def _threshold_alpha(self) -> float:
+        if self.threshold_alpha != "auto":
+            return float(self.threshold_alpha)
+        # Under the Student-t prior the MAP alphas stay finite (at most about (1 + nu) / nu), so
+        # relevance is a threshold on alpha (reference document 002). On the normalised scale the
+        # relevant weights are O(1) to O(sqrt(N)); alpha = 10 is a prior sd of 0.3. Under ARD the
+        # alphas of irrelevant basis functions diverge and only need a numerical cut-off.
+        return 10.0 if self.prior == "student_t" else 1e9
+
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.target_tags.multi_output = True
         tags.target_tags.single_output = True
         return tags
 
+    @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y) -> RVR:
         """Fit the RVM by maximising the evidence.
 
@@ -378,30 +297,11 @@ class RVR(RegressorMixin, _BaseRVM):
         X, y = validate_data(
             self, X, y, multi_output=True, y_numeric=True, ensure_min_samples=2, dtype=np.float64
         )
-        self._check_common_params()
-        if self.solver not in _SOLVERS:
-            raise ValueError(f"solver must be one of {_SOLVERS}, got {self.solver!r}.")
-        _check_number("noise_variance", self.noise_variance, allow_none=True)
-        if self.inference not in ("type2", "mcmc"):
-            raise ValueError(f"inference must be 'type2' or 'mcmc', got {self.inference!r}.")
-        if self.inference == "mcmc":
-            for name in ("draws", "tune", "chains"):
-                _check_number(
-                    name, getattr(self, name), integer=True, low=0, inclusive=name == "tune"
-                )
-            if self.sampler not in ("nutpie", "numpyro", "pymc", "blackjax"):
-                raise ValueError(
-                    f"sampler must be nutpie, numpyro, pymc or blackjax, got {self.sampler!r}."
-                )
-            if self.mcmc_basis not in ("all", "relevant"):
-                raise ValueError(
-                    f"mcmc_basis must be 'all' or 'relevant', got {self.mcmc_basis!r}."
-                )
         T = y[:, None] if y.ndim == 1 else y
         n, d = T.shape
 
         basis, Phi = self._make_basis(X)
-        norms = _normalise_columns(Phi)
+        norms = normalise_columns(Phi)
         rms = float(np.sqrt(np.mean(T**2)))
         scale = rms if rms > 0 else 1.0
         Tn = T / scale

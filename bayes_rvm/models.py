@@ -49,6 +49,7 @@ import pytensor.tensor as pt
 
 from bayes_rvm.dims import BASIS, CLASS, OBS, OUTPUT
 from bayes_rvm.marginal import marginal_log_likelihood
+from bayes_rvm.priors import DEFAULT_NU
 
 __all__ = [
     "halfcauchy_scale_alpha",
@@ -145,7 +146,7 @@ def rvm_regression_model(
     prior: Literal["ard", "student_t"] = "ard",
     form: Literal["marginal", "joint"] = "marginal",
     tau: float = 1.0,
-    nu: float | NuPrior = 4.0,
+    nu: float | NuPrior = DEFAULT_NU,
     s: float = 1.0,
     alpha_prior: AlphaPrior | None = None,
     noise_prior: NoisePrior | None = None,
@@ -174,7 +175,7 @@ def rvm_regression_model(
         ``w = z / sqrt(alpha)`` with a ``pm.Normal`` likelihood, to be extended by the user.
     tau : float, default=1.0
         Scale of the default ARD hyperprior (ignored when ``alpha_prior`` is given).
-    nu : float or callable, default=4.0
+    nu : float or callable, default=1e-4 (:data:`bayes_rvm.priors.DEFAULT_NU`)
         Degrees of freedom of the Student-t prior, or ``nu_prior(name) -> TensorVariable``
         creating a random ``nu`` inside the model (for example
         ``lambda name: pm.Gamma(name, 2.0, 0.1)``).
@@ -324,7 +325,7 @@ def rvm_classification_model(
     likelihood: Literal["auto", "bernoulli", "softmax"] = "auto",
     prior: Literal["ard", "student_t"] = "ard",
     tau: float = 1.0,
-    nu: float = 4.0,
+    nu: float = DEFAULT_NU,
     s: float = 1.0,
     basis_names: Sequence | None = None,
     class_names: Sequence | None = None,

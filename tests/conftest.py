@@ -1,6 +1,4 @@
-"""Shared fixtures: small seeded problems and the location of the team's shared data."""
-
-from pathlib import Path
+"""Shared fixtures: small seeded problems."""
 
 import numpy as np
 import pytest
@@ -8,8 +6,6 @@ from threadpoolctl import threadpool_limits
 
 # Tests run two workers on two cores: BLAS threads on top only spin against each other.
 threadpool_limits(1)
-
-SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
 @pytest.fixture

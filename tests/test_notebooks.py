@@ -10,8 +10,6 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from tests.conftest import SHARED_DATA
-
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 
@@ -22,9 +20,6 @@ def test_notebook_executes(path, monkeypatch):
     monkeypatch.setenv("BAYES_RVM_NOTEBOOK_FAST", "1")
     monkeypatch.setenv("MPLBACKEND", "Agg")
     nb = nbformat.read(path, as_version=4)
-    needs_data = any("load_ripley" in c.source or "load_pima" in c.source for c in nb.cells)
-    if needs_data and not SHARED_DATA.is_dir():
-        pytest.skip(f"{path.name} reads the team's data sets, absent at {SHARED_DATA}")
     NotebookClient(
         nb, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
     ).execute()

@@ -1,0 +1,98 @@
+"""The package's public face, and its shipped data sets read from an installed copy."""
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_public_names():
+    import bayes_rvm
+    from bayes_rvm import RVC, RVR, KernelBasis, Prior, compare, load_model, save_model
+
+    assert RVR.__module__ == "bayes_rvm.estimators"
+    assert RVC.__module__ == "bayes_rvm.classifier"
+    assert callable(compare) and callable(save_model) and callable(load_model)
+    assert KernelBasis is bayes_rvm.kernels.KernelBasis and Prior is bayes_rvm.priors.Prior
+    assert bayes_rvm.__version__[0].isdigit()
+    assert set(bayes_rvm.__all__) >= {"RVR", "RVC", "KernelBasis", "compare", "save_model"}
+
+
+def test_one_nu_default_everywhere():
+    from bayes_rvm import RVC, RVR
+    from bayes_rvm.cli import _parser
+    from bayes_rvm.priors import DEFAULT_NU
+
+    assert RVR().nu == RVC().nu == DEFAULT_NU
+    assert _parser().parse_args(["fit"]).nu == DEFAULT_NU
+
+
+def test_student_t_default_is_sparse_on_sinc():
+    # Reference document 002: small nu, few relevance vectors. nu = 1 keeps all 100 here.
+    from bayes_rvm import RVR
+    from bayes_rvm.datasets import make_sinc
+
+    X, y = make_sinc(100, noise=0.1, random_state=0)
+    sparse = RVR(gamma=1 / 9, prior="student_t").fit(X, y)
+    ard = RVR(gamma=1 / 9).fit(X, y)
+    assert sparse.n_relevance_vectors_ <= 2 * ard.n_relevance_vectors_ <= 20
+    assert RVR(gamma=1 / 9, prior="student_t", nu=1.0).fit(X, y).n_relevance_vectors_ > 50
+
+
+def test_shipped_data_match_their_published_sizes():
+    from bayes_rvm.datasets import load_pima, load_ripley
+
+    Xtr, ytr, Xte, yte = load_ripley()
+    assert Xtr.shape == (250, 2) and Xte.shape == (1000, 2)
+    assert np.bincount(ytr).tolist() == [125, 125] and np.bincount(yte).tolist() == [500, 500]
+    Xtr, ytr, Xte, yte = load_pima()
+    assert Xtr.shape == (200, 7) and Xte.shape == (332, 7)
+    assert ytr.sum() == 68 and yte.sum() == 109  # MASS: Pima.tr 68 Yes, Pima.te 109 Yes
+
+
+@pytest.mark.slow
+def test_shipped_data_load_from_an_installed_wheel(tmp_path):
+    pytest.importorskip("hatchling", reason="building the wheel needs hatchling")
+    wheels = tmp_path / "wheels"
+    build = subprocess.run(
+        [
+            *(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation"),
+            *("-w", str(wheels), str(ROOT)),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert build.returncode == 0, build.stderr[-3000:]
+    (wheel,) = wheels.glob("bayes_rvm-*.whl")
+    site = tmp_path / "site"
+    install = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "--target", str(site), str(wheel)],
+        capture_output=True,
+        text=True,
+    )
+    assert install.returncode == 0, install.stderr[-3000:]
+    script = textwrap.dedent(
+        """
+        import bayes_rvm.datasets as d
+        print(d.__file__)
+        print(d.load_ripley()[0].shape, d.load_pima()[2].shape)
+        """
+    )
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    run = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=elsewhere,
+        env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    where, shapes = run.stdout.split("\n")[:2]
+    assert Path(where).is_relative_to(site)
+    assert shapes == "(250, 2) (332, 7)"
