@@ -8,6 +8,7 @@ work on, the training arrays an estimator keeps to rebuild its PyMC model, and `
 
 from __future__ import annotations
 
+import dataclasses
 from numbers import Integral, Real
 
 import numpy as np
@@ -17,11 +18,14 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_array, check_is_fitted
 
+from bayes_rvm.evidence.width import WIDTH_KERNELS, WidthPath, maximise_width, width_to_gamma
 from bayes_rvm.kernels import KernelBasis
 
 __all__ = ["BaseRVM", "check_number", "normalise_columns"]
 
 PRIORS = ("ard", "student_t")
+#: ``gamma`` values that learn the kernel width by the evidence (one width, or one per feature).
+WIDTH_RULES = ("evidence", "evidence_ard")
 SAMPLERS = ("nutpie", "numpyro", "pymc", "blackjax")
 _POSITIVE = Interval(Real, 0, None, closed="neither")
 
@@ -47,6 +51,15 @@ def normalise_columns(Phi: np.ndarray) -> np.ndarray:
     return norms
 
 
+def path_to_json(path: WidthPath | None) -> dict | None:
+    """A width path as lists (for the JSON attributes of a saved model)."""
+    return None if path is None else {k: v.tolist() for k, v in dataclasses.asdict(path).items()}
+
+
+def path_from_json(data: dict | None) -> WidthPath | None:
+    return None if data is None else WidthPath(**{k: np.asarray(v) for k, v in data.items()})
+
+
 class BaseRVM(BaseEstimator):
     """Parameters and helpers shared by the RVM estimators.
 
@@ -57,7 +70,7 @@ class BaseRVM(BaseEstimator):
     #: Constraints of the parameters both estimators take; scikit-learn checks them in ``fit``.
     _shared_constraints: dict = {  # noqa: RUF012 - scikit-learn's convention
         "kernel": [str, callable],
-        "gamma": [StrOptions({"scale", "auto"}), _POSITIVE],
+        "gamma": [StrOptions({"scale", "auto", *WIDTH_RULES}), _POSITIVE, "array-like"],
         "degree": [Interval(Integral, 1, None, closed="left")],
         "coef0": [Interval(Real, None, None, closed="neither")],
         "kernel_params": [dict, None],
@@ -122,6 +135,72 @@ class BaseRVM(BaseEstimator):
         tags = super().__sklearn_tags__()
         tags.input_tags.pairwise = self.kernel == "precomputed"
         return tags
+
+    # -- the kernel width as a hyperparameter ------------------------------------------------------
+    def _learns_width(self) -> bool:
+        if not (isinstance(self.gamma, str) and self.gamma in WIDTH_RULES):
+            return False
+        if self.kernel not in WIDTH_KERNELS:
+            raise ValueError(
+                f"gamma={self.gamma!r} learns the width of the kernels {WIDTH_KERNELS}; "
+                f"got kernel={self.kernel!r}."
+            )
+        return True
+
+    def _width_design(self, X: np.ndarray, centres: np.ndarray | None):
+        """``design(l, columns=None)``: the unit-norm design at length scale(s) ``l``."""
+
+        def design(length_scale, columns=None):
+            g = width_to_gamma(length_scale, self.kernel)
+            basis = KernelBasis(
+                self.kernel, gamma=float(g[0]) if g.size == 1 else g, bias=self.bias
+            ).fit(X, centres=centres)
+            Phi = basis.transform(X, columns=columns)
+            normalise_columns(Phi)
+            return Phi
+
+        return design
+
+    def _select_width(self, X, T, engine, *, log_scale: float = 0.0, gradient: bool = True):
+        """Maximise the evidence over the kernel width(s); the basis, design, norms and fit there.
+
+        ``log_scale`` is what the log evidence loses in the user's units (the Jacobian of the
+        targets' scaling), so that ``width_path_`` compares with ``log_evidence_``.
+        """
+        centres = self._candidate_centres(X)
+        wf = maximise_width(
+            self._width_design(X, centres),
+            engine,
+            X,
+            T,
+            centres=centres,
+            kernel=self.kernel,
+            bias=self.bias,
+            ard=self.gamma == "evidence_ard",
+            refine="gradient" if gradient else "bounded",
+        )
+        ls = wf.length_scale
+        g = width_to_gamma(ls, self.kernel)
+        basis = KernelBasis(
+            self.kernel, gamma=float(g[0]) if ls.size == 1 else g, bias=self.bias
+        ).fit(X, centres=centres)
+        Phi = basis.transform(X)
+        norms = normalise_columns(Phi)
+        path = dataclasses.replace(wf.path, log_evidence=wf.path.log_evidence - log_scale)
+        self._set_width(basis, path)
+        self.width_selection_ = wf
+        return basis, Phi, norms, wf.fit
+
+    def _set_width(self, basis: KernelBasis, path) -> None:
+        """``gamma_``, ``length_scale_`` and ``width_path_`` from the fitted basis."""
+        g = basis.gamma_
+        self.gamma_ = None if g is None else (np.asarray(g) if isinstance(g, list) else g)
+        if self.gamma_ is not None and self.kernel in WIDTH_KERNELS:
+            ls = 1.0 / np.sqrt(self.gamma_) if self.kernel == "rbf" else 1.0 / self.gamma_
+            self.length_scale_ = ls if np.ndim(ls) else float(ls)
+        else:
+            self.length_scale_ = None
+        self.width_path_ = path
 
     def _alpha_prior(self) -> tuple[float, float]:
         nu = float(self.nu)

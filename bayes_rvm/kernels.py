@@ -24,14 +24,18 @@ KERNELS = ("rbf", "linear", "poly", "polynomial", "laplacian", "sigmoid", "cosin
 _USES_GAMMA = {"rbf", "poly", "polynomial", "laplacian", "sigmoid"}
 _USES_DEGREE = {"poly", "polynomial"}
 _USES_COEF0 = {"poly", "polynomial", "sigmoid"}
+#: Kernels that accept one coefficient per input feature (``gamma`` of shape (n_features,)).
+_PER_FEATURE = {"rbf", "laplacian"}
 
 KernelSpec = str | Callable[[np.ndarray, np.ndarray], np.ndarray] | GPKernel
 
 
-def resolve_gamma(gamma: str | float, X: np.ndarray) -> float:
+def resolve_gamma(gamma, X: np.ndarray) -> float | list[float]:
     """Resolve ``gamma`` as :class:`sklearn.svm.SVR` does.
 
-    ``"scale"`` gives ``1 / (n_features * X.var())`` and ``"auto"`` gives ``1 / n_features``.
+    ``"scale"`` gives ``1 / (n_features * X.var())`` and ``"auto"`` gives ``1 / n_features``; a
+    sequence of ``n_features`` positive numbers (one coefficient per input feature, for the rbf
+    and laplacian kernels) is returned as a list of floats.
     """
     if isinstance(gamma, str):
         if gamma == "scale":
@@ -40,6 +44,15 @@ def resolve_gamma(gamma: str | float, X: np.ndarray) -> float:
         if gamma == "auto":
             return 1.0 / X.shape[1]
         raise ValueError(f"gamma must be 'scale', 'auto' or a positive float, got {gamma!r}.")
+    if isinstance(gamma, list | tuple | np.ndarray):
+        g = np.asarray(gamma, dtype=np.float64)
+        if g.ndim != 1 or g.size != X.shape[1] or not np.all(np.isfinite(g) & (g > 0)):
+            raise ValueError(
+                f"a per-feature gamma must hold {X.shape[1]} positive finite numbers (one per "
+                f"input feature), got {gamma!r}."
+            )
+        # A list, not an array: the fitted basis's attributes are saved as JSON.
+        return [float(v) for v in g]
     if not isinstance(gamma, Real) or not np.isfinite(gamma) or gamma <= 0:
         raise ValueError(f"gamma must be 'scale', 'auto' or a positive float, got {gamma!r}.")
     return float(gamma)
@@ -55,10 +68,12 @@ class KernelBasis(TransformerMixin, BaseEstimator):
         ``k(X, Y) -> (n_X, n_Y)`` array, a :mod:`sklearn.gaussian_process.kernels` object, or
         ``"precomputed"``, in which case ``X`` passed to :meth:`transform` is already the kernel
         between the inputs and the centres (shape ``(n_samples, n_centres)``).
-    gamma : {"scale", "auto"} or float, default="scale"
+    gamma : {"scale", "auto"}, float or array-like of shape (n_features,), default="scale"
         Kernel coefficient of rbf, poly, laplacian and sigmoid; ``"scale"`` is
         ``1 / (n_features * X.var())`` as in :class:`sklearn.svm.SVR`. For the rbf kernel
-        ``exp(-gamma ||x - y||^2)``, a Gaussian of width ``r`` is ``gamma = 1 / r^2``.
+        ``exp(-gamma ||x - y||^2)``, a Gaussian of width ``r`` is ``gamma = 1 / r^2``. For rbf
+        and laplacian, one coefficient per input feature gives ``exp(-sum_d gamma_d (x_d -
+        y_d)^2)`` and ``exp(-sum_d gamma_d |x_d - y_d|)`` (per-feature length scales).
     degree : int, default=3
         Degree of the polynomial kernel.
     coef0 : float, default=1.0
@@ -72,8 +87,8 @@ class KernelBasis(TransformerMixin, BaseEstimator):
     ----------
     centres_ : ndarray of shape (n_centres, n_features) or None
         The inputs the basis functions sit on (None for a precomputed kernel).
-    gamma_ : float or None
-        The resolved kernel coefficient.
+    gamma_ : float, list of float or None
+        The resolved kernel coefficient (a list: one per input feature).
     n_basis_ : int
         Number of basis functions (columns of the design matrix).
     """
@@ -147,6 +162,11 @@ class KernelBasis(TransformerMixin, BaseEstimator):
             self.n_centres_ = C.shape[0]
             uses_gamma = isinstance(kernel, str) and kernel in _USES_GAMMA
             self.gamma_ = resolve_gamma(self.gamma, X) if uses_gamma else None
+            if isinstance(self.gamma_, list) and kernel not in _PER_FEATURE:
+                raise ValueError(
+                    f"a per-feature gamma works with the kernels {sorted(_PER_FEATURE)}, not "
+                    f"{kernel!r}."
+                )
         self.n_basis_ = self.n_centres_ + int(bool(self.bias))
         return self
 
@@ -158,6 +178,12 @@ class KernelBasis(TransformerMixin, BaseEstimator):
             params = {}
             if kernel in _USES_GAMMA:
                 params["gamma"] = self.gamma_
+                if kernel in _PER_FEATURE and np.ndim(self.gamma_) == 1:
+                    # One coefficient per input feature (ARD over the inputs): the kernel of
+                    # inputs rescaled per feature, with a unit coefficient.
+                    g = np.asarray(self.gamma_, dtype=np.float64)
+                    s = np.sqrt(g) if kernel == "rbf" else g
+                    X, centres, params["gamma"] = X * s, centres * s, 1.0
             if kernel in _USES_DEGREE:
                 params["degree"] = self.degree
             if kernel in _USES_COEF0:
