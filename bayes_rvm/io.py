@@ -506,6 +506,7 @@ def _check_state(state: dict, params: dict, estimator: str, path: Path) -> None:
 
 
 def _check_gamma(basis: KernelBasis, params: dict, fail) -> None:
+    from bayes_rvm._base import WIDTH_RULES
     from bayes_rvm.kernels import _USES_GAMMA
 
     uses = isinstance(basis.kernel, str) and basis.kernel in _USES_GAMMA
@@ -514,8 +515,15 @@ def _check_gamma(basis: KernelBasis, params: dict, fail) -> None:
         if gamma_ is not None:
             fail(f"gamma_ = {gamma_!r} for kernel {basis.kernel!r}, which has no gamma")
         return
-    if not isinstance(gamma_, float) or not np.isfinite(gamma_) or gamma_ <= 0:
+    if isinstance(gamma_, list):
+        # One coefficient per input feature (rbf / laplacian).
+        g = np.asarray(gamma_, dtype=np.float64)
+        if g.shape != (basis.n_features_in_,) or not np.all(np.isfinite(g) & (g > 0)):
+            fail(f"gamma_ = {gamma_!r} is not one positive number per input feature")
+    elif not isinstance(gamma_, float) or not np.isfinite(gamma_) or gamma_ <= 0:
         fail(f"gamma_ = {gamma_!r} is not a positive number")
+    if isinstance(basis.gamma, str) and basis.gamma in WIDTH_RULES:
+        return  # learned by the evidence: nothing to resolve it from
     # gamma_ is resolved from the training inputs; they are the centres unless a subset was chosen.
     on_inputs = params.get("centres") is None
     if not isinstance(basis.gamma, str) or basis.gamma == "auto" or on_inputs:
