@@ -6,6 +6,8 @@ the relevance vectors marked, a text summary and the saved model (with its ArviZ
 ``--output``. ``--data file.csv --target column`` fits a table instead; ``--inference mcmc``
 samples the hyperparameters by NUTS. ``bayes-rvm compare`` fits the default problem four ways
 (type-II and MCMC, ARD and Student-t priors) and writes ArviZ's PSIS-LOO comparison table and plots.
+``bayes-rvm study config.toml [--scheduler ADDRESS]`` runs a model comparison study described in a
+TOML file (:func:`bayes_rvm.study.read_config`), locally or on a Dask cluster.
 """
 
 from __future__ import annotations
@@ -103,6 +105,22 @@ def _parser() -> argparse.ArgumentParser:
         "MCMC and write ArviZ's comparison table (compare.csv) and plots.",
     )
     _common(cmp)
+    study = sub.add_parser(
+        "study",
+        help="a grid of models x data sets from a TOML file, locally or on a Dask cluster",
+        description="Fit every model of a TOML study file on every data set (see "
+        "bayes_rvm.study.read_config), print a line per finished fit, and write the table "
+        "(study.csv) and the elpd comparison plot (study.png) into the file's output folder. "
+        "With a store in the file, an interrupted study resumes where it stopped.",
+    )
+    study.add_argument("config", type=Path, help="the study's TOML file")
+    study.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="address of a running Dask scheduler (e.g. tcp://10.0.0.5:8786); default: "
+        "local processes",
+    )
+    study.add_argument("--no-plot", action="store_true", help="do not write the plot")
     return p
 
 
@@ -310,13 +328,67 @@ def _compare(args) -> int:
     return 0
 
 
+def _study(args) -> int:
+    import pandas as pd
+
+    from bayes_rvm.study import read_config, run_study
+
+    try:
+        config = read_config(args.config)
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"bayes-rvm: {exc}") from None
+    client = None
+    if args.scheduler:
+        try:
+            from distributed import Client
+        except ImportError:
+            raise SystemExit(
+                "bayes-rvm: --scheduler needs Dask: pip install 'bayes-rvm[study]'"
+            ) from None
+        client = Client(args.scheduler)
+    try:
+        table = run_study(
+            config.models,
+            config.datasets,
+            client=client,
+            store=config.store,
+            n_jobs=config.n_jobs,
+            random_state=config.random_state,
+            progress=True,
+        )
+    finally:
+        if client is not None:
+            client.close()
+    config.output.mkdir(parents=True, exist_ok=True)
+    written = [config.output / "study.csv"]
+    table.to_csv(written[0], index=False)
+    shown = ["dataset", "model", "elpd_loo", "elpd_loo_se", "n_pareto_k_high"]
+    shown += [c for c in ("test_rmse", "test_error_rate") if table[c].notna().any()]
+    with pd.option_context("display.width", 200, "display.max_rows", 500):
+        print(table[shown].round(3).to_string(index=False))
+    if not args.no_plot:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        from bayes_rvm.plots import plot_study
+
+        fig = plot_study(table)
+        written.append(config.output / "study.png")
+        fig.savefig(written[-1], dpi=120, bbox_inches="tight")
+        plt.close(fig)
+    print("wrote " + ", ".join(str(p) for p in written))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] not in ("fit", "compare", "-h", "--help"):
+    if not argv or argv[0] not in ("fit", "compare", "study", "-h", "--help"):
         argv = ["fit", *argv]
     args = _parser().parse_args(argv)
-    return _compare(args) if args.command == "compare" else _fit(args)
+    return {"compare": _compare, "study": _study}.get(args.command, _fit)(args)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,4 +1,5 @@
-"""Plots of fitted RVMs (matplotlib): the predictive band with the relevance vectors marked."""
+"""Plots of fitted RVMs (matplotlib): the predictive band with the relevance vectors marked, and
+the elpd of a model comparison study."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-__all__ = ["plot_regression"]
+__all__ = ["plot_regression", "plot_study"]
 
 
 def plot_regression(
@@ -76,3 +77,76 @@ def plot_regression(
     ax.set_ylabel("y")
     ax.legend(loc="best", fontsize="small")
     return ax
+
+
+def plot_study(table, *, n_se: float = 1.0, axes=None):
+    """PSIS-LOO elpd with its standard error per model, one panel per data set.
+
+    Parameters
+    ----------
+    table : pandas.DataFrame
+        A study table (:func:`bayes_rvm.study.run_study` or :func:`~bayes_rvm.study.load_study`)
+        with ``dataset``, ``model``, ``elpd_loo`` and ``elpd_loo_se``.
+    n_se : float, default=1.0
+        Half-width of the error bars in standard errors.
+    axes : sequence of matplotlib Axes, optional
+        One per data set.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+
+    Notes
+    -----
+    The elpd of different data sets are not on one scale (they sum over different points), hence
+    one panel each. Within a panel the best model is marked; models whose fits have Pareto k
+    above 0.7 are drawn hollow, as their elpd is not reliable.
+    """
+    import matplotlib.pyplot as plt
+
+    missing = {"dataset", "model", "elpd_loo", "elpd_loo_se"} - set(table.columns)
+    if missing:
+        raise ValueError(f"table lacks the columns {sorted(missing)}: not a study table.")
+    names = list(dict.fromkeys(table["dataset"]))
+    if not names:
+        raise ValueError("the study table is empty.")
+    if axes is None:
+        n_models = table.groupby("dataset")["model"].size().max()
+        fig, axes = plt.subplots(
+            1, len(names), figsize=(4.5 * len(names), 0.9 + 0.35 * n_models), squeeze=False
+        )
+        axes = axes[0]
+    elif len(axes) != len(names):
+        raise ValueError(f"axes has {len(axes)} panels for {len(names)} data sets.")
+    for ax, name in zip(axes, names, strict=True):
+        rows = table[table["dataset"] == name]
+        pos = np.arange(len(rows))[::-1]
+        elpd = rows["elpd_loo"].to_numpy(float)
+        se = rows["elpd_loo_se"].to_numpy(float)
+        flagged = (
+            rows["n_pareto_k_high"].to_numpy(float) > 0
+            if "n_pareto_k_high" in rows
+            else np.zeros(len(rows), dtype=bool)
+        )
+        for ok, style in ((True, {"mfc": "C0"}), (False, {"mfc": "white"})):
+            sel = flagged != ok
+            ax.errorbar(
+                elpd[sel],
+                pos[sel],
+                xerr=n_se * se[sel],
+                fmt="o",
+                color="C0",
+                mec="C0",
+                capsize=3,
+                **style,
+                label=("Pareto k ≤ 0.7" if ok else "Pareto k > 0.7") if sel.any() else None,
+            )
+        if np.isfinite(elpd).any():
+            best = int(np.nanargmax(elpd))
+            ax.axvline(elpd[best], color="0.6", ls="--", lw=1)
+        ax.set_yticks(pos, rows["model"].tolist())
+        ax.set(title=str(name), xlabel=f"elpd (PSIS-LOO) ± {n_se:g} se")
+    axes[0].legend(fontsize="small", loc="best")
+    fig = axes[0].figure
+    fig.tight_layout()
+    return fig

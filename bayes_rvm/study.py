@@ -1,0 +1,883 @@
+"""Model comparison studies: every model on every data set, through joblib, stored, resumable.
+
+A study is a grid of independent fits. :func:`run_study` sends them to joblib: local processes
+by default, any joblib backend the caller has configured (Ray's included), or a Dask cluster
+through joblib's ``"dask"`` backend when a :class:`dask.distributed.Client` is given. Each fit
+gets its own seed, derived from the study's ``random_state`` and the names of its data set and
+model (a :class:`numpy.random.SeedSequence`), and runs with one BLAS thread, so that its numbers
+do not depend on which process, machine or order it ran in.
+
+Results come back to the calling process, which writes each one into the ``store`` folder as it
+arrives (the fit's DataTree as netCDF, then its row as JSON), so workers need no shared file
+system and an interrupted study loses only the fits that were still running::
+
+    store/
+      study.json          settings: seed entropy, every task's estimator and data digest
+      fits/<key>.nc       the fit's DataTree (ArviZ groups), written atomically
+      rows/<key>.json     the fit's row of the table, written last: its presence marks the fit done
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import re
+import socket
+import sys
+import time
+import warnings
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+__all__ = [
+    "COLUMNS",
+    "StudyConfig",
+    "load_fit",
+    "load_study",
+    "read_config",
+    "run_study",
+    "task_seed",
+]
+
+_FORMAT = "bayes_rvm-study/1"
+
+#: Columns of a study table, in order. ``fit_time``, ``worker`` and ``warnings`` describe the run;
+#: every other column depends only on the estimator, the data and the study's seed.
+COLUMNS = (
+    "dataset",
+    "model",
+    "estimator",
+    "method",
+    "n_train",
+    "n_test",
+    "elpd_loo",
+    "elpd_loo_se",
+    "p_loo",
+    "n_pareto_k_high",
+    "max_pareto_k",
+    "test_rmse",
+    "test_nlpd",
+    "test_error_rate",
+    "test_log_loss",
+    "n_relevance_vectors",
+    "noise_sd",
+    "log_evidence",
+    "max_rhat",
+    "min_ess_bulk",
+    "divergences",
+    "seed",
+    "fit_time",
+    "worker",
+    "warnings",
+)
+#: Pareto-k above which a PSIS-LOO term is counted as unreliable.
+PARETO_K_HIGH = 0.7
+
+
+# ---------------------------------------------------------------------------------------------
+# Seeds and fingerprints
+# ---------------------------------------------------------------------------------------------
+def _entropy(random_state) -> int:
+    if random_state is None:
+        return int(np.random.SeedSequence().entropy)
+    if isinstance(random_state, np.random.SeedSequence):
+        return int(random_state.entropy)
+    if isinstance(random_state, int | np.integer) and not isinstance(random_state, bool):
+        if random_state < 0:
+            raise ValueError(f"random_state must be >= 0, got {random_state}.")
+        return int(random_state)
+    raise TypeError(
+        f"random_state must be None, a non-negative int or a numpy SeedSequence, got "
+        f"{type(random_state).__name__}."
+    )
+
+
+def task_seed(random_state: int, dataset: str, model: str) -> int:
+    """The seed of one fit: a function of the study's seed and the two names only.
+
+    Parameters
+    ----------
+    random_state : int
+        The study's seed (its ``SeedSequence`` entropy).
+    dataset, model : str
+        Names of the data set and of the model in the study.
+
+    Returns
+    -------
+    int
+        A seed in ``[0, 2**32)``, the range every NumPy and scikit-learn ``random_state`` takes.
+    """
+    digest = hashlib.sha256(f"{dataset}\0{model}".encode()).digest()
+    words = np.frombuffer(digest, dtype=np.uint32)
+    seq = np.random.SeedSequence(_entropy(random_state), spawn_key=tuple(int(w) for w in words))
+    return int(seq.generate_state(1, dtype=np.uint32)[0])
+
+
+def _describe(value):
+    # JSON stand-in for parameters that are not JSON: stable across processes (no addresses).
+    if isinstance(value, np.ndarray):
+        return {"ndarray": _digest([value])}
+    if callable(value) and hasattr(value, "__qualname__"):
+        return f"{getattr(value, '__module__', '?')}.{value.__qualname__}"
+    return repr(value)
+
+
+def _estimator_spec(estimator) -> str:
+    params = estimator.get_params(deep=False)
+    params.pop("random_state", None)  # replaced by the task's seed
+    cls = type(estimator)
+    return json.dumps(
+        {"class": f"{cls.__module__}.{cls.__qualname__}", "params": params},
+        sort_keys=True,
+        default=_describe,
+    )
+
+
+def _digest(arrays) -> str:
+    h = hashlib.sha256()
+    for a in arrays:
+        a = np.ascontiguousarray(np.asarray(a))
+        h.update(f"{a.dtype.str}{a.shape}".encode())
+        h.update(a.tobytes() if a.dtype != object else repr(a.tolist()).encode())
+    return h.hexdigest()
+
+
+def _key(dataset: str, model: str) -> str:
+    """A file name for a (dataset, model) pair: readable, and unique through a hash."""
+    slug = re.sub(r"[^A-Za-z0-9_.=-]+", "-", f"{dataset}__{model}").strip("-.")[:80]
+    return f"{slug}__{hashlib.sha256(f'{dataset}\0{model}'.encode()).hexdigest()[:12]}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Input checking
+# ---------------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class _Data:
+    X: object
+    y: object
+    X_test: object = None
+    y_test: object = None
+
+
+@dataclasses.dataclass(frozen=True)
+class _Task:
+    dataset: str
+    model: str
+    key: str
+    seed: int
+    spec: str
+    data_digest: str
+
+
+def _check_models(models) -> dict:
+    if not isinstance(models, Mapping) or not models:
+        raise TypeError("models must be a non-empty mapping of names to unfitted estimators.")
+    for name, est in models.items():
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"model names must be non-empty strings, got {name!r}.")
+        if not (hasattr(est, "fit") and hasattr(est, "get_params")):
+            raise TypeError(
+                f"models[{name!r}] must be a scikit-learn estimator (with fit and get_params), "
+                f"got {type(est).__name__}."
+            )
+    return dict(models)
+
+
+def _check_datasets(datasets) -> dict[str, _Data]:
+    if not isinstance(datasets, Mapping) or not datasets:
+        raise TypeError(
+            "datasets must be a non-empty mapping of names to (X, y) or (X, y, X_test, y_test)."
+        )
+    out = {}
+    for name, value in datasets.items():
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"data set names must be non-empty strings, got {name!r}.")
+        if not isinstance(value, tuple | list) or len(value) not in (2, 4):
+            raise ValueError(
+                f"datasets[{name!r}] must be (X, y) or (X, y, X_test, y_test), got "
+                f"{type(value).__name__}"
+                + (f" of length {len(value)}" if isinstance(value, tuple | list) else "")
+                + "."
+            )
+        data = _Data(*value)
+        for x, t, what in ((data.X, data.y, ""), (data.X_test, data.y_test, "test ")):
+            if x is None and t is None and what:
+                continue
+            if len(x) != len(t):
+                raise ValueError(
+                    f"datasets[{name!r}]: {what}X has {len(x)} rows but {what}y has {len(t)}."
+                )
+        out[name] = data
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# One fit (runs in a worker)
+# ---------------------------------------------------------------------------------------------
+def _loo_columns(dt) -> dict:
+    import arviz as az
+
+    if dt is None or "log_likelihood" not in dt.children:
+        return {}
+    loo = az.loo(dt, pointwise=True)
+    k = np.asarray(loo.pareto_k).ravel()
+    return {
+        "elpd_loo": float(loo.elpd),
+        "elpd_loo_se": float(loo.se),
+        "p_loo": float(loo.p),
+        "n_pareto_k_high": float(np.sum(k > PARETO_K_HIGH)),
+        "max_pareto_k": float(np.max(k)),
+    }
+
+
+def _regression_nlpd(est, dt, method: str, X_test, y_test) -> float:
+    """Mean negative log predictive density of the test targets (summed over outputs).
+
+    Type-II: the Gaussian predictive is exact. MCMC: the predictive is a mixture over the draws of
+    ``(w, sigma)``, averaged in probability (log-sum-exp), not a Gaussian with the mixture's
+    moments.
+    """
+    from scipy.special import logsumexp
+    from scipy.stats import norm
+
+    Y = np.asarray(y_test, dtype=np.float64)
+    if method != "mcmc" or dt is None:
+        mean, std = est.predict(X_test, return_std=True)
+        lp = norm.logpdf(Y, mean, std)
+        return float(-np.mean(lp if lp.ndim == 1 else lp.sum(axis=1)))
+    from bayes_rvm.dims import BASIS
+    from bayes_rvm.inference import predict_draws
+
+    post = dt["posterior"].dataset
+    Phi = est.basis_.transform(np.asarray(X_test, dtype=np.float64), columns=post[BASIS].values)
+    _, f = predict_draws(dt, Phi, include_noise=False)
+    f = f.values.reshape(-1, *f.shape[2:])  # (draws, n) or (draws, n, outputs)
+    sigma = post["sigma"].values.reshape(-1, *([1] * (f.ndim - 1)))
+    lp = norm.logpdf(Y[None], f, sigma)
+    if lp.ndim == 3:
+        lp = lp.sum(axis=2)
+    return float(-np.mean(logsumexp(lp, axis=0) - np.log(lp.shape[0])))
+
+
+def _test_columns(est, dt, method: str, data: _Data) -> dict:
+    from sklearn.base import is_classifier
+
+    if data.X_test is None:
+        return {}
+    if is_classifier(est):
+        from sklearn.metrics import log_loss
+
+        proba = est.predict_proba(data.X_test)
+        return {
+            "test_error_rate": float(np.mean(est.predict(data.X_test) != np.asarray(data.y_test))),
+            "test_log_loss": float(log_loss(data.y_test, proba, labels=est.classes_)),
+        }
+    pred = np.asarray(est.predict(data.X_test), dtype=np.float64)
+    return {
+        "test_rmse": float(np.sqrt(np.mean((pred - np.asarray(data.y_test)) ** 2))),
+        "test_nlpd": _regression_nlpd(est, dt, method, data.X_test, data.y_test),
+    }
+
+
+def _fitted_columns(est, dt, method: str) -> dict:
+    out = {}
+    n_rv = getattr(est, "n_relevance_vectors_", None)
+    if n_rv is not None:
+        out["n_relevance_vectors"] = float(n_rv)
+    if dt is not None and "sigma" in dt["posterior"].dataset:
+        # The posterior mean (for a type-II fit the constant estimate itself).
+        out["noise_sd"] = float(dt["posterior"]["sigma"].mean())
+    elif getattr(est, "noise_variance_", None) is not None:
+        out["noise_sd"] = float(np.sqrt(est.noise_variance_))
+    if method == "type2" and getattr(est, "log_evidence_", None) is not None:
+        out["log_evidence"] = float(est.log_evidence_)
+    if method == "mcmc" and dt is not None:
+        from bayes_rvm.inference import diagnose
+
+        diag = diagnose(dt, warn=False)
+        out.update(
+            max_rhat=diag["max_rhat"],
+            min_ess_bulk=diag["min_ess_bulk"],
+            divergences=float(diag["divergences"]),
+        )
+    return out
+
+
+def _method(est, dt) -> str:
+    if dt is not None and "method" in dt.attrs:
+        return str(dt.attrs["method"])
+    return str(getattr(est, "inference", "type2"))
+
+
+def _fit_task(task: _Task, estimator, data: _Data) -> tuple[dict, object]:
+    """Fit one model on one data set; return its row and DataTree (None without ``idata_``)."""
+    from sklearn.base import clone
+    from threadpoolctl import threadpool_limits
+
+    est = clone(estimator)
+    if "random_state" in est.get_params(deep=False):
+        est.set_params(random_state=task.seed)
+    # One BLAS thread wherever the fit runs: the parallelism is across fits, and the sums come
+    # out in the same order in every process.
+    with threadpool_limits(1), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            start = time.perf_counter()
+            est.fit(data.X, data.y)
+            fit_time = time.perf_counter() - start
+            dt = getattr(est, "idata_", None)
+            method = _method(est, dt)
+            row = {
+                "dataset": task.dataset,
+                "model": task.model,
+                "estimator": type(est).__name__,
+                "method": method,
+                "n_train": len(data.y),
+                "n_test": 0 if data.y_test is None else len(data.y_test),
+                **_loo_columns(dt),
+                **_test_columns(est, dt, method, data),
+                **_fitted_columns(est, dt, method),
+            }
+        except Exception as exc:
+            exc.add_note(f"(study fit of model {task.model!r} on data set {task.dataset!r})")
+            raise
+    messages = dict.fromkeys(f"{w.category.__name__}: {str(w.message)[:300]}" for w in caught)
+    row.update(
+        seed=task.seed,
+        fit_time=fit_time,
+        worker=f"{socket.gethostname()}:{os.getpid()}",
+        warnings="; ".join(messages),
+    )
+    return _complete_row(row), dt
+
+
+def _complete_row(row: Mapping) -> dict:
+    return {c: row.get(c, "" if c == "warnings" else math.nan) for c in COLUMNS}
+
+
+# ---------------------------------------------------------------------------------------------
+# The store
+# ---------------------------------------------------------------------------------------------
+def _atomic_write(path: Path, write: Callable[[Path], None]) -> None:
+    """Write through a temporary name in the same folder, then rename: never a half file."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+class _Store:
+    """The study folder (see the module docstring)."""
+
+    def __init__(self, path):
+        self.path = Path(path)
+        self.settings_path = self.path / "study.json"
+
+    # settings -----------------------------------------------------------------------------
+    def read_settings(self) -> dict | None:
+        if not self.settings_path.exists():
+            if self.path.exists() and any(self.path.iterdir()):
+                raise ValueError(
+                    f"{self.path} is a non-empty folder without study.json: not a study store. "
+                    "Give a new or empty folder."
+                )
+            return None
+        try:
+            settings = json.loads(self.settings_path.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ValueError(f"cannot read the study settings {self.settings_path}: {exc}") from exc
+        if settings.get("format") != _FORMAT:
+            raise ValueError(
+                f"{self.settings_path} is not a bayes_rvm study "
+                f"(format {settings.get('format')!r})."
+            )
+        return settings
+
+    def write_settings(self, settings: dict) -> None:
+        (self.path / "fits").mkdir(parents=True, exist_ok=True)
+        (self.path / "rows").mkdir(exist_ok=True)
+        text = json.dumps(settings, indent=1, sort_keys=True)
+        _atomic_write(self.settings_path, lambda p: p.write_text(text))
+
+    # fits -------------------------------------------------------------------------------------
+    def fit_path(self, key: str) -> Path:
+        return self.path / "fits" / f"{key}.nc"
+
+    def row_path(self, key: str) -> Path:
+        return self.path / "rows" / f"{key}.json"
+
+    def is_done(self, key: str) -> bool:
+        return self.row_path(key).exists()
+
+    def write(self, key: str, row: dict, dt) -> None:
+        if dt is not None:
+            _atomic_write(self.fit_path(key), lambda p: dt.to_netcdf(p, engine="h5netcdf"))
+        text = json.dumps(row, sort_keys=True)
+        _atomic_write(self.row_path(key), lambda p: p.write_text(text))
+
+    def read_row(self, key: str) -> dict:
+        return _complete_row(json.loads(self.row_path(key).read_text()))
+
+    def read_fit(self, key: str):
+        import xarray as xr
+
+        path = self.fit_path(key)
+        if not path.exists():
+            raise FileNotFoundError(f"no stored DataTree at {path}")
+        with xr.open_datatree(path, engine="h5netcdf") as tree:
+            return tree.load()
+
+
+def _merge_settings(store: _Store, entropy: int | None) -> tuple[int | None, dict]:
+    """Check the grid against a stored study; return the seed entropy and the merged settings."""
+    settings = store.read_settings()
+    if settings is None:
+        settings = {"format": _FORMAT, "entropy": None, "tasks": {}, "order": []}
+    stored = settings["entropy"]
+    if stored is not None and entropy is not None and int(stored) != entropy:
+        raise ValueError(
+            f"the store {store.path} was made with random_state={stored}, not {entropy}: "
+            "pass random_state=None (or the same value) to resume it, or use another store."
+        )
+    return (int(stored) if stored is not None else entropy), settings
+
+
+def _check_against_store(settings: dict, tasks: list[_Task], store: _Store) -> None:
+    for task in tasks:
+        old = settings["tasks"].get(task.key)
+        if old is None:
+            continue
+        for field, what in (("spec", "estimator settings"), ("data_digest", "data")):
+            if old[field] != getattr(task, field) and store.is_done(task.key):
+                raise ValueError(
+                    f"the store {store.path} holds a fit of model {task.model!r} on data set "
+                    f"{task.dataset!r} with other {what}; use another store, or delete "
+                    f"{store.row_path(task.key)} to refit it."
+                )
+
+
+# ---------------------------------------------------------------------------------------------
+# Execution
+# ---------------------------------------------------------------------------------------------
+def _backend(client):
+    """The joblib configuration: the Dask backend on ``client``, or whatever is configured."""
+    if client is None:
+        return contextlib.nullcontext()
+    try:
+        import distributed  # noqa: F401
+    except ImportError as exc:  # pragma: no cover - depends on the installation
+        raise ImportError(
+            "client= runs the study on Dask, which is not installed: "
+            "pip install 'bayes-rvm[study]' (or 'dask[distributed]')."
+        ) from exc
+    from joblib import parallel_config
+
+    return parallel_config(backend="dask", client=client)
+
+
+def _progress_printer(stream=None) -> Callable[[int, int, dict], None]:
+    def report(done: int, total: int, row: dict) -> None:
+        elpd = row["elpd_loo"]
+        elpd = f"elpd {elpd:.2f} ± {row['elpd_loo_se']:.2f}" if np.isfinite(elpd) else "no LOO"
+        print(
+            f"[{done}/{total}] {row['dataset']} / {row['model']}: {elpd} "
+            f"({row['fit_time']:.1f} s on {row['worker']})",
+            file=stream or sys.stderr,
+            flush=True,
+        )
+
+    return report
+
+
+def run_study(
+    models: Mapping[str, object],
+    datasets: Mapping[str, tuple],
+    *,
+    client=None,
+    store: str | os.PathLike | None = None,
+    n_jobs: int | None = None,
+    random_state=None,
+    progress: bool | Callable[[int, int, dict], None] = False,
+) -> pd.DataFrame:
+    """Fit every model on every data set and tabulate LOO, held-out scores and diagnostics.
+
+    Parameters
+    ----------
+    models : mapping of str to estimator
+        Named unfitted estimators (:class:`~bayes_rvm.estimators.RVR`,
+        :class:`~bayes_rvm.classifier.RVC` or any scikit-learn estimator); each is cloned per fit.
+        An estimator with a ``random_state`` parameter gets the task's seed in it (its own value
+        is replaced).
+    datasets : mapping of str to tuple
+        Named ``(X, y)`` or ``(X, y, X_test, y_test)``; the held-out scores need the test set.
+    client : dask.distributed.Client, optional
+        Run the fits on this Dask cluster (joblib's ``"dask"`` backend). Without it, the fits
+        run on joblib's configured backend: local processes (loky) unless the caller chose
+        another one with :func:`joblib.parallel_config` (for example Ray's, after
+        ``ray.util.joblib.register_ray()``).
+    store : path, optional
+        A folder for the results (created if needed). Each fit's DataTree and row are written
+        there as the fit finishes; fits already there are not redone, so an interrupted study
+        resumes where it stopped and a finished one reloads at once (see :func:`load_study`).
+    n_jobs : int, optional
+        Number of parallel fits. Default: every core locally, every worker of ``client``, or
+        what :func:`joblib.parallel_config` sets. ``1`` fits serially in this process.
+    random_state : int or numpy.random.SeedSequence, optional
+        The study's seed. Each fit's seed is :func:`task_seed` of it and the two names, so a fit's
+        result depends neither on where nor in which order it ran. ``None`` draws fresh entropy
+        (recorded in ``table.attrs["random_state"]`` and in the store, where a resumed run takes
+        it from).
+    progress : bool or callable, default=False
+        ``True`` prints a line per finished fit to stderr; a callable is called as
+        ``progress(n_done, n_total, row)``.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per (data set, model) in the order given, with the columns of :data:`COLUMNS`:
+        ``elpd_loo``, ``elpd_loo_se``, ``p_loo``, ``n_pareto_k_high`` (Pareto k > 0.7) and
+        ``max_pareto_k`` from :func:`arviz.loo` on the fit's ``idata_``; with a test set
+        ``test_rmse`` and ``test_nlpd`` (mean negative log predictive density; for MCMC fits
+        of the mixture over the draws) for regressors, ``test_error_rate`` and
+        ``test_log_loss`` for classifiers; ``n_relevance_vectors`` (for an MCMC fit: of the
+        type-II fit that seeded it), ``noise_sd`` (posterior mean), ``log_evidence`` (type-II);
+        ``max_rhat`` (of log alpha and the noise), ``min_ess_bulk`` and ``divergences`` (MCMC);
+        ``seed``, ``fit_time`` (seconds), ``worker`` (host:pid) and the ``warnings`` raised
+        during the fit. Not applicable entries are NaN.
+
+    Raises
+    ------
+    ValueError
+        For malformed inputs, or a store that holds a fit of the same names with other settings
+        or data. An error inside a fit is raised with a note naming the fit; the fits finished
+        before it stay in the store.
+
+    Notes
+    -----
+    Compiled MCMC models are cached in each worker process
+    (:func:`bayes_rvm.inference.sample_mcmc`), and joblib's and Dask's workers live across
+    tasks, so the fits of one model configuration on data of one shape compile once per worker.
+    """
+    from joblib import Parallel, delayed
+
+    models = _check_models(models)
+    datasets = _check_datasets(datasets)
+    entropy = _entropy(random_state) if random_state is not None else None
+    if n_jobs is not None and (not isinstance(n_jobs, int) or n_jobs == 0):
+        raise ValueError(f"n_jobs must be a nonzero int or None, got {n_jobs!r}.")
+    report = _progress_printer() if progress is True else (progress or None)
+
+    pairs = [(d, m) for d in datasets for m in models]
+    data_digest = {
+        name: _digest([a for a in dataclasses.astuple(data) if a is not None])
+        for name, data in datasets.items()
+    }
+    spec = {name: _estimator_spec(est) for name, est in models.items()}
+    db = _Store(store) if store is not None else None
+    if db is not None:
+        import importlib.util
+
+        if importlib.util.find_spec("h5netcdf") is None:
+            raise ImportError(
+                "store= writes each fit's DataTree as netCDF, which needs h5netcdf: "
+                "pip install 'bayes-rvm[io]'."
+            )
+    settings = None
+    if db is not None:
+        entropy, settings = _merge_settings(db, entropy)
+    if entropy is None:
+        entropy = _entropy(None)
+    tasks = [
+        _Task(d, m, _key(d, m), task_seed(entropy, d, m), spec[m], data_digest[d]) for d, m in pairs
+    ]
+    rows: dict[str, dict] = {}
+    if db is not None:
+        _check_against_store(settings, tasks, db)
+        settings["entropy"] = entropy
+        for t in tasks:
+            if t.key not in settings["tasks"]:
+                settings["order"].append(t.key)
+            settings["tasks"][t.key] = {
+                "dataset": t.dataset,
+                "model": t.model,
+                "seed": t.seed,
+                "spec": t.spec,
+                "data_digest": t.data_digest,
+            }
+        try:
+            from importlib.metadata import version
+
+            settings["bayes_rvm_version"] = version("bayes-rvm")
+        except Exception:  # pragma: no cover - running from a source tree
+            settings["bayes_rvm_version"] = "unknown"
+        db.write_settings(settings)
+        rows = {t.key: db.read_row(t.key) for t in tasks if db.is_done(t.key)}
+    pending = [t for t in tasks if t.key not in rows]
+
+    total, done = len(tasks), len(rows)
+    if pending:
+        with _backend(client):
+            jobs = -1 if n_jobs is None and client is not None else n_jobs
+            if jobs is None:
+                from joblib.parallel import get_active_backend
+
+                # No n_jobs anywhere: every core (a configured n_jobs or backend wins).
+                _, configured = get_active_backend()
+                jobs = -1 if configured in (None, 1) else configured
+            parallel = Parallel(n_jobs=jobs, return_as="generator_unordered", batch_size=1)
+            results = parallel(
+                delayed(_fit_task)(t, models[t.model], datasets[t.dataset]) for t in pending
+            )
+            try:
+                for row, dt in results:
+                    key = _key(row["dataset"], row["model"])
+                    if db is not None:
+                        db.write(key, row, dt)
+                    rows[key] = row
+                    done += 1
+                    if report is not None:
+                        report(done, total, row)
+            except BaseException as exc:
+                if db is not None:
+                    exc.add_note(
+                        f"{done} of {total} fits are stored in {db.path}; run the study again "
+                        "to fit the others."
+                    )
+                raise
+    table = pd.DataFrame([rows[t.key] for t in tasks], columns=list(COLUMNS))
+    table.attrs.update(random_state=entropy, store=None if db is None else str(db.path))
+    return table
+
+
+def load_study(store: str | os.PathLike) -> pd.DataFrame:
+    """The table of every finished fit in a study store, without fitting anything.
+
+    Parameters
+    ----------
+    store : path
+        A folder written by :func:`run_study`.
+
+    Returns
+    -------
+    pandas.DataFrame
+        The columns of :func:`run_study`, one row per stored fit, in the order the fits were
+        first requested; ``attrs["random_state"]`` is the study's seed and ``attrs["missing"]``
+        lists the (data set, model) pairs that were requested but have not finished.
+    """
+    db = _Store(store)
+    if not db.settings_path.exists():
+        raise FileNotFoundError(f"no study at {db.path} (no study.json)")
+    settings = db.read_settings()
+    keys = settings["order"]
+    rows = [db.read_row(k) for k in keys if db.is_done(k)]
+    table = pd.DataFrame(rows, columns=list(COLUMNS))
+    table.attrs.update(
+        random_state=settings["entropy"],
+        store=str(db.path),
+        missing=[
+            (settings["tasks"][k]["dataset"], settings["tasks"][k]["model"])
+            for k in keys
+            if not db.is_done(k)
+        ],
+    )
+    return table
+
+
+def load_fit(store: str | os.PathLike, dataset: str, model: str):
+    """The stored DataTree of one fit of a study (the estimator's ``idata_``).
+
+    Raises
+    ------
+    FileNotFoundError
+        If that fit has not finished, or its estimator had no ``idata_``.
+    """
+    db = _Store(store)
+    key = _key(dataset, model)
+    if not db.is_done(key):
+        raise FileNotFoundError(
+            f"the study at {db.path} has no finished fit of {model!r} on {dataset!r}"
+        )
+    return db.read_fit(key)
+
+
+# ---------------------------------------------------------------------------------------------
+# A study from a TOML file (the ``bayes-rvm study`` command)
+# ---------------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class StudyConfig:
+    """A study read from a TOML file by :func:`read_config`: the arguments of :func:`run_study`.
+
+    Attributes
+    ----------
+    models : dict of str to estimator
+    datasets : dict of str to tuple
+    store : Path or None
+    output : Path
+        Folder for the table (``study.csv``) and the comparison plot (``study.png``).
+    n_jobs : int or None
+    random_state : int or None
+    """
+
+    models: dict
+    datasets: dict
+    store: Path | None
+    output: Path
+    n_jobs: int | None
+    random_state: int | None
+
+
+_STUDY_KEYS = {"random_state", "store", "output", "n_jobs"}
+_ESTIMATORS = ("RVR", "RVC")
+
+
+def _config_error(path: Path, where: str, message: str) -> ValueError:
+    return ValueError(f"{path}: [{where}] {message}")
+
+
+def _config_dataset(path: Path, name: str, spec: dict) -> tuple:
+    """``(X, y)`` or ``(X, y, X_test, y_test)`` from one ``[datasets.NAME]`` table."""
+    from bayes_rvm import datasets as gen
+
+    where = f"datasets.{name}"
+    spec = dict(spec)
+    source = spec.pop("source", None)
+    n_test = spec.pop("n_test", 0)
+    if not isinstance(n_test, int) or n_test < 0:
+        raise _config_error(path, where, f"n_test must be an int >= 0, got {n_test!r}")
+    if source != "csv":
+        # Generated data sets are reproducible by default: the file describes the data.
+        spec.setdefault("random_state", 0)
+    try:
+        if source == "sinc":
+            seed = spec["random_state"]
+            X, y = gen.make_sinc(**spec)
+            if not n_test:
+                return X, y
+            test = {k: v for k, v in spec.items() if k not in ("n_samples", "random_state")}
+            # Fresh inputs drawn over the same interval, from a seed of their own.
+            Xt, yt = gen.make_sinc(n_test, **{**test, "random": True}, random_state=seed + 1)
+            return X, y, Xt, yt
+        if source in ("friedman1", "friedman2", "friedman3"):
+            n = spec.pop("n_samples", 240)
+            X, y = gen.make_friedman(int(source[-1]), n + n_test, **spec)
+            return (X, y) if not n_test else (X[:n], y[:n], X[n:], y[n:])
+        if source == "csv":
+            return _config_csv(path, where, spec)
+    except TypeError as exc:
+        raise _config_error(path, where, f"bad settings for source {source!r}: {exc}") from None
+    raise _config_error(
+        path, where, f"source must be 'sinc', 'friedman1/2/3' or 'csv', got {source!r}"
+    )
+
+
+def _config_csv(path: Path, where: str, spec: dict) -> tuple:
+    import pandas as pd
+
+    unknown = set(spec) - {"path", "target", "test_path"}
+    if unknown or "path" not in spec:
+        raise _config_error(
+            path, where, f"a csv source takes path, target, test_path; got {sorted(spec)}"
+        )
+
+    def read(file):
+        file = (path.parent / file).resolve()
+        if not file.is_file():
+            raise _config_error(path, where, f"no file {file}")
+        frame = pd.read_csv(file)
+        target = spec.get("target", frame.columns[-1])
+        if target not in frame.columns:
+            raise _config_error(path, where, f"{target!r} is not a column of {file}")
+        return frame.drop(columns=[target]).to_numpy(float), frame[target].to_numpy()
+
+    X, y = read(spec["path"])
+    return (X, y) if "test_path" not in spec else (X, y, *read(spec["test_path"]))
+
+
+def _config_model(path: Path, name: str, spec: dict):
+    from bayes_rvm.classifier import RVC
+    from bayes_rvm.estimators import RVR
+
+    spec = dict(spec)
+    kind = spec.pop("estimator", "RVR")
+    if kind not in _ESTIMATORS:
+        raise _config_error(path, f"models.{name}", f"estimator must be RVR or RVC, got {kind!r}")
+    cls = {"RVR": RVR, "RVC": RVC}[kind]
+    unknown = sorted(set(spec) - set(cls().get_params(deep=False)))
+    if unknown:
+        raise _config_error(path, f"models.{name}", f"{kind} has no parameters {unknown}")
+    return cls(**spec)
+
+
+def read_config(path: str | os.PathLike) -> StudyConfig:
+    """Read a study from a TOML file.
+
+    The file has a ``[study]`` table (``random_state``, ``store``, ``output``, ``n_jobs``; paths
+    relative to the file), one ``[datasets.NAME]`` table per data set and one ``[models.NAME]``
+    table per model::
+
+        [study]
+        random_state = 0
+        store = "sinc_study"          # resumable results
+        output = "sinc_study_output"  # study.csv and study.png
+
+        [datasets.sinc]
+        source = "sinc"               # or friedman1/2/3, or csv (path, target, test_path)
+        n_samples = 50
+        noise = 0.1
+        random_state = 0              # the default for generated data
+        n_test = 500                  # held-out points, drawn afresh (sinc: seed random_state + 1)
+
+        [models."ARD w=3"]
+        estimator = "RVR"             # the default; RVC for classification
+        gamma = 0.111
+
+        [models."MCMC w=3"]
+        gamma = 0.111
+        inference = "mcmc"
+        draws = 500
+
+    Every other key of a model table is a constructor parameter of its estimator.
+
+    Raises
+    ------
+    ValueError
+        Naming the file and the table of any unknown key or bad value.
+    """
+    import tomllib
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no study configuration at {path}")
+    try:
+        config = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"{path} is not valid TOML: {exc}") from None
+    unknown = sorted(set(config) - {"study", "datasets", "models"})
+    if unknown:
+        raise ValueError(f"{path}: unknown tables {unknown} (expected study, datasets, models)")
+    study = config.get("study", {})
+    bad = sorted(set(study) - _STUDY_KEYS)
+    if bad:
+        raise _config_error(path, "study", f"unknown keys {bad}; expected {sorted(_STUDY_KEYS)}")
+    for table in ("datasets", "models"):
+        if not config.get(table):
+            raise ValueError(f"{path}: no [{table}.NAME] tables")
+    base = path.parent
+    return StudyConfig(
+        models={k: _config_model(path, k, v) for k, v in config["models"].items()},
+        datasets={k: _config_dataset(path, k, v) for k, v in config["datasets"].items()},
+        store=base / study["store"] if "store" in study else None,
+        output=base / study.get("output", f"{path.stem}_output"),
+        n_jobs=study.get("n_jobs"),
+        random_state=study.get("random_state"),
+    )
