@@ -157,7 +157,9 @@ class RVR(RegressorMixin, BaseRVM):
     random_state : int, RandomState or None, default=None
         Seed for the randomised parts of a fit (candidate subsets, sampling).
     verbose : bool, default=False
-        Progress bars during long sequential fits and sampling.
+        Progress bars during long sequential fits, and PyMC's sampling progress bar everywhere.
+        Without it, ``inference="mcmc"`` shows the sampling bar only where a person is watching
+        (a terminal or a notebook), never in non-interactive logs.
 
     Attributes
     ----------
@@ -393,7 +395,7 @@ class RVR(RegressorMixin, BaseRVM):
             chains=self.chains,
             sampler=self.sampler,
             random_seed=seed,
-            progressbar=bool(self.verbose),
+            progressbar=True if self.verbose else "auto",
             initvals=type2_initvals(fit, basis=cols),
         )
         return _unscale_datatree(dt, norms, scale)

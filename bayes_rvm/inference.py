@@ -132,6 +132,17 @@ def _model_arrays(model) -> tuple[np.ndarray, np.ndarray, bool]:
     return Phi, (y[:, None] if y.ndim == 1 else y), y.ndim == 2
 
 
+def _interactive() -> bool:
+    """Whether a person is watching: a Jupyter kernel, or standard error on a terminal."""
+    import sys
+
+    shell = getattr(sys.modules.get("IPython"), "get_ipython", lambda: None)()
+    if shell is not None and "IPKernelApp" in getattr(shell, "config", {}):
+        return True
+    stream = sys.stderr
+    return bool(getattr(stream, "isatty", lambda: False)())
+
+
 def _seed_from(random_seed) -> int:
     # One integer seed for the sampler, derived reproducibly from whatever the user passed.
     if random_seed is None:
@@ -141,7 +152,8 @@ def _seed_from(random_seed) -> int:
     return int(np.random.default_rng(random_seed).integers(2**31 - 1))
 
 
-def _nutpie_cache_key(model, initvals) -> tuple | None:
+def _nutpie_cache_key(model) -> tuple | None:
+    # Initial values are not part of the key: they are set per run (with_initial_points).
     settings = getattr(model, "rvm_settings", None)
     if settings is None or settings["custom_alpha_prior"] or settings["custom_noise_prior"]:
         return None  # graphs built from user callables cannot be compared by their settings
@@ -150,37 +162,43 @@ def _nutpie_cache_key(model, initvals) -> tuple | None:
     data = sorted(_data_vars(model).items())
     shapes = tuple((k, tuple(np.shape(v.get_value()))) for k, v in data)
     extra = tuple(sorted(model.named_vars)) + tuple(sorted(map(str, model.coords.items())))
-    init = (
-        None
-        if initvals is None
-        else json.dumps({k: np.asarray(v).tolist() for k, v in initvals.items()}, sort_keys=True)
-    )
-    return (json.dumps(settings, sort_keys=True), shapes, extra, init)
+    return (json.dumps(settings, sort_keys=True), shapes, extra)
 
 
 def _data_vars(model) -> dict:
-    return {name: model[name] for name in ("Phi", "y_obs", "gram") if name in model.named_vars}
+    import pytensor.compile.sharedvalue as sv
+
+    return {
+        name: var for name, var in model.named_vars.items() if isinstance(var, sv.SharedVariable)
+    }
 
 
 def _sample_nutpie_cached(model, *, draws, tune, chains, cores, seed, progressbar, initvals, nuts):
-    """``pm.sample``'s nutpie branch, with the compiled model cached across calls.
+    """``pm.sample``'s nutpie branch, compiled through :func:`bayes_rvm._nutpie.compile_nutpie`.
 
-    Compiling costs seconds per model; models built by :func:`rvm_regression_model` with the same
-    settings and shapes compile to the same function, so a cached one is reused with the new
-    model's data (``with_data``) and coordinates.
+    Its numba functions are cached on disk, so a fresh process does not recompile them; models
+    built by :func:`rvm_regression_model` with the same settings and shapes compile to the same
+    function, so within a process a compiled one is reused with the new model's data
+    (``with_data``), coordinates and initial values.
     """
     import nutpie
     from pymc.backends.arviz import patch_nutpie_idata
 
-    key = _nutpie_cache_key(model, initvals)
+    from bayes_rvm._nutpie import compile_nutpie, with_initial_points
+
+    key = _nutpie_cache_key(model)
     compiled = _NUTPIE_CACHE.get(key) if key is not None else None
     if compiled is None:
-        compiled = nutpie.compile_pymc_model(model, initial_points=initvals)
+        compiled = compile_nutpie(model)
         if key is not None:
             if len(_NUTPIE_CACHE) >= _NUTPIE_CACHE_SIZE:
                 _NUTPIE_CACHE.pop(next(iter(_NUTPIE_CACHE)))
             _NUTPIE_CACHE[key] = compiled
-    compiled = compiled.with_data(**{k: v.get_value() for k, v in _data_vars(model).items()})
+    compiled = with_initial_points(compiled, model, initvals)
+    data = _data_vars(model)
+    compiled = compiled.with_data(
+        **{k: np.asarray(v.get_value()) for k, v in data.items() if k in compiled._shared_data}
+    )
     nuts = dict(nuts or {})
     if "max_treedepth" in nuts:
         nuts["maxdepth"] = nuts.pop("max_treedepth")
@@ -217,7 +235,7 @@ def sample_mcmc(
     chains: int = 4,
     sampler: str = "nutpie",
     random_seed=None,
-    progressbar: bool = True,
+    progressbar: bool | str = "auto",
     initvals: Mapping | None = None,
     cores: int | None = None,
     nuts: Mapping | None = None,
@@ -236,8 +254,9 @@ def sample_mcmc(
         The NUTS implementation (``nuts_sampler`` of :func:`pymc.sample`).
     random_seed : int, optional
         Makes the run reproducible (also the draws of ``w`` in the marginal form).
-    progressbar : bool, default=True
-        PyMC's progress bar.
+    progressbar : bool or "auto", default="auto"
+        PyMC's progress bar. ``"auto"``: shown where a person is watching (a terminal or a
+        Jupyter kernel), left out of non-interactive output (logs, CI, redirected streams).
     initvals : dict, optional
         Starting values by variable name (one dict for all chains), for example
         :func:`type2_initvals`.
@@ -281,6 +300,7 @@ def sample_mcmc(
 
         register_jax_dispatch()
     seed = _seed_from(random_seed)
+    progressbar = _interactive() if progressbar == "auto" else bool(progressbar)
     t0 = time.time()
     if sampler == "nutpie" and cache and not kwargs:
         dt = _sample_nutpie_cached(
@@ -321,7 +341,14 @@ def sample_mcmc(
         w = post["w"].values.reshape(C * S, *post["w"].shape[2:])
         w = w if multi else w[..., None]
     else:
-        w = draw_weights(Phi, Y, alpha.reshape(C * S, -1), sigma.reshape(-1) ** -2.0, rng)
+        args = (Y, alpha.reshape(C * S, -1), sigma.reshape(-1) ** -2.0, rng)
+        if "Phi_U" in model.named_vars:  # low-rank marginal form: O(M r) per draw, not O(M^3)
+            from bayes_rvm.marginal import draw_weights_lowrank
+
+            U, VS = (np.asarray(model[k].get_value()) for k in ("Phi_U", "Phi_VS"))
+            w = draw_weights_lowrank(U, VS, *args)
+        else:
+            w = draw_weights(Phi, *args)
     basis_coord = post["alpha"].coords[BASIS].values
     w_dims = ("chain", "draw", BASIS, OUTPUT) if multi else ("chain", "draw", BASIS)
     w_values = w.reshape(C, S, *w.shape[1:]) if multi else w[..., 0].reshape(C, S, -1)

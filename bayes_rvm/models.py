@@ -48,7 +48,12 @@ import pymc as pm
 import pytensor.tensor as pt
 
 from bayes_rvm.dims import BASIS, CLASS, OBS, OUTPUT
-from bayes_rvm.marginal import marginal_log_likelihood
+from bayes_rvm.marginal import (
+    lowrank_marginal_log_likelihood,
+    marginal_log_likelihood,
+    thin_svd,
+    use_lowrank,
+)
 from bayes_rvm.priors import DEFAULT_NU
 
 __all__ = [
@@ -127,6 +132,14 @@ def _marginal_y_logp(value, log_alpha, log_beta, Phi, gram, *carrier):
     return marginal_log_likelihood(log_alpha, log_beta, Phi, value, gram)
 
 
+def _lowrank_y_logp(value, log_alpha, log_beta, U, VS, *carrier):
+    return lowrank_marginal_log_likelihood(log_alpha, log_beta, U, VS, value)
+
+
+def _lowrank_y_random(log_alpha, log_beta, U, VS, *carrier, rng=None, size=None):
+    return _marginal_y_random(log_alpha, log_beta, U @ VS.T, None, *carrier, rng=rng, size=size)
+
+
 def _marginal_y_random(log_alpha, log_beta, Phi, gram, *carrier, rng=None, size=None):
     # A prior-predictive draw: w ~ N(0, A^-1), t = Phi w + noise. The optional zero vector
     # `carrier` of length D only tells PyTensor the number of outputs.
@@ -154,6 +167,7 @@ def rvm_regression_model(
     basis_names: Sequence | None = None,
     output_names: Sequence | None = None,
     coords: dict | None = None,
+    marginal: Literal["auto", "dense", "lowrank"] = "auto",
 ) -> pm.Model:
     """Build the RVM regression model on a design matrix.
 
@@ -196,11 +210,18 @@ def rvm_regression_model(
         Coordinates of the ``output`` dim (multi-output only).
     coords : dict, optional
         Further coordinates for user extensions.
+    marginal : {"auto", "dense", "lowrank"}, default="auto"
+        How the marginal form evaluates its density (same density, different cost):
+        ``"dense"`` through ``Phi^T Phi`` at ``O(M^3)`` per gradient, ``"lowrank"`` through a thin
+        SVD of ``Phi`` (singular values above ``1e-10`` of the largest) at ``O(M r^2)``; ``"auto"``
+        takes the low-rank form when the rank r is at most half of M
+        (:mod:`bayes_rvm.marginal.lowrank`, which also states the tolerance).
 
     Returns
     -------
     pymc.Model
-        With data ``Phi``, ``gram`` (``Phi^T Phi``, marginal form) and ``y_obs``; free variables
+        With data ``Phi``, ``gram`` (``Phi^T Phi``, dense marginal form) or ``Phi_U`` and
+        ``Phi_VS`` (low-rank marginal form), and ``y_obs``; free variables
         ``alpha`` (and ``nu`` if random), ``sigma`` and, in the joint form, ``z``; deterministics
         ``beta`` and, in the joint form, ``w``; the observed variable ``y``. Attributes
         ``model.rvm_settings`` (a dict) record the choices made.
@@ -259,18 +280,23 @@ def rvm_regression_model(
         log_beta = -2.0 * pt.log(sigma)
 
         if form == "marginal":
-            gram = pm.Data("gram", Phi.T @ Phi)
-            params = [log_alpha, log_beta, Phi_data, gram]
+            lowrank, design = _marginal_design(Phi, marginal)
+            if lowrank:
+                params = [log_alpha, log_beta, *(pm.Data(k, v) for k, v in design.items())]
+                signature = "(m),(),(n,r),(m,r)"
+            else:
+                params = [log_alpha, log_beta, Phi_data, pm.Data("gram", design["gram"])]
+                signature = "(m),(),(n,m),(m,m)"
             if multi:
                 params.append(pt.zeros(y.shape[1]))
-                signature = "(m),(),(n,m),(m,m),(d)->(n,d)"
+                signature += ",(d)->(n,d)"
             else:
-                signature = "(m),(),(n,m),(m,m)->(n)"
+                signature += "->(n)"
             pm.CustomDist(
                 "y",
                 *params,
-                logp=_marginal_y_logp,
-                random=_marginal_y_random,
+                logp=_lowrank_y_logp if lowrank else _marginal_y_logp,
+                random=_lowrank_y_random if lowrank else _marginal_y_random,
                 signature=signature,
                 observed=y_data,
                 dims=y_dims,
@@ -295,20 +321,35 @@ def rvm_regression_model(
         "basis": [int(c) for c in cols],
         "n_outputs": int(y.shape[1]) if multi else 0,
     }
+    if form == "marginal":
+        model.rvm_settings["marginal"] = "lowrank" if lowrank else "dense"
     return model
+
+
+def _marginal_design(Phi: np.ndarray, marginal: str) -> tuple[bool, dict[str, np.ndarray]]:
+    """The data of the marginal likelihood: ``Phi^T Phi`` or the thin SVD factors of ``Phi``."""
+    if marginal not in ("auto", "dense", "lowrank"):
+        raise ValueError(f"marginal must be 'auto', 'dense' or 'lowrank', got {marginal!r}.")
+    if marginal != "dense":
+        U, VS = thin_svd(Phi)
+        if marginal == "lowrank" or use_lowrank(U.shape[1], Phi.shape[1]):
+            return True, {"Phi_U": U, "Phi_VS": VS}
+    return False, {"gram": Phi.T @ Phi}
 
 
 def set_model_data(model: pm.Model, Phi: np.ndarray, y: np.ndarray) -> None:
     """Replace the data of a model built by :func:`rvm_regression_model` (same basis size).
 
-    Keeps the ``gram`` data of the marginal form equal to ``Phi^T Phi``, updates the ``obs``
-    coordinate, and lets compiled samplers be reused (no new graph is built).
+    Keeps the ``gram`` (or thin SVD) data of the marginal form consistent with ``Phi``, updates
+    the ``obs`` coordinate, and lets compiled samplers be reused (no new graph is built).
     """
     Phi = np.asarray(Phi, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
     values = {"Phi": Phi, "y_obs": y}
     if "gram" in model.named_vars:
         values["gram"] = Phi.T @ Phi
+    if "Phi_U" in model.named_vars:
+        values["Phi_U"], values["Phi_VS"] = thin_svd(Phi)
     with model:
         pm.set_data(values, coords={OBS: np.arange(Phi.shape[0])})
 

@@ -1,35 +1,40 @@
 """MCMC benchmark of the RVM regression model on Tipping's sinc problem.
 
-Compares the weight-marginalised and the joint (non-centred) forms under nutpie, numpyro and
-PyMC's own NUTS, and the straightforward centred joint form (``w_i ~ N(0, alpha_i^-1/2)``, the
-same priors; nutpie only by default), on all N + 1 basis functions of an RBF kernel (design
-columns scaled to unit norm, targets to unit RMS, as :class:`bayes_rvm.estimators.RVR` does),
-and prints one table:
+One run prints, in this order (``--sections`` picks some of them):
 
-- ``compile_s``: building and compiling the sampler (nutpie: ``compile_pymc_model``; for the other
-  samplers compilation is inside ``pm.sample`` and is included in ``sample_s``);
-- ``sample_s``: wall time of the sampling call, ``wall_s`` = both;
-- ``ess_bulk``: minimum bulk ESS over the hyperparameters (``sigma`` and ``log alpha`` of the
-  type-II relevance vectors; ``ess_all`` over every ``log alpha``);
-- ``ess/s``: ``ess_bulk / wall_s``; ``ess/s_sampling``: over the sampling time alone;
-- ``div``: divergent transitions after warm-up; ``rhat``: max R-hat over the hyperparameters;
-- ``accept``: NUTS's target acceptance rate (0.8 unless set); the joint form is run a second
-  time with nutpie at ``--joint-target-accept`` (0.99), which shows whether smaller steps remove
-  its divergences, and what its ESS per second is then;
-- ``cpu_s``: CPU seconds of compilation plus sampling (threads and worker processes), and
-  ``idle_s`` = compile CPU + sampling CPU / min(chains, cores): the wall time the run would take
-  on an otherwise idle machine; ``ess/s_idle`` = ``ess_bulk / idle_s``. On a shared machine the
-  wall-clock columns measure the neighbours as much as the sampler; these do not.
+``fresh``
+    ``RVR(inference="mcmc")`` with the estimator's defaults (4 chains x 1000 draws after 1000
+    tuning steps, the full basis) on sinc N = 100, in a **fresh Python process**: the import, the
+    first fit, a second fit of the same shape in the same process, and the first fit's
+    divergences, max R-hat and min bulk ESS of the hyperparameters. Run it twice to see the
+    effect of the on-disk compile cache (the first run after a change of the package recompiles).
+``scale``
+    The full basis (N + 1 functions) at N = 300 and N = 1000, 4 chains x 1000 draws, the
+    marginal form chosen automatically (low-rank through a thin SVD here), started from the
+    type-II fit as the estimator does; and the dense kernel at N = 300 for the ratio: its
+    gradient costs O(M^3), so it is run with 100 draws and its time per gradient
+    (``grad_ms``: sampling wall time / leapfrog steps, all chains) is what the ratio compares.
+``multi``
+    ``RVR(inference="mcmc")`` defaults on a two-output problem (N = 80, shared alphas).
+``samplers``
+    nutpie, numpyro and PyMC's NUTS on the same marginal model (N = 100, full basis). numpyro and
+    blackjax run the JAX implementation of the Op; no GPU was lent to this machine, so JAX runs
+    on the CPU here (the table says which device JAX saw).
+``forms`` (not in the default set)
+    The weight-marginalised against the joint (non-centred) and centred forms, as before.
 
-Run ``python benchmarks/bench_mcmc.py`` (full: 4 chains x 1000 draws after 1000 tuning steps) or
-``--quick`` for a smoke run.
+Timings on a shared machine measure the neighbours too: each section prints the load average,
+and ``cpu_s`` (CPU seconds of the process and its children) is given beside the wall time.
+``--quick`` is a smoke run (smaller N, fewer draws) that keeps every code path.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
+import subprocess
 import sys
 import time
 import warnings
@@ -95,10 +100,10 @@ def run_one(
         from bayes_rvm import inference
 
         inference._NUTPIE_CACHE.clear()
-        key = inference._nutpie_cache_key(model, None)
-        import nutpie
+        key = inference._nutpie_cache_key(model)
+        from bayes_rvm._nutpie import compile_nutpie
 
-        inference._NUTPIE_CACHE[key] = nutpie.compile_pymc_model(model)
+        inference._NUTPIE_CACHE[key] = compile_nutpie(model)
         compile_s = time.perf_counter() - t0
     compile_cpu = _cpu() - c0
     c1 = _cpu()
@@ -151,38 +156,177 @@ def run_one(
     }
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--quick", action="store_true", help="smoke run: N=30, 2 x 100 draws")
-    p.add_argument("--n", type=int, default=100)
-    p.add_argument("--draws", type=int, default=1000)
-    p.add_argument("--tune", type=int, default=1000)
-    p.add_argument("--chains", type=int, default=4)
-    p.add_argument("--forms", default="marginal,joint")
-    p.add_argument("--samplers", default="nutpie,numpyro,pymc")
-    p.add_argument(
-        "--centred-samplers",
-        default="nutpie",
-        help="samplers for the centred joint form (slow: NUTS runs to its maximum tree depth)",
+def _hyper_diagnostics(dt) -> dict:
+    diag = json.loads(dt.attrs["diagnostics"])
+    return {
+        "div": diag["divergences"],
+        "rhat": diag["max_rhat"],
+        "ess_bulk": diag["min_ess_bulk"],
+    }
+
+
+def _sinc_xy(n: int, seed: int = 0):
+    return make_sinc(n, random_state=seed)
+
+
+def child_fresh(n: int) -> None:
+    """Run in a fresh process: the estimator's first and second MCMC fit, printed as JSON."""
+    t0 = time.perf_counter()
+    from bayes_rvm.estimators import RVR
+
+    t_import = time.perf_counter() - t0
+    X, y = _sinc_xy(n)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        t1 = time.perf_counter()
+        est = RVR(inference="mcmc", random_state=0).fit(X, y)
+        first = time.perf_counter() - t1
+        X2, y2 = _sinc_xy(n, seed=1)
+        t2 = time.perf_counter()
+        RVR(inference="mcmc", random_state=1).fit(X2, y2)
+        second = time.perf_counter() - t2
+    out = {"import_s": t_import, "first_fit_s": first, "second_fit_s": second}
+    out.update(_hyper_diagnostics(est.idata_))
+    out["process_to_first_fit_s"] = t_import + first
+    print("RESULT " + json.dumps(out), flush=True)
+
+
+def section_fresh(a) -> list[dict]:
+    n = 30 if a.quick else 100
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    t0 = time.perf_counter()
+    c0 = _cpu()
+    proc = subprocess.run(
+        [sys.executable, __file__, "--child-fresh", str(n)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
     )
-    p.add_argument(
-        "--joint-target-accept",
-        type=float,
-        default=0.99,
-        help="target_accept of an extra nutpie run of the joint form (0 to skip)",
-    )
-    p.add_argument("--seed", type=int, default=1)
-    a = p.parse_args(argv)
-    if a.quick:
-        a.n, a.draws, a.tune, a.chains = 30, 100, 100, 2
-    Phi, t = sinc_problem(a.n)
+    wall = time.perf_counter() - t0
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    if proc.returncode or not lines:
+        return [{"case": f"fresh N={n}", "error": (proc.stderr or proc.stdout)[-300:]}]
+    row = json.loads(lines[-1][7:])
+    row.update(case=f"fresh process, sinc N={n}", process_wall_s=wall, cpu_s=_cpu() - c0)
+    return [row]
+
+
+def _scale_row(n, draws, tune, chains, marginal, seed) -> dict:
+    from bayes_rvm.inference import type2_initvals
+
+    Phi, t = sinc_problem(n)
     fit = fit_mackay(Phi, t)
-    relevant = fit.active
-    print(
-        f"sinc N={a.n}, M={Phi.shape[1]} basis functions, {relevant.size} type-II relevance "
-        f"vectors, {a.chains} chains x {a.draws} draws (+{a.tune} tune), {os.cpu_count()} cores, "
-        f"load average {os.getloadavg()[0]:.1f}"
-    )
+    model = rvm_regression_model(Phi, t, marginal=marginal)
+    c0 = _cpu()
+    t0 = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dt = sample_mcmc(
+            model,
+            draws=draws,
+            tune=tune,
+            chains=chains,
+            random_seed=seed,
+            progressbar=False,
+            initvals=type2_initvals(fit),
+            warn=False,
+        )
+    wall = time.perf_counter() - t0
+    steps = int(dt["sample_stats"].dataset["n_steps"].sum())
+    sample_s = float(dt.attrs["wall_time"])
+    row = {
+        "case": f"sinc N={n} M={n + 1} {model.rvm_settings['marginal']}",
+        "rank": int(model["Phi_U"].get_value().shape[1]) if "Phi_U" in model.named_vars else n + 1,
+        "draws": f"{chains}x{draws}",
+        "wall_s": wall,
+        "cpu_s": _cpu() - c0,
+        "grad_ms": 1e3 * sample_s / max(steps, 1),
+    }
+    row.update(_hyper_diagnostics(dt))
+    return row
+
+
+def section_scale(a) -> list[dict]:
+    if a.quick:
+        cases = [(100, 200, 200, 2, "auto"), (300, 200, 200, 2, "auto"), (100, 50, 50, 2, "dense")]
+    else:
+        cases = [(300, 1000, 1000, 4, "auto"), (1000, 1000, 1000, 4, "auto")]
+        cases.append((300, 100, 100, 4, "dense"))
+    rows = [_scale_row(*c, seed=a.seed) for c in cases]
+    dense = rows[-1]
+    n_dense = dense["case"].split(" M=")[0]
+    low = [r for r in rows if r["case"].startswith(n_dense + " ") and "lowrank" in r["case"]]
+    if low:
+        dense["grad_ratio"] = dense["grad_ms"] / low[0]["grad_ms"]
+    return rows
+
+
+def section_multi(a) -> list[dict]:
+    from bayes_rvm.estimators import RVR
+
+    n = 40 if a.quick else 80
+    X, y = _sinc_xy(n, seed=2)
+    rng = np.random.default_rng(3)
+    Y = np.column_stack([y, 0.5 * y + 0.3 * np.cos(X[:, 0]) + 0.05 * rng.normal(size=n)])
+    kw = {"draws": 200, "tune": 200, "chains": 2} if a.quick else {}
+    c0 = _cpu()
+    t0 = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = RVR(inference="mcmc", random_state=0, **kw).fit(X, Y)
+    row = {"case": f"2 outputs, N={n}", "wall_s": time.perf_counter() - t0, "cpu_s": _cpu() - c0}
+    row.update(_hyper_diagnostics(est.idata_))
+    return [row]
+
+
+def section_samplers(a) -> list[dict]:
+    n = 40 if a.quick else 100
+    draws, chains = (100, 2) if a.quick else (1000, 4)
+    Phi, t = sinc_problem(n)
+    rows = []
+    for sampler in ("nutpie", "numpyro", "pymc"):
+        model = rvm_regression_model(Phi, t)
+        nuts = {"chain_method": "parallel"} if sampler == "numpyro" else None
+        c0 = _cpu()
+        t0 = time.perf_counter()
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                dt = sample_mcmc(
+                    model,
+                    sampler=sampler,
+                    draws=draws,
+                    tune=draws,
+                    chains=chains,
+                    random_seed=a.seed,
+                    progressbar=False,
+                    warn=False,
+                    nuts=nuts,
+                    **({"cores": 2} if sampler != "numpyro" else {}),
+                )
+        except Exception as exc:
+            rows.append({"case": f"{sampler}, N={n}", "error": f"{type(exc).__name__}: {exc}"})
+            continue
+        row = {
+            "case": f"{sampler}, N={n} {model.rvm_settings['marginal']}",
+            "draws": f"{chains}x{draws}",
+            "wall_s": time.perf_counter() - t0,
+            "cpu_s": _cpu() - c0,
+        }
+        row.update(_hyper_diagnostics(dt))
+        row["ess/s"] = row["ess_bulk"] / row["wall_s"]
+        if sampler == "numpyro":
+            import jax
+
+            row["device"] = str(jax.devices()[0].platform)
+        rows.append(row)
+    return rows
+
+
+def section_forms(a) -> list[dict]:
+    Phi, t = sinc_problem(a.n)
+    relevant = fit_mackay(Phi, t).active
     runs = [(f, s, TARGET_ACCEPT) for f in a.forms.split(",") for s in a.samplers.split(",")]
     if a.joint_target_accept and "joint" in a.forms.split(","):
         runs.append(("joint", "nutpie", a.joint_target_accept))
@@ -206,19 +350,66 @@ def main(argv=None) -> int:
             msg = f"{type(exc).__name__}: {exc}"[:80]
             row = {"form": form, "sampler": sampler, "accept": accept, "error": msg}
         rows.append(row)
-        print(_format_row(row), f"(load {os.getloadavg()[0]:.1f})", flush=True)
-    print()
     print(_table(rows))
-    ok = [r for r in rows if "error" not in r]
-    for m in (r for r in ok if r["form"] == "marginal"):
-        for j in (r for r in ok if r["form"] != "marginal" and r["sampler"] == m["sampler"]):
-            print(
-                f"{m['sampler']}: marginal / {j['form']} (target_accept {j['accept']}) "
-                "ESS per second = "
-                f"{m['ess/s'] / max(j['ess/s'], 1e-12):.0f}x (wall), "
-                f"{m['ess/s_idle'] / max(j['ess/s_idle'], 1e-12):.0f}x (idle)"
-                + (f", the joint run had {j['div']} divergences" if j["div"] else "")
-            )
+    return []
+
+
+SECTIONS = {
+    "fresh": section_fresh,
+    "scale": section_scale,
+    "multi": section_multi,
+    "samplers": section_samplers,
+    "forms": section_forms,
+}
+
+
+def _print_rows(title: str, rows: list[dict]) -> None:
+    print(f"\n== {title} (load average {os.getloadavg()[0]:.1f}, {os.cpu_count()} cores)")
+    for row in rows:
+        cells = []
+        for k, v in row.items():
+            cells.append(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}")
+        print("  " + "  ".join(cells), flush=True)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true", help="smoke run: small N, few draws")
+    p.add_argument("--sections", default="fresh,scale,multi,samplers")
+    p.add_argument("--child-fresh", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--n", type=int, default=100, help="N of the forms section")
+    p.add_argument("--draws", type=int, default=1000, help="draws of the forms section")
+    p.add_argument("--tune", type=int, default=1000, help="tune of the forms section")
+    p.add_argument("--chains", type=int, default=4, help="chains of the forms section")
+    p.add_argument("--forms", default="marginal,joint")
+    p.add_argument("--samplers", default="nutpie,numpyro,pymc")
+    p.add_argument(
+        "--centred-samplers",
+        default="nutpie",
+        help="samplers for the centred joint form (slow: NUTS runs to its maximum tree depth)",
+    )
+    p.add_argument(
+        "--joint-target-accept",
+        type=float,
+        default=0.99,
+        help="target_accept of an extra nutpie run of the joint form (0 to skip)",
+    )
+    p.add_argument("--seed", type=int, default=1)
+    a = p.parse_args(argv)
+    if a.child_fresh:
+        child_fresh(a.child_fresh)
+        return 0
+    if a.quick:
+        a.n, a.draws, a.tune, a.chains = 30, 100, 100, 2
+    print(
+        "bench_mcmc: no GPU is lent to this machine; the JAX path (numpyro) runs on the CPU. "
+        f"{os.cpu_count()} cores, shared with other jobs: see the load averages."
+    )
+    for name in a.sections.split(","):
+        t0 = time.perf_counter()
+        rows = SECTIONS[name](a)
+        if rows:
+            _print_rows(f"{name} ({time.perf_counter() - t0:.0f} s)", rows)
     return 0
 
 

@@ -12,7 +12,14 @@ import pytest
 from scipy import stats
 from threadpoolctl import threadpool_limits
 
-from bayes_rvm.marginal import log_evidence_and_grad, marginal_log_likelihood
+from bayes_rvm.marginal import (
+    draw_weights_lowrank,
+    log_evidence_and_grad,
+    lowrank_log_evidence_and_grad,
+    lowrank_marginal_log_likelihood,
+    marginal_log_likelihood,
+    thin_svd,
+)
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -129,3 +136,141 @@ def test_jax_implementation_matches_value_and_gradient():
     ref_la, ref_lb = log_evidence_and_grad(la, lb, Phi, Y)[1:3]
     np.testing.assert_allclose(np.asarray(g_la), ref_la, atol=1e-9)
     assert abs(float(g_lb) - ref_lb) < 1e-9
+
+
+# ---------------------------------------------------------------------------------------------
+# The low-rank form against the dense one
+# ---------------------------------------------------------------------------------------------
+def _lowrank_problem(N=30, M=31, rank=6, D=2, seed=1):
+    """A design of exact rank `rank` (the thin SVD drops nothing) and the usual hyperparameters."""
+    rng = np.random.default_rng(seed)
+    Phi = rng.normal(size=(N, rank)) @ rng.normal(size=(rank, M))
+    Phi /= np.linalg.norm(Phi, axis=0)
+    _, Y, log_alpha, log_beta = _problem(N=N, M=M, D=D, seed=seed)
+    return Phi, Y, log_alpha, log_beta
+
+
+def _sinc_design(n=100):
+    from bayes_rvm.datasets import make_sinc
+    from bayes_rvm.kernels import KernelBasis
+
+    X, y = make_sinc(n, random_state=0)
+    Phi = KernelBasis("rbf", gamma=1.0 / 9.0).fit(X).transform(X)
+    return Phi / np.linalg.norm(Phi, axis=0), (y / np.sqrt(np.mean(y**2)))[:, None]
+
+
+def test_thin_svd_rank_and_reconstruction():
+    Phi, *_ = _lowrank_problem()
+    U, VS = thin_svd(Phi)
+    assert U.shape == (30, 6) and VS.shape == (31, 6)
+    np.testing.assert_allclose(U.T @ U, np.eye(6), atol=1e-12)
+    np.testing.assert_allclose(U @ VS.T, Phi, atol=1e-12)
+    # the issue's figure: sinc's RBF design is numerically of rank 25
+    assert thin_svd(_sinc_design(100)[0])[0].shape[1] == 25
+
+
+@pytest.mark.parametrize("mode", ["FAST_RUN", "NUMBA"])
+def test_lowrank_logp_and_gradient_equal_dense(mode):
+    # The dense M x M kernel is the reference, to 1e-8 in value and in every gradient.
+    Phi, Y, la, lb = _lowrank_problem()
+    U, VS = thin_svd(Phi)
+    la_, lb_ = pt.dvector("la"), pt.dscalar("lb")
+    U_, VS_, Y_ = pt.dmatrix("U"), pt.dmatrix("VS"), pt.dmatrix("Y")
+    logp = lowrank_marginal_log_likelihood(la_, lb_, U_, VS_, Y_)
+    grads = pt.grad(logp, [la_, lb_, Y_])
+    f = pytensor.function([la_, lb_, U_, VS_, Y_], [logp, *grads], mode=mode)
+    value, g_la, g_lb, g_Y = f(la, lb, U, VS, Y)
+    ref, ref_la, ref_lb, ref_Y = log_evidence_and_grad(la, lb, Phi, Y)
+    assert abs(float(value) - ref) < 1e-8
+    assert abs(float(value) - _dense_logp(la, lb, Phi, Y)) < 1e-8
+    np.testing.assert_allclose(g_la, ref_la, atol=1e-8)
+    assert abs(float(g_lb) - ref_lb) < 1e-8
+    np.testing.assert_allclose(g_Y, ref_Y, atol=1e-8)
+
+
+def test_lowrank_on_a_numerically_low_rank_kernel_design():
+    # sinc's RBF design is only numerically of rank 25: the dropped singular values (< 1e-10 of
+    # the largest) must not show at 1e-8, with relevant and huge alphas alike.
+    Phi, Y = _sinc_design(100)
+    U, VS = thin_svd(Phi)
+    rng = np.random.default_rng(3)
+    for _ in range(3):
+        la = rng.normal(2.0, 4.0, Phi.shape[1])
+        lb = rng.normal(3.0, 1.0)
+        ref = log_evidence_and_grad(la, lb, Phi, Y)
+        low = lowrank_log_evidence_and_grad(la, np.asarray(lb), U, Y, VS)
+        assert abs(float(low[0]) - ref[0]) < 1e-8
+        np.testing.assert_allclose(low[1], ref[1], atol=1e-8)
+        assert abs(float(low[2]) - ref[2]) < 1e-8
+        np.testing.assert_allclose(low[3], ref[3], atol=1e-8)
+
+
+def test_lowrank_non_finite_hyperparameters_give_minus_inf():
+    Phi, Y, la, lb = _lowrank_problem()
+    U, VS = thin_svd(Phi)
+    la = la.copy()
+    la[0] = -800.0  # 1 / alpha overflows
+    logp, g_la, g_lb, _ = lowrank_log_evidence_and_grad(la, np.asarray(lb), U, Y, VS)
+    assert logp == -np.inf and np.all(g_la == 0) and g_lb == 0
+
+
+def test_lowrank_weight_draws_have_the_dense_posterior_moments():
+    # Matheron's rule against the dense posterior N(m, Sigma) of the same hyperparameters.
+    Phi, Y, la, lb = _lowrank_problem(N=20, M=8, rank=4, D=1)
+    U, VS = thin_svd(Phi)
+    alpha, beta = np.exp(la[:8]), np.exp(lb)
+    Sigma = np.linalg.inv(np.diag(alpha) + beta * Phi.T @ Phi)
+    m = beta * Sigma @ Phi.T @ Y[:, 0]
+    S = 40_000
+    w = draw_weights_lowrank(
+        U, VS, Y, np.tile(alpha, (S, 1)), np.full(S, beta), np.random.default_rng(0)
+    )[..., 0]
+    se = np.sqrt(np.diag(Sigma) / S)
+    assert np.all(np.abs(w.mean(axis=0) - m) < 5 * se)
+    np.testing.assert_allclose(np.cov(w.T), Sigma, atol=0.03 * np.abs(Sigma).max())
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_jax_lowrank_matches_dense_value_and_gradient():
+    jax = pytest.importorskip("jax")
+    jax.config.update("jax_enable_x64", True)
+    from pymc.sampling.jax import get_jaxified_graph
+
+    from bayes_rvm.marginal import register_jax_dispatch
+
+    register_jax_dispatch()
+    Phi, Y, la, lb = _lowrank_problem()
+    U, VS = thin_svd(Phi)
+    la_, lb_ = pt.dvector("la"), pt.dscalar("lb")
+    logp = lowrank_marginal_log_likelihood(la_, lb_, pt.constant(U), pt.constant(VS), Y)
+    f = get_jaxified_graph(inputs=[la_, lb_], outputs=[logp])
+    ref, ref_la, ref_lb, _ = log_evidence_and_grad(la, lb, Phi, Y)
+    assert abs(float(f(la, lb)[0]) - ref) < 1e-8
+    g_la, g_lb = jax.grad(lambda a, b: f(a, b)[0], argnums=(0, 1))(la, lb)
+    np.testing.assert_allclose(np.asarray(g_la), ref_la, atol=1e-8)
+    assert abs(float(g_lb) - ref_lb) < 1e-8
+
+
+def test_model_chooses_lowrank_automatically_and_keeps_the_density():
+    from bayes_rvm.models import rvm_regression_model, set_model_data
+
+    Phi, Y = _sinc_design(60)
+    low = rvm_regression_model(Phi, Y[:, 0])
+    dense = rvm_regression_model(Phi, Y[:, 0], marginal="dense")
+    assert low.rvm_settings["marginal"] == "lowrank" and "Phi_U" in low.named_vars
+    assert dense.rvm_settings["marginal"] == "dense" and "gram" in dense.named_vars
+    full_rank = rvm_regression_model(*_problem(N=20, M=21)[:2])
+    assert full_rank.rvm_settings["marginal"] == "dense"
+    point = low.initial_point()
+    point["alpha_log__"] = np.linspace(-3, 9, Phi.shape[1])
+    point["sigma_log__"] = np.array(-1.5)
+    assert abs(low.compile_logp()(point) - dense.compile_logp()(point)) < 1e-8
+    # new data of another rank: the factors follow
+    Phi2, Y2 = _sinc_design(60)
+    Phi2 = Phi2[:, ::-1].copy()
+    set_model_data(low, Phi2, Y2[:, 0])
+    set_model_data(dense, Phi2, Y2[:, 0])
+    assert abs(low.compile_logp()(point) - dense.compile_logp()(point)) < 1e-8
+    with pytest.raises(ValueError, match="marginal"):
+        rvm_regression_model(Phi, Y[:, 0], marginal="svd")

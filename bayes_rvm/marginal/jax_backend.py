@@ -57,31 +57,65 @@ def register_jax_dispatch() -> None:
         logp = jnp.where(finite, logp, -jnp.inf)
         return logp, g_alpha, g_beta, g_Y, finite
 
-    @jax.custom_vjp
-    def logp_fn(log_alpha, log_beta, Phi, Y, gram):
-        return _core(log_alpha, log_beta, Phi, Y, gram)[0]
+    def _lowrank_core(log_alpha, log_beta, U, Y, VS):
+        # The algebra of numba_backend.lowrank_log_evidence_and_grad, in jax.numpy.
+        N, r = U.shape
+        D = Y.shape[1]
+        ainv = jnp.exp(-log_alpha)
+        beta = jnp.exp(log_beta)
+        K = (VS.T * ainv) @ VS + jnp.eye(r, dtype=U.dtype) / beta
+        d = jnp.sqrt(jnp.diag(K))
+        Ls = jnp.linalg.cholesky(K / d[:, None] / d[None, :])
+        Linv = solve_triangular(Ls, jnp.eye(r, dtype=U.dtype), lower=True) / d[None, :]
+        Kinv = Linv.T @ Linv
+        Z = U.T @ Y
+        Q = Kinv @ Z
+        R = Y - U @ Z
+        sse = jnp.sum(R**2)
+        log_det = 2.0 * jnp.sum(jnp.log(jnp.diag(Ls))) + 2.0 * jnp.sum(jnp.log(d))
+        logp = -0.5 * (D * (N * _LOG_2PI - (N - r) * log_beta + log_det) + beta * sse)
+        logp = logp - 0.5 * jnp.sum(Z * Q)
+        gkg = jnp.sum((VS @ Kinv) * VS, axis=1)
+        g_alpha = 0.5 * ainv * (D * gkg - jnp.sum((VS @ Q) ** 2, axis=1))
+        g_beta = 0.5 * (
+            D * (N - r) + D * jnp.trace(Kinv) / beta - beta * sse - jnp.sum(Q**2) / beta
+        )
+        g_Y = -(beta * R + U @ Q)
+        finite = jnp.isfinite(logp)
+        logp = jnp.where(finite, logp, -jnp.inf)
+        return logp, g_alpha, g_beta, g_Y, finite
 
-    def fwd(log_alpha, log_beta, Phi, Y, gram):
-        logp, g_alpha, g_beta, g_Y, finite = _core(log_alpha, log_beta, Phi, Y, gram)
-        keep = jnp.where(finite, 1.0, 0.0)
-        zeros = (jnp.zeros_like(Phi), jnp.zeros_like(gram))
-        return logp, (keep * g_alpha, keep * g_beta, keep * g_Y, *zeros)
+    def _with_closed_form_vjp(core):
+        @jax.custom_vjp
+        def logp_fn(log_alpha, log_beta, A, Y, B):
+            return core(log_alpha, log_beta, A, Y, B)[0]
 
-    def bwd(res, g):
-        g_alpha, g_beta, g_Y, g_Phi, g_gram = res
-        return g * g_alpha, g * g_beta, g_Phi, g * g_Y, g_gram
+        def fwd(log_alpha, log_beta, A, Y, B):
+            logp, g_alpha, g_beta, g_Y, finite = core(log_alpha, log_beta, A, Y, B)
+            keep = jnp.where(finite, 1.0, 0.0)
+            zeros = (jnp.zeros_like(A), jnp.zeros_like(B))
+            return logp, (keep * g_alpha, keep * g_beta, keep * g_Y, *zeros)
 
-    logp_fn.defvjp(fwd, bwd)
+        def bwd(res, g):
+            g_alpha, g_beta, g_Y, g_A, g_B = res
+            return g * g_alpha, g * g_beta, g_A, g * g_Y, g_B
 
-    @jax_funcify.register(MarginalLogLikelihood)
-    def _jax_funcify_marginal(op, **kwargs):
-        def marginal(log_alpha, log_beta, Phi, Y, gram):
-            logp = logp_fn(log_alpha, log_beta, Phi, Y, gram)
-            _, g_alpha, g_beta, g_Y, _ = jax.lax.stop_gradient(
-                _core(log_alpha, log_beta, Phi, Y, gram)
-            )
+        logp_fn.defvjp(fwd, bwd)
+
+        def marginal(log_alpha, log_beta, A, Y, B):
+            logp = logp_fn(log_alpha, log_beta, A, Y, B)
+            _, g_alpha, g_beta, g_Y, _ = jax.lax.stop_gradient(core(log_alpha, log_beta, A, Y, B))
             return logp, g_alpha, g_beta, g_Y
 
         return marginal
+
+    implementations = {
+        False: _with_closed_form_vjp(_core),
+        True: _with_closed_form_vjp(_lowrank_core),
+    }
+
+    @jax_funcify.register(MarginalLogLikelihood)
+    def _jax_funcify_marginal(op, **kwargs):
+        return implementations[op.lowrank]
 
     _JAX_REGISTERED = True

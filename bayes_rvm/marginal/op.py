@@ -25,7 +25,12 @@ from pytensor.graph.basic import Apply
 from pytensor.graph.op import Op
 from scipy import linalg
 
-__all__ = ["MarginalLogLikelihood", "log_evidence_and_grad", "marginal_log_likelihood"]
+__all__ = [
+    "MarginalLogLikelihood",
+    "log_evidence_and_grad",
+    "lowrank_marginal_log_likelihood",
+    "marginal_log_likelihood",
+]
 
 _LOG_2PI = float(np.log(2.0 * np.pi))
 
@@ -116,6 +121,10 @@ class MarginalLogLikelihood(Op):
 
     The outputs are ``logp``, ``dlogp/dlog alpha``, ``dlogp/dlog beta`` and ``dlogp/dT``.
 
+    With ``lowrank=True`` the inputs are ``(log alpha, log beta, U, T, V S)`` of a thin SVD
+    ``Phi = U S V^T`` (:func:`bayes_rvm.marginal.lowrank.thin_svd`) and the density is evaluated
+    in the r-dimensional column space of the design (:mod:`bayes_rvm.marginal.lowrank`).
+
     Only the first output is meant to be used in a model; the others are the closed-form gradient,
     computed in the same pass and returned by :meth:`grad`, so that the logp-and-gradient function
     a NUTS sampler compiles runs one factorisation per evaluation. ``Phi^T Phi`` is an input so that
@@ -124,7 +133,11 @@ class MarginalLogLikelihood(Op):
     not implemented (they are data). Second derivatives are not available.
     """
 
-    __props__ = ()
+    __props__ = ("lowrank",)
+
+    def __init__(self, lowrank: bool = False):
+        self.lowrank = bool(lowrank)
+        super().__init__()
 
     def make_node(self, log_alpha, log_beta, Phi, Y, gram):
         inputs = [
@@ -138,7 +151,13 @@ class MarginalLogLikelihood(Op):
         return Apply(self, inputs, outputs)
 
     def perform(self, node, inputs, output_storage):
-        logp, g_alpha, g_beta, g_Y = log_evidence_and_grad(*inputs)
+        if self.lowrank:
+            # One implementation of the low-rank algebra: the compiled kernel (cached on disk).
+            from bayes_rvm.marginal.numba_backend import lowrank_log_evidence_and_grad
+
+            logp, g_alpha, g_beta, g_Y = lowrank_log_evidence_and_grad(*inputs)
+        else:
+            logp, g_alpha, g_beta, g_Y = log_evidence_and_grad(*inputs)
         output_storage[0][0] = np.asarray(logp, dtype=np.float64)
         output_storage[1][0] = np.asarray(g_alpha, dtype=np.float64)
         output_storage[2][0] = np.asarray(g_beta, dtype=np.float64)
@@ -158,13 +177,14 @@ class MarginalLogLikelihood(Op):
         return [
             g * g_alpha,
             g * g_beta,
-            grad_not_implemented(self, 2, inputs[2], "the design matrix is data"),
+            grad_not_implemented(self, 2, inputs[2], "the design (or its factor U) is data"),
             g * g_Y,
-            grad_not_implemented(self, 4, inputs[4], "the Gram matrix is data"),
+            grad_not_implemented(self, 4, inputs[4], "the Gram matrix (or V S) is data"),
         ]
 
 
 _marginal_op = MarginalLogLikelihood()
+_lowrank_op = MarginalLogLikelihood(lowrank=True)
 
 
 def marginal_log_likelihood(log_alpha, log_beta, Phi, Y, gram=None) -> pt.TensorVariable:
@@ -190,3 +210,27 @@ def marginal_log_likelihood(log_alpha, log_beta, Phi, Y, gram=None) -> pt.Tensor
     if gram is None:
         gram = pt.as_tensor_variable(Phi).T @ pt.as_tensor_variable(Phi)
     return _marginal_op(log_alpha, log_beta, Phi, Y, gram)[0]
+
+
+def lowrank_marginal_log_likelihood(log_alpha, log_beta, U, VS, Y) -> pt.TensorVariable:
+    """The same density as :func:`marginal_log_likelihood` on a thin SVD ``Phi = U S V^T``.
+
+    Parameters
+    ----------
+    log_alpha : tensor of shape (M,)
+    log_beta : scalar tensor
+    U : tensor of shape (N, r)
+        Orthonormal left singular vectors of the design.
+    VS : tensor of shape (M, r)
+        ``V S``: right singular vectors scaled by the singular values.
+    Y : tensor of shape (N,) or (N, D)
+
+    Returns
+    -------
+    TensorVariable
+        Scalar log density; one evaluation and its gradient cost ``O(M r^2 + N r D)``.
+    """
+    Y = pt.as_tensor_variable(Y)
+    if Y.ndim == 1:
+        Y = Y[:, None]
+    return _lowrank_op(log_alpha, log_beta, U, Y, VS)[0]

@@ -1,0 +1,111 @@
+"""The marginal likelihood through a thin SVD of the design: ``O(M r^2)`` instead of ``O(M^3)``.
+
+Smooth kernels on low-dimensional inputs give numerically low-rank designs: the 1001-column RBF
+design of sinc at N = 1000 has rank 25 at a relative tolerance of 1e-10, Ripley's 2-D design about
+170 of 251 (a 7-D design none). With ``Phi = U S V^T`` (rank r, ``G = V S``)::
+
+    C = beta^-1 (I - U U^T) + U K U^T,      K = beta^-1 I_r + G^T A^-1 G,
+
+so ``log|C| = -(N - r) log beta + log|K|`` and ``t^T C^-1 t = beta ||t - U U^T t||^2 +
+z^T K^-1 z`` with ``z = U^T t``: one r x r Cholesky factorisation per evaluation. The gradient
+in ``log alpha_i`` needs only row i of ``G``. The kernel is
+:func:`bayes_rvm.marginal.numba_backend.lowrank_log_evidence_and_grad`.
+
+Tolerance. Singular values below ``RANK_RTOL * s_max`` are dropped. The density is then that of
+the design ``U S V^T``, which differs from ``Phi`` by at most ``s_(r+1) <= 1e-10 s_max`` in
+spectral norm; ``C`` moves by at most ``s_(r+1)^2 max_i alpha_i^-1``, far below the noise
+variance for any ``alpha`` the hyperpriors reach (a unit-norm design has ``s_max <= sqrt(M)``).
+:func:`use_lowrank` takes the low-rank form when ``r <= LOWRANK_MAX_FRACTION * M``, where its
+``O(M r^2)`` cost is clearly below the dense kernel's ``O(M^3)``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy import linalg
+
+__all__ = [
+    "LOWRANK_MAX_FRACTION",
+    "RANK_RTOL",
+    "draw_weights_lowrank",
+    "thin_svd",
+    "use_lowrank",
+]
+
+#: Singular values below this fraction of the largest one are dropped.
+RANK_RTOL = 1e-10
+#: The low-rank form is chosen automatically when rank <= this fraction of the basis size.
+LOWRANK_MAX_FRACTION = 0.5
+
+
+def thin_svd(Phi: np.ndarray, rtol: float = RANK_RTOL) -> tuple[np.ndarray, np.ndarray]:
+    """``U`` (N, r) and ``V S`` (M, r) of ``Phi`` with singular values above ``rtol * s_max``.
+
+    Parameters
+    ----------
+    Phi : ndarray of shape (N, M)
+    rtol : float, default=RANK_RTOL
+
+    Returns
+    -------
+    U : ndarray of shape (N, r)
+    VS : ndarray of shape (M, r)
+    """
+    Phi = np.asarray(Phi, dtype=np.float64)
+    if Phi.ndim != 2 or min(Phi.shape) == 0:
+        raise ValueError(f"Phi must be a non-empty 2-D array, got shape {Phi.shape}.")
+    U, s, Vt = linalg.svd(Phi, full_matrices=False, lapack_driver="gesdd", check_finite=True)
+    r = max(int(np.sum(s > rtol * s[0])), 1)
+    return np.ascontiguousarray(U[:, :r]), np.ascontiguousarray(Vt[:r].T * s[:r])
+
+
+def use_lowrank(rank: int, n_basis: int) -> bool:
+    """Whether the low-rank form is the faster one for a design of this rank and basis size."""
+    return rank <= LOWRANK_MAX_FRACTION * n_basis
+
+
+def draw_weights_lowrank(
+    U: np.ndarray,
+    VS: np.ndarray,
+    Y: np.ndarray,
+    alpha: np.ndarray,
+    beta: np.ndarray,
+    rng: np.random.Generator,
+) -> np.ndarray:
+    """Exact draws of ``w ~ N(m, Sigma)`` for the design ``U (V S)^T``, ``O(M r + r^3)`` each.
+
+    Parameters
+    ----------
+    U : ndarray of shape (N, r)
+    VS : ndarray of shape (M, r)
+    Y : ndarray of shape (N, D)
+    alpha : ndarray of shape (S, M)
+    beta : ndarray of shape (S,)
+    rng : numpy.random.Generator
+
+    Returns
+    -------
+    ndarray of shape (S, M, D)
+
+    Notes
+    -----
+    Matheron's rule: with ``w0 ~ N(0, A^-1)`` and ``e ~ N(0, beta^-1 I_r)`` (the noise seen through
+    ``U^T``), ``w = w0 + A^-1 G K^-1 (z - G^T w0 - e)`` has the posterior ``N(m, Sigma)``, since
+    ``Phi^T C^-1 = G K^-1 U^T``. No M x M matrix is formed.
+    """
+    S, M = alpha.shape
+    r = VS.shape[1]
+    D = Y.shape[1]
+    Z = U.T @ Y
+    out = np.empty((S, M, D))
+    for s in range(S):
+        ainv = 1.0 / alpha[s]
+        K = (VS.T * ainv) @ VS
+        K[np.diag_indices(r)] += 1.0 / beta[s]
+        cho = linalg.cho_factor(K, lower=True, check_finite=False)
+        w0 = rng.standard_normal((M, D)) * np.sqrt(ainv)[:, None]
+        e = rng.standard_normal((r, D)) / np.sqrt(beta[s])
+        out[s] = w0 + (ainv[:, None] * VS) @ linalg.cho_solve(
+            cho, Z - VS.T @ w0 - e, check_finite=False
+        )
+    return out
