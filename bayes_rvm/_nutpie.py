@@ -16,8 +16,9 @@ into Python, evaluate their gradients in parallel.
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections.abc import Mapping
-from functools import cache
+from functools import cache, wraps
 
 import numpy as np
 
@@ -45,6 +46,19 @@ def _nogil_numba_mode():
     return Mode(linker=NogilNumbaLinker(), optimizer=get_mode("NUMBA").provided_optimizer)
 
 
+def _locked(fn):
+    # nutpie asks for initial points from its chain threads at once; PyMC's initial-point
+    # function is a compiled PyTensor function, whose storage is not thread-safe.
+    lock = threading.Lock()
+
+    @wraps(fn)
+    def locked(*args, **kwargs):
+        with lock:
+            return fn(*args, **kwargs)
+
+    return locked
+
+
 def compile_nutpie(model):
     """Compile ``model`` for ``nutpie.sample`` through nutpie's function-based entry.
 
@@ -62,8 +76,8 @@ def compile_nutpie(model):
     from nutpie.compiled_pyfunc import from_pyfunc
     from pymc.initial_point import make_initial_point_fn
 
-    point_fn = make_initial_point_fn(
-        model=model, jitter_rvs=set(model.free_RVs), return_transformed=True
+    point_fn = _locked(
+        make_initial_point_fn(model=model, jitter_rvs=set(model.free_RVs), return_transformed=True)
     )
     n_dim, _, logp_pt, expand_pt, init_fn, shape_info, reparameterized = _make_functions(
         model,
@@ -133,11 +147,13 @@ def with_initial_points(compiled, model, initvals: Mapping | None):
     from nutpie.compile_pymc import _rv_dict_to_flat_array_wrapper
     from pymc.initial_point import make_initial_point_fn
 
-    point_fn = make_initial_point_fn(
-        model=model,
-        overrides=dict(initvals or {}),
-        jitter_rvs=set(model.free_RVs),
-        return_transformed=True,
+    point_fn = _locked(
+        make_initial_point_fn(
+            model=model,
+            overrides=dict(initvals or {}),
+            jitter_rvs=set(model.free_RVs),
+            return_transformed=True,
+        )
     )
     flat = _rv_dict_to_flat_array_wrapper(
         point_fn, names=compiled._rvm_free_names, shapes=compiled._rvm_free_shapes
