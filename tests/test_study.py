@@ -498,3 +498,26 @@ def test_plot_study_draws_elpd_and_se_per_data_set():
     plt.close(fig)
     with pytest.raises(ValueError, match="lacks the columns"):
         plot_study(table.drop(columns="elpd_loo_se"))
+
+
+@pytest.mark.slow
+def test_study_command_on_a_dask_scheduler(tmp_path, capsys):
+    distributed = pytest.importorskip("distributed")
+    from bayes_rvm.cli import main
+
+    path = tmp_path / "s.toml"
+    path.write_text(CONFIG)
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+    ) as cluster:
+        assert main(["study", str(path), "--scheduler", cluster.scheduler_address]) == 0
+    err = capsys.readouterr().err
+    assert "[4/4]" in err
+    on_cluster = load_study(tmp_path / "store")
+    assert not any(w.endswith(f":{os.getpid()}") for w in on_cluster["worker"])  # not here
+    from bayes_rvm.study import read_config
+
+    config = read_config(path)
+    assert_same_table(
+        on_cluster, run_study(config.models, config.datasets, n_jobs=1, random_state=4)
+    )
