@@ -87,6 +87,7 @@ class BaseRVM(BaseEstimator):
         "chains": [Interval(Integral, 1, None, closed="left")],
         "sampler": [StrOptions(set(SAMPLERS))],
         "mcmc_basis": [StrOptions({"all", "relevant"})],
+        "predictive": [StrOptions({"rvm", "rvm*"})],
         "random_state": ["random_state"],
         "verbose": ["verbose"],
     }
@@ -135,6 +136,32 @@ class BaseRVM(BaseEstimator):
         tags = super().__sklearn_tags__()
         tags.input_tags.pairwise = self.kernel == "precomputed"
         return tags
+
+    # -- RVM* (bayes_rvm.predictive) -------------------------------------------------------------
+    def _check_predictive(self) -> None:
+        """``predictive="rvm*"`` needs ``k(x, x)`` at new inputs and a type-II fit."""
+        if self.predictive != "rvm*":
+            return
+        if isinstance(self.kernel, str) and self.kernel == "precomputed":
+            raise ValueError(
+                "predictive='rvm*' needs k(x, x) at new inputs, which kernel='precomputed' does "
+                "not give; use predictive='rvm' or pass the kernel itself."
+            )
+        if getattr(self, "inference", "type2") == "mcmc":
+            raise ValueError(
+                "predictive='rvm*' applies to type-II fits; with inference='mcmc' the predictive "
+                "is the mixture over the posterior draws. Use predictive='rvm'."
+            )
+
+    def _rvm_star_inputs(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``k(X, X_train)`` and ``k(x, x)`` of each row: RVM*'s added functions."""
+        x_train = self._train.get("x_train")
+        if x_train is None:
+            raise ValueError(
+                "this fit holds no training inputs (saved by an older version?); refit it to "
+                "predict with predictive='rvm*'."
+            )
+        return self.basis_.kernel_matrix(X, x_train), self.basis_.diagonal(X)
 
     # -- the kernel width as a hyperparameter ------------------------------------------------------
     def _learns_width(self) -> bool:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
-from scipy.special import expit
+from scipy.special import expit, logsumexp
 from sklearn.base import ClassifierMixin, _fit_context
 from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.multiclass import check_classification_targets
@@ -93,6 +93,13 @@ class RVC(ClassifierMixin, BaseRVM):
         Moderate the probabilities by the posterior variance of the latent function (MacKay's
         probit approximation ``sigmoid(kappa mu)``, ``kappa = (1 + pi s^2 / 8)^-1/2``); False
         plugs in the posterior mean.
+    predictive : {"rvm", "rvm*"}, default="rvm"
+        Latent predictive: the RVM's own, or RVM* (Rasmussen & Quinonero-Candela 2005), the
+        Laplace posterior augmented at prediction time by a basis function centred on the test
+        point (:mod:`bayes_rvm.predictive`): far from the data the latent variance returns to a
+        Gaussian-process prior variance, so moderated probabilities fall back towards the
+        prior's instead of staying as confident as at the relevance vectors. Needs the training
+        inputs at prediction time; not with ``kernel="precomputed"``.
     max_iter : int, default=10000
         Iteration cap of the engine; reaching it warns with ``ConvergenceWarning``.
     tol : float, default=1e-6
@@ -168,6 +175,7 @@ class RVC(ClassifierMixin, BaseRVM):
         solver="sequential",
         multi_class="multinomial",
         moderated=True,
+        predictive="rvm",
         max_iter=10_000,
         tol=1e-6,
         threshold_alpha=1e9,
@@ -184,6 +192,7 @@ class RVC(ClassifierMixin, BaseRVM):
         self.solver = solver
         self.multi_class = multi_class
         self.moderated = moderated
+        self.predictive = predictive
         self.max_iter = max_iter
         self.tol = tol
         self.threshold_alpha = threshold_alpha
@@ -206,6 +215,7 @@ class RVC(ClassifierMixin, BaseRVM):
         """
         X, y = validate_data(self, X, y, ensure_min_samples=2, dtype=np.float64)
         check_classification_targets(y)
+        self._check_predictive()
         classes, yi = np.unique(y, return_inverse=True)
         if classes.size < 2:
             raise ValueError(
@@ -238,6 +248,12 @@ class RVC(ClassifierMixin, BaseRVM):
                 for c in range(C)
             )
         self._set_fitted(basis, fit)
+        act = self.active_
+        # RVM* needs the training problem at prediction time (the Laplace weights come back
+        # from the mode and the labels).
+        self._train = {"phi_active": Phi[:, act] * norms[act], "y_index": yi}
+        if self.kernel != "precomputed":
+            self._train["x_train"] = X
         return self
 
     def _set_fitted(self, basis: KernelBasis, fit) -> None:
@@ -281,7 +297,7 @@ class RVC(ClassifierMixin, BaseRVM):
             "basis": self.basis_,
             "fit": list(self.fit_) if ovr else self.fit_,
             "extras": {"classes": self.classes_.tolist(), "ovr": ovr},
-            "arrays": {},
+            "arrays": getattr(self, "_train", {}),
             "idata": None,
         }
 
@@ -290,18 +306,56 @@ class RVC(ClassifierMixin, BaseRVM):
         self.n_features_in_ = state["basis"].n_features_in_
         fit = tuple(state["fit"]) if state["extras"]["ovr"] else state["fit"]
         self._set_fitted(state["basis"], fit)
+        self._train = state.get("arrays") or {}
 
     def _latent(self, X) -> tuple[np.ndarray, np.ndarray]:
         """Posterior mean and variance of the latent function(s), each (n_samples, n_outputs)."""
         check_is_fitted(self, "fit_")
         X = validate_data(self, X, reset=False, dtype=np.float64)
         phi = self.basis_.transform(X, columns=self.active_)
+        star = self._rvm_star_inputs(X) if self.predictive == "rvm*" else None
         if isinstance(self.fit_, tuple):
-            parts = [
-                f.predict(phi[:, pos]) for f, pos in zip(self.fit_, self._positions, strict=True)
-            ]
+            parts = []
+            for c, (f, pos) in enumerate(zip(self.fit_, self._positions, strict=True)):
+                yi = self._train.get("y_index")
+                target = None if yi is None else (yi == c).astype(np.float64)
+                parts.append(self._latent_one(f, phi[:, pos], pos, target, star))
             return np.hstack([m for m, _ in parts]), np.hstack([v for _, v in parts])
-        return self.fit_.predict(phi)
+        yi = self._train.get("y_index")
+        if self.classes_.size == 2 and yi is not None:
+            yi = yi.astype(np.float64)
+        return self._latent_one(self.fit_, phi, np.arange(self.active_.size), yi, star)
+
+    def _latent_one(self, fit, phi, pos, target, star):
+        """Latent moments of one Laplace fit on its columns ``pos``; RVM* when ``star`` is given."""
+        mean, var = fit.predict(phi)
+        if star is None:
+            return mean, var
+        from bayes_rvm.predictive import (
+            AugmentationData,
+            augmentation_amplitude,
+            rvm_star,
+            rvm_star_softmax,
+        )
+
+        cross, self_k = star
+        phi_train = self._train["phi_active"][:, pos]
+        eta = phi_train @ fit.mean
+        C = fit.mean.shape[1]
+        if C == 1:
+            p = expit(eta[:, 0])
+            precision, score = p * (1.0 - p), (target - p)[:, None]
+        else:
+            P = np.exp(eta - logsumexp(eta, axis=1, keepdims=True))
+            precision, score = None, np.eye(C)[target.astype(np.intp)] - P
+        # The softmax model shares its alphas across classes: one latent prior variance.
+        k_train = self.basis_.diagonal(self._train["x_train"])
+        amplitude = augmentation_amplitude(phi_train, fit.alpha[fit.active], k_train)
+        data = AugmentationData(phi_train, precision, score, fit.chol, amplitude)
+        if C == 1:
+            m, v = rvm_star(mean, var[:, 0], phi, cross, self_k, data)
+            return m, v[:, None]
+        return rvm_star_softmax(mean, var, phi, cross, self_k, data, P)
 
     def decision_function(self, X) -> np.ndarray:
         """Latent scores: the log-odds (binary) or softmax logits behind :meth:`predict_proba`.

@@ -14,12 +14,20 @@ import json
 
 import numpy as np
 import xarray as xr
+from scipy import linalg
 from sklearn.base import RegressorMixin, _fit_context
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from bayes_rvm._base import _POSITIVE, BaseRVM, normalise_columns, path_from_json, path_to_json
+from bayes_rvm._base import (
+    _POSITIVE,
+    BaseRVM,
+    check_number,
+    normalise_columns,
+    path_from_json,
+    path_to_json,
+)
 from bayes_rvm.dims import BASIS, OUTPUT
 from bayes_rvm.evidence.gaussian import EvidenceFit, fit_mackay
 from bayes_rvm.evidence.sequential import fit_sequential
@@ -154,6 +162,16 @@ class RVR(RegressorMixin, BaseRVM):
     mcmc_basis : {"all", "relevant"}, default="all"
         Sample over every basis function, or only over the type-II relevance vectors (much
         cheaper for large N, but conditional on the type-II selection).
+    predictive : {"rvm", "rvm*"}, default="rvm"
+        Predictive distribution of a type-II fit. ``"rvm"``: the RVM's own,
+        ``N(m^T phi(x), 1/beta + phi(x)^T Sigma phi(x))``, whose variance shrinks to the noise
+        away from the relevance vectors. ``"rvm*"``: Rasmussen & Quinonero-Candela's (2005)
+        augmented predictive, which adds a basis function centred on each test point with its
+        own prior (see :mod:`bayes_rvm.predictive`), so that far from the data the variance
+        returns to a Gaussian-process prior variance plus the noise. Training is unchanged;
+        prediction then needs the training inputs (O(N K) per test point instead of O(K^2)).
+        Not available with ``kernel="precomputed"`` (``k(x, x)`` of new inputs is unknown) or
+        ``inference="mcmc"``.
     random_state : int, RandomState or None, default=None
         Seed for the randomised parts of a fit (candidate subsets, sampling).
     verbose : bool, default=False
@@ -248,6 +266,7 @@ class RVR(RegressorMixin, BaseRVM):
         chains=4,
         sampler="nutpie",
         mcmc_basis="all",
+        predictive="rvm",
         random_state=None,
         verbose=False,
     ):
@@ -272,6 +291,7 @@ class RVR(RegressorMixin, BaseRVM):
         self.chains = chains
         self.sampler = sampler
         self.mcmc_basis = mcmc_basis
+        self.predictive = predictive
         self.random_state = random_state
         self.verbose = verbose
 
@@ -316,6 +336,7 @@ class RVR(RegressorMixin, BaseRVM):
         X, y = validate_data(
             self, X, y, multi_output=True, y_numeric=True, ensure_min_samples=2, dtype=np.float64
         )
+        self._check_predictive()
         T = y[:, None] if y.ndim == 1 else y
         n, d = T.shape
 
@@ -336,6 +357,9 @@ class RVR(RegressorMixin, BaseRVM):
         act = fit.active
         # Enough of the training problem to build the type-II DataTree on demand.
         self._train = {"phi_active": Phi[:, act] * norms[act], "y": y}
+        if self.kernel != "precomputed":
+            # RVM* places a basis function on each test point and needs its values here.
+            self._train["x_train"] = X
         self._idata = None
         if self.inference == "mcmc":
             self._idata = self._sample_mcmc(Phi, Tn, fit, norms, scale)
@@ -400,17 +424,30 @@ class RVR(RegressorMixin, BaseRVM):
         )
         return _unscale_datatree(dt, norms, scale)
 
-    def _predict_mcmc(self, X, return_std: bool):
-        """Posterior predictive mean and sd from the MCMC draws (noise included)."""
-        from bayes_rvm.inference import predict_draws
+    def _mcmc_draws(self, X) -> tuple[np.ndarray, np.ndarray]:
+        """Regression function at ``X`` per MCMC draw, (S, n[, D]), and the noise sd, (S,)."""
+        post = self._idata["posterior"].dataset
+        phi = self.basis_.transform(X, columns=post[BASIS].values)
+        w = post["w"].transpose("chain", "draw", BASIS, ...).values
+        w = w.reshape((-1, *w.shape[2:]))
+        return np.einsum("nm,sm...->sn...", phi, w), post["sigma"].values.reshape(-1)
 
-        cols = self._idata["posterior"][BASIS].values
-        mean, draws = predict_draws(
-            self._idata, self.basis_.transform(X, columns=cols), random_seed=0
+    def _augmentation(self):
+        """RVM*'s view of the training problem (:class:`bayes_rvm.predictive.AugmentationData`)."""
+        from bayes_rvm.predictive import AugmentationData, augmentation_amplitude
+
+        phi = self._train["phi_active"]
+        y = self._train["y"]
+        T = y[:, None] if y.ndim == 1 else y
+        x_train = self._train["x_train"]
+        beta = float(self.fit_.beta)
+        return AugmentationData(
+            phi=phi,
+            precision=beta,
+            score=beta * (T - phi @ self.fit_.mean),
+            chol=self.fit_.chol,
+            amplitude=augmentation_amplitude(phi, self.alpha_, self.basis_.diagonal(x_train)),
         )
-        if not return_std:
-            return mean
-        return mean, draws.std(dim=("chain", "draw")).values
 
     @property
     def idata_(self):
@@ -476,34 +513,110 @@ class RVR(RegressorMixin, BaseRVM):
         self._train = state["arrays"]
         self._idata = state.get("idata")
 
-    def predict(self, X, return_std: bool = False):
-        """Predictive mean, and optionally the predictive standard deviation.
+    def predict(self, X, return_std: bool = False, return_cov: bool = False):
+        """Predictive mean, and optionally its standard deviation or covariance.
 
-        The predictive distribution at ``x`` is ``N(m^T phi(x), 1/beta + phi(x)^T Sigma phi(x))``
-        (reference document 000, eqs. 2.1-2.2). Only the relevance vectors' kernel columns are
-        built.
+        Type-II, ``predictive="rvm"``: ``N(m^T phi(x), 1/beta + phi(x)^T Sigma phi(x))``
+        (reference document 000, eqs. 2.1-2.2), built from the relevance vectors' kernel columns
+        only. ``predictive="rvm*"``: the augmented predictive of :mod:`bayes_rvm.predictive`.
+        MCMC: the moments of the mixture over the posterior draws (within-draw noise plus the
+        spread of the regression function between draws).
 
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
             Inputs (for ``kernel="precomputed"``: the kernel between them and the training inputs).
         return_std : bool, default=False
-            Also return the predictive standard deviation (noise included).
+            Also return the predictive standard deviation of new targets (noise included).
+        return_cov : bool, default=False
+            Also return the joint predictive covariance of new targets (noise included), as
+            :class:`sklearn.gaussian_process.GaussianProcessRegressor` does. At most one of
+            ``return_std`` and ``return_cov``.
 
         Returns
         -------
         y_mean : ndarray of shape (n_samples,) or (n_samples, n_outputs)
         y_std : ndarray of the same shape, only if ``return_std``
+        y_cov : ndarray of shape (n_samples, n_samples) or (n_samples, n_samples, n_outputs),
+            only if ``return_cov``
         """
+        if return_std and return_cov:
+            raise RuntimeError("At most one of return_std or return_cov can be requested.")
         check_is_fitted(self, "fit_")
         X = validate_data(self, X, reset=False, dtype=np.float64)
         if self.inference == "mcmc":
-            return self._predict_mcmc(X, return_std)
+            from bayes_rvm.predictive import mixture_moments
+
+            f, sigma = self._mcmc_draws(X)
+            mean, spread = mixture_moments(f, sigma, return_cov=return_cov)
+            if return_cov:
+                return mean, spread
+            return (mean, np.sqrt(spread)) if return_std else mean
         phi = self.basis_.transform(X, columns=self.active_)
         mean, var = self.fit_.predict(phi)
+        star = self.predictive == "rvm*"
+        if star:
+            from bayes_rvm.predictive import rvm_star
+
+            cross, self_k = self._rvm_star_inputs(X)
+            data = self._augmentation()
+            mean, var = rvm_star(mean, var, phi, cross, self_k, data)
         if self._single_output:
             mean = mean[:, 0]
+        if return_cov:
+            v = linalg.solve_triangular(self.fit_.chol, phi.T, lower=True, check_finite=False)
+            cov = v.T @ v
+            cov[np.diag_indices_from(cov)] += 1.0 / self.fit_.beta
+            if star:
+                from bayes_rvm.predictive import rvm_star_cov
+
+                test_k = self.basis_.kernel_matrix(X, X)
+                cov = rvm_star_cov(cov, var, phi, cross, self_k, test_k, data)
+            return mean, (
+                cov if self._single_output else np.repeat(cov[..., None], mean.shape[1], 2)
+            )
         if not return_std:
             return mean
         std = np.sqrt(var)
         return mean, (std if self._single_output else np.repeat(std[:, None], mean.shape[1], 1))
+
+    def sample_y(self, X, n_samples: int = 1, random_state=0) -> np.ndarray:
+        """Draws of new targets from the predictive distribution at ``X`` (noise included).
+
+        Type-II: the joint Gaussian of :meth:`predict` with ``return_cov=True``. MCMC: exact
+        draws from the mixture (a posterior draw chosen at random, its regression function plus
+        its noise). The same interface as
+        :meth:`sklearn.gaussian_process.GaussianProcessRegressor.sample_y`.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples_X, n_features)
+        n_samples : int, default=1
+            Number of draws per input.
+        random_state : int, RandomState or None, default=0
+            Seed of the draws.
+
+        Returns
+        -------
+        y_samples : ndarray of shape (n_samples_X, n_samples) or
+            (n_samples_X, n_outputs, n_samples)
+        """
+        check_number("n_samples", n_samples, integer=True)
+        rng = check_random_state(random_state)
+        check_is_fitted(self, "fit_")
+        if self.inference == "mcmc":
+            X = validate_data(self, X, reset=False, dtype=np.float64)
+            f, sigma = self._mcmc_draws(X)
+            pick = rng.randint(f.shape[0], size=n_samples)
+            draws = f[pick] + sigma[pick].reshape(
+                (-1,) + (1,) * (f.ndim - 1)
+            ) * rng.standard_normal((n_samples, *f.shape[1:]))
+            return np.moveaxis(draws, 0, -1)
+        mean, cov = self.predict(X, return_cov=True)
+        if self._single_output:
+            return rng.multivariate_normal(mean, cov, n_samples).T
+        out = [
+            rng.multivariate_normal(mean[:, d], cov[..., d], n_samples).T
+            for d in range(mean.shape[1])
+        ]
+        return np.stack(out, axis=1)

@@ -193,6 +193,24 @@ class KernelBasis(TransformerMixin, BaseEstimator):
             return np.asarray(kernel(X, centres), dtype=np.float64)
         return np.asarray(kernel(X, centres, **(self.kernel_params or {})), dtype=np.float64)
 
+    def diagonal(self, X: np.ndarray, *, chunk_size: int = 256) -> np.ndarray:
+        """``k(x, x)`` for each row of ``X`` (no bias, no validation; not for "precomputed").
+
+        1 for rbf and laplacian, the kernel object's ``diag`` for scikit-learn kernels, otherwise
+        the diagonals of small diagonal blocks of the kernel matrix.
+        """
+        if self.kernel == "precomputed":
+            raise ValueError("k(x, x) of new inputs is unknown for kernel='precomputed'.")
+        if isinstance(self.kernel, str) and self.kernel in ("rbf", "laplacian"):
+            return np.ones(X.shape[0])
+        if isinstance(self.kernel, GPKernel):
+            return np.asarray(self.kernel.diag(X), dtype=np.float64)
+        out = np.empty(X.shape[0])
+        for start in range(0, X.shape[0], chunk_size):
+            block = X[start : start + chunk_size]
+            out[start : start + chunk_size] = np.diag(self.kernel_matrix(block, block))
+        return out
+
     def transform(self, X, columns=None, *, chunk_size: int | None = None) -> np.ndarray:
         """Build the design matrix for ``X``.
 

@@ -1,5 +1,6 @@
-"""Plots of fitted RVMs (matplotlib): the predictive band with the relevance vectors marked, and
-the elpd of a model comparison study."""
+"""Plots of fitted RVMs (matplotlib): the predictive band with the relevance vectors marked, the
+elpd of a model comparison study, and calibration on held-out data (coverage against nominal
+level, PIT histograms, reliability diagrams; the numbers come from :mod:`bayes_rvm.calibration`)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-__all__ = ["plot_regression", "plot_study"]
+__all__ = ["plot_coverage", "plot_pit", "plot_regression", "plot_reliability", "plot_study"]
 
 
 def plot_regression(
@@ -150,3 +151,107 @@ def plot_study(table, *, n_se: float = 1.0, axes=None):
     fig = axes[0].figure
     fig.tight_layout()
     return fig
+
+
+def _axes(ax, figsize=(4.5, 4.0)):
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=figsize)
+    return ax
+
+
+def _unit_square(ax, xlabel: str, ylabel: str):
+    """Labels, [0, 1] limits and the legend of a calibration diagram."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1)
+    ax.legend(loc="upper left", fontsize="small")
+    return ax
+
+
+def plot_coverage(pits: dict, *, levels=None, ax=None):
+    """Empirical coverage of central predictive intervals against their nominal level.
+
+    Parameters
+    ----------
+    pits : dict of str -> array-like
+        PIT values of held-out targets per model (:func:`bayes_rvm.calibration.pit_gaussian`,
+        :func:`~bayes_rvm.calibration.pit_mixture`). Calibrated models lie on the diagonal;
+        below it the intervals are too narrow.
+    levels : array-like, optional
+        Nominal levels (default 0.05 to 0.95 in steps of 0.05).
+    ax : matplotlib Axes, optional
+
+    Returns
+    -------
+    ax : matplotlib Axes
+    """
+    from bayes_rvm.calibration import interval_coverage
+
+    levels = np.arange(0.05, 0.96, 0.05) if levels is None else np.asarray(levels, dtype=float)
+    ax = _axes(ax)
+    ax.plot([0, 1], [0, 1], "k:", lw=1, label="calibrated")
+    for name, pit in pits.items():
+        ax.plot(levels, interval_coverage(pit, levels), "o-", ms=3, label=name)
+    return _unit_square(ax, "nominal level of the central interval", "fraction of targets inside")
+
+
+def plot_pit(pit, *, bins: int = 10, ax=None, label: str | None = None):
+    """Histogram of PIT values with the uniform density a calibrated predictive gives.
+
+    A U shape means intervals too narrow (overconfident), a hump too wide.
+
+    Parameters
+    ----------
+    pit : array-like of shape (n,)
+    bins : int, default=10
+    ax : matplotlib Axes, optional
+    label : str, optional
+        Title of the panel.
+
+    Returns
+    -------
+    ax : matplotlib Axes
+    """
+    pit = np.asarray(pit, dtype=float)
+    ax = _axes(ax, (4.0, 3.0))
+    ax.hist(pit, bins=bins, range=(0, 1), density=True, color="C0", alpha=0.6, edgecolor="w")
+    ax.axhline(1.0, color="k", ls=":", lw=1)
+    # +-2 sd of a bin's density under uniformity (binomial counts).
+    half = 2 * np.sqrt(bins * (1 - 1 / bins) / pit.size)
+    ax.axhspan(1 - half, 1 + half, color="0.85", zorder=0)
+    ax.set_xlim(0, 1)
+    ax.set_xlabel("PIT")
+    ax.set_ylabel("density")
+    if label:
+        ax.set_title(label)
+    return ax
+
+
+def plot_reliability(y_true, probas: dict, *, n_bins: int = 10, strategy="uniform", ax=None):
+    """Reliability diagram of binary probabilities for several models.
+
+    Parameters
+    ----------
+    y_true : array-like of shape (n,)
+        True labels (0 / 1 or the positive class's label as the larger one).
+    probas : dict of str -> array-like of shape (n,)
+        Predicted probability of the positive class per model.
+    n_bins : int, default=10
+    strategy : {"uniform", "quantile"}, default="uniform"
+    ax : matplotlib Axes, optional
+
+    Returns
+    -------
+    ax : matplotlib Axes
+    """
+    from bayes_rvm.calibration import reliability_curve
+
+    ax = _axes(ax)
+    ax.plot([0, 1], [0, 1], "k:", lw=1, label="calibrated")
+    for name, proba in probas.items():
+        curve = reliability_curve(y_true, proba, n_bins=n_bins, strategy=strategy)
+        ax.plot(curve.prob_pred, curve.prob_true, "o-", ms=4, label=f"{name} (ECE {curve.ece:.3f})")
+    return _unit_square(ax, "mean predicted probability", "observed frequency")
