@@ -158,7 +158,8 @@ class RVR(RegressorMixin, BaseRVM):
     draws, tune, chains : int, default=1000, 1000, 4
         MCMC settings (``inference="mcmc"``).
     sampler : {"nutpie", "numpyro", "pymc"}, default="nutpie"
-        NUTS implementation (``inference="mcmc"``).
+        NUTS implementation (``inference="mcmc"``). On a CPU use nutpie; numpyro runs the JAX
+        implementation, for a JAX accelerator (see :func:`bayes_rvm.inference.sample_mcmc`).
     mcmc_basis : {"all", "relevant"}, default="all"
         Sample over every basis function, or only over the type-II relevance vectors (much
         cheaper for large N, but conditional on the type-II selection).

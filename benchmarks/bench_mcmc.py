@@ -78,6 +78,13 @@ def centred_joint_model(Phi, t) -> pm.Model:
 TARGET_ACCEPT = 0.8
 
 
+def _sample_quietly(model, **kwargs):
+    """``sample_mcmc`` without progress bars or warnings: the table reports the diagnostics."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return sample_mcmc(model, progressbar=False, warn=False, **kwargs)
+
+
 def _cpu() -> float:
     # This process's threads (nutpie, numpyro) plus finished worker processes (PyMC's NUTS).
     own = resource.getrusage(resource.RUSAGE_SELF)
@@ -111,20 +118,16 @@ def run_one(
     if sampler == "numpyro":
         nuts["chain_method"] = "parallel"
     t1 = time.perf_counter()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        dt = sample_mcmc(
-            model,
-            draws=draws,
-            tune=tune,
-            chains=chains,
-            sampler=sampler,
-            random_seed=seed,
-            progressbar=False,
-            nuts=nuts,
-            warn=False,
-            **({"cores": 2} if sampler != "numpyro" else {}),
-        )
+    dt = _sample_quietly(
+        model,
+        draws=draws,
+        tune=tune,
+        chains=chains,
+        sampler=sampler,
+        random_seed=seed,
+        nuts=nuts,
+        **({"cores": 2} if sampler != "numpyro" else {}),
+    )
     sample_s = time.perf_counter() - t1
     sample_cpu = _cpu() - c1
     post = dt["posterior"].dataset
@@ -245,18 +248,14 @@ def _scale_row(n, draws, tune, chains, marginal, seed) -> dict:
     model = rvm_regression_model(Phi, t, marginal=marginal)
     c0 = _cpu()
     t0 = time.perf_counter()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        dt = sample_mcmc(
-            model,
-            draws=draws,
-            tune=tune,
-            chains=chains,
-            random_seed=seed,
-            progressbar=False,
-            initvals=type2_initvals(fit),
-            warn=False,
-        )
+    dt = _sample_quietly(
+        model,
+        draws=draws,
+        tune=tune,
+        chains=chains,
+        random_seed=seed,
+        initvals=type2_initvals(fit),
+    )
     wall = time.perf_counter() - t0
     steps = int(dt["sample_stats"].dataset["n_steps"].sum())
     sample_s = float(dt.attrs["wall_time"])
@@ -316,20 +315,16 @@ def section_samplers(a) -> list[dict]:
         c0 = _cpu()
         t0 = time.perf_counter()
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                dt = sample_mcmc(
-                    model,
-                    sampler=sampler,
-                    draws=draws,
-                    tune=draws,
-                    chains=chains,
-                    random_seed=a.seed,
-                    progressbar=False,
-                    warn=False,
-                    nuts=nuts,
-                    **({"cores": 2} if sampler != "numpyro" else {}),
-                )
+            dt = _sample_quietly(
+                model,
+                sampler=sampler,
+                draws=draws,
+                tune=draws,
+                chains=chains,
+                random_seed=a.seed,
+                nuts=nuts,
+                **({"cores": 2} if sampler != "numpyro" else {}),
+            )
         except Exception as exc:
             rows.append({"case": f"{sampler}, N={n}", "error": f"{type(exc).__name__}: {exc}"})
             continue

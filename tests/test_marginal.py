@@ -118,16 +118,22 @@ def test_non_finite_hyperparameters_give_minus_inf():
     assert logp == -np.inf and np.all(g_la == 0) and g_lb == 0
 
 
-@pytest.mark.filterwarnings("ignore::DeprecationWarning")
-@pytest.mark.filterwarnings("ignore::UserWarning")
-def test_jax_implementation_matches_value_and_gradient():
+def _jax():
+    """JAX in double precision with the Op's JAX implementation registered."""
     jax = pytest.importorskip("jax")
     jax.config.update("jax_enable_x64", True)
-    from pymc.sampling.jax import get_jaxified_graph
-
     from bayes_rvm.marginal import register_jax_dispatch
 
     register_jax_dispatch()
+    return jax
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_jax_implementation_matches_value_and_gradient():
+    jax = _jax()
+    from pymc.sampling.jax import get_jaxified_graph
+
     Phi, Y, la, lb = _problem(N=15, M=16, D=2)
     inputs, logp = _symbolic()
     f = get_jaxified_graph(inputs=list(inputs), outputs=[logp])
@@ -233,13 +239,9 @@ def test_lowrank_weight_draws_have_the_dense_posterior_moments():
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
 @pytest.mark.filterwarnings("ignore::UserWarning")
 def test_jax_lowrank_matches_dense_value_and_gradient():
-    jax = pytest.importorskip("jax")
-    jax.config.update("jax_enable_x64", True)
+    jax = _jax()
     from pymc.sampling.jax import get_jaxified_graph
 
-    from bayes_rvm.marginal import register_jax_dispatch
-
-    register_jax_dispatch()
     Phi, Y, la, lb = _lowrank_problem()
     U, VS = thin_svd(Phi)
     la_, lb_ = pt.dvector("la"), pt.dscalar("lb")
