@@ -9,6 +9,9 @@ work on, the training arrays an estimator keeps to rebuild its PyMC model, and `
 from __future__ import annotations
 
 import dataclasses
+import os
+import re
+import warnings
 from numbers import Integral, Real
 
 import numpy as np
@@ -21,7 +24,14 @@ from sklearn.utils.validation import check_array, check_is_fitted
 from bayes_rvm.evidence.width import WIDTH_KERNELS, WidthPath, maximise_width, width_to_gamma
 from bayes_rvm.kernels import KernelBasis
 
-__all__ = ["BaseRVM", "check_number", "normalise_columns"]
+__all__ = [
+    "BaseRVM",
+    "check_fit_memory",
+    "check_number",
+    "memory_limit",
+    "normalise_columns",
+    "unscale_alpha",
+]
 
 PRIORS = ("ard", "student_t")
 #: ``gamma`` values that learn the kernel width by the evidence (one width, or one per feature).
@@ -44,11 +54,111 @@ def check_number(name: str, value, *, low=0.0, integer=False, allow_none=False, 
 
 
 def normalise_columns(Phi: np.ndarray) -> np.ndarray:
-    """Scale the columns of ``Phi`` to unit norm in place; return the norms (1 for zero columns)."""
+    """Scale the columns of ``Phi`` to unit norm in place; return the norms (1 for zero columns).
+
+    Each column is first divided by its largest magnitude, as LAPACK's ``dnrm2`` scales, so that
+    the sum of squares can neither overflow nor underflow: kernel values of 1e160 (a linear kernel
+    on inputs of 1e80) or 1e-200 normalise as exactly as values near one, where squaring them
+    directly gave inf or 0 and dropped every column.
+    """
+    # max and min reduce without the N x M temporary that np.abs(Phi) would allocate.
+    peak = np.maximum(Phi.max(axis=0, initial=0.0), -Phi.min(axis=0, initial=0.0))
+    peak[peak == 0] = 1.0
+    Phi /= peak
     norms = np.sqrt(np.einsum("ij,ij->j", Phi, Phi))
     norms[norms == 0] = 1.0
     Phi /= norms
-    return norms
+    return peak * norms
+
+
+def unscale_alpha(alpha: np.ndarray, factor: np.ndarray) -> np.ndarray:
+    """``alpha * factor**2``: prior precisions of a normalised fit in the user's units.
+
+    Pruned basis functions (``alpha = inf``) stay pruned, also where ``factor**2`` underflows to 0
+    (``inf * 0`` would make them NaN). Where a retained alpha leaves float64's range (kernel values
+    near 1e160 or 1e-200), a warning says so: the fit and its predictions are computed on the
+    normalised columns and are exact, but ``alpha_`` and ``sigma_`` in those units are not
+    representable.
+    """
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        out = np.where(np.isinf(alpha), np.inf, alpha * factor * factor)
+    kept = np.isfinite(alpha)
+    lost = kept & ~((out >= np.finfo(np.float64).tiny) & np.isfinite(out))
+    if np.any(lost):
+        warnings.warn(
+            f"the basis columns have norms from {np.min(factor[kept]):.1e} to "
+            f"{np.max(factor[kept]):.1e}: the prior precisions alpha_ "
+            "and the posterior covariance sigma_ of the weights in these units leave float64's "
+            "range and are stored as inf or 0. The fit and its predictions are computed on "
+            "normalised columns and are not affected; scale X (for example with scikit-learn's "
+            "StandardScaler) to get finite values.",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    return out
+
+
+#: Environment variable that sets the memory a fit may plan for (bytes, or "16GiB", "500MB").
+MEMORY_ENV = "BAYES_RVM_MAX_MEMORY"
+_UNITS = {"": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12}
+_UNITS.update({"kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40})
+
+
+def memory_limit() -> tuple[float | None, str]:
+    """Bytes a fit may plan to allocate, and where that figure comes from.
+
+    ``BAYES_RVM_MAX_MEMORY`` if set, else half the memory the system reports as available
+    (``MemAvailable`` on Linux): the engines, the kernel's temporaries and whatever else runs need
+    room beside the design matrix. None (no check) where the system does not say.
+    """
+    value = os.environ.get(MEMORY_ENV)
+    if value:
+        match = re.fullmatch(r"\s*([0-9.]+(?:e[0-9]+)?)\s*([a-zA-Z]*)\s*", value)
+        unit = match and _UNITS.get(match.group(2).lower())
+        if not match or unit is None:
+            raise ValueError(
+                f"{MEMORY_ENV}={value!r} is not an amount of memory (examples: 16GiB, 500MB, 2e10)."
+            )
+        return float(match.group(1)) * unit, f"{MEMORY_ENV}={value}"
+    try:
+        with open("/proc/meminfo") as f:
+            info = dict(line.split(":", 1) for line in f)
+        available = float(info["MemAvailable"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):
+        try:
+            available = float(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+        except (ValueError, OSError, AttributeError):
+            return None, "unknown"
+    return 0.5 * available, f"half the {available / 2**30:.1f} GiB available"
+
+
+def check_fit_memory(who: str, n_samples: int, n_basis: int, *, squares: int = 0) -> None:
+    """Stop with a MemoryError that says what to do before an allocation that cannot fit.
+
+    The estimate is the N x M float64 design matrix plus ``squares`` M x M float64 matrices (the
+    MacKay engines' Gram matrix or Hessian, the marginal MCMC model's Gram matrix); everything
+    else a fit allocates is O(N K) in the K retained basis functions.
+    """
+    need = 8.0 * (n_samples * n_basis + squares * n_basis**2)
+    limit, source = memory_limit()
+    if limit is None or need <= limit:
+        return
+    sizes = [n for n in (2000, 1000, 500, 200, 100) if n < n_samples]
+    fits = [n for n in sizes if 8.0 * (n_samples * (n + 1) + squares * (n + 1) ** 2) <= limit / 2]
+    hint = (
+        f"{who}(centres='kmeans', n_centres={fits[0]}) (or centres='random') needs "
+        f"{8.0 * (n_samples * (fits[0] + 1) + squares * (fits[0] + 1) ** 2) / 2**30:.2f} GiB"
+        if fits
+        else f"even {who}(centres='random', n_centres=100) does not fit: subsample the data"
+    )
+    raise MemoryError(
+        f"{who}: a fit on {n_samples} samples with {n_basis} basis functions needs a "
+        f"{n_samples} x {n_basis} design matrix"
+        + (f" and {squares} more of {n_basis} x {n_basis}" if squares else "")
+        + f", {need / 2**30:.1f} GiB, more than the limit of {limit / 2**30:.1f} GiB ({source}). "
+        f"Place the basis functions on a subset of the inputs: {hint}. Set the environment "
+        f"variable {MEMORY_ENV} (e.g. 64GiB) to change the limit."
+    )
 
 
 def path_to_json(path: WidthPath | None) -> dict | None:
@@ -115,7 +225,12 @@ class BaseRVM(BaseEstimator):
             return km.fit(X).cluster_centers_
         return check_array(spec, dtype=np.float64, input_name="centres")
 
+    def _square_matrices(self) -> int:
+        """How many basis-by-basis float64 matrices the fit holds beside the design matrix."""
+        return 0
+
     def _make_basis(self, X: np.ndarray) -> tuple[KernelBasis, np.ndarray]:
+        """The fitted basis and the training design matrix, after a check of its memory."""
         if self.kernel == "precomputed" and X.shape[0] != X.shape[1]:
             raise ValueError(
                 f"with kernel='precomputed', X must be the square training kernel matrix; "
@@ -129,6 +244,9 @@ class BaseRVM(BaseEstimator):
             kernel_params=self.kernel_params,
             bias=self.bias,
         ).fit(X, centres=self._candidate_centres(X))
+        check_fit_memory(
+            type(self).__name__, X.shape[0], basis.n_basis_, squares=self._square_matrices()
+        )
         # Rows in chunks of ~64 MB keep the kernel's pairwise temporaries small at large N.
         return basis, basis.transform(X, chunk_size=max(1, 8_000_000 // basis.n_basis_))
 
@@ -195,6 +313,13 @@ class BaseRVM(BaseEstimator):
         targets' scaling), so that ``width_path_`` compares with ``log_evidence_``.
         """
         centres = self._candidate_centres(X)
+        n_centres = X.shape[0] if centres is None else centres.shape[0]
+        check_fit_memory(
+            type(self).__name__,
+            X.shape[0],
+            n_centres + int(bool(self.bias)),
+            squares=self._square_matrices(),
+        )
         wf = maximise_width(
             self._width_design(X, centres),
             engine,

@@ -21,7 +21,7 @@ from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from bayes_rvm._base import _POSITIVE, BaseRVM, normalise_columns
+from bayes_rvm._base import _POSITIVE, BaseRVM, normalise_columns, unscale_alpha
 from bayes_rvm.evidence.laplace import (
     LaplaceFit,
     fit_laplace_mackay,
@@ -47,7 +47,7 @@ def _unscale(fit: LaplaceFit, norms: np.ndarray) -> LaplaceFit:
     C = fit.mean.shape[1]
     return dataclasses.replace(
         fit,
-        alpha=fit.alpha * norms**2,
+        alpha=unscale_alpha(fit.alpha, norms),
         mean=fit.mean / a_norm[:, None],
         chol=fit.chol * np.tile(a_norm, C)[:, None],
     )
@@ -106,8 +106,16 @@ class RVC(ClassifierMixin, BaseRVM):
         Convergence tolerance on ``log alpha``.
     threshold_alpha : float, default=1e9
         Largest ``alpha`` (on the unit-norm scale) still taken as finite.
+    centres : None, "random", "kmeans" or array-like of shape (n_centres, n_features)
+        Where the candidate basis functions sit, as in :class:`~bayes_rvm.estimators.RVR`: every
+        training input (None), a random subset or k-means centres of ``n_centres`` points, or
+        given centres. A subset keeps the design matrix at N x (n_centres + 1) for large N; then
+        ``relevance_`` indexes ``basis_.centres_``.
+    n_centres : int, optional
+        Number of centres for ``centres="random"`` or ``"kmeans"``.
     random_state : int, RandomState or None, default=None
-        Unused by the deterministic engines; kept for API symmetry with :class:`RVR`.
+        Seed of the candidate subsets (``centres="random"`` or ``"kmeans"``); the engines are
+        deterministic.
 
     Attributes
     ----------
@@ -152,7 +160,7 @@ class RVC(ClassifierMixin, BaseRVM):
         **{
             k: v
             for k, v in BaseRVM._shared_constraints.items()
-            if k not in ("centres", "n_centres", "inference", "draws", "tune", "chains")
+            if k not in ("inference", "draws", "tune", "chains")
             and k not in ("sampler", "mcmc_basis", "verbose")
         },
         "solver": [StrOptions(set(_SOLVERS))],
@@ -179,6 +187,8 @@ class RVC(ClassifierMixin, BaseRVM):
         max_iter=10_000,
         tol=1e-6,
         threshold_alpha=1e9,
+        centres=None,
+        n_centres=None,
         random_state=None,
     ):
         self.kernel = kernel
@@ -196,7 +206,15 @@ class RVC(ClassifierMixin, BaseRVM):
         self.max_iter = max_iter
         self.tol = tol
         self.threshold_alpha = threshold_alpha
+        self.centres = centres
+        self.n_centres = n_centres
         self.random_state = random_state
+
+    def _square_matrices(self) -> int:
+        # MacKay's engine holds a Hessian over every basis function (per class pair if softmax).
+        C = self.classes_.size
+        coupled = C if C > 2 and self.multi_class == "multinomial" else 1
+        return coupled**2 if self.solver == "mackay" else 0
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y) -> RVC:

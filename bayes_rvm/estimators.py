@@ -27,6 +27,7 @@ from bayes_rvm._base import (
     normalise_columns,
     path_from_json,
     path_to_json,
+    unscale_alpha,
 )
 from bayes_rvm.dims import BASIS, OUTPUT
 from bayes_rvm.evidence.gaussian import EvidenceFit, fit_mackay
@@ -48,7 +49,7 @@ def _unscale_fit(fit: EvidenceFit, norms: np.ndarray, scale: float, n_values: in
     shift = n_values * np.log(scale)
     return dataclasses.replace(
         fit,
-        alpha=fit.alpha * norms**2 / scale**2,
+        alpha=unscale_alpha(fit.alpha, norms / scale),
         beta=fit.beta / scale**2,
         mean=fit.mean * (scale / a_norm)[:, None],
         chol=fit.chol * (a_norm / scale)[:, None],
@@ -341,6 +342,12 @@ class RVR(RegressorMixin, BaseRVM):
         X, y = validate_data(
             self, X, y, multi_output=True, y_numeric=True, ensure_min_samples=2, dtype=np.float64
         )
+        if y.dtype.kind not in "biuf":
+            # scikit-learn converts object arrays but leaves text as text (it failed in T**2).
+            raise ValueError(
+                f"RVR needs numeric targets y; got dtype {y.dtype} (first value "
+                f"{str(y.flat[0])!r}). For class labels use RVC."
+            )
         self._check_predictive()
         T = y[:, None] if y.ndim == 1 else y
         n, d = T.shape
@@ -369,6 +376,11 @@ class RVR(RegressorMixin, BaseRVM):
         if self.inference == "mcmc":
             self._idata = self._sample_mcmc(Phi, Tn, fit, norms, scale)
         return self
+
+    def _square_matrices(self) -> int:
+        # MacKay's engine holds the Gram matrix, and so does the marginal model MCMC samples.
+        squares = int(self._solver() == "mackay")
+        return squares + int(self.inference == "mcmc" and self.mcmc_basis == "all")
 
     def _engine(self, scale: float, Tn: np.ndarray):
         """The type-II engine with this estimator's options: ``engine(Phi, T, warm)``.
@@ -491,7 +503,8 @@ class RVR(RegressorMixin, BaseRVM):
         # The bias is at most one column; summing over none gives the 0 of an absent bias.
         self.intercept_ = float(mean[~is_rv].sum()) if single else mean[~is_rv].sum(axis=0)
         self.alpha_ = fit.alpha[fit.active]
-        self.sigma_ = fit.covariance
+        with np.errstate(over="ignore"):  # out of range only where unscale_alpha warned
+            self.sigma_ = fit.covariance
         self.noise_variance_ = 1.0 / fit.beta
         self.log_evidence_ = fit.log_evidence
         self.scores_ = fit.trace

@@ -554,8 +554,9 @@ def _check_fit(fit, n_basis: int, fail) -> None:
     if np.any(np.diag(chol) <= 0):
         fail("the precision factor is not a Cholesky factor (non-positive diagonal)")
     a = alpha[active]
-    if np.any(np.isnan(a)) or np.any(a <= 0):
-        fail("active basis functions with alpha that is NaN or not positive")
+    # inf or 0 are possible: alphas in the user's units can leave float64's range (unscale_alpha).
+    if np.any(np.isnan(a)) or np.any(a < 0):
+        fail("active basis functions with alpha that is NaN or negative")
     beta = fit.beta
     if not (np.isfinite(beta) and beta > 0):
         fail(f"noise precision beta = {beta!r}")

@@ -16,6 +16,7 @@ import xarray as xr
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bayes_rvm._base import MEMORY_ENV, memory_limit, normalise_columns
 from bayes_rvm.classifier import RVC
 from bayes_rvm.datasets import make_sinc
 from bayes_rvm.estimators import RVR
@@ -317,3 +318,100 @@ def test_property_damaged_files_load_identically_or_raise_clearly(
         assert str(path) in str(exc)
         return
     np.testing.assert_array_equal(_predictions(loaded, X_TEST), _predictions(sinc_model, X_TEST))
+
+
+# -- 2. scale-safe normalisation -------------------------------------------------------------------
+@pytest.mark.parametrize("power", [-1000, -600, -300, 0, 300, 600, 1000])
+def test_normalised_columns_are_bit_identical_under_power_of_two_scaling(power):
+    rng = np.random.default_rng(1)
+    Phi = rng.normal(size=(30, 6))
+    Phi[:, 2] = 0.0
+    ref = Phi.copy()
+    ref_norms = normalise_columns(ref)
+    np.testing.assert_allclose(
+        ref_norms[[0, 1, 3, 4, 5]], np.linalg.norm(Phi, axis=0)[[0, 1, 3, 4, 5]]
+    )
+    assert ref_norms[2] == 1.0 and np.all(ref[:, 2] == 0.0)
+    # Multiplying by a power of two is exact, so the normalised design must not change by a bit
+    # and the norms must scale exactly, far beyond where squaring overflows (2^512) or underflows.
+    scaled = Phi * 2.0**power
+    norms = normalise_columns(scaled)
+    np.testing.assert_array_equal(scaled, ref)
+    np.testing.assert_array_equal(norms[[0, 1, 3, 4, 5]], ref_norms[[0, 1, 3, 4, 5]] * 2.0**power)
+
+
+@pytest.fixture(scope="module")
+def linear_problem():
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-1, 1, size=(100, 2))
+    y = X @ [1.5, -2.0] + 0.05 * rng.normal(size=100)
+    return X, y, (X @ [1.5, -2.0] > 0).astype(int)
+
+
+@pytest.mark.parametrize("scale", [1e80, 1e-100])
+def test_linear_kernel_on_extreme_input_scales_fits_as_at_unit_scale(linear_problem, scale):
+    # The issue's case: the sum of squares overflowed (1e80) or underflowed (1e-100), every kernel
+    # column was dropped and the fit was bias-only (R^2 -0.0017, accuracy 0.53) without a word.
+    X, y, labels = linear_problem
+    reg = RVR(kernel="linear").fit(X, y)
+    clf = RVC(kernel="linear").fit(X, labels)
+    assert reg.score(X, y) > 0.998 and clf.score(X, labels) == 1.0
+    with pytest.warns(RuntimeWarning, match="alpha_ and the posterior covariance sigma_"):
+        reg_s = RVR(kernel="linear").fit(X * scale, y)
+    with pytest.warns(RuntimeWarning, match="leave float64's range"):
+        clf_s = RVC(kernel="linear").fit(X * scale, labels)
+    # The RVM is equivariant under scaling the inputs: same relevance vectors, same predictions.
+    np.testing.assert_array_equal(reg_s.relevance_, reg.relevance_)
+    np.testing.assert_array_equal(clf_s.relevance_, clf.relevance_)
+    for a, b in zip(
+        reg_s.predict(X * scale, return_std=True), reg.predict(X, return_std=True), strict=True
+    ):
+        np.testing.assert_allclose(a, b, rtol=1e-7)
+    np.testing.assert_allclose(clf_s.predict_proba(X * scale), clf.predict_proba(X), atol=1e-9)
+    # Pruned basis functions stay pruned (inf), never NaN from inf * 0.
+    assert not np.isnan(reg_s.fit_.alpha).any() and not np.isnan(clf_s.fit_.alpha).any()
+
+
+# -- 5. memory --------------------------------------------------------------------------------
+@pytest.fixture
+def eight_gib(monkeypatch):
+    monkeypatch.setenv(MEMORY_ENV, "8GiB")
+
+
+def test_a_design_matrix_too_large_stops_before_allocating_and_names_centres(eight_gib):
+    # The issue's case: RVR() on 50,000 points asked for an 18.6 GiB design matrix and died with
+    # a bare MemoryError (or woke the OOM killer). 50000 * 50001 * 8 bytes = 18.63 GiB.
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(50_000, 2))
+    y = np.sin(X[:, 0]) + 0.1 * rng.normal(size=50_000)
+    with pytest.raises(MemoryError, match=r"50000 x 50001 design matrix, 18\.6 GiB") as info:
+        RVR().fit(X, y)
+    message = str(info.value)
+    assert "RVR(centres='kmeans', n_centres=2000)" in message and MEMORY_ENV in message
+    assert "limit of 8.0 GiB" in message
+    # RVC's MacKay engine also holds an M x M Hessian: 37.3 GiB in all.
+    with pytest.raises(MemoryError, match=r"37\.3 GiB.*RVC\(centres='kmeans', n_centres=2000\)"):
+        RVC(solver="mackay").fit(X, y > 0)
+    # The advice works: a subset of centres fits under the same limit.
+    model = RVR(centres="random", n_centres=100, random_state=0).fit(X[:20_000], y[:20_000])
+    assert model.score(X[20_000:], y[20_000:]) > 0.9
+
+
+def test_the_memory_limit_is_read_from_the_environment(monkeypatch):
+    monkeypatch.setenv(MEMORY_ENV, "1.5 GiB")
+    assert memory_limit() == (1.5 * 2**30, f"{MEMORY_ENV}=1.5 GiB")
+    monkeypatch.setenv(MEMORY_ENV, "2e9")
+    assert memory_limit()[0] == 2e9
+    monkeypatch.setenv(MEMORY_ENV, "lots")
+    with pytest.raises(ValueError, match=f"{MEMORY_ENV}='lots' is not an amount of memory"):
+        memory_limit()
+    monkeypatch.delenv(MEMORY_ENV)
+    limit, source = memory_limit()
+    assert limit is None or (limit > 0 and source.startswith("half the"))
+
+
+# -- 7. clear errors --------------------------------------------------------------------------
+def test_regression_on_text_targets_says_so():
+    X = np.arange(10.0)[:, None]
+    with pytest.raises(ValueError, match=r"RVR needs numeric targets y; got dtype <U1.*use RVC"):
+        RVR().fit(X, np.array(list("abcdefghij")))
