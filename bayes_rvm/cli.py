@@ -8,11 +8,15 @@ samples the hyperparameters by NUTS. ``bayes-rvm compare`` fits the default prob
 (type-II and MCMC, ARD and Student-t priors) and writes ArviZ's PSIS-LOO comparison table and plots.
 ``bayes-rvm study config.toml [--scheduler ADDRESS]`` runs a model comparison study described in a
 TOML file (:func:`bayes_rvm.study.read_config`), locally or on a Dask cluster.
+
+Every failure (a bad option, an unreadable table, a fit that cannot run) ends the command with one
+line on stderr and exit status 1; ``--traceback`` shows the full Python traceback instead.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import sys
 import time
 from pathlib import Path
@@ -21,6 +25,7 @@ import numpy as np
 
 from bayes_rvm.datasets import make_sinc, sinc
 from bayes_rvm.estimators import RVR
+from bayes_rvm.kernels import KERNELS
 from bayes_rvm.priors import DEFAULT_NU
 
 __all__ = ["main"]
@@ -38,6 +43,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     m.add_argument(
         "--kernel",
         default="rbf",
+        choices=KERNELS,
         help="rbf, linear, poly, laplacian, sigmoid or cosine (default rbf)",
     )
     m.add_argument(
@@ -70,10 +76,11 @@ def _common(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--no-plot", action="store_true", help="do not write plots")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    _traceback_option(p)
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="bayes-rvm",
         description="Relevance Vector Machine regression by type-II maximum likelihood or MCMC.",
         epilog="With no command, 'fit' runs on the built-in sinc problem (Tipping 2001: 100 "
@@ -121,7 +128,21 @@ def _parser() -> argparse.ArgumentParser:
         "local processes",
     )
     study.add_argument("--no-plot", action="store_true", help="do not write the plot")
+    _traceback_option(study)
     return p
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with the command's failure convention: one line on stderr, exit status 1."""
+
+    def error(self, message: str):
+        self.exit(1, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _traceback_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--traceback", action="store_true", help="on failure, show the full Python traceback"
+    )
 
 
 def _gamma(value: str | None, default):
@@ -130,11 +151,31 @@ def _gamma(value: str | None, default):
     if value in ("scale", "auto"):
         return value
     try:
-        return float(value)
+        gamma = float(value)
     except ValueError:
+        gamma = float("nan")
+    if not np.isfinite(gamma) or gamma <= 0:
         raise SystemExit(
-            f"bayes-rvm: --gamma must be 'scale', 'auto' or a number, got {value!r}"
-        ) from None
+            f"bayes-rvm: --gamma must be 'scale', 'auto' or a positive number, got {value!r}"
+        )
+    return gamma
+
+
+def _delimiter(path: Path) -> str:
+    """The table's delimiter among , ; tab | (a comma where the file has one column).
+
+    pandas' own sniffing (``sep=None``) accepts any character, and splits a one-column file of
+    decimals on the ``.``.
+    """
+    try:
+        with open(path, newline="") as f:
+            sample = f.read(65536)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SystemExit(f"bayes-rvm: could not read {path} as CSV text: {exc}") from None
+    try:
+        return csv.Sniffer().sniff(sample, delimiters=",;\t|").delimiter
+    except csv.Error:
+        return ","
 
 
 def _load_table(path: Path, target: str | None) -> tuple[np.ndarray, np.ndarray, list[str]]:
@@ -143,18 +184,42 @@ def _load_table(path: Path, target: str | None) -> tuple[np.ndarray, np.ndarray,
     if not path.is_file():
         raise SystemExit(f"bayes-rvm: --data {path} does not exist")
     try:
-        frame = pd.read_csv(path, sep=None, engine="python")
+        frame = pd.read_csv(path, sep=_delimiter(path))
     except Exception as exc:  # any parser error is a bad file for the user
-        raise SystemExit(f"bayes-rvm: could not read {path} as CSV: {exc}") from None
+        detail = " ".join(str(exc).split())
+        raise SystemExit(f"bayes-rvm: could not read {path} as CSV: {detail}") from None
+    if frame.shape[1] < 2:
+        raise SystemExit(
+            f"bayes-rvm: {path} has {frame.shape[1]} column(s) {list(frame.columns)}; it needs "
+            "at least one feature and the target (a header row, then one row per sample)"
+        )
+    if len(frame) < 2:
+        raise SystemExit(
+            f"bayes-rvm: {path} has {len(frame)} data row(s) below its header; a fit needs at "
+            "least 2"
+        )
     target = target or frame.columns[-1]
     if target not in frame.columns:
         raise SystemExit(
             f"bayes-rvm: --target {target!r} is not a column of {path}: {list(frame.columns)}"
         )
+    for column in frame.columns:
+        # The line of the file: the header is line 1, data row 0 is line 2.
+        values = frame[column]
+        if not pd.api.types.is_numeric_dtype(values):
+            numbers = pd.to_numeric(values, errors="coerce")
+            row = int(np.flatnonzero(numbers.isna() & values.notna())[0])
+            raise SystemExit(
+                f"bayes-rvm: column {column!r} of {path} is not numeric: {values.iloc[row]!r} "
+                f"at line {row + 2}"
+            )
+        if values.isna().any():
+            row = int(np.flatnonzero(values.isna())[0])
+            raise SystemExit(
+                f"bayes-rvm: column {column!r} of {path} has an empty or NaN cell at line "
+                f"{row + 2}; remove or fill the row"
+            )
     features = frame.drop(columns=[target])
-    bad = [c for c in features.columns if not pd.api.types.is_numeric_dtype(features[c])]
-    if bad or not pd.api.types.is_numeric_dtype(frame[target]):
-        raise SystemExit(f"bayes-rvm: non-numeric columns in {path}: {bad or [target]}")
     return features.to_numpy(float), frame[target].to_numpy(float), list(features.columns)
 
 
@@ -388,7 +453,18 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] not in ("fit", "compare", "study", "-h", "--help"):
         argv = ["fit", *argv]
     args = _parser().parse_args(argv)
-    return {"compare": _compare, "study": _study}.get(args.command, _fit)(args)
+    command = {"compare": _compare, "study": _study}.get(args.command, _fit)
+    try:
+        return command(args)
+    except SystemExit as exc:
+        if isinstance(exc.code, str):  # our own messages: keep them on one line
+            raise SystemExit(" ".join(exc.code.split())) from None
+        raise
+    except Exception as exc:
+        if args.traceback:
+            raise
+        detail = " ".join(str(exc).split()) or type(exc).__name__
+        raise SystemExit(f"bayes-rvm: error: {detail} (--traceback shows where)") from None
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,6 +1,8 @@
 """The ``bayes-rvm`` command: the main job's files, a CSV fit, MCMC, compare, and bad input."""
 
 import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -98,3 +100,114 @@ def test_help_lists_every_option(capsys):
         "--output",
     ):
         assert option in text
+
+
+def _fails(argv, capsys) -> str:
+    """Run the command as the interpreter would and return its stderr: exit status 1, one line."""
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    code = info.value.code
+    err = capsys.readouterr().err
+    if isinstance(code, str):  # the interpreter prints the message on stderr and exits with 1
+        err, code = err + code + "\n", 1
+    assert code == 1, f"exit status {code} for {argv}"
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, f"{len(lines)} lines on stderr for {argv}: {err!r}"
+    assert "Traceback" not in err
+    return lines[0]
+
+
+@pytest.fixture
+def csv_file(tmp_path):
+    def write(text: str, name="t.csv"):
+        path = tmp_path / name
+        path.write_text(text)
+        return str(path)
+
+    return write
+
+
+def test_every_failure_is_one_line_and_exit_status_1(tmp_path, capsys, csv_file):
+    out = ["--output", str(tmp_path / "out"), "--no-plot"]
+    # The issue's cases: tracebacks for a NaN cell, a single row, --gamma -1 and --kernel foo.
+    nan = csv_file("a,b,y\n1,2,3\n4,,6\n7,8,9\n")
+    assert "column 'b'" in _fails(["fit", "--data", nan, *out], capsys)
+    assert "empty or NaN cell at line 3" in _fails(["fit", "--data", nan, *out], capsys)
+    one = csv_file("a,y\n1,2\n")
+    assert "1 data row(s)" in _fails(["fit", "--data", one, *out], capsys)
+    assert "positive number, got '-1'" in _fails(["--gamma", "-1", *out], capsys)
+    err = _fails(["--kernel", "foo", *out], capsys)
+    assert "invalid choice: 'foo'" in err and "rbf" in err
+    # A header-only CSV is not "non-numeric": it has no data rows.
+    header = csv_file("a,b,y\n")
+    assert "0 data row(s) below its header" in _fails(["fit", "--data", header, *out], capsys)
+    text = csv_file("a,y\n1,2\nseven,3\n")
+    assert "column 'a'" in (err := _fails(["fit", "--data", text, *out], capsys))
+    assert "'seven' at line 3" in err
+    # Option errors of argparse follow the same rule (it exits with 2 and two lines by default).
+    assert "invalid choice: 'vi'" in _fails(["fit", "--inference", "vi"], capsys)
+    assert "--draws" in _fails(["fit", "--draws", "many"], capsys)
+    # Errors of the estimator itself (a bad --nu) and of the file system are one line too.
+    assert "nu" in _fails(["--nu", "-2", *out], capsys)
+    (tmp_path / "occupied").write_text("a file where the output folder should go")
+    assert "occupied" in _fails(["--output", str(tmp_path / "occupied"), "--no-plot"], capsys)
+
+
+def test_a_model_path_held_by_a_users_file_is_refused_in_one_line(tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "model.nc").write_text("my notes")
+    err = _fails(["--output", str(out), "--no-plot", "--n-samples", "20"], capsys)
+    assert "is not a bayes_rvm model; refusing to write over it" in err
+    assert (out / "model.nc").read_text() == "my notes"
+
+
+def test_one_column_of_decimals_is_not_split_on_the_point(tmp_path, csv_file, capsys):
+    # pandas' sniffing took '.' for the delimiter of a one-column file of decimals.
+    one_column = csv_file("y\n0.25\n1.5\n2.75\n")
+    assert "1 column(s) ['y']" in _fails(["fit", "--data", one_column], capsys)
+    rng = np.random.default_rng(1)
+    x = rng.uniform(-1, 1, 30)
+    rows = "\n".join(f"{a:.6f};{2 * a + 0.5:.6f}" for a in x)
+    semicolons = csv_file(f"x;y\n{rows}\n", name="semi.csv")
+    assert (
+        main(
+            [
+                "fit",
+                "--data",
+                semicolons,
+                "--kernel",
+                "linear",
+                "--no-plot",
+                "--output",
+                str(tmp_path / "o"),
+            ]
+        )
+        == 0
+    )
+    summary = (tmp_path / "o" / "summary.txt").read_text()
+    assert "features ['x']" in summary
+    assert float(re.search(r"training RMSE\s+: ([0-9.e-]+)", summary).group(1)) < 1e-3
+
+
+def test_the_installed_command_prints_one_line_and_exits_1(tmp_path):
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bayes_rvm.cli",
+            "--kernel",
+            "linear",
+            "--gamma",
+            "-1",
+            "--output",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        "bayes-rvm: --gamma must be 'scale', 'auto' or a positive number, got '-1'"
+    ]
