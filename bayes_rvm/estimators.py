@@ -175,9 +175,10 @@ class RVR(RegressorMixin, BaseRVM):
         Not available with ``kernel="precomputed"`` (``k(x, x)`` of new inputs is unknown) or
         ``inference="mcmc"``. The default stays ``"rvm"``: in ``benchmarks/bench_predictive.py``
         RVM* lowers the test NLPD a great deal where test inputs leave the data (sinc with a gap:
-        7.0 to 1.8 nats per point) and hardly at all within it (Friedman #2: by 0.006), while
-        its prediction is no longer sparse (it costs 4-5x the plain RVM's there, and grows with
-        N). Choose ``"rvm*"`` whenever test inputs may fall outside the training inputs.
+        4.5 to 0.73 nats per point) and changes it by a few hundredths at most within it
+        (Friedman #2 and #3), while its prediction is no longer sparse (4-9x the plain RVM's
+        time there, growing with N). Choose ``"rvm*"`` whenever test inputs may fall outside the
+        training inputs.
     random_state : int, RandomState or None, default=None
         Seed for the randomised parts of a fit (candidate subsets, sampling).
     verbose : bool, default=False

@@ -12,12 +12,15 @@ predictive interval, and prediction time per 1000 points (median of 5 calls of
 - scikit-learn's bundled diabetes data (442 patients, 10 features): a random 2/3 to train, the
   rest to test, inputs standardised.
 
-Every model uses a Gaussian (rbf) kernel. The RVM's width is the one of a small grid with the
-highest log evidence (type-II over the width); RVM* and the MCMC fit share that fit's kernel.
-The GP is ``ConstantKernel * RBF + WhiteKernel`` with its hyperparameters fitted by
-scikit-learn (``normalize_y=True``, 3 optimiser restarts). The MCMC fit is NUTS over all the
-RVM's hyperparameters (``inference="mcmc"``, weight-marginalised), its predictive the mixture
-over the draws.
+Every model uses the same Gaussian (rbf) kernel: the GP is ``ConstantKernel * RBF +
+WhiteKernel`` with its hyperparameters fitted by scikit-learn (``normalize_y=True``, 3 optimiser
+restarts), and the RVM's basis functions are that fitted RBF, ``exp(-|x - x'|^2 / (2 l^2))``.
+(Choosing the RVM's width by its own evidence over a grid picked widths at which it kept nearly
+every training point and drove the noise to zero on Friedman #3 and the diabetes data, with
+NLPDs in the thousands: that is the evidence's all-signal optimum, not a property of the
+predictive.) The MCMC fit is NUTS over the hyperparameters of the RVM restricted to the type-II
+relevance vectors (``mcmc_basis="relevant"``, weight-marginalised; conditional on the type-II
+selection, the setting that fits the session's time), its predictive the mixture over the draws.
 
     python benchmarks/bench_predictive.py            # the table (several minutes: MCMC)
     python benchmarks/bench_predictive.py --quick    # a smoke run without MCMC
@@ -80,16 +83,6 @@ def problems():
     yield "diabetes (sklearn)", Xtr, y[tr], Xte, y[te]
 
 
-def best_width(X, y, n_features):
-    """The rbf width of a small grid with the highest RVM log evidence."""
-    best = None
-    for width in np.geomspace(0.3, 10.0, 9) * np.sqrt(n_features):
-        model = RVR(gamma=1.0 / width**2).fit(X, y)
-        if best is None or model.log_evidence_ > best.log_evidence_:
-            best = model
-    return best
-
-
 def per_1000(predict, Xt):
     """Median seconds of 5 calls, per 1000 test points."""
     times = []
@@ -140,12 +133,13 @@ def main():
             break
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            rvm = best_width(X, y, X.shape[1])
-            star = RVR(**{**rvm.get_params(), "predictive": "rvm*"}).fit(X, y)
             kern = C(1.0) * RBF(1.0) + WhiteKernel(0.1)
             gp = GaussianProcessRegressor(
                 kern, normalize_y=True, n_restarts_optimizer=3, random_state=0
             ).fit(X, y)
+            length = gp.kernel_.k1.k2.length_scale
+            rvm = RVR(gamma=1.0 / (2.0 * length**2)).fit(X, y)
+            star = RVR(**{**rvm.get_params(), "predictive": "rvm*"}).fit(X, y)
             rows = [
                 gaussian_row("RVM", rvm, Xt, yt),
                 gaussian_row("RVM*", star, Xt, yt),
@@ -158,6 +152,7 @@ def main():
                         "draws": args.draws,
                         "tune": args.draws,
                         "chains": 2,
+                        "mcmc_basis": "relevant",
                         "random_state": 0,
                     }
                 ).fit(X, y)
