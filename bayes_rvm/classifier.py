@@ -22,35 +22,22 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from bayes_rvm._base import _POSITIVE, BaseRVM, normalise_columns, unscale_alpha
-from bayes_rvm.evidence.laplace import (
-    LaplaceFit,
-    fit_laplace_mackay,
-    fit_laplace_sequential,
-    moderation,
-)
+from bayes_rvm.evidence import SOLVERS, EvidenceFit, fit_evidence
+from bayes_rvm.evidence.result import moderation
 from bayes_rvm.kernels import KernelBasis
 from bayes_rvm.priors import DEFAULT_NU
 
 __all__ = ["RVC"]
 
-_SOLVERS = {"sequential": fit_laplace_sequential, "mackay": fit_laplace_mackay}
 _MULTI_CLASS = ("multinomial", "ovr")
 
 
-def _unscale(fit: LaplaceFit, norms: np.ndarray) -> LaplaceFit:
-    """Map a fit on unit-norm columns to the original basis: ``w = w_n / norm``.
+def _unscale(fit: EvidenceFit, norms: np.ndarray) -> EvidenceFit:
+    """Map a fit on unit-norm columns to the original basis (:meth:`EvidenceFit.rescaled`).
 
-    Then ``alpha = alpha_n norm^2`` and the Hessian factor's rows scale by the norms (repeated per
-    class in the class-major layout); the evidence does not change.
+    :func:`unscale_alpha` says when the alphas leave float64's range in these units.
     """
-    a_norm = norms[fit.active]
-    C = fit.mean.shape[1]
-    return dataclasses.replace(
-        fit,
-        alpha=unscale_alpha(fit.alpha, norms),
-        mean=fit.mean / a_norm[:, None],
-        chol=fit.chol * np.tile(a_norm, C)[:, None],
-    )
+    return dataclasses.replace(fit.rescaled(norms), alpha=unscale_alpha(fit.alpha, norms))
 
 
 class RVC(ClassifierMixin, BaseRVM):
@@ -123,7 +110,7 @@ class RVC(ClassifierMixin, BaseRVM):
         Class labels.
     basis_ : KernelBasis
         The fitted basis.
-    fit_ : LaplaceFit or tuple of LaplaceFit
+    fit_ : EvidenceFit or tuple of EvidenceFit
         Engine result(s) in original units; a tuple of one fit per class for ``"ovr"``. For the
         multinomial fit, ``mean`` is (n_active, n_classes) and ``chol`` the Cholesky factor of the
         class-major (n_active * n_classes)-square Hessian.
@@ -163,7 +150,7 @@ class RVC(ClassifierMixin, BaseRVM):
             if k not in ("inference", "draws", "tune", "chains")
             and k not in ("sampler", "mcmc_basis", "verbose")
         },
-        "solver": [StrOptions(set(_SOLVERS))],
+        "solver": [StrOptions(set(SOLVERS))],
         "multi_class": [StrOptions(set(_MULTI_CLASS))],
         "moderated": ["boolean"],
         "threshold_alpha": [_POSITIVE],
@@ -243,7 +230,10 @@ class RVC(ClassifierMixin, BaseRVM):
         self.classes_ = classes
         basis, Phi = self._make_basis(X)
         norms = normalise_columns(Phi)
-        engine = _SOLVERS[self.solver]
+
+        def engine(Phi, T, **kw) -> EvidenceFit:
+            return fit_evidence(Phi, T, solver=self.solver, **kw)
+
         kw = {
             "alpha_prior": self._alpha_prior(),
             "threshold_alpha": float(self.threshold_alpha),

@@ -30,8 +30,7 @@ from bayes_rvm._base import (
     unscale_alpha,
 )
 from bayes_rvm.dims import BASIS, OUTPUT
-from bayes_rvm.evidence.gaussian import EvidenceFit, fit_mackay
-from bayes_rvm.evidence.sequential import fit_sequential
+from bayes_rvm.evidence import EvidenceFit, fit_evidence
 from bayes_rvm.kernels import KernelBasis
 from bayes_rvm.priors import DEFAULT_NU
 
@@ -41,21 +40,11 @@ __all__ = ["RVR"]
 def _unscale_fit(fit: EvidenceFit, norms: np.ndarray, scale: float, n_values: int) -> EvidenceFit:
     """Map a fit of the normalised problem (``Phi / norms``, ``T / scale``) to original units.
 
-    With ``w = scale * w_n / norm``: ``alpha = alpha_n norm^2 / scale^2``,
-    ``beta = beta_n / scale^2``, precision Cholesky ``L = diag(norm) L_n / scale``, and the log
-    evidence drops by ``n_values * log(scale)`` (the Jacobian of the target scaling).
+    :meth:`EvidenceFit.rescaled` maps it; :func:`unscale_alpha` says when the alphas leave
+    float64's range in these units.
     """
-    a_norm = norms[fit.active]
-    shift = n_values * np.log(scale)
-    return dataclasses.replace(
-        fit,
-        alpha=unscale_alpha(fit.alpha, norms / scale),
-        beta=fit.beta / scale**2,
-        mean=fit.mean * (scale / a_norm)[:, None],
-        chol=fit.chol * (a_norm / scale)[:, None],
-        log_evidence=fit.log_evidence - shift,
-        trace=fit.trace - shift,
-    )
+    out = fit.rescaled(norms, scale, n_values)
+    return dataclasses.replace(out, alpha=unscale_alpha(fit.alpha, norms / scale))
 
 
 def _unscale_datatree(dt, norms: np.ndarray, scale: float):
@@ -395,6 +384,7 @@ class RVR(RegressorMixin, BaseRVM):
             "alpha_prior": self._alpha_prior(),
             "tol": self.tol,
             "max_iter": self.max_iter,
+            "progress": bool(self.verbose),
         }
         if self._solver() == "sequential":
 
@@ -403,7 +393,7 @@ class RVR(RegressorMixin, BaseRVM):
                 if warm is not None:
                     kw["alpha_init"] = warm.alpha
                     kw["beta_init"] = common["beta_init"] if fixed else warm.beta
-                return fit_sequential(Phi, T, progress=bool(self.verbose), **kw)
+                return fit_evidence(Phi, T, solver="sequential", **kw)
 
             return engine
         if not fixed:
@@ -416,7 +406,9 @@ class RVR(RegressorMixin, BaseRVM):
             kw = dict(common)
             if warm is not None and not fixed:
                 kw["beta_init"] = warm.beta
-            return fit_mackay(Phi, T, threshold_alpha=self._threshold_alpha(), **kw)
+            return fit_evidence(
+                Phi, T, solver="mackay", threshold_alpha=self._threshold_alpha(), **kw
+            )
 
         return engine
 

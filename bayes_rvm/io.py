@@ -135,12 +135,21 @@ def _checksum(tree: xr.DataTree) -> str:
 
 
 # -- dataclass <-> Dataset -----------------------------------------------------------------------
-def _dataclass_to_dataset(obj) -> xr.Dataset:
-    """Arrays and numbers of a frozen result dataclass as variables; the rest as JSON attrs."""
-    data, attrs = {}, {"class": f"{type(obj).__module__}:{type(obj).__qualname__}"}
+def _dataclass_to_dataset(obj, class_key: str = "class") -> xr.Dataset:
+    """Arrays and numbers of a frozen result dataclass as variables; the rest as JSON attrs.
+
+    The fields of a field holding a dataclass (the fit's ``posterior``) are stored beside the
+    others (their names do not clash), its class under the attribute ``"<field>.class"``.
+    """
+    data = {}
+    attrs = {class_key: f"{type(obj).__module__}:{type(obj).__qualname__}"}
     for f in dataclasses.fields(obj):
         value = getattr(obj, f.name)
-        if isinstance(value, np.ndarray):
+        if dataclasses.is_dataclass(value):
+            inner = _dataclass_to_dataset(value, f"{f.name}.class")
+            data.update(inner.data_vars)
+            attrs.update(inner.attrs)
+        elif isinstance(value, np.ndarray):
             data[f.name] = ([f"{f.name}_{k}" for k in range(value.ndim)], value)
         elif isinstance(value, bool | np.bool_):
             attrs[f.name] = json.dumps(bool(value))
@@ -151,8 +160,8 @@ def _dataclass_to_dataset(obj) -> xr.Dataset:
     return xr.Dataset(data, attrs=attrs)
 
 
-def _dataset_to_dataclass(ds: xr.Dataset, where: str):
-    name = ds.attrs.get("class")
+def _dataset_to_dataclass(ds: xr.Dataset, where: str, class_key: str = "class"):
+    name = ds.attrs.get(class_key)
     module, _, qualname = str(name).partition(":")
     if not module.startswith("bayes_rvm."):
         raise ModelFileError(f"{where}: refusing to rebuild a result of class {name!r}")
@@ -162,7 +171,9 @@ def _dataset_to_dataclass(ds: xr.Dataset, where: str):
         raise ModelFileError(f"{where}: unknown result class {name!r}") from None
     kwargs = {}
     for f in dataclasses.fields(cls):
-        if f.name in ds.data_vars:
+        if f"{f.name}.class" in ds.attrs:
+            kwargs[f.name] = _dataset_to_dataclass(ds, where, f"{f.name}.class")
+        elif f.name in ds.data_vars:
             value = ds[f.name].values
             kwargs[f.name] = value.item() if value.ndim == 0 else value
         elif f.name in ds.attrs:
@@ -546,7 +557,7 @@ def _check_fit(fit, n_basis: int, fail) -> None:
     if mean.ndim != 2 or mean.shape[0] != K:
         fail(f"posterior mean of shape {mean.shape} for {K} active basis functions")
     # Regression outputs share one posterior precision; a Laplace fit's couples the classes.
-    KC = K * mean.shape[1] if hasattr(fit, "likelihood") else K
+    KC = K * mean.shape[1] if fit.likelihood != "gaussian" else K
     if chol.shape != (KC, KC):
         fail(f"precision factor of shape {chol.shape}, expected {(KC, KC)}")
     if not (np.all(np.isfinite(mean)) and np.all(np.isfinite(chol))):
@@ -557,9 +568,10 @@ def _check_fit(fit, n_basis: int, fail) -> None:
     # inf or 0 are possible: alphas in the user's units can leave float64's range (unscale_alpha).
     if np.any(np.isnan(a)) or np.any(a < 0):
         fail("active basis functions with alpha that is NaN or negative")
-    beta = fit.beta
-    if not (np.isfinite(beta) and beta > 0):
-        fail(f"noise precision beta = {beta!r}")
+    if fit.likelihood == "gaussian":
+        beta = fit.beta
+        if not (np.isfinite(beta) and beta > 0):
+            fail(f"noise precision beta = {beta!r}")
 
 
 def _check_regression(state: dict, fits: list, extras: dict, params: dict, fail) -> None:

@@ -167,3 +167,170 @@ def test_bad_engine_arguments(rng, kwargs, match):
     Phi, y = random_design(rng)
     with pytest.raises(ValueError, match=match):
         fit_mackay(Phi, y, **kwargs)
+
+
+# --- the one engine contract (issue 14) ---------------------------------------------------------
+ENGINES = ("mackay", "sequential", "laplace_mackay", "laplace_sequential")
+
+
+def _engine_problem(engine, rng):
+    from sklearn.metrics.pairwise import rbf_kernel
+
+    X = rng.normal(size=(60, 2))
+    Phi = np.hstack([rbf_kernel(X, X, gamma=0.5), np.ones((60, 1))])
+    Phi /= np.linalg.norm(Phi, axis=0)
+    if engine.startswith("laplace"):
+        t = (X[:, 0] + 0.5 * rng.normal(size=60) > 0).astype(float)
+    else:
+        t = np.sin(X[:, 0]) + 0.1 * rng.normal(size=60)
+    return Phi, t
+
+
+def _fit_with(engine, Phi, t, **settings):
+    from bayes_rvm import evidence as ev
+
+    return getattr(ev, f"fit_{engine}")(Phi, t, **settings)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_options_object_and_keywords_are_the_same_call(engine, rng):
+    from bayes_rvm.evidence import EvidenceOptions, fit_evidence
+
+    Phi, t = _engine_problem(engine, rng)
+    by_keywords = _fit_with(engine, Phi, t, tol=1e-5)
+    by_options = _fit_with(engine, Phi, t, options=EvidenceOptions(tol=1e-5))
+    family = "laplace" if engine.startswith("laplace") else "gaussian"
+    by_table = fit_evidence(
+        Phi,
+        t,
+        solver=engine.rsplit("_", 1)[-1],
+        options=EvidenceOptions(likelihood="bernoulli" if family == "laplace" else None),
+        tol=1e-5,
+    )
+    for fit in (by_options, by_table):
+        np.testing.assert_array_equal(fit.active, by_keywords.active)
+        assert fit.log_evidence == by_keywords.log_evidence
+    assert by_keywords.likelihood == ("bernoulli" if family == "laplace" else "gaussian")
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_every_engine_calls_back_and_stops_when_asked(engine, rng):
+    Phi, t = _engine_problem(engine, rng)
+    seen = []
+
+    def callback(info):
+        seen.append(info)
+        return len(seen) == 3
+
+    fit = _fit_with(engine, Phi, t, callback=callback)
+    assert fit.converged and fit.reason.startswith("stopped by callback") and len(seen) == 3
+    assert [info["step"] for info in seen] == [0, 1, 2]
+    # What the callback saw is what the fit recorded.
+    assert [info["objective"] for info in seen] == list(fit.trace[:3])
+    assert {"action", "gain", "n_active", "beta", "active", "alpha"} <= set(seen[-1])
+    _fit_with(engine, Phi, t, progress=True)  # the progress bar must not break anything
+
+
+@pytest.mark.parametrize(
+    ("engine", "settings", "match"),
+    [
+        ("mackay", {"priority": "add"}, "does not use the option"),
+        ("mackay", {"likelihood": "bernoulli"}, "fit_laplace_mackay"),
+        ("laplace_mackay", {"fixed_beta": True}, "does not use the option"),
+        ("laplace_sequential", {"beta_init": 2.0}, "does not use the option"),
+        ("laplace_sequential", {"likelihood": "gaussian"}, "fit_mackay"),
+        ("sequential", {"mode_tol": 1e-3}, "does not use the option"),
+        ("sequential", {"threshold_alpha": 1e6}, "does not use the option"),
+        ("laplace_mackay", {"evidence_tol": -1.0}, "evidence_tol"),
+        ("laplace_sequential", {"alpha_init": np.ones(5)}, "alpha_init"),
+        ("laplace_mackay", {"free": [0.5]}, "free"),
+        ("laplace_sequential", {"candidates": []}, "candidates"),
+    ],
+)
+def test_engines_refuse_options_they_do_not_use_or_bad_values(engine, settings, match, rng):
+    Phi, t = _engine_problem(engine, rng)
+    with pytest.raises(ValueError, match=match):
+        _fit_with(engine, Phi, t, **settings)
+
+
+def test_options_are_frozen_and_reject_unknown_fields():
+    import dataclasses
+
+    from bayes_rvm.evidence import EvidenceOptions
+
+    opt = EvidenceOptions()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        opt.tol = 1.0
+    with pytest.raises(TypeError, match="start"):
+        EvidenceOptions(start=3)
+
+
+@pytest.mark.parametrize("engine", ["laplace_mackay", "laplace_sequential"])
+def test_free_intercept_of_a_bernoulli_fit_is_the_logistic_score_equation(engine, rng):
+    # An unpenalised intercept makes the score equation sum_n (t_n - y_n) = 0 hold at the mode:
+    # the mean fitted probability equals the base rate exactly, whatever else is in the model.
+    # A rare class (3 positives in 200) must keep it.
+    from scipy.special import expit
+    from sklearn.metrics.pairwise import rbf_kernel
+
+    X = rng.normal(size=(200, 2))
+    t = np.zeros(200)
+    t[np.argsort(X[:, 0])[-3:]] = 1.0
+    Phi = np.hstack([rbf_kernel(X, X, gamma=0.5), np.ones((200, 1))])
+    Phi /= np.linalg.norm(Phi, axis=0)
+    fit = _fit_with(engine, Phi, t, free=[200])
+    assert 200 in fit.active
+    p = expit(Phi[:, fit.active] @ fit.mean[:, 0])
+    assert p.mean() == pytest.approx(t.mean(), rel=1e-6)
+    # Alone, the free column is the maximum-likelihood intercept logit(mean t).
+    alone = _fit_with(engine, Phi, t, free=[200], candidates=[200])
+    np.testing.assert_array_equal(alone.active, [200])
+    intercept = alone.mean[0, 0] * Phi[0, 200]
+    assert intercept == pytest.approx(np.log(t.mean() / (1 - t.mean())), rel=1e-6)
+
+
+def test_shared_and_per_class_single_alpha_optima_agree():
+    # The exact cubic (shared layout) and the bisection (per-class layout) are two algorithms for
+    # the same one-class optimum; without a hyperprior both reduce to the closed form.
+    from bayes_rvm.evidence import optimal_alpha
+
+    rng = np.random.default_rng(3)
+    s = np.exp(rng.uniform(-2, 2, 200))
+    q2 = s * np.exp(rng.uniform(-1, 3, 200))
+    for prior in ((0.0, 0.0), (0.5, 0.5), (2.0, 0.1)):
+        a_shared, g_shared = optimal_alpha(s, q2, 1, prior)
+        a_class, g_class = optimal_alpha(
+            s[:, None], q2[:, None], prior=prior, per_class=True, alpha_max=1e12
+        )
+        finite = np.isfinite(a_shared)
+        np.testing.assert_array_equal(finite, np.isfinite(a_class))
+        np.testing.assert_allclose(a_class[finite], a_shared[finite], rtol=1e-9)
+        np.testing.assert_allclose(g_class, g_shared, rtol=1e-9, atol=1e-12)
+
+
+def test_log_evidence_module_is_what_the_dense_formula_gives(rng):
+    from bayes_rvm.evidence import gaussian_log_evidence
+    from bayes_rvm.evidence.log_evidence import cholesky
+
+    Phi, t = random_design(rng)
+    alpha = np.exp(rng.uniform(-2, 2, Phi.shape[1]))
+    beta = 3.0
+    H = np.diag(alpha) + beta * Phi.T @ Phi
+    m = beta * np.linalg.solve(H, Phi.T @ t)
+    quad = beta * np.sum((t - Phi @ m) ** 2) + alpha @ m**2
+    got = gaussian_log_evidence(cholesky(H), alpha, beta, Phi.shape[0], quad)
+    assert got == pytest.approx(dense_log_evidence(Phi, t, alpha, beta), rel=1e-10)
+
+
+def test_rescaled_fit_maps_predictions_and_evidence_back(rng):
+    # A fit of (Phi / norms, T / scale) rescaled to original units predicts like a fit of the
+    # original problem at the mapped hyperparameters, and its evidence carries the Jacobian.
+    Phi, t = random_design(rng, n=40, m=6)
+    norms = np.linalg.norm(Phi, axis=0)
+    scale = 2.5
+    fit = fit_mackay(Phi / norms, t / scale).rescaled(norms, scale, t.size)
+    act = fit.active
+    post = posterior(Phi[:, act], t, fit.alpha[act], fit.beta)
+    np.testing.assert_allclose(fit.mean, post.mean, rtol=1e-8)
+    np.testing.assert_allclose(fit.covariance, np.linalg.inv(post.chol @ post.chol.T), rtol=1e-8)
+    assert fit.log_evidence == pytest.approx(post.log_evidence, rel=1e-10)

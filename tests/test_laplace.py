@@ -10,9 +10,9 @@ from scipy.special import expit, gammaln, log_softmax
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.metrics.pairwise import rbf_kernel
 
+from bayes_rvm.evidence import EvidenceFit, LaplaceWeights
 from bayes_rvm.evidence import laplace as lp
 from bayes_rvm.evidence.laplace import (
-    LaplaceFit,
     fit_laplace_mackay,
     fit_laplace_sequential,
     moderated_probabilities,
@@ -186,12 +186,14 @@ def test_sequential_and_mackay_reach_the_same_optimum():
     Phi = _design(X)
     seq = fit_laplace_sequential(Phi, t)
     mac = fit_laplace_mackay(Phi, t)
-    assert isinstance(seq, LaplaceFit) and seq.converged and mac.converged
+    assert isinstance(seq, EvidenceFit) and isinstance(seq.posterior, LaplaceWeights)
+    assert seq.converged and mac.converged
     # Local optima differ in detail; the evidence must agree within a tolerance band.
     assert seq.log_evidence == pytest.approx(mac.log_evidence, abs=1.0)
     assert seq.active.size <= 10 and mac.active.size <= 10
-    assert seq.grad_norm < 1e-8 and mac.grad_norm < 1e-8
-    assert seq.beta == 1.0
+    assert seq.posterior.grad_norm < 1e-8 and mac.posterior.grad_norm < 1e-8
+    with pytest.raises(AttributeError, match="no noise"):
+        seq.beta  # a Laplace fit has no noise precision (no dummy beta = 1)
 
 
 def test_sequential_objective_never_decreases():
@@ -254,7 +256,7 @@ def test_poisson_counts_recover_the_rate():
     Phi /= norms
     for engine in (fit_laplace_sequential, fit_laplace_mackay):
         fit = engine(Phi, t, likelihood="poisson")
-        lam = fit.predict_mean(Phi[:, fit.active])[:, 0]
+        lam = fit.posterior.predict_mean(Phi[:, fit.active])[:, 0]
         assert np.sqrt(np.mean((lam - rate) ** 2)) < 0.5  # Poisson noise sd is 1.6-2.7 here
         assert fit.active.size <= 15
 

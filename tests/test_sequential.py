@@ -13,8 +13,8 @@ from sklearn.metrics.pairwise import rbf_kernel
 from threadpoolctl import threadpool_limits
 
 from bayes_rvm.evidence import fit_mackay, fit_sequential, gaussian_posterior
-from bayes_rvm.evidence.gaussian import log_hyperprior
-from bayes_rvm.evidence.sequential import FREE_ALPHA_FACTOR, _log_gain, _optimal_alpha
+from bayes_rvm.evidence.options import FREE_ALPHA_FACTOR
+from bayes_rvm.evidence.single_basis import log_gain, log_hyperprior, optimal_alpha
 
 
 @pytest.fixture(autouse=True)
@@ -173,10 +173,10 @@ def test_optimal_alpha_maximises_the_single_alpha_objective(a, b, D):
     rng = np.random.default_rng(7)
     s = rng.lognormal(0.0, 2.0, 40)
     q2 = s * D * rng.lognormal(0.0, 1.5, 40)
-    alpha, gain = _optimal_alpha(s, q2, D, a, b)
+    alpha, gain = optimal_alpha(s, q2, D, (a, b))
     for i in range(s.size):
         res = optimize.minimize_scalar(
-            lambda u, i=i: -_log_gain(s[i], q2[i], np.exp(u), D, a, b),
+            lambda u, i=i: -log_gain(s[i], q2[i], np.exp(u), D, (a, b)),
             bounds=(-30.0, 30.0),
             method="bounded",
             options={"xatol": 1e-10},
@@ -184,7 +184,7 @@ def test_optimal_alpha_maximises_the_single_alpha_objective(a, b, D):
         brute = max(-res.fun, 0.0)  # leaving the basis out gains 0
         assert gain[i] == pytest.approx(brute, rel=1e-7, abs=1e-9)
         if np.isfinite(alpha[i]):
-            assert _log_gain(s[i], q2[i], alpha[i], D, a, b) == pytest.approx(gain[i], rel=1e-12)
+            assert log_gain(s[i], q2[i], alpha[i], D, (a, b)) == pytest.approx(gain[i], rel=1e-12)
         else:
             assert brute <= 1e-9
 
@@ -334,7 +334,7 @@ def test_max_iter_warns_and_callback_stops():
     # (The reason may go on to count candidates set aside as aligned with an active column.)
     assert fit.converged and fit.reason.startswith("stopped by callback") and len(seen) == 5
     assert list(fit.actions[1:]) == seen
-    fit_sequential(Phi, y, progress=True)  # the tqdm bar must not break anything
+    fit_sequential(Phi, y, progress=True)  # the progress bar must not break anything
 
 
 def test_tall_design_never_forms_n_by_n():

@@ -1,0 +1,57 @@
+"""The table of type-II engines, by likelihood family and solver, that both estimators use."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from bayes_rvm.evidence.gaussian import fit_mackay
+from bayes_rvm.evidence.laplace import fit_laplace_mackay, fit_laplace_sequential
+from bayes_rvm.evidence.options import EvidenceOptions
+from bayes_rvm.evidence.result import EvidenceFit
+from bayes_rvm.evidence.sequential import fit_sequential
+
+__all__ = ["ENGINES", "SOLVERS", "fit_evidence"]
+
+SOLVERS = ("sequential", "mackay")
+#: ``(family, solver) -> engine``: ``"gaussian"`` for the Gaussian likelihood, ``"laplace"`` for
+#: the others (Bernoulli, softmax, Poisson) through the Laplace approximation.
+ENGINES: dict[tuple[str, str], Callable[..., EvidenceFit]] = {
+    ("gaussian", "sequential"): fit_sequential,
+    ("gaussian", "mackay"): fit_mackay,
+    ("laplace", "sequential"): fit_laplace_sequential,
+    ("laplace", "mackay"): fit_laplace_mackay,
+}
+
+
+def fit_evidence(
+    Phi: np.ndarray,
+    T: np.ndarray,
+    *,
+    solver: str = "sequential",
+    options: EvidenceOptions | None = None,
+    **settings,
+) -> EvidenceFit:
+    """Fit by the engine of ``solver`` for the likelihood of ``options`` (default Gaussian).
+
+    Parameters
+    ----------
+    Phi : ndarray of shape (N, M)
+        Design matrix, float64.
+    T : array-like of shape (N,) or (N, D)
+        Targets.
+    solver : {"sequential", "mackay"}, default="sequential"
+        Tipping and Faul's sequential algorithm, or MacKay's re-estimation with pruning.
+    options : EvidenceOptions, optional
+        Engine settings; ``settings`` override its fields.
+
+    Returns
+    -------
+    EvidenceFit
+    """
+    if solver not in SOLVERS:
+        raise ValueError(f"solver must be one of {SOLVERS}, got {solver!r}.")
+    likelihood = settings.get("likelihood", options.likelihood if options else None)
+    family = "gaussian" if likelihood in (None, "gaussian") else "laplace"
+    return ENGINES[family, solver](Phi, T, options=options, **settings)

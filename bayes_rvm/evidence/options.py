@@ -1,0 +1,399 @@
+"""One options object for every type-II engine, its validation, and the one input check.
+
+Every engine has the signature ``fit_*(Phi, T, *, options=None, **settings) -> EvidenceFit``:
+``options`` is a frozen :class:`EvidenceOptions` and ``settings`` override its fields (so
+``fit_sequential(Phi, T, tol=1e-8)`` and ``fit_sequential(Phi, T,
+options=EvidenceOptions(tol=1e-8))`` are the same call). An option means the same thing in every
+engine; an engine refuses a non-default value of an option it does not use, and the defaults that
+differ between engines are in one table here (``_ENGINE_DEFAULTS``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+__all__ = ["ENGINE_NAMES", "LIKELIHOODS", "EvidenceOptions", "Problem", "check_problem"]
+
+#: Likelihoods of the engines: the Gaussian one (``fit_mackay``, ``fit_sequential``) and those of
+#: the Laplace engines (``fit_laplace_mackay``, ``fit_laplace_sequential``).
+LIKELIHOODS = ("gaussian", "bernoulli", "softmax", "poisson")
+ENGINE_NAMES = ("mackay", "sequential", "laplace_mackay", "laplace_sequential")
+#: Largest noise precision relative to the targets' scale: an exact fit must not divide by zero.
+BETA_MAX = 1e12
+#: Prior precision of a "free" column relative to the scale of a weight that fits the targets: the
+#: weight's prior standard deviation is 1e5 times that scale, negligible against the data but
+#: proper, so the log evidence stays finite (a flat prior has none).
+FREE_ALPHA_FACTOR = 1e-10
+
+_COMMON = frozenset(
+    {
+        "likelihood",
+        "alpha_prior",
+        "alpha_init",
+        "free",
+        "candidates",
+        "tol",
+        "max_iter",
+        "callback",
+        "progress",
+    }
+)
+_NOISE = frozenset({"beta_prior", "beta_init", "fixed_beta"})
+_MODE = frozenset({"mode_tol", "mode_max_iter"})
+#: The options each engine reads; any other option must keep its default.
+_USES = {
+    "mackay": _COMMON | _NOISE | {"threshold_alpha", "evidence_tol", "gram"},
+    "sequential": _COMMON
+    | _NOISE
+    | {"priority", "beta_update_every", "beta_warmup", "alignment_threshold"},
+    "laplace_mackay": _COMMON | _MODE | {"threshold_alpha", "evidence_tol"},
+    "laplace_sequential": _COMMON
+    | _MODE
+    | {
+        "threshold_alpha",
+        "evidence_tol",
+        "gain_tol",
+        "priority",
+        "batch_reestimate",
+        "inner_mode_tol",
+    },
+}
+#: Defaults that differ between engines (the fields left at None in :class:`EvidenceOptions`).
+#: ``beta_init`` is a multiple of ``1 / var(T)``: the sequential engine starts, as SparseBayes does,
+#: at a noise standard deviation of 10% of the targets'.
+_ENGINE_DEFAULTS = {
+    "mackay": {"likelihood": "gaussian", "evidence_tol": 1e-12, "beta_init": 1.0},
+    "sequential": {"likelihood": "gaussian", "beta_init": 100.0},
+    "laplace_mackay": {"likelihood": "bernoulli", "evidence_tol": 1e-12},
+    "laplace_sequential": {"likelihood": "bernoulli", "evidence_tol": 1e-6},
+}
+
+
+def _prior_pair(name: str, prior) -> tuple[float, float]:
+    message = f"{name} must be a pair (shape, rate) of non-negative floats, got {prior!r}."
+    try:
+        a, b = (float(v) for v in prior)
+    except (TypeError, ValueError):
+        raise ValueError(message) from None
+    if not (np.isfinite(a) and np.isfinite(b) and a >= 0 and b >= 0):
+        raise ValueError(message)
+    return a, b
+
+
+def _positive(name: str, value, *, integer: bool = False) -> None:
+    if integer:
+        ok = isinstance(value, int | np.integer) and not isinstance(value, bool) and value >= 1
+        kind = "a positive integer"
+    else:
+        ok = isinstance(value, int | float | np.number) and np.isfinite(value) and value > 0
+        kind = "positive"
+    if not ok:
+        raise ValueError(f"{name} must be {kind}, got {value!r}.")
+
+
+@dataclass(frozen=True)
+class EvidenceOptions:
+    """Settings of a type-II engine, validated on construction (``None``: the engine's default).
+
+    Parameters
+    ----------
+    likelihood : {"gaussian", "bernoulli", "softmax", "poisson"}, optional
+        ``"gaussian"`` for :func:`fit_mackay` / :func:`fit_sequential` (their only one); the Laplace
+        engines default to ``"bernoulli"``.
+    alpha_prior, beta_prior : (shape, rate), default=(0, 0)
+        Gamma hyperpriors on each ``alpha_i`` and on the noise precision ``beta`` over
+        ``log alpha``, ``log beta``; ``(nu/2, nu/2)`` on alpha is the Student-t prior.
+    alpha_init : float or ndarray of shape (M,), optional
+        Starting prior precisions, ``inf`` for columns out of the model. Default: 1.0 for every
+        column (re-estimation engines); the single best column (sequential engines).
+    beta_init : float, optional
+        Starting noise precision; default ``1 / var(T)`` (MacKay) or ``100 / var(T)``
+        (sequential, as SparseBayes).
+    fixed_beta : bool, default=False
+        Keep ``beta = beta_init`` instead of re-estimating it.
+    free : sequence of int, default=()
+        Unregularised columns (e.g. the bias): always in the model, never re-estimated or
+        pruned. Their prior precision is ``1e-10`` times the scale of a weight that fits the
+        targets (see ``FREE_ALPHA_FACTOR``): as good as flat, but the evidence stays finite.
+    candidates : sequence of int, optional
+        Columns allowed to enter the model (default: every non-zero column).
+    tol : float, default=1e-6
+        Converged when every active ``log alpha`` (and ``log beta``) moves by less than ``tol``
+        and the active set does not change.
+    evidence_tol : float, optional
+        Also converged when the objective stalls: its change relative to ``1 + |objective|``
+        stays below this (ten iterations in a row for the re-estimation engines; one MacKay step
+        of the softmax sequential engine). Default 1e-12 (re-estimation), 1e-6 (Laplace
+        sequential).
+    gain_tol : float, default=1e-8
+        Laplace sequential: steps promising less than ``gain_tol * (1 + |objective|)`` are not
+        taken, and all re-estimations together gaining less than that end the fit.
+    max_iter : int, default=10000
+        Cap on iterations (steps for the sequential engines); reaching it warns with
+        :class:`~sklearn.exceptions.ConvergenceWarning`.
+    threshold_alpha : float, default=1e9
+        Largest ``alpha`` taken as finite: beyond it a basis function is out of the model (the
+        re-estimation engines prune there; the Laplace sequential engine searches the shared-alpha
+        optimum below it). The Gaussian sequential engine decides relevance exactly.
+    priority : {"delete", "add"} or None, default="delete"
+        Sequential engines: take any worthwhile deletion (or addition) first; None takes the step
+        of largest gain.
+    batch_reestimate : bool, default=True
+        Laplace sequential: a re-estimation moves every active alpha to its single-alpha optimum.
+    beta_update_every : int, default=5
+        Gaussian sequential: a noise step after every ``beta_update_every``-th step.
+    beta_warmup : {"hold", "update"}, default="hold"
+        Gaussian sequential: hold the noise for the first 10 steps, or update it after each
+        (SparseBayes' schedule).
+    alignment_threshold : float, default=1e-3
+        Gaussian sequential: a candidate with cosine above ``1 - alignment_threshold`` with an
+        active column is set aside; 0 turns the test off.
+    mode_tol, inner_mode_tol, mode_max_iter : float, float, int
+        Laplace engines: gradient tolerance of the final posterior mode (1e-10) and of the modes
+        between sequential steps (1e-6), and the Newton steps per mode search (100).
+    callback : callable, optional
+        Called after every step with a dict (``step``, ``action``, ``objective``, ``gain``,
+        ``n_active``, ``beta``, ``active``, ``alpha``); returning True stops the fit.
+    progress : bool, default=False
+        Show a progress bar (rich, as PyMC's) with the number of active columns and the objective.
+    gram : ndarray of shape (M, M), optional
+        Gaussian MacKay: a precomputed ``Phi^T Phi`` (fitting many targets on one design).
+    """
+
+    likelihood: Literal["gaussian", "bernoulli", "softmax", "poisson"] | None = None
+    alpha_prior: tuple[float, float] = (0.0, 0.0)
+    beta_prior: tuple[float, float] = (0.0, 0.0)
+    alpha_init: float | np.ndarray | None = field(default=None, compare=False)
+    beta_init: float | None = None
+    fixed_beta: bool = False
+    free: Sequence[int] | np.ndarray = field(default=(), compare=False)
+    candidates: Sequence[int] | np.ndarray | None = field(default=None, compare=False)
+    tol: float = 1e-6
+    evidence_tol: float | None = None
+    gain_tol: float = 1e-8
+    max_iter: int = 10_000
+    threshold_alpha: float = 1e9
+    priority: Literal["delete", "add"] | None = "delete"
+    batch_reestimate: bool = True
+    beta_update_every: int = 5
+    beta_warmup: Literal["hold", "update"] = "hold"
+    alignment_threshold: float = 1e-3
+    mode_tol: float = 1e-10
+    inner_mode_tol: float = 1e-6
+    mode_max_iter: int = 100
+    callback: Callable[[dict[str, Any]], Any] | None = None
+    progress: bool = False
+    gram: np.ndarray | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.likelihood is not None and self.likelihood not in LIKELIHOODS:
+            raise ValueError(f"likelihood must be one of {LIKELIHOODS}, got {self.likelihood!r}.")
+        object.__setattr__(self, "alpha_prior", _prior_pair("alpha_prior", self.alpha_prior))
+        object.__setattr__(self, "beta_prior", _prior_pair("beta_prior", self.beta_prior))
+        for name in ("max_iter", "beta_update_every", "mode_max_iter"):
+            _positive(name, getattr(self, name), integer=True)
+        for name in ("tol", "gain_tol", "threshold_alpha", "mode_tol", "inner_mode_tol"):
+            _positive(name, getattr(self, name))
+        if self.evidence_tol is not None and not (
+            np.isfinite(self.evidence_tol) and self.evidence_tol >= 0
+        ):
+            raise ValueError(f"evidence_tol must be non-negative, got {self.evidence_tol!r}.")
+        if self.beta_init is not None:
+            _positive("beta_init", self.beta_init)
+        if self.alpha_init is not None:
+            ai = np.asarray(self.alpha_init, dtype=np.float64)
+            if ai.ndim > 1 or np.any(np.isnan(ai)) or np.any(ai <= 0):
+                raise ValueError(
+                    "alpha_init must be a positive number or a vector of them (inf for columns "
+                    f"out of the model), got {self.alpha_init!r}."
+                )
+        if self.priority not in ("delete", "add", None):
+            raise ValueError(f"priority must be 'delete', 'add' or None, got {self.priority!r}.")
+        if self.beta_warmup not in ("hold", "update"):
+            raise ValueError(f"beta_warmup must be 'hold' or 'update', got {self.beta_warmup!r}.")
+        if not (0 <= self.alignment_threshold < 1):
+            raise ValueError(
+                f"alignment_threshold must be in [0, 1), got {self.alignment_threshold!r}."
+            )
+        if self.callback is not None and not callable(self.callback):
+            raise ValueError("callback must be callable.")
+
+    def for_engine(self, engine: str) -> EvidenceOptions:
+        """These options with the engine's defaults filled in; refuses options it does not use."""
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        unused = [
+            f.name
+            for f in dataclasses.fields(self)
+            if f.name not in _USES[engine]
+            and not _is_default(getattr(self, f.name), defaults[f.name])
+        ]
+        if unused:
+            raise ValueError(
+                f"fit_{engine} does not use the option(s) {', '.join(unused)}; leave them at "
+                "their defaults."
+            )
+        fill = {k: v for k, v in _ENGINE_DEFAULTS[engine].items() if getattr(self, k) is None}
+        fill.pop("beta_init", None)  # a multiple of 1 / var(T): resolved by check_problem
+        out = dataclasses.replace(self, **fill) if fill else self
+        family = "gaussian" if engine in ("mackay", "sequential") else "laplace"
+        if (out.likelihood == "gaussian") != (family == "gaussian"):
+            raise ValueError(
+                f"fit_{engine} does not fit the {out.likelihood!r} likelihood; use "
+                + (
+                    "fit_mackay or fit_sequential."
+                    if out.likelihood == "gaussian"
+                    else "fit_laplace_mackay or fit_laplace_sequential."
+                )
+            )
+        return out
+
+
+def _is_default(value, default) -> bool:
+    if isinstance(value, np.ndarray) or isinstance(default, np.ndarray):
+        return False
+    if isinstance(default, tuple):
+        return tuple(value) == default if value is not None else False
+    return value is default or value == default
+
+
+def resolve_options(
+    engine: str, options: EvidenceOptions | None, settings: dict
+) -> EvidenceOptions:
+    """``options`` (default: all defaults) with ``settings`` overriding fields, for ``engine``."""
+    if options is None:
+        options = EvidenceOptions(**settings)
+    elif not isinstance(options, EvidenceOptions):
+        raise TypeError(f"options must be an EvidenceOptions, got {type(options).__name__}.")
+    elif settings:
+        options = dataclasses.replace(options, **settings)
+    return options.for_engine(engine)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A validated problem: the arrays every engine starts from, and the options resolved.
+
+    ``T`` is 2-D (N x D outputs, or N x C classes); ``dd`` the squared column norms of ``Phi``;
+    ``allowed`` the columns that may enter the model (candidates, non-zero, not free); ``free``
+    the unregularised columns; ``alpha_init`` an (M,) array or None; ``beta_init`` resolved.
+    """
+
+    Phi: np.ndarray
+    T: np.ndarray
+    dd: np.ndarray
+    allowed: np.ndarray
+    free: np.ndarray
+    alpha_init: np.ndarray | None
+    beta_init: float
+    options: EvidenceOptions
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        """``(N, M, D)``."""
+        return self.Phi.shape[0], self.Phi.shape[1], self.T.shape[1]
+
+    def start_all(self) -> np.ndarray:
+        """Starting alphas of the re-estimation engines (``inf``: out of the model).
+
+        Every allowed column at ``alpha_init`` (default 1.0), the free ones at their free alpha.
+        """
+        M = self.Phi.shape[1]
+        alpha = np.ones(M) if self.alpha_init is None else self.alpha_init.copy()
+        keep = self.allowed & np.isfinite(alpha)
+        keep[self.free] = True
+        if not keep.any():
+            raise ValueError("the design matrix has no non-zero column to fit with.")
+        alpha[~keep] = np.inf
+        alpha[self.free] = free_alpha(self)
+        return alpha
+
+
+def _index_array(name: str, idx, M: int) -> np.ndarray:
+    arr = np.asarray(idx if idx is not None else [], dtype=np.float64).ravel()
+    if arr.size and (np.any(arr != np.round(arr)) or arr.min() < 0 or arr.max() >= M):
+        raise ValueError(f"{name} must hold column indices in [0, {M}), got {idx!r}.")
+    return arr.astype(np.intp)
+
+
+def _check_targets(T, N: int, likelihood: str) -> np.ndarray:
+    T = np.asarray(T, dtype=np.float64)
+    if T.ndim not in (1, 2) or T.shape[0] != N:
+        raise ValueError(f"T must have {N} rows (shape (N,) or (N, D)), got shape {T.shape}.")
+    T = T[:, None] if T.ndim == 1 else T
+    if T.shape[1] < 1 or not np.all(np.isfinite(T)):
+        raise ValueError("T must be finite with at least one output.")
+    if likelihood == "softmax":
+        if T.shape[1] < 2 or np.any(T < 0) or not np.allclose(T.sum(axis=1), 1.0):
+            raise ValueError(
+                "softmax targets must be an (N, C) matrix of class probabilities, C >= 2."
+            )
+    elif likelihood != "gaussian" and T.shape[1] != 1:
+        raise ValueError(f"{likelihood} targets must be one column, got shape {T.shape}.")
+    elif likelihood == "bernoulli" and (np.any(T < 0) or np.any(T > 1)):
+        raise ValueError("bernoulli targets must lie in [0, 1].")
+    elif likelihood == "poisson" and np.any(T < 0):
+        raise ValueError("poisson targets must be non-negative counts.")
+    return T
+
+
+def check_problem(Phi, T, options: EvidenceOptions, engine: str) -> Problem:
+    """The one input check of every engine: shapes, finiteness, targets and index options."""
+    Phi = np.asarray(Phi)
+    if Phi.ndim != 2 or Phi.dtype != np.float64:
+        raise ValueError(
+            f"Phi must be a 2-D float64 array (it is not copied), got {Phi.ndim}-D {Phi.dtype}."
+        )
+    N, M = Phi.shape
+    if N < 1 or M < 1:
+        raise ValueError(f"Phi must have at least one row and one column, got shape {Phi.shape}.")
+    T = _check_targets(T, N, options.likelihood)
+    with np.errstate(over="ignore", invalid="ignore"):
+        dd = np.einsum("ij,ij->j", Phi, Phi)  # squared norms: finite only if Phi is
+    if not np.all(np.isfinite(dd)):
+        raise ValueError("Phi must be finite.")
+    free = np.unique(_index_array("free", options.free, M))
+    if free.size and np.any(dd[free] == 0):
+        raise ValueError("a free column is identically zero.")
+    if options.candidates is None:
+        allowed = np.ones(M, dtype=bool)
+    else:
+        cand = _index_array("candidates", options.candidates, M)
+        if cand.size == 0:
+            raise ValueError("candidates must not be empty.")
+        allowed = np.zeros(M, dtype=bool)
+        allowed[cand] = True
+    allowed &= dd > 0
+    allowed[free] = False
+    alpha_init = options.alpha_init
+    if alpha_init is not None:
+        ai = np.asarray(alpha_init, dtype=np.float64)
+        if ai.ndim == 1 and ai.shape != (M,):
+            raise ValueError(f"alpha_init must have shape ({M},), positive, inf for out.")
+        alpha_init = np.broadcast_to(ai, (M,)).copy()
+        start = np.isfinite(alpha_init)
+        start[free] = False
+        if np.any(dd[start] == 0):
+            raise ValueError("alpha_init makes an identically zero column active.")
+        if not start.any() and free.size == 0:
+            raise ValueError("alpha_init must have at least one finite entry.")
+    elif not (allowed.any() or free.size):
+        raise ValueError("the design matrix has no non-zero column to fit with.")
+    beta_init = options.beta_init
+    if beta_init is None:
+        var = float(np.var(T))
+        ratio = _ENGINE_DEFAULTS[engine].get("beta_init", 1.0)
+        beta_init = ratio / var if var > 0 else 1.0
+    return Problem(Phi, T, dd, allowed, free, alpha_init, float(beta_init), options)
+
+
+def free_alpha(problem: Problem) -> np.ndarray:
+    """Prior precisions of the free columns: a prior sd 1e5 times a weight that fits ``T``."""
+    N, _, D = problem.shape
+    tt = float(np.sum(problem.T * problem.T))
+    msq = max(tt / (N * D), 1e-300)
+    return FREE_ALPHA_FACTOR * problem.dd[problem.free] / (N * msq)
