@@ -156,6 +156,7 @@ def test_sample_y_moments_match_predict(star):
 
 
 @pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::bayes_rvm.inference.SamplingDiagnosticsWarning")
 def test_mcmc_predictive_is_the_mixture_over_draws(gap_data):
     X, y = gap_data
     model = RVR(gamma=GAMMA, inference="mcmc", draws=150, tune=150, chains=2, random_state=1).fit(
