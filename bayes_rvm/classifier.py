@@ -21,7 +21,14 @@ from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from bayes_rvm._base import _POSITIVE, BaseRVM, normalise_columns, unscale_alpha
+from bayes_rvm._base import (
+    _POSITIVE,
+    BaseRVM,
+    normalise_columns,
+    path_from_json,
+    path_to_json,
+    unscale_alpha,
+)
 from bayes_rvm.evidence import SOLVERS, EvidenceFit, fit_evidence
 from bayes_rvm.evidence.result import moderation
 from bayes_rvm.kernels import KernelBasis
@@ -30,6 +37,17 @@ from bayes_rvm.priors import DEFAULT_NU
 __all__ = ["RVC"]
 
 _MULTI_CLASS = ("multinomial", "ovr")
+
+
+class _OneVsRestFit:
+    """One-vs-rest fits seen as one by the width search: summed evidence, union of the actives."""
+
+    beta = 1.0
+
+    def __init__(self, fits: tuple) -> None:
+        self.fits = fits
+        self.log_evidence = float(sum(f.log_evidence for f in fits))
+        self.active = np.unique(np.concatenate([f.active for f in fits]))
 
 
 def _unscale(fit: EvidenceFit, norms: np.ndarray) -> EvidenceFit:
@@ -53,8 +71,15 @@ class RVC(ClassifierMixin, BaseRVM):
     ----------
     kernel : str, callable, scikit-learn kernel object or "precomputed", default="rbf"
         Basis kernel; see :class:`bayes_rvm.kernels.KernelBasis`.
-    gamma : {"scale", "auto"} or float, default="scale"
-        Kernel coefficient (as in :class:`sklearn.svm.SVC`); for rbf of width ``r``, ``1/r^2``.
+    gamma : {"scale", "auto", "evidence"}, float or array-like, default="scale"
+        Kernel coefficient (as in :class:`sklearn.svm.SVC`); for rbf of width ``r``, ``1/r^2``
+        (laplacian: ``1/r``); an array gives one coefficient per input feature. ``"evidence"``
+        learns the width of the rbf or laplacian kernel by maximising the Laplace evidence over
+        it (:func:`bayes_rvm.evidence.width.maximise_width` with Brent's bounded search from the
+        best maxima of an evidence curve; for one-vs-rest, the evidence summed over the classes).
+        Per-feature widths by the evidence (``"evidence_ard"``) are RVR's only: they need the
+        closed-form gradient of the Gaussian likelihood. The chosen width is in ``gamma_`` and
+        ``length_scale_``, the curve in ``width_path_``.
     degree : int, default=3
         Degree of the polynomial kernel.
     coef0 : float, default=1.0
@@ -110,6 +135,9 @@ class RVC(ClassifierMixin, BaseRVM):
         Class labels.
     basis_ : KernelBasis
         The fitted basis.
+    gamma_, length_scale_, width_path_
+        The kernel coefficient(s) used, as length scale(s), and the evidence curve of a learned
+        width (see :class:`~bayes_rvm.estimators.RVR`).
     fit_ : EvidenceFit or tuple of EvidenceFit
         Engine result(s) in original units; a tuple of one fit per class for ``"ovr"``. For the
         multinomial fit, ``mean`` is (n_active, n_classes) and ``chol`` the Cholesky factor of the
@@ -228,33 +256,24 @@ class RVC(ClassifierMixin, BaseRVM):
                 f"{classes[0]!r}."
             )
         self.classes_ = classes
-        basis, Phi = self._make_basis(X)
-        norms = normalise_columns(Phi)
-
-        def engine(Phi, T, **kw) -> EvidenceFit:
-            return fit_evidence(Phi, T, solver=self.solver, **kw)
-
-        kw = {
-            "alpha_prior": self._alpha_prior(),
-            "threshold_alpha": float(self.threshold_alpha),
-            "tol": float(self.tol),
-            "max_iter": int(self.max_iter),
-        }
-        C = classes.size
-        if C == 2:
-            t = (yi == 1).astype(np.float64)
-            fit = _unscale(engine(Phi, t, likelihood="bernoulli", **kw), norms)
-        elif self.multi_class == "multinomial":
-            T = np.zeros((yi.size, C))
-            T[np.arange(yi.size), yi] = 1.0
-            fit = _unscale(engine(Phi, T, likelihood="softmax", **kw), norms)
-        else:
-            fit = tuple(
-                _unscale(
-                    engine(Phi, (yi == c).astype(np.float64), likelihood="bernoulli", **kw), norms
+        engine = self._engine(classes.size)
+        if self._learns_width():
+            if self.gamma == "evidence_ard":
+                raise ValueError(
+                    "gamma='evidence_ard' needs the closed-form width gradient of the Gaussian "
+                    "likelihood (RVR); RVC learns one width: use gamma='evidence'."
                 )
-                for c in range(C)
-            )
+            basis, Phi, norms, fit = self._select_width(X, yi, engine, gradient=False)
+        else:
+            basis, Phi = self._make_basis(X)
+            norms = normalise_columns(Phi)
+            fit = engine(Phi, yi, None)
+            self._set_width(basis, None)
+        fit = fit.fits if isinstance(fit, _OneVsRestFit) else fit
+        if isinstance(fit, tuple):
+            fit = tuple(_unscale(f, norms) for f in fit)
+        else:
+            fit = _unscale(fit, norms)
         self._set_fitted(basis, fit)
         act = self.active_
         # RVM* needs the training problem at prediction time (the Laplace weights come back
@@ -263,6 +282,38 @@ class RVC(ClassifierMixin, BaseRVM):
         if self.kernel != "precomputed":
             self._train["x_train"] = X
         return self
+
+    def _engine(self, n_classes: int):
+        """The Laplace engine with this estimator's options: ``engine(Phi, labels, warm)``.
+
+        ``labels`` are class indices; one-vs-rest returns an :class:`_OneVsRestFit` whose
+        evidence is the sum over the classes (what a shared kernel width maximises).
+        """
+
+        def run(Phi, T, **kw) -> EvidenceFit:
+            return fit_evidence(Phi, T, solver=self.solver, **kw)
+
+        kw = {
+            "alpha_prior": self._alpha_prior(),
+            "threshold_alpha": float(self.threshold_alpha),
+            "tol": float(self.tol),
+            "max_iter": int(self.max_iter),
+        }
+
+        def engine(Phi, yi, warm):
+            if n_classes == 2:
+                return run(Phi, (yi == 1).astype(np.float64), likelihood="bernoulli", **kw)
+            if self.multi_class == "multinomial":
+                T = np.zeros((yi.size, n_classes))
+                T[np.arange(yi.size), yi] = 1.0
+                return run(Phi, T, likelihood="softmax", **kw)
+            fits = tuple(
+                run(Phi, (yi == c).astype(np.float64), likelihood="bernoulli", **kw)
+                for c in range(n_classes)
+            )
+            return _OneVsRestFit(fits)
+
+        return engine
 
     def _set_fitted(self, basis: KernelBasis, fit) -> None:
         self.basis_ = basis
@@ -304,7 +355,11 @@ class RVC(ClassifierMixin, BaseRVM):
         return {
             "basis": self.basis_,
             "fit": list(self.fit_) if ovr else self.fit_,
-            "extras": {"classes": self.classes_.tolist(), "ovr": ovr},
+            "extras": {
+                "classes": self.classes_.tolist(),
+                "ovr": ovr,
+                "width_path": path_to_json(self.width_path_),
+            },
             "arrays": getattr(self, "_train", {}),
             "idata": None,
         }
@@ -315,6 +370,7 @@ class RVC(ClassifierMixin, BaseRVM):
         fit = tuple(state["fit"]) if state["extras"]["ovr"] else state["fit"]
         self._set_fitted(state["basis"], fit)
         self._train = state.get("arrays") or {}
+        self._set_width(state["basis"], path_from_json(state["extras"].get("width_path")))
 
     def _latent(self, X) -> tuple[np.ndarray, np.ndarray]:
         """Posterior mean and variance of the latent function(s), each (n_samples, n_outputs)."""

@@ -8,7 +8,14 @@ from collections.abc import Callable
 
 import numpy as np
 
-__all__ = ["plot_coverage", "plot_pit", "plot_regression", "plot_reliability", "plot_study"]
+__all__ = [
+    "plot_coverage",
+    "plot_pit",
+    "plot_regression",
+    "plot_reliability",
+    "plot_study",
+    "plot_width_path",
+]
 
 
 def plot_regression(
@@ -255,3 +262,48 @@ def plot_reliability(y_true, probas: dict, *, n_bins: int = 10, strategy="unifor
         curve = reliability_curve(y_true, proba, n_bins=n_bins, strategy=strategy)
         ax.plot(curve.prob_pred, curve.prob_true, "o-", ms=4, label=f"{name} (ECE {curve.ece:.3f})")
     return _unit_square(ax, "mean predicted probability", "observed frequency")
+
+
+def plot_width_path(model, *, cv=None, ax=None):
+    """The evidence curve over the kernel width, with the chosen width and, optionally, a CV curve.
+
+    Parameters
+    ----------
+    model : fitted RVR or RVC with ``gamma="evidence"``
+        Its ``width_path_`` (log evidence at each start width) and ``length_scale_`` are drawn.
+    cv : fitted RVRCV or RVCCV, optional
+        Its mean test score (with one standard deviation) over its width grid, on a second axis.
+    ax : matplotlib Axes, optional
+
+    Returns
+    -------
+    matplotlib Axes
+        The evidence axis (the CV axis is its twin).
+    """
+    import matplotlib.pyplot as plt
+
+    path = getattr(model, "width_path_", None)
+    if path is None:
+        raise ValueError("model has no width_path_: fit it with gamma='evidence' first.")
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6, 3.5))
+    ax.plot(path.length_scale, path.log_evidence, "o-", color="C0", label="log evidence")
+    ls = np.atleast_1d(model.length_scale_)
+    if ls.size == 1:
+        ax.axvline(float(ls[0]), color="C0", ls=":", label=f"evidence: r = {float(ls[0]):.3g}")
+    ax.set_xscale("log")
+    ax.set_xlabel("kernel width r")
+    ax.set_ylabel("log evidence", color="C0")
+    handles, labels = ax.get_legend_handles_labels()
+    if cv is not None:
+        res = cv.cv_results_
+        ax2 = ax.twinx()
+        mean, sd = res["mean_test_score"], res["std_test_score"]
+        ax2.plot(res["length_scale"], mean, "s-", color="C1", label="CV score")
+        ax2.fill_between(res["length_scale"], mean - sd, mean + sd, color="C1", alpha=0.2)
+        ax2.axvline(cv.length_scale_, color="C1", ls=":", label=f"CV: r = {cv.length_scale_:.3g}")
+        ax2.set_ylabel("mean CV score", color="C1")
+        h2, l2 = ax2.get_legend_handles_labels()
+        handles, labels = handles + h2, labels + l2
+    ax.legend(handles, labels, fontsize="small", loc="lower center")
+    return ax

@@ -142,3 +142,93 @@ def test_width_errors():
         RVR(gamma=[1.0, 2.0]).fit(X, y)
     with pytest.raises(ValueError, match="grid"):
         maximise_width(lambda ls, columns=None: None, None, X, y, grid=np.array([-1.0]))
+
+
+def test_rvc_evidence_width_is_the_best_of_its_curve(tmp_path):
+    from bayes_rvm.classifier import RVC
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(80, 2))
+    y = (X[:, 0] ** 2 + X[:, 1] > 0.8).astype(int)
+    model = RVC(gamma="evidence").fit(X, y)
+    assert model.log_evidence_ >= model.width_path_.log_evidence.max() - 1e-9
+    for ls in model.width_path_.length_scale:  # the curve is what a fixed width gives
+        fixed = RVC(gamma=1 / ls**2).fit(X, y)
+        k = np.flatnonzero(model.width_path_.length_scale == ls)[0]
+        assert fixed.log_evidence_ == pytest.approx(model.width_path_.log_evidence[k], abs=1e-6)
+    with pytest.raises(ValueError, match="evidence_ard"):
+        RVC(gamma="evidence_ard").fit(X, y)
+    loaded = load_model(save_model(model, tmp_path / "c.zarr"))
+    np.testing.assert_array_equal(loaded.predict_proba(X), model.predict_proba(X))
+
+
+def test_rvrcv_agrees_with_grid_search():
+    from sklearn.model_selection import GridSearchCV, KFold
+
+    from bayes_rvm.cv import RVRCV
+
+    X, y = make_sinc(80, noise=0.1, random_state=1)
+    widths = [8.0, 4.0, 2.0, 1.0, 0.5]
+    model = RVRCV(widths=widths, random_state=0, warm_start=False).fit(X, y)
+    warm = RVRCV(widths=widths, random_state=0).fit(X, y)
+    gs = GridSearchCV(
+        RVR(),
+        {"gamma": [1 / w**2 for w in widths]},
+        cv=KFold(5, shuffle=True, random_state=0),
+        scoring="neg_mean_squared_error",
+    ).fit(X, y)
+    # Cold starts: exactly GridSearchCV's fits and scores.
+    assert model.gamma_ == pytest.approx(gs.best_params_["gamma"])
+    np.testing.assert_allclose(
+        model.cv_results_["mean_test_score"], gs.cv_results_["mean_test_score"], rtol=1e-6
+    )
+    # Warm starts along the grid: other local optima of the alphas, similar scores.
+    np.testing.assert_allclose(
+        warm.cv_results_["mean_test_score"], gs.cv_results_["mean_test_score"], rtol=0.15
+    )
+    np.testing.assert_array_equal(model.predict(X), model.estimator_.predict(X))
+    assert model.relevance_vectors_.shape[0] == model.estimator_.n_relevance_vectors_
+    with pytest.raises(ValueError, match="kernel"):
+        RVRCV(kernel="poly").fit(X, y)
+    with pytest.raises(ValueError, match="cv"):
+        RVRCV(cv=1).fit(X, y)
+
+
+def test_rvccv_agrees_with_grid_search():
+    from sklearn.model_selection import GridSearchCV, StratifiedKFold
+
+    from bayes_rvm.classifier import RVC
+    from bayes_rvm.cv import RVCCV
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(90, 2))
+    y = (X[:, 0] ** 2 + X[:, 1] > 0.8).astype(int)
+    widths = [4.0, 1.0, 0.25]
+    model = RVCCV(widths=widths, random_state=0).fit(X, y)
+    gs = GridSearchCV(
+        RVC(),
+        {"gamma": [1 / w**2 for w in widths]},
+        cv=StratifiedKFold(5, shuffle=True, random_state=0),
+    ).fit(X, y)
+    # No warm starts in the Laplace engines: the same fits, the same accuracies.
+    np.testing.assert_allclose(
+        model.cv_results_["mean_test_score"], gs.cv_results_["mean_test_score"], atol=0.03
+    )
+    assert model.gamma_ == pytest.approx(gs.best_params_["gamma"])
+    assert set(model.predict(X)) <= set(model.classes_)
+
+
+def test_plot_width_path():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from bayes_rvm.cv import RVRCV
+    from bayes_rvm.plots import plot_width_path
+
+    X, y = make_sinc(50, noise=0.1, random_state=0)
+    model = RVR(gamma="evidence").fit(X, y)
+    cv = RVRCV(widths=model.width_path_.length_scale, random_state=0).fit(X, y)
+    ax = plot_width_path(model, cv=cv)
+    np.testing.assert_array_equal(ax.lines[0].get_ydata(), model.width_path_.log_evidence)
+    with pytest.raises(ValueError, match="width_path_"):
+        plot_width_path(RVR(gamma=0.1).fit(X, y))
