@@ -443,3 +443,107 @@ def rvm_classification_model(
         "n_classes": C,
     }
     return model
+
+
+def rvm_width_model(
+    X: np.ndarray,
+    y: np.ndarray,
+    centres: np.ndarray,
+    *,
+    kernel: Literal["rbf", "laplacian"] = "rbf",
+    log_width_mu: float | None = None,
+    log_width_sigma: float = 1.0,
+    bias: bool = True,
+    tau: float = 1.0,
+    noise_prior: NoisePrior | None = None,
+) -> pm.Model:
+    """The RVM regression model with the kernel width sampled beside the alphas and the noise.
+
+    The basis functions are ``k(x, c_j; r) / ||k(., c_j; r)||`` (unit-norm columns over the
+    training inputs, as the estimators fit) on the given centres, plus a constant bias column, and
+    the weights are integrated out: ``y ~ N(0, sigma^2 I + Phi(r) A^-1 Phi(r)^T)``.
+
+    Priors: ``log r ~ Normal(log_width_mu, log_width_sigma)`` (default centre: the log median
+    distance between the inputs, and a standard deviation of 1: the width known within a factor of
+    about 7 either way at 95%); ``alpha_j`` from :func:`halfcauchy_scale_alpha` with scale ``tau``;
+    ``sigma`` from ``noise_prior`` (default ``HalfNormal(1)``, weak for targets of unit RMS).
+
+    Parameters
+    ----------
+    X : ndarray of shape (N, P)
+        Training inputs.
+    y : ndarray of shape (N,)
+        Targets (best scaled to unit RMS).
+    centres : ndarray of shape (K, P)
+        Centres of the basis functions: the relevance vectors of a type-II fit (the practical
+        choice, see Notes), or all the inputs for small N.
+    kernel : {"rbf", "laplacian"}, default="rbf"
+        ``exp(-||x - c||^2 / r^2)`` or ``exp(-||x - c||_1 / r)``.
+    log_width_mu, log_width_sigma : float
+        Normal prior of ``log r``.
+    bias : bool, default=True
+        Add a constant basis function.
+    tau : float, default=1.0
+        Scale of the ARD hyperprior.
+    noise_prior : callable, optional
+        ``noise_prior(name) -> TensorVariable`` for the noise standard deviation ``sigma``.
+
+    Returns
+    -------
+    pymc.Model
+        Free variables ``log_width``, ``alpha[basis]``, ``sigma``; deterministics ``width`` and
+        ``beta``; observed ``y``.
+
+    Notes
+    -----
+    Where it stops being practical, and why: the width moves every column of ``Phi``, so no
+    Gram matrix or thin factor of the design can be cached between gradient evaluations (the
+    weight-marginalised Op of :func:`rvm_regression_model` keeps ``Phi^T Phi`` fixed). Each
+    gradient is then a dense N x N Cholesky factorisation, O(N^3 + N^2 K): about a millisecond at
+    N = 100, but at N = 1000 some 0.1 s per leapfrog step, hours for a few thousand draws. And
+    with all N inputs as centres the K = N alphas and the width are strongly coupled (a narrower
+    width can be traded against more basis functions), which NUTS explores with small steps.
+    Sample it for N up to a few hundred, on the relevance vectors of a type-II fit.
+    """
+    X = np.asarray(X, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    centres = np.asarray(centres, dtype=np.float64)
+    if X.ndim != 2 or centres.ndim != 2 or centres.shape[1] != X.shape[1]:
+        raise ValueError(
+            f"X and centres must be 2-D with the same number of features, got {X.shape} and "
+            f"{centres.shape}."
+        )
+    if y.shape != (X.shape[0],):
+        raise ValueError(f"y must have shape ({X.shape[0]},), got {y.shape}.")
+    if kernel not in ("rbf", "laplacian"):
+        raise ValueError(f"kernel must be 'rbf' or 'laplacian', got {kernel!r}.")
+    if not (np.isfinite(log_width_sigma) and log_width_sigma > 0):
+        raise ValueError(f"log_width_sigma must be positive, got {log_width_sigma!r}.")
+    diff = X[:, None, :] - centres[None, :, :]
+    dist = np.sum(diff**2, axis=-1) if kernel == "rbf" else np.sum(np.abs(diff), axis=-1)
+    if log_width_mu is None:
+        d2 = np.sum((X[:, None, :] - X[None, :, :]) ** 2, axis=-1)
+        log_width_mu = 0.5 * float(np.log(np.median(d2[np.triu_indices(X.shape[0], 1)])))
+    N, K = dist.shape
+    names = list(range(K + 1 if bias else K))  # the bias is column K, as in KernelBasis
+    with pm.Model(coords={OBS: np.arange(N), BASIS: names}) as model:
+        log_width = pm.Normal("log_width", log_width_mu, log_width_sigma)
+        width = pm.Deterministic("width", pt.exp(log_width))
+        scaled = dist * pt.exp(-2.0 * log_width) if kernel == "rbf" else dist / width
+        Kmat = pt.exp(-scaled)
+        Phi = Kmat / pt.sqrt(pt.sum(Kmat**2, axis=0))
+        if bias:
+            Phi = pt.concatenate([Phi, pt.ones((N, 1)) / np.sqrt(N)], axis=1)
+        alpha = halfcauchy_scale_alpha("alpha", tau=tau, dims=BASIS)
+        sigma = (noise_prior or _default_noise_prior)("sigma")
+        pm.Deterministic("beta", sigma**-2.0)
+        cov = (Phi / alpha) @ Phi.T + sigma**2 * pt.eye(N)
+        pm.MvNormal("y", mu=pt.zeros(N), cov=cov, observed=y, dims=OBS)
+    model.rvm_settings = {
+        "kernel": kernel,
+        "log_width_mu": float(log_width_mu),
+        "log_width_sigma": float(log_width_sigma),
+        "bias": bool(bias),
+        "tau": float(tau),
+    }
+    return model

@@ -232,3 +232,33 @@ def test_plot_width_path():
     np.testing.assert_array_equal(ax.lines[0].get_ydata(), model.width_path_.log_evidence)
     with pytest.raises(ValueError, match="width_path_"):
         plot_width_path(RVR(gamma=0.1).fit(X, y))
+
+
+def _sinc_type2(n=40):
+    X, y = make_sinc(n, noise=0.1, random_state=0)
+    y = y / np.sqrt(np.mean(y**2))  # unit RMS, as the estimators fit
+    model = RVR(gamma="evidence").fit(X, y)
+    return X, y, model
+
+
+def test_width_model_density_equals_type2_evidence():
+    """At the type-II point, the sampled-width model's likelihood is the engine's log evidence."""
+
+    from bayes_rvm.models import rvm_width_model
+
+    X, y, model = _sinc_type2()
+    r = model.length_scale_
+    Phi = _design(X, None, np.array([r]), "rbf")
+    fit = fit_sequential(Phi, y, tol=1e-8)
+    act = fit.active
+    rel = act[act < X.shape[0]]
+    assert act[-1] == X.shape[0]  # the bias is in the model
+    pm_model = rvm_width_model(X, y, X[rel])
+    # Alphas of the normalised columns: the model's bias column is 1/sqrt(N), as normalise_columns.
+    point = {
+        "log_width": np.log(r),
+        "alpha_log__": np.log(fit.alpha[act]),
+        "sigma_log__": -0.5 * np.log(fit.beta),
+    }
+    loglik = pm_model.compile_logp(vars=[pm_model["y"]], jacobian=False)(point)
+    assert loglik == pytest.approx(fit.log_evidence, abs=1e-6)
