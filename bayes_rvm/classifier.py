@@ -42,8 +42,6 @@ _MULTI_CLASS = ("multinomial", "ovr")
 class _OneVsRestFit:
     """One-vs-rest fits seen as one by the width search: summed evidence, union of the actives."""
 
-    beta = 1.0
-
     def __init__(self, fits: tuple) -> None:
         self.fits = fits
         self.log_evidence = float(sum(f.log_evidence for f in fits))

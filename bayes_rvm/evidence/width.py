@@ -188,7 +188,8 @@ class WidthPath:
     n_active : ndarray of int, shape (n_grid,)
         Retained basis functions at each width.
     noise_variance : ndarray of shape (n_grid,)
-        ``1 / beta`` at each width (on the problem the engine saw).
+        ``1 / beta`` at each width (on the problem the engine saw; NaN for a likelihood without
+        noise).
     """
 
     length_scale: np.ndarray
@@ -405,7 +406,8 @@ def maximise_width(
         grid.copy(),
         evid,
         np.array([f.active.size for f in fits]),
-        np.array([1.0 / f.beta for f in fits]),
+        # A Laplace (classification) fit has no noise.
+        np.array([1.0 / f.beta if hasattr(f, "beta") else np.nan for f in fits]),
     )
 
     # Local maxima of the curve (the ends count), best first.
