@@ -19,17 +19,21 @@ from sklearn.base import BaseEstimator
 from sklearn.cluster import MiniBatchKMeans
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
-from sklearn.utils.validation import check_array, check_is_fitted
+from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
+from bayes_rvm.dims import BASIS
 from bayes_rvm.evidence.width import WIDTH_KERNELS, WidthPath, maximise_width, width_to_gamma
 from bayes_rvm.kernels import KernelBasis
+from bayes_rvm.priors import DEFAULT_NU, Prior, as_prior
 
 __all__ = [
     "BaseRVM",
     "check_fit_memory",
     "check_number",
+    "column_scale",
     "memory_limit",
     "normalise_columns",
+    "target_scale",
     "unscale_alpha",
 ]
 
@@ -170,6 +174,17 @@ def path_from_json(data: dict | None) -> WidthPath | None:
     return None if data is None else WidthPath(**{k: np.asarray(v) for k, v in data.items()})
 
 
+def column_scale(Phi: np.ndarray) -> np.ndarray:
+    """The norms :func:`normalise_columns` divides by, without touching ``Phi``."""
+    return normalise_columns(np.array(Phi, dtype=np.float64, copy=True))
+
+
+def target_scale(T: np.ndarray) -> float:
+    """The root-mean-square the regression targets are divided by (1 for all-zero targets)."""
+    rms = float(np.sqrt(np.mean(np.square(T))))
+    return rms if rms > 0 else 1.0
+
+
 class BaseRVM(BaseEstimator):
     """Parameters and helpers shared by the RVM estimators.
 
@@ -186,7 +201,8 @@ class BaseRVM(BaseEstimator):
         "kernel_params": [dict, None],
         "bias": ["boolean"],
         "prior": [StrOptions(set(PRIORS))],
-        "nu": [_POSITIVE],
+        "nu": [_POSITIVE, Prior],
+        "alpha_prior": [Prior, dict, None],
         "max_iter": [Interval(Integral, 1, None, closed="left")],
         "tol": [_POSITIVE],
         "centres": [str, "array-like", None],
@@ -354,8 +370,23 @@ class BaseRVM(BaseEstimator):
             self.length_scale_ = None
         self.width_path_ = path
 
+    def _check_priors(self) -> None:
+        """What the declared constraints cannot say about the hyperpriors."""
+        if isinstance(self.nu, Prior) and self.inference != "mcmc":
+            raise ValueError(
+                "nu given as a Prior is sampled, which needs inference='mcmc'; give a number for "
+                "a type-II fit."
+            )
+        if self.alpha_prior is not None and self.prior != "ard":
+            raise ValueError("alpha_prior sets the ARD hyperprior; use it with prior='ard'.")
+        as_prior(self.alpha_prior, "alpha_prior")
+
+    def _type2_nu(self) -> float:
+        # A sampled nu has no single value; the type-II fit that seeds MCMC uses the default.
+        return DEFAULT_NU if isinstance(self.nu, Prior) else float(self.nu)
+
     def _alpha_prior(self) -> tuple[float, float]:
-        nu = float(self.nu)
+        nu = self._type2_nu()
         return (nu / 2.0, nu / 2.0) if self.prior == "student_t" else (0.0, 0.0)
 
     @property
@@ -363,3 +394,88 @@ class BaseRVM(BaseEstimator):
         """Number of relevance vectors (basis functions other than the bias that were kept)."""
         check_is_fitted(self, "relevance_")
         return int(self.relevance_.size)
+
+    # -- the PyMC model ----------------------------------------------------------------------
+    def _mcmc_columns(self) -> np.ndarray:
+        """The basis columns the MCMC model uses: the type-II relevant ones or all."""
+        if self.mcmc_basis == "relevant":
+            return np.asarray(self.active_, dtype=int)
+        return np.arange(self.basis_.n_basis_)
+
+    def _mcmc_design(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Training design of the MCMC columns, in the user's units, with its column norms."""
+        cols = self._mcmc_columns()
+        X = self._train["x_train"] if "x_train" in self._train else self._train["X"]
+        Phi = self.basis_.transform(X, columns=cols)
+        return Phi, column_scale(Phi), cols
+
+    @property
+    def model_(self):
+        """The :class:`pymc.Model` that ``inference="mcmc"`` samples, in the units of ``X``, ``y``.
+
+        Built from the training data on first access (also after a type-II fit) and never pickled
+        or saved: a loaded or unpickled estimator rebuilds it. :meth:`make_model` builds a fresh
+        one, in the other form or with terms of your own in the mean.
+        """
+        check_is_fitted(self, "basis_")
+        if getattr(self, "_model", None) is None:
+            self._model = self.make_model()
+        return self._model
+
+    def _sample_and_complete(self, model, initvals):
+        """NUTS on ``model`` with the estimator's settings; DataTree with the estimator's attrs."""
+        import json
+
+        from bayes_rvm.inference import sample_mcmc
+
+        free = {rv.name for rv in model.free_RVs}
+        dt = sample_mcmc(
+            model,
+            draws=self.draws,
+            tune=self.tune,
+            chains=self.chains,
+            sampler=self.sampler,
+            random_seed=check_random_state(self.random_state).randint(2**31 - 1),
+            progressbar=True if self.verbose else "auto",
+            initvals={k: v for k, v in initvals.items() if k in free},
+            advice="estimator",
+        )
+        dt.attrs.update(
+            estimator=type(self).__name__,
+            params=json.dumps(self.get_params(), sort_keys=True, default=repr),
+        )
+        return dt
+
+    def sample_posterior_predictive(self, X=None, random_state=None):
+        """Posterior predictive draws, with the weights from their posterior (either engine).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features), optional
+            New inputs; default the training inputs.
+        random_state : int, RandomState or None, default=None
+
+        Returns
+        -------
+        xarray.DataTree
+            :attr:`idata_` with ``posterior_predictive`` (``y[obs]`` at the training inputs,
+            beside ``observed_data``: ready for ``az.plot_ppc`` and ``az.loo_pit``) or, for new
+            ``X``, ``predictions`` and ``predictions_constant_data`` (their design rows).
+        """
+        from bayes_rvm.inference import sample_posterior_predictive
+
+        check_is_fitted(self, "basis_")
+        dt = self.idata_
+        Phi_new = None
+        if X is not None:
+            X = validate_data(self, X, reset=False, dtype=np.float64)
+            cols = np.asarray(dt["posterior"][BASIS].values, dtype=int)
+            Phi_new = self.basis_.transform(X, columns=cols)
+        seed = check_random_state(random_state).randint(2**31 - 1)
+        return sample_posterior_predictive(dt, Phi_new, random_seed=seed)
+
+    def __getstate__(self):
+        # A pm.Model and compiled functions do not pickle reliably (pymc#5886, #6167).
+        state = super().__getstate__()
+        state.pop("_model", None)
+        return state

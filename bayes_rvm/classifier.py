@@ -17,6 +17,7 @@ import dataclasses
 import numpy as np
 from scipy.special import expit, logsumexp
 from sklearn.base import ClassifierMixin, _fit_context
+from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
@@ -32,7 +33,7 @@ from bayes_rvm._base import (
 from bayes_rvm.evidence import SOLVERS, EvidenceFit, fit_evidence
 from bayes_rvm.evidence.result import moderation
 from bayes_rvm.kernels import KernelBasis
-from bayes_rvm.priors import DEFAULT_NU
+from bayes_rvm.priors import DEFAULT_NU, as_prior
 
 __all__ = ["RVC"]
 
@@ -116,6 +117,9 @@ class RVC(ClassifierMixin, BaseRVM):
         Convergence tolerance on ``log alpha``.
     threshold_alpha : float, default=1e9
         Largest ``alpha`` (on the unit-norm scale) still taken as finite.
+    alpha_prior : Prior, optional
+        MCMC hyperprior of the relative precisions ``alpha_rel`` under ``prior="ard"`` (on the
+        unit-norm columns; see :mod:`bayes_rvm.priors`).
     centres : None, "random", "kmeans" or array-like of shape (n_centres, n_features)
         Where the candidate basis functions sit, as in :class:`~bayes_rvm.estimators.RVR`: every
         training input (None), a random subset or k-means centres of ``n_centres`` points, or
@@ -123,9 +127,22 @@ class RVC(ClassifierMixin, BaseRVM):
         ``relevance_`` indexes ``basis_.centres_``.
     n_centres : int, optional
         Number of centres for ``centres="random"`` or ``"kmeans"``.
+    inference : {"type2", "mcmc"}, default="type2"
+        ``"mcmc"``: after the type-II fit (which seeds it), NUTS over the weights and their
+        precisions of :attr:`model_` (the non-centred model of
+        :func:`bayes_rvm.models.rvm_classification_model`); :meth:`predict_proba` then averages
+        the class probabilities over the posterior draws. Binary and multinomial only.
+    draws, tune, chains : int, default=1000, 1000, 4
+        MCMC settings.
+    sampler : {"nutpie", "numpyro", "pymc", "blackjax"}, default="nutpie"
+        NUTS implementation.
+    mcmc_basis : {"relevant", "all"}, default="relevant"
+        Sample over the type-II relevance vectors (the default: the joint posterior over every
+        basis function of a classifier is costly and hard for NUTS) or over the full basis.
     random_state : int, RandomState or None, default=None
-        Seed of the candidate subsets (``centres="random"`` or ``"kmeans"``); the engines are
-        deterministic.
+        Seed of the candidate subsets, of the type-II DataTree's draws and of sampling.
+    verbose : bool, default=False
+        Progress bars while sampling.
 
     Attributes
     ----------
@@ -159,6 +176,11 @@ class RVC(ClassifierMixin, BaseRVM):
         Engine iterations (summed over classes for ``"ovr"``).
     converged_ : bool
         Whether every engine met its stopping rule.
+    model_ : pymc.Model
+        The model ``inference="mcmc"`` samples, over ``mcmc_basis``, in the units of ``X``;
+        rebuilt on demand, never pickled.
+    idata_ : xarray.DataTree
+        The fit in ArviZ form, shaped as :class:`RVR`'s (binary and multinomial fits).
 
     Examples
     --------
@@ -170,12 +192,7 @@ class RVC(ClassifierMixin, BaseRVM):
     """
 
     _parameter_constraints: dict = {  # noqa: RUF012 - scikit-learn's convention
-        **{
-            k: v
-            for k, v in BaseRVM._shared_constraints.items()
-            if k not in ("inference", "draws", "tune", "chains")
-            and k not in ("sampler", "mcmc_basis", "verbose")
-        },
+        **BaseRVM._shared_constraints,
         "solver": [StrOptions(set(SOLVERS))],
         "multi_class": [StrOptions(set(_MULTI_CLASS))],
         "moderated": ["boolean"],
@@ -193,6 +210,7 @@ class RVC(ClassifierMixin, BaseRVM):
         bias=True,
         prior="ard",
         nu=DEFAULT_NU,
+        alpha_prior=None,
         solver="sequential",
         multi_class="multinomial",
         moderated=True,
@@ -202,7 +220,14 @@ class RVC(ClassifierMixin, BaseRVM):
         threshold_alpha=1e9,
         centres=None,
         n_centres=None,
+        inference="type2",
+        draws=1000,
+        tune=1000,
+        chains=4,
+        sampler="nutpie",
+        mcmc_basis="relevant",
         random_state=None,
+        verbose=False,
     ):
         self.kernel = kernel
         self.gamma = gamma
@@ -212,6 +237,7 @@ class RVC(ClassifierMixin, BaseRVM):
         self.bias = bias
         self.prior = prior
         self.nu = nu
+        self.alpha_prior = alpha_prior
         self.solver = solver
         self.multi_class = multi_class
         self.moderated = moderated
@@ -221,7 +247,14 @@ class RVC(ClassifierMixin, BaseRVM):
         self.threshold_alpha = threshold_alpha
         self.centres = centres
         self.n_centres = n_centres
+        self.inference = inference
+        self.draws = draws
+        self.tune = tune
+        self.chains = chains
+        self.sampler = sampler
+        self.mcmc_basis = mcmc_basis
         self.random_state = random_state
+        self.verbose = verbose
 
     def _square_matrices(self) -> int:
         # MacKay's engine holds a Hessian over every basis function (per class pair if softmax).
@@ -247,11 +280,17 @@ class RVC(ClassifierMixin, BaseRVM):
         X, y = validate_data(self, X, y, ensure_min_samples=2, dtype=np.float64)
         check_classification_targets(y)
         self._check_predictive()
+        self._check_priors()
         classes, yi = np.unique(y, return_inverse=True)
         if classes.size < 2:
             raise ValueError(
                 "RVC needs samples of at least two classes; the data contain only class "
                 f"{classes[0]!r}."
+            )
+        if self.inference == "mcmc" and classes.size > 2 and self.multi_class == "ovr":
+            raise ValueError(
+                "inference='mcmc' samples the multinomial (softmax) model; use "
+                "multi_class='multinomial' with it."
             )
         self.classes_ = classes
         engine = self._engine(classes.size)
@@ -268,6 +307,7 @@ class RVC(ClassifierMixin, BaseRVM):
             fit = engine(Phi, yi, None)
             self._set_width(basis, None)
         fit = fit.fits if isinstance(fit, _OneVsRestFit) else fit
+        fit_n = fit  # the normalised problem's fit, which seeds MCMC
         if isinstance(fit, tuple):
             fit = tuple(_unscale(f, norms) for f in fit)
         else:
@@ -275,10 +315,16 @@ class RVC(ClassifierMixin, BaseRVM):
         self._set_fitted(basis, fit)
         act = self.active_
         # RVM* needs the training problem at prediction time (the Laplace weights come back
-        # from the mode and the labels).
+        # from the mode and the labels); model_ rebuilds the training design from the inputs.
         self._train = {"phi_active": Phi[:, act] * norms[act], "y_index": yi}
-        if self.kernel != "precomputed":
-            self._train["x_train"] = X
+        self._train["x_train" if self.kernel != "precomputed" else "X"] = X
+        self._idata = None
+        self._model = None
+        if self.inference == "mcmc":
+            from bayes_rvm.inference import type2_initvals
+
+            init = type2_initvals(fit_n, basis=self._mcmc_columns())
+            self._idata = self._sample_and_complete(self.model_, init)
         return self
 
     def _engine(self, n_classes: int):
@@ -312,6 +358,80 @@ class RVC(ClassifierMixin, BaseRVM):
             return _OneVsRestFit(fits)
 
         return engine
+
+    def make_model(self, *, offset=None):
+        """A fresh :class:`pymc.Model` of this fit's problem, in the units of ``X``.
+
+        The model ``inference="mcmc"`` samples (:attr:`model_` is ``make_model()``): the
+        Bernoulli-logit (two classes) or softmax model of
+        :func:`bayes_rvm.models.rvm_classification_model` over the MCMC columns
+        (``mcmc_basis``), with the column norms the engines normalise by written into the graph
+        (``phi_scale``). The class indices ``0 .. C-1`` follow ``classes_``.
+
+        Parameters
+        ----------
+        offset : ndarray or callable, optional
+            Terms of your own in the latent function(s), as in
+            :func:`bayes_rvm.models.rvm_classification_model`.
+
+        Returns
+        -------
+        pymc.Model
+        """
+        from bayes_rvm.models import rvm_classification_model
+
+        check_is_fitted(self, "fit_")
+        Phi, norms, cols = self._mcmc_design()
+        return rvm_classification_model(
+            Phi,
+            self._train["y_index"],
+            likelihood="bernoulli" if self.classes_.size == 2 else "softmax",
+            prior=self.prior,
+            alpha_prior=as_prior(self.alpha_prior, "alpha_prior"),
+            nu=self.nu,
+            phi_scale=norms,
+            offset=offset,
+            # the likelihood pins a few binary weights; softmax weights are only weakly
+            # identified (a shift across classes), where the non-centred form does better
+            centred=self.mcmc_basis == "relevant" and self.classes_.size == 2,
+            basis_names=cols,
+            class_names=None if self.classes_.size == 2 else list(self.classes_),
+        )
+
+    @property
+    def idata_(self):
+        """The fit as an ArviZ DataTree, shaped as :class:`RVR`'s (``posterior`` with ``w``,
+        ``alpha``; ``log_likelihood`` of each training sample; ``observed_data`` holding class
+        indices into ``classes_``). Type-II: draws from the Laplace approximation at the mode over
+        the relevance vectors, built on first use (binary and multinomial fits)."""
+        check_is_fitted(self, "fit_")
+        if self._idata is None:
+            import json
+
+            from bayes_rvm.inference import type2_datatree
+
+            if isinstance(self.fit_, tuple):
+                raise AttributeError(
+                    "idata_ describes one model; multi_class='ovr' fits one per class. Use "
+                    "multi_class='multinomial' for a DataTree."
+                )
+            k = self.active_.size
+            local = dataclasses.replace(
+                self.fit_, active=np.arange(k), alpha=self.fit_.alpha[self.active_]
+            )
+            self._idata = type2_datatree(
+                local,
+                self._train["phi_active"],
+                self._train["y_index"],
+                basis_names=self.active_,
+                class_names=None if self.classes_.size == 2 else list(self.classes_),
+                random_seed=check_random_state(self.random_state).randint(2**31 - 1),
+                attrs={
+                    "estimator": "RVC",
+                    "params": json.dumps(self.get_params(), sort_keys=True, default=repr),
+                },
+            )
+        return self._idata
 
     def _set_fitted(self, basis: KernelBasis, fit) -> None:
         self.basis_ = basis
@@ -359,7 +479,7 @@ class RVC(ClassifierMixin, BaseRVM):
                 "width_path": path_to_json(self.width_path_),
             },
             "arrays": getattr(self, "_train", {}),
-            "idata": None,
+            "idata": getattr(self, "_idata", None),
         }
 
     def _restore_state(self, state: dict) -> None:
@@ -369,6 +489,23 @@ class RVC(ClassifierMixin, BaseRVM):
         self._set_fitted(state["basis"], fit)
         self._train = state.get("arrays") or {}
         self._set_width(state["basis"], path_from_json(state["extras"].get("width_path")))
+        self._idata = state.get("idata")
+        self._model = None
+
+    def _posterior_proba(self, X) -> np.ndarray:
+        """Class probabilities averaged over the MCMC draws of the weights, (n_samples, C)."""
+        X = validate_data(self, X, reset=False, dtype=np.float64)
+        w = self._idata["posterior"]["w"].transpose("chain", "draw", "basis", ...)
+        cols = np.asarray(w["basis"].values, dtype=int)
+        phi = self.basis_.transform(X, columns=cols)
+        W = w.values.reshape(-1, cols.size, *w.shape[3:])
+        eta = np.einsum("nm,sm...->sn...", phi, W)
+        if eta.ndim == 2:
+            p1 = expit(eta).mean(axis=0)
+            return np.column_stack([1.0 - p1, p1])
+        z = eta - eta.max(axis=2, keepdims=True)
+        p = np.exp(z)
+        return (p / p.sum(axis=2, keepdims=True)).mean(axis=0)
 
     def _latent(self, X) -> tuple[np.ndarray, np.ndarray]:
         """Posterior mean and variance of the latent function(s), each (n_samples, n_outputs)."""
@@ -435,6 +572,12 @@ class RVC(ClassifierMixin, BaseRVM):
         -------
         scores : ndarray of shape (n_samples,) for two classes, else (n_samples, n_classes)
         """
+        if self.inference == "mcmc":
+            check_is_fitted(self, "fit_")
+            p = self._posterior_proba(X)
+            with np.errstate(divide="ignore"):
+                lp = np.log(p)
+            return lp[:, 1] - lp[:, 0] if p.shape[1] == 2 else lp
         mean, var = self._latent(X)
         score = mean * moderation(var) if self.moderated else mean
         return score[:, 0] if score.shape[1] == 1 else score
@@ -451,6 +594,9 @@ class RVC(ClassifierMixin, BaseRVM):
         proba : ndarray of shape (n_samples, n_classes)
             Columns in the order of ``classes_``; rows sum to one.
         """
+        if self.inference == "mcmc":
+            check_is_fitted(self, "fit_")
+            return self._posterior_proba(X)
         score = self.decision_function(X)
         if score.ndim == 1:
             p1 = expit(score)

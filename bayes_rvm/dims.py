@@ -6,7 +6,7 @@ Keeping them in one place is what lets a type-II fit and an MCMC fit line up in
 
 from __future__ import annotations
 
-__all__ = ["BASIS", "CLASS", "OBS", "OUTPUT"]
+__all__ = ["BASIS", "CLASS", "OBS", "OUTPUT", "variable_dims"]
 
 #: Observations (rows of the design matrix).
 OBS = "obs"
@@ -16,3 +16,29 @@ BASIS = "basis"
 OUTPUT = "output"
 #: Classes of a multiclass classifier.
 CLASS = "class"
+
+
+def variable_dims(w_extra: str | None = None, y_extra: str | None = None) -> dict[str, list[str]]:
+    """Dims of every variable the package writes, for ``arviz_base.from_dict``.
+
+    Parameters
+    ----------
+    w_extra : {None, "output", "class"}
+        The weights' second dim: outputs of a multi-output regression, classes of a softmax.
+    y_extra : {None, "output"}
+        The targets' second dim (multi-output regression; class labels are one column).
+    """
+    w = [BASIS] + ([w_extra] if w_extra else [])
+    y = [OBS] + ([y_extra] if y_extra else [])
+    eta = [OBS] + ([w_extra] if w_extra else [])
+    return {
+        "w": w,
+        "z": w,
+        "alpha": [BASIS],
+        "alpha_rel": [BASIS],
+        "phi_scale": [BASIS],
+        "Phi": [OBS, BASIS],
+        "y": y,
+        "y_obs": y,
+        "offset": eta,
+    }

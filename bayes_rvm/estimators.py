@@ -13,7 +13,6 @@ import dataclasses
 import json
 
 import numpy as np
-import xarray as xr
 from scipy import linalg
 from sklearn.base import RegressorMixin, _fit_context
 from sklearn.utils import check_random_state
@@ -27,12 +26,13 @@ from bayes_rvm._base import (
     normalise_columns,
     path_from_json,
     path_to_json,
+    target_scale,
     unscale_alpha,
 )
-from bayes_rvm.dims import BASIS, OUTPUT
+from bayes_rvm.dims import BASIS
 from bayes_rvm.evidence import EvidenceFit, fit_evidence
 from bayes_rvm.kernels import KernelBasis
-from bayes_rvm.priors import DEFAULT_NU
+from bayes_rvm.priors import DEFAULT_NU, Prior, as_prior
 
 __all__ = ["RVR"]
 
@@ -45,28 +45,6 @@ def _unscale_fit(fit: EvidenceFit, norms: np.ndarray, scale: float, n_values: in
     """
     out = fit.rescaled(norms, scale, n_values)
     return dataclasses.replace(out, alpha=unscale_alpha(fit.alpha, norms / scale))
-
-
-def _unscale_datatree(dt, norms: np.ndarray, scale: float):
-    """Map an MCMC DataTree of the normalised problem to the original units (see _unscale_fit)."""
-    post = dt["posterior"].dataset
-    nb = xr.DataArray(norms[post[BASIS].values], dims=BASIS, coords={BASIS: post[BASIS]})
-    post = post.assign(
-        w=post["w"] * (scale / nb),
-        alpha=post["alpha"] * nb**2 / scale**2,
-        sigma=post["sigma"] * scale,
-        beta=post["beta"] / scale**2,
-    )
-    n_out = post["w"].sizes.get(OUTPUT, 1)
-    out = dt.copy()
-    out["posterior"] = xr.DataTree(post)
-    out["log_likelihood"] = xr.DataTree(dt["log_likelihood"].dataset - n_out * np.log(scale))
-    out["observed_data"] = xr.DataTree(dt["observed_data"].dataset * scale)
-    # The marginal form's Gram matrix is a sampling cache, not data of the model: leave it out.
-    const = dt["constant_data"].dataset.drop_vars("gram", errors="ignore")
-    const = const.drop_dims([d for d in const.dims if d.startswith("gram")])
-    out["constant_data"] = xr.DataTree(const.assign(Phi=const["Phi"] * nb))
-    return out
 
 
 class RVR(RegressorMixin, BaseRVM):
@@ -106,7 +84,16 @@ class RVR(RegressorMixin, BaseRVM):
         ``alpha_i = (gamma_i + nu) / (m_i^2 + nu)``. Smaller ``nu`` gives sparser fits.
     nu : float, default=1e-4
         Degrees of freedom of the Student-t prior (ignored for ``"ard"``); the package-wide
-        default :data:`bayes_rvm.priors.DEFAULT_NU`, small enough to give a sparse fit.
+        default :data:`bayes_rvm.priors.DEFAULT_NU`, small enough to give a sparse fit. Under
+        ``inference="mcmc"`` it may be a :class:`~bayes_rvm.priors.Prior`, and is then sampled
+        (the type-II fit that seeds the sampler uses the default).
+    alpha_prior : Prior, optional
+        MCMC hyperprior of the relative precisions ``alpha_rel`` under ``prior="ard"`` (see
+        :mod:`bayes_rvm.priors`; default a half-Cauchy of scale 1 on ``alpha_rel^-1/2``). Stated
+        on the normalised problem, as are all hyperpriors; :attr:`model_` maps them into the
+        units of ``X`` and ``y``.
+    noise_prior : Prior, optional
+        MCMC prior of the relative noise sd ``sigma / rms(y)`` (default ``HalfNormal(1)``).
     solver : {"auto", "sequential", "mackay"}, default="auto"
         Type-II engine: ``"sequential"``, the fast algorithm of Tipping & Faul (2003), which
         starts from one basis function and adds, re-estimates or deletes one at a time; or
@@ -141,10 +128,10 @@ class RVR(RegressorMixin, BaseRVM):
         Number of centres for ``centres="random"`` or ``"kmeans"``.
     inference : {"type2", "mcmc"}, default="type2"
         ``"type2"``: the hyperparameters at their evidence maximum. ``"mcmc"``: after the type-II
-        fit (which seeds it), NUTS over the hyperparameters of the same model, built by
-        :func:`bayes_rvm.models.rvm_regression_model` in its weight-marginalised form on the
-        normalised problem, with the weights drawn back per draw; predictions then come from
-        the posterior predictive. Both expose ``idata_``.
+        fit (which seeds it), NUTS over the hyperparameters of :attr:`model_` (the
+        weight-marginalised model of :func:`bayes_rvm.models.rvm_regression_model`), with the
+        weights drawn back per draw; predictions then come from the posterior predictive. Both
+        expose ``idata_``.
     draws, tune, chains : int, default=1000, 1000, 4
         MCMC settings (``inference="mcmc"``).
     sampler : {"nutpie", "numpyro", "pymc"}, default="nutpie"
@@ -216,6 +203,9 @@ class RVR(RegressorMixin, BaseRVM):
         Engine iterations.
     converged_ : bool
         Whether the engine met its stopping rule.
+    model_ : pymc.Model
+        The model ``inference="mcmc"`` samples, in the units of ``X`` and ``y`` (also after a
+        type-II fit); rebuilt on demand, never pickled. :meth:`make_model` builds variants.
     idata_ : xarray.DataTree
         The fit in ArviZ form, in the units of ``X`` and ``y``: ``posterior`` (``w``, ``alpha``,
         ``sigma``, ``beta``), ``log_likelihood``, ``observed_data``, ``constant_data`` (and
@@ -235,6 +225,7 @@ class RVR(RegressorMixin, BaseRVM):
         **BaseRVM._shared_constraints,
         "solver": [StrOptions({"auto", "sequential", "mackay"})],
         "noise_variance": [_POSITIVE, None],
+        "noise_prior": [Prior, dict, None],
         "threshold_alpha": [StrOptions({"auto"}), _POSITIVE],
     }
 
@@ -249,6 +240,8 @@ class RVR(RegressorMixin, BaseRVM):
         bias=True,
         prior="ard",
         nu=DEFAULT_NU,
+        alpha_prior=None,
+        noise_prior=None,
         solver="auto",
         noise_variance=None,
         max_iter=10_000,
@@ -274,6 +267,8 @@ class RVR(RegressorMixin, BaseRVM):
         self.bias = bias
         self.prior = prior
         self.nu = nu
+        self.alpha_prior = alpha_prior
+        self.noise_prior = noise_prior
         self.solver = solver
         self.noise_variance = noise_variance
         self.max_iter = max_iter
@@ -339,11 +334,12 @@ class RVR(RegressorMixin, BaseRVM):
                 f"{str(y.flat[0])!r}). For class labels use RVC."
             )
         self._check_predictive()
+        self._check_priors()
+        as_prior(self.noise_prior, "noise_prior")
         T = y[:, None] if y.ndim == 1 else y
         n, d = T.shape
 
-        rms = float(np.sqrt(np.mean(T**2)))
-        scale = rms if rms > 0 else 1.0
+        scale = target_scale(T)
         Tn = T / scale
         engine = self._engine(scale, Tn)
         if self._learns_width():
@@ -359,12 +355,16 @@ class RVR(RegressorMixin, BaseRVM):
         act = fit.active
         # Enough of the training problem to build the type-II DataTree on demand.
         self._train = {"phi_active": Phi[:, act] * norms[act], "y": y}
-        if self.kernel != "precomputed":
-            # RVM* places a basis function on each test point and needs its values here.
-            self._train["x_train"] = X
+        # RVM* places a basis function on each test point, and model_ rebuilds the design of
+        # the training inputs (for a precomputed kernel, the training kernel matrix).
+        self._train["x_train" if self.kernel != "precomputed" else "X"] = X
         self._idata = None
+        self._model = None
         if self.inference == "mcmc":
-            self._idata = self._sample_mcmc(Phi, Tn, fit, norms, scale)
+            from bayes_rvm.inference import type2_initvals
+
+            init = type2_initvals(fit, basis=self._mcmc_columns())
+            self._idata = self._sample_and_complete(self.model_, init)
         return self
 
     def _square_matrices(self) -> int:
@@ -412,27 +412,46 @@ class RVR(RegressorMixin, BaseRVM):
 
         return engine
 
-    def _sample_mcmc(self, Phi, Tn, fit, norms, scale):
-        """NUTS on the normalised problem, seeded by its type-II fit; result in original units."""
-        from bayes_rvm.inference import sample_mcmc, type2_initvals
+    def make_model(self, *, form: str = "marginal", offset=None):
+        """A fresh :class:`pymc.Model` of this fit's problem, in the units of ``X`` and ``y``.
+
+        The model ``inference="mcmc"`` samples (:attr:`model_` is ``make_model()``): the design
+        of the training inputs over the MCMC columns (``mcmc_basis``), the targets, and the
+        estimator's hyperpriors, with the column norms and the target RMS the engines normalise
+        by written into the graph (``phi_scale``, ``y_scale``). See
+        :func:`bayes_rvm.models.rvm_regression_model`.
+
+        Parameters
+        ----------
+        form : {"marginal", "joint"}, default="marginal"
+        offset : ndarray or callable, optional
+            Terms of your own in the mean (a fixed array, or ``offset(model) -> tensor`` that
+            may create variables with their own priors). Sample the result with ``pm.sample``
+            and complete it with :func:`bayes_rvm.inference.complete_posterior`.
+
+        Returns
+        -------
+        pymc.Model
+        """
         from bayes_rvm.models import rvm_regression_model
 
-        cols = fit.active if self.mcmc_basis == "relevant" else None
-        model = rvm_regression_model(
-            Phi, Tn[:, 0] if self._single_output else Tn, prior=self.prior, nu=self.nu, basis=cols
+        check_is_fitted(self, "fit_")
+        Phi, norms, cols = self._mcmc_design()
+        y = self._train["y"]
+        return rvm_regression_model(
+            Phi,
+            y,
+            prior=self.prior,
+            form=form,
+            alpha_prior=as_prior(self.alpha_prior, "alpha_prior"),
+            nu=self.nu,
+            noise_prior=as_prior(self.noise_prior, "noise_prior"),
+            noise_sd=None if self.noise_variance is None else float(self.noise_variance) ** 0.5,
+            phi_scale=norms,
+            y_scale=target_scale(y),
+            offset=offset,
+            basis_names=cols,
         )
-        seed = check_random_state(self.random_state).randint(2**31 - 1)
-        dt = sample_mcmc(
-            model,
-            draws=self.draws,
-            tune=self.tune,
-            chains=self.chains,
-            sampler=self.sampler,
-            random_seed=seed,
-            progressbar=True if self.verbose else "auto",
-            initvals=type2_initvals(fit, basis=cols),
-        )
-        return _unscale_datatree(dt, norms, scale)
 
     def _mcmc_draws(self, X) -> tuple[np.ndarray, np.ndarray]:
         """Regression function at ``X`` per MCMC draw, (S, n[, D]), and the noise sd, (S,)."""
@@ -523,6 +542,7 @@ class RVR(RegressorMixin, BaseRVM):
         self._set_width(state["basis"], path_from_json(state["extras"].get("width_path")))
         self._train = state["arrays"]
         self._idata = state.get("idata")
+        self._model = None
 
     def predict(self, X, return_std: bool = False, return_cov: bool = False):
         """Predictive mean, and optionally its standard deviation or covariance.

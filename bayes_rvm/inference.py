@@ -1,26 +1,32 @@
-"""Engines on a model: MCMC through ``pm.sample``, the type-II fit as a DataTree, prediction.
+"""Engines on a model: MCMC through ``pm.sample``, the type-II fit as a DataTree, predictives.
 
-Every function here returns or consumes an :class:`xarray.DataTree` with the groups ArviZ 1.x
-expects and the same variable names and dims whatever the engine:
+The module computes arrays first (weights drawn from their conditional posterior, pointwise log
+likelihoods, predictive draws) and builds every DataTree in one place, :func:`_datatree`, through
+``arviz_base.from_dict`` with the dims of :mod:`bayes_rvm.dims`. Whatever the engine, a fit has:
 
 ``posterior``
-    ``w[basis]`` (``w[basis, output]`` with several outputs), ``alpha[basis]``, ``sigma``,
-    ``beta`` (and ``nu`` when it is sampled);
+    ``w[basis]`` (``w[basis, output]`` with several outputs, ``w[basis, class]`` for a softmax
+    classifier), ``alpha[basis]``; for regression ``sigma`` and ``beta`` (and ``alpha_rel``,
+    ``sigma_rel``, ``nu`` where they are sampled);
 ``log_likelihood``
-    ``y[obs]``: ``ln N(t_n | phi_n^T w, sigma^2)`` for each draw, summed over outputs, so that
-    ``az.loo`` and ``az.compare`` leave one *row* out;
+    ``y[obs]``: ``ln p(t_n | w, ...)`` for each draw, summed over outputs, so that ``az.loo`` and
+    ``az.compare`` leave one *row* out;
 ``observed_data`` / ``constant_data``
-    ``y`` / ``Phi``;
+    ``y`` / ``Phi`` (and ``offset`` where the mean has terms of the user's own);
 ``sample_stats``
-    MCMC only.
+    MCMC only;
+``posterior_predictive`` or ``predictions`` (+ ``predictions_constant_data``)
+    from :func:`sample_posterior_predictive`.
 
-The root ``attrs`` name the method (``"mcmc"`` or ``"type2"``) and record its settings as JSON.
+The root ``attrs`` name the method (``"mcmc"`` or ``"type2"``), the likelihood, and record the
+settings as JSON.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 import time
 import warnings
 from collections.abc import Mapping, Sequence
@@ -28,17 +34,20 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import xarray as xr
 from scipy import linalg
+from scipy.special import expit, log_expit, log_softmax, softmax
 
-from bayes_rvm.dims import BASIS, OBS, OUTPUT
+from bayes_rvm.dims import BASIS, CLASS, OBS, OUTPUT, variable_dims
 from bayes_rvm.evidence.gaussian import EvidenceFit
 
 __all__ = [
     "SamplingDiagnosticsWarning",
+    "complete_posterior",
     "diagnose",
     "draw_weights",
     "pointwise_log_likelihood",
     "predict_draws",
     "sample_mcmc",
+    "sample_posterior_predictive",
     "type2_datatree",
     "type2_initvals",
 ]
@@ -69,7 +78,8 @@ def draw_weights(
     Parameters
     ----------
     Phi : ndarray of shape (N, M)
-    Y : ndarray of shape (N, D)
+    Y : ndarray of shape (N, D), or (S, N, D) with targets per draw
+        Targets (less any offset; per draw when the offset has parameters of its own).
     alpha : ndarray of shape (S, M)
         Draws of the prior precisions.
     beta : ndarray of shape (S,)
@@ -87,9 +97,10 @@ def draw_weights(
     gets a weight pinned at zero rather than a pruned column.
     """
     S, M = alpha.shape
-    D = Y.shape[1]
+    per_draw = Y.ndim == 3
+    D = Y.shape[-1]
     gram = Phi.T @ Phi
-    phi_y = Phi.T @ Y
+    phi_y = None if per_draw else Phi.T @ Y
     out = np.empty((S, M, D))
     z = rng.standard_normal((S, M, D))
     for s in range(S):
@@ -97,39 +108,116 @@ def draw_weights(
         H[np.diag_indices(M)] += alpha[s]
         d = np.sqrt(np.diag(H))
         Ls = linalg.cholesky(H / d[:, None] / d[None, :], lower=True, check_finite=False)
-        mean = beta[s] * linalg.cho_solve((Ls, True), phi_y / d[:, None], check_finite=False)
+        py = Phi.T @ Y[s] if per_draw else phi_y
+        mean = beta[s] * linalg.cho_solve((Ls, True), py / d[:, None], check_finite=False)
         noise = linalg.solve_triangular(Ls, z[s], lower=True, trans="T", check_finite=False)
         out[s] = (mean + noise) / d[:, None]
     return out
 
 
-def pointwise_log_likelihood(Phi: np.ndarray, Y: np.ndarray, w: np.ndarray, sigma: np.ndarray):
-    """``sum_d ln N(t_nd | phi_n^T w_d, sigma^2)`` for each draw and observation.
+def latent(Phi: np.ndarray, w: np.ndarray, offset: np.ndarray | None = None) -> np.ndarray:
+    """``eta = Phi w (+ offset)`` for each draw: (S, M, D) weights -> (S, N, D).
+
+    ``offset`` is (N, D), the same for every draw, or (S, N, D).
+    """
+    eta = np.einsum("nm,smd->snd", Phi, w, optimize=True)  # BLAS: 10x faster at N = 1000
+    return eta if offset is None else eta + np.asarray(offset, dtype=np.float64)
+
+
+def pointwise_log_likelihood(
+    Phi: np.ndarray,
+    Y: np.ndarray,
+    w: np.ndarray,
+    sigma: np.ndarray | None = None,
+    *,
+    likelihood: str = "gaussian",
+    offset: np.ndarray | None = None,
+) -> np.ndarray:
+    """``ln p(t_n | w, ...)`` for each draw and observation, summed over outputs.
 
     Parameters
     ----------
     Phi : ndarray of shape (N, M)
     Y : ndarray of shape (N, D)
+        Targets (Gaussian), or class indices of shape (N,) or (N, 1) (Bernoulli, softmax).
     w : ndarray of shape (S, M, D)
-    sigma : ndarray of shape (S,)
+        Weight draws (D classes for the softmax, 1 for Bernoulli).
+    sigma : ndarray of shape (S,), optional
+        Noise sd draws (Gaussian only).
+    likelihood : {"gaussian", "bernoulli", "softmax"}, default="gaussian"
+    offset : ndarray of shape (N, D) or (S, N, D), optional
+        Terms of the user's own in the mean (latent function).
 
     Returns
     -------
     ndarray of shape (S, N)
     """
-    mu = np.einsum("nm,smd->snd", Phi, w, optimize=True)  # BLAS: 10x faster at N = 1000
-    sig = sigma[:, None, None]
-    ll = -0.5 * ((Y[None] - mu) / sig) ** 2 - np.log(sig) - 0.5 * _LOG_2PI
-    return ll.sum(axis=2)
+    eta = latent(Phi, w, offset)
+    if likelihood == "gaussian":
+        sig = np.asarray(sigma, dtype=np.float64)[:, None, None]
+        ll = -0.5 * ((Y[None] - eta) / sig) ** 2 - np.log(sig) - 0.5 * _LOG_2PI
+        return ll.sum(axis=2)
+    t = np.asarray(Y).reshape(-1).astype(np.intp)
+    if likelihood == "bernoulli":
+        e = eta[..., 0]
+        return np.where(t[None] == 1, log_expit(e), log_expit(-e))
+    if likelihood == "softmax":
+        return np.take_along_axis(log_softmax(eta, axis=2), t[None, :, None], axis=2)[..., 0]
+    raise ValueError(f"unknown likelihood {likelihood!r}.")
+
+
+# ---------------------------------------------------------------------------------------------
+# The one DataTree adapter
+# ---------------------------------------------------------------------------------------------
+def _datatree(
+    groups: Mapping[str, Mapping[str, np.ndarray]], *, coords, w_extra, y_extra, attrs=None
+):
+    """Every DataTree of the package, through ``arviz_base.from_dict`` with the package's dims."""
+    from arviz_base import from_dict
+
+    dims = variable_dims(w_extra, y_extra)
+    groups = {k: dict(v) for k, v in groups.items() if v}
+    ll = groups.get("log_likelihood")
+    ll_dims = {**dims, "y": [OBS]}
+    tree = from_dict(
+        {k: v for k, v in groups.items() if k != "log_likelihood"},
+        coords=coords,
+        dims=dims,
+        pred_dims=dims,
+        pred_coords=coords,
+        check_conventions=False,
+    )
+    tree.attrs.update(dict(attrs or {}))
+    if ll is not None:
+        tree["log_likelihood"] = from_dict(
+            {"log_likelihood": ll}, coords=coords, dims=ll_dims, check_conventions=False
+        )["log_likelihood"]
+    return tree
+
+
+def _extra_dims(likelihood: str, multi: bool) -> tuple[str | None, str | None]:
+    """The second dims of ``w`` and of ``y``."""
+    if likelihood == "softmax":
+        return CLASS, None
+    return (OUTPUT, OUTPUT) if multi else (None, None)
 
 
 # ---------------------------------------------------------------------------------------------
 # MCMC
 # ---------------------------------------------------------------------------------------------
-def _model_arrays(model) -> tuple[np.ndarray, np.ndarray, bool]:
-    Phi = np.asarray(model["Phi"].get_value(), dtype=np.float64)
-    y = np.asarray(model["y_obs"].get_value(), dtype=np.float64)
-    return Phi, (y[:, None] if y.ndim == 1 else y), y.ndim == 2
+def _likelihood(model) -> str:
+    spec = getattr(model, "rvm_spec", None)
+    return "gaussian" if spec is None else spec.likelihood
+
+
+def _model_offset(model, post: xr.Dataset, shape: tuple[int, ...]) -> np.ndarray | None:
+    """The user's terms of the mean as (S, N, D) (a Deterministic) or (N, D) (data), or None."""
+    if "offset" in post:
+        off = post["offset"].values
+        return off.reshape(-1, *shape)
+    if "offset" in model.named_vars and hasattr(model["offset"], "get_value"):
+        return np.asarray(model["offset"].get_value(), dtype=np.float64).reshape(shape)
+    return None
 
 
 def _interactive() -> bool:
@@ -154,15 +242,12 @@ def _seed_from(random_seed) -> int:
 
 def _nutpie_cache_key(model) -> tuple | None:
     # Initial values are not part of the key: they are set per run (with_initial_points).
-    settings = getattr(model, "rvm_settings", None)
-    if settings is None or settings["custom_alpha_prior"] or settings["custom_noise_prior"]:
-        return None  # graphs built from user callables cannot be compared by their settings
-    if settings["nu_random"]:
-        return None
-    data = sorted(_data_vars(model).items())
-    shapes = tuple((k, tuple(np.shape(v.get_value()))) for k, v in data)
-    extra = tuple(sorted(model.named_vars)) + tuple(sorted(map(str, model.coords.items())))
-    return (json.dumps(settings, sort_keys=True), shapes, extra)
+    from bayes_rvm.models import model_cache_key
+
+    key = model_cache_key(model)
+    if key is None:
+        return None  # graphs with terms of the user's own cannot be compared by their spec
+    return (key, tuple(sorted(map(str, model.coords.items()))))
 
 
 def _data_vars(model) -> dict:
@@ -241,9 +326,11 @@ def sample_mcmc(
     nuts: Mapping | None = None,
     warn: bool = True,
     cache: bool = True,
+    keep_warmup: bool = False,
+    advice: str = "model",
     **kwargs,
 ) -> xr.DataTree:
-    """Sample a model of :func:`bayes_rvm.models.rvm_regression_model` with NUTS.
+    """Sample a model of :mod:`bayes_rvm.models` with NUTS and complete its DataTree.
 
     Parameters
     ----------
@@ -275,6 +362,11 @@ def sample_mcmc(
         of the hyperparameters, each with the usual remedy.
     cache : bool, default=True
         Reuse compiled nutpie models across calls (nutpie only; see Notes).
+    keep_warmup : bool, default=False
+        Keep the sampler's warmup groups (they hold as many draws as the posterior; saved fits
+        are several times smaller without them).
+    advice : {"model", "estimator"}, default="model"
+        Wording of the diagnostics' remedies (see :func:`diagnose`).
     **kwargs
         Passed to :func:`pymc.sample`.
 
@@ -287,10 +379,9 @@ def sample_mcmc(
 
     Notes
     -----
-    In the marginal form, ``w`` is drawn from its Gaussian conditional ``N(m, Sigma)`` for each
-    posterior draw of ``(alpha, sigma)``. The pointwise log likelihood is computed here from the
-    drawn weights (``pm.compute_log_likelihood`` finds no pointwise terms in a marginalised model)
-    and, for comparability, the same way in the joint form.
+    The result goes through :func:`complete_posterior`: in the marginal form ``w`` is drawn from
+    its Gaussian conditional ``N(m, Sigma)`` for each posterior draw of ``(alpha, sigma)``, and
+    the pointwise log likelihood is computed from the weights in every form.
 
     With nutpie and ``cache=True`` the model is compiled through nutpie's function-based entry
     on PyTensor numba functions (:mod:`bayes_rvm._nutpie`), whose machine code is cached on disk,
@@ -308,7 +399,8 @@ def sample_mcmc(
 
     if sampler not in SAMPLERS:
         raise ValueError(f"sampler must be one of {SAMPLERS}, got {sampler!r}.")
-    settings = dict(getattr(model, "rvm_settings", {}))
+    spec = getattr(model, "rvm_spec", None)
+    settings = spec.to_dict() if spec is not None else {}
     if sampler in ("numpyro", "blackjax"):
         from bayes_rvm.marginal import register_jax_dispatch
 
@@ -344,47 +436,14 @@ def sample_mcmc(
             **kwargs,
         )
     wall = time.time() - t0
-
-    post = dt["posterior"].dataset
-    Phi, Y, multi = _model_arrays(model)
-    alpha = post["alpha"].values
-    sigma = post["sigma"].values
-    C, S = alpha.shape[:2]
-    rng = np.random.default_rng([seed, 1])
-    if "w" in post:
-        w = post["w"].values.reshape(C * S, *post["w"].shape[2:])
-        w = w if multi else w[..., None]
-    else:
-        args = (Y, alpha.reshape(C * S, -1), sigma.reshape(-1) ** -2.0, rng)
-        if "Phi_U" in model.named_vars:  # low-rank marginal form: O(M r) per draw, not O(M^3)
-            from bayes_rvm.marginal import draw_weights_lowrank
-
-            U, VS = (np.asarray(model[k].get_value()) for k in ("Phi_U", "Phi_VS"))
-            w = draw_weights_lowrank(U, VS, *args)
-        else:
-            w = draw_weights(Phi, *args)
-    basis_coord = post["alpha"].coords[BASIS].values
-    w_dims = ("chain", "draw", BASIS, OUTPUT) if multi else ("chain", "draw", BASIS)
-    w_values = w.reshape(C, S, *w.shape[1:]) if multi else w[..., 0].reshape(C, S, -1)
-    w_coords = {"chain": post.chain.values, "draw": post.draw.values, BASIS: basis_coord}
-    if multi:
-        w_coords[OUTPUT] = np.asarray(list(model.coords[OUTPUT]))
-    post = post.assign(w=xr.DataArray(w_values, dims=w_dims, coords=w_coords))
-    dt["posterior"] = xr.DataTree(post)
-    ll = pointwise_log_likelihood(Phi, Y, w, sigma.reshape(-1)).reshape(C, S, -1)
-    dt["log_likelihood"] = xr.DataTree(
-        xr.Dataset(
-            {"y": (("chain", "draw", OBS), ll)},
-            coords={
-                "chain": post.chain.values,
-                "draw": post.draw.values,
-                OBS: np.arange(ll.shape[2]),
-            },
-        )
-    )
-    diag = diagnose(dt, warn=warn, stacklevel=3)
+    if not keep_warmup:
+        for name in [k for k in dt.children if k.startswith("warmup")]:
+            del dt[name]
+    dt = complete_posterior(dt, model, random_seed=[seed, 1])
+    diag = diagnose(dt, warn=warn, advice=advice)
     dt.attrs.update(
         method="mcmc",
+        likelihood=_likelihood(model),
         sampler=sampler,
         settings=json.dumps(
             {
@@ -403,7 +462,104 @@ def sample_mcmc(
     return dt
 
 
-def diagnose(dt: xr.DataTree, *, warn: bool = True, stacklevel: int = 2) -> dict:
+def complete_posterior(dt: xr.DataTree, model, *, random_seed=None) -> xr.DataTree:
+    """Complete a plain ``pm.sample`` result of an RVM model with ``w`` and ``log_likelihood``.
+
+    ``pm.sample`` on the weight-marginalised model gives no ``w``, and
+    ``pm.compute_log_likelihood`` finds no pointwise terms in it; this adds both, so that
+    ``az.loo``, ``az.compare`` and :func:`sample_posterior_predictive` work. Any model of
+    :mod:`bayes_rvm.models` is accepted, with or without terms of the user's own in the mean
+    (their values are read from the ``offset`` deterministic or data).
+
+    Parameters
+    ----------
+    dt : xarray.DataTree
+        The result of ``pm.sample(model=model)`` (or of :func:`sample_mcmc`).
+    model : pymc.Model
+        The model that was sampled.
+    random_seed : int or sequence of int, optional
+        Seed of the weight draws (marginal form).
+
+    Returns
+    -------
+    xarray.DataTree
+        ``dt`` with ``w`` in ``posterior`` (drawn from ``N(m, Sigma)`` per draw in the marginal
+        form; the sampled ``w`` in the joint form), ``log_likelihood`` (``y[obs]``), and the
+        Gram matrix (a sampling cache, not data) left out of ``constant_data``.
+
+    Examples
+    --------
+    >>> import pymc as pm  # doctest: +SKIP
+    >>> idata = pm.sample(model=est.model_)  # doctest: +SKIP
+    >>> idata = complete_posterior(idata, est.model_, random_seed=0)  # doctest: +SKIP
+    >>> az.loo(idata)  # doctest: +SKIP
+    """
+    likelihood = _likelihood(model)
+    post = dt["posterior"].dataset
+    Phi = np.asarray(model["Phi"].get_value(), dtype=np.float64)
+    y = np.asarray(model["y_obs"].get_value())
+    multi = likelihood == "gaussian" and y.ndim == 2
+    C, S = post.sizes["chain"], post.sizes["draw"]
+    if likelihood == "gaussian":
+        Y = (y if multi else y[:, None]).astype(np.float64)
+        offset = _model_offset(model, post, Y.shape)
+        sigma = post["sigma"].values.reshape(-1)
+        if "w" in post:
+            w = post["w"].values.reshape(C * S, Phi.shape[1], -1)
+        else:
+            rng = np.random.default_rng(random_seed)
+            Yc = Y if offset is None else Y - offset
+            args = (Yc, post["alpha"].values.reshape(C * S, -1), sigma**-2.0, rng)
+            if "Phi_U" in model.named_vars and Yc.ndim == 2:
+                # low-rank marginal form: O(M r) per draw, not O(M^3)
+                from bayes_rvm.marginal import draw_weights_lowrank
+
+                U, VS = (np.asarray(model[k].get_value()) for k in ("Phi_U", "Phi_VS"))
+                w = draw_weights_lowrank(U, VS, *args)
+            else:
+                w = draw_weights(Phi, *args)
+        ll = pointwise_log_likelihood(Phi, Y, w, sigma, offset=offset)
+    else:
+        D = post["w"].sizes.get(CLASS, 1)
+        w = post["w"].values.reshape(C * S, Phi.shape[1], D)
+        offset = _model_offset(model, post, (Phi.shape[0], D))
+        ll = pointwise_log_likelihood(Phi, y, w, likelihood=likelihood, offset=offset)
+    w_extra, y_extra = _extra_dims(likelihood, multi)
+    w_out = w.reshape(C, S, *w.shape[1:])
+    coords = {
+        "chain": post.chain.values,
+        "draw": post.draw.values,
+        BASIS: post[BASIS].values if BASIS in post.coords else np.asarray(model.coords[BASIS]),
+        OBS: np.arange(Phi.shape[0]),
+    }
+    if w_extra is not None:
+        coords[w_extra] = np.asarray(model.coords[w_extra])
+    else:
+        w_out = w_out[..., 0]
+    new = _datatree(
+        {
+            "posterior": {"w": w_out},
+            "log_likelihood": {"y": ll.reshape(C, S, -1)},
+        },
+        coords=coords,
+        w_extra=w_extra,
+        y_extra=y_extra,
+    )
+    out = dt.copy()
+    out["posterior"] = xr.DataTree(
+        post.drop_vars("w", errors="ignore").assign(w=new["posterior"]["w"])
+    )
+    out["log_likelihood"] = new["log_likelihood"]
+    if "constant_data" in out.children:
+        caches = ("gram", "Phi_U", "Phi_VS")  # sampling caches of the marginal form, not data
+        const = out["constant_data"].dataset.drop_vars(caches, errors="ignore")
+        const = const.drop_dims([d for d in const.dims if d.startswith(caches)])
+        out["constant_data"] = xr.DataTree(const)
+    out.attrs.setdefault("likelihood", likelihood)
+    return out
+
+
+def diagnose(dt: xr.DataTree, *, warn: bool = True, advice: str = "model") -> dict:
     """Divergences, max R-hat and min bulk ESS of the hyperparameters, with warnings and remedies.
 
     Parameters
@@ -411,7 +567,10 @@ def diagnose(dt: xr.DataTree, *, warn: bool = True, stacklevel: int = 2) -> dict
     dt : xarray.DataTree
         An MCMC fit from :func:`sample_mcmc` (or any ``pm.sample`` result with ``alpha``).
     warn : bool, default=True
-        Emit a :class:`SamplingDiagnosticsWarning` for each problem found.
+        Emit a :class:`SamplingDiagnosticsWarning` for each problem found, at the caller's line
+        outside this package.
+    advice : {"model", "estimator"}, default="model"
+        Word the remedies for a user's own model or for the RVR / RVC estimators.
 
     Returns
     -------
@@ -448,33 +607,65 @@ def diagnose(dt: xr.DataTree, *, warn: bool = True, stacklevel: int = 2) -> dict
                 out["max_treedepth_hits"] = int(ss[name].sum())
     if warn:
         n = post.sizes["chain"] * post.sizes["draw"]
+        tips = _ADVICE[advice]
         if out["divergences"]:
-            warnings.warn(
-                f"{out['divergences']} of {n} draws diverged. Raise target_accept "
-                "(nuts={'target_accept': 0.95}); prefer form='marginal' over the joint form; "
-                "avoid Gamma hyperpriors with tiny rates, whose wall in log alpha NUTS cannot "
-                "cross.",
-                SamplingDiagnosticsWarning,
-                stacklevel=stacklevel,
-            )
+            _warn(f"{out['divergences']} of {n} draws diverged. {tips['divergences']}")
         if out["max_rhat"] > 1.01:
-            warnings.warn(
-                f"max R-hat of the hyperparameters is {out['max_rhat']:.3f} > 1.01: the chains "
-                "disagree. Run longer (more tune and draws), start from type2_initvals(fit), or "
-                "restrict the basis to the type-II relevance vectors (RVR(mcmc_basis='relevant'), "
-                "or basis=fit.active in rvm_regression_model). Nearly collinear columns, as from "
-                "a wide kernel, make a ridged posterior; a narrower one (larger gamma) helps.",
-                SamplingDiagnosticsWarning,
-                stacklevel=stacklevel,
+            _warn(
+                f"max R-hat of the hyperparameters is {_above(out['max_rhat'], 1.01)}, above "
+                f"1.01: the chains disagree. {tips['rhat']}"
             )
         if out["min_ess_bulk"] < 400:
-            warnings.warn(
-                f"min bulk ESS of the hyperparameters is {out['min_ess_bulk']:.0f} < 400. "
-                "Draw more samples or use the marginal form.",
-                SamplingDiagnosticsWarning,
-                stacklevel=stacklevel,
+            _warn(
+                f"min bulk ESS of the hyperparameters is {int(out['min_ess_bulk'])}, below 400. "
+                f"{tips['ess']}"
             )
     return out
+
+
+#: Remedies by audience: a user's own model, or the RVR / RVC estimators (which already sample
+#: the weight-marginalised regression model and start from the type-II fit).
+_ADVICE = {
+    "model": {
+        "divergences": "Raise target_accept (nuts={'target_accept': 0.95}); prefer "
+        "form='marginal' over the joint form; avoid Gamma hyperpriors with tiny rates, whose wall "
+        "in log alpha NUTS cannot cross.",
+        "rhat": "Run longer (more tune and draws), start from type2_initvals(fit), or restrict "
+        "the basis to the type-II relevance vectors (basis=fit.active). Nearly collinear columns, "
+        "as from a wide kernel, make a ridged posterior; a narrower one (larger gamma) helps.",
+        "ess": "Draw more samples or use the marginal form.",
+    },
+    "estimator": {
+        "divergences": "Raise tune; with prior='student_t' a tiny nu puts a wall in log alpha "
+        "(prior='ard' or a larger nu samples well); mcmc_basis='relevant' samples only the "
+        "type-II relevance vectors.",
+        "rhat": "Raise tune and draws, or sample only the type-II relevance vectors "
+        "(mcmc_basis='relevant'). Nearly collinear basis columns, as from a wide kernel, make a "
+        "ridged posterior; a narrower kernel (larger gamma) helps.",
+        "ess": "Raise draws (or chains).",
+    },
+}
+
+
+def _above(value: float, limit: float) -> str:
+    """``value`` with enough decimals to differ visibly from ``limit`` (never "1.010 > 1.01")."""
+    for digits in range(3, 10):
+        text = f"{value:.{digits}f}"
+        if text != f"{limit:.{digits}f}":
+            return text
+    return repr(value)
+
+
+def _user_frame_prefixes() -> tuple[str, ...]:
+    import sklearn
+
+    return (os.path.dirname(__file__), os.path.dirname(sklearn.__file__))
+
+
+def _warn(message: str) -> None:
+    # Point at the user's line: skip every frame of this package and of scikit-learn's fit
+    # wrapper, however deep the call that found the problem.
+    warnings.warn(message, SamplingDiagnosticsWarning, skip_file_prefixes=_user_frame_prefixes())
 
 
 def type2_initvals(
@@ -483,27 +674,57 @@ def type2_initvals(
     *,
     alpha_max: float = 1e4,
 ) -> dict[str, np.ndarray]:
-    """Initial values for MCMC from a type-II fit: ``alpha`` (pruned ones capped) and ``sigma``.
+    """Initial values for MCMC from a type-II fit: ``alpha_rel`` (capped) and ``sigma_rel``.
 
     Parameters
     ----------
     fit : EvidenceFit
+        A fit of the problem the model is stated on: the normalised one for a model with
+        ``phi_scale`` and ``y_scale`` (as the estimators build), the raw one for a model without.
     basis : sequence of int, optional
         The columns the MCMC model uses (default all columns of the fit).
     alpha_max : float, default=1e4
         Cap for pruned (infinite) or very large ``alpha``: a finite start in the region the
         hyperprior supports.
+
+    Returns
+    -------
+    dict
+        ``{"alpha_rel": ..., "sigma_rel": ...}`` (no noise for a classifier's Laplace fit).
     """
     alpha = np.asarray(fit.alpha, dtype=np.float64)
     if basis is not None:
         alpha = alpha[np.asarray(basis, dtype=int)]
     alpha = np.minimum(np.where(np.isfinite(alpha), alpha, alpha_max), alpha_max)
-    return {"alpha": alpha, "sigma": np.asarray(fit.beta**-0.5)}
+    out = {"alpha_rel": alpha}
+    if getattr(fit, "likelihood", "gaussian") == "gaussian":
+        out["sigma_rel"] = np.asarray(fit.beta**-0.5)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
 # Type-II as a DataTree
 # ---------------------------------------------------------------------------------------------
+def _laplace_weight_draws(fit: EvidenceFit, n_draws: int, rng) -> np.ndarray:
+    """Draws ``(n_draws, K, D)`` of ``w ~ N(m, (L L^T)^-1)`` for the fit's active weights.
+
+    A Gaussian fit shares one K x K factor across its D outputs; a softmax Laplace fit has one
+    (K C) x (K C) factor in class-major layout.
+    """
+    K, D = fit.mean.shape
+    joint = fit.chol.shape[0] == K * D and D > 1
+    rows = K * D if joint else K
+    cols = n_draws if joint else n_draws * D
+    z = rng.standard_normal((rows, cols))
+    # w = m + L^-T z has covariance (L L^T)^-1 = Sigma.
+    noise = linalg.solve_triangular(fit.chol, z, lower=True, trans="T", check_finite=False)
+    if joint:  # entry c K + k is weight k of class c
+        noise = noise.reshape(D, K, n_draws).transpose(2, 1, 0)
+    else:
+        noise = noise.reshape(K, n_draws, D).transpose(1, 0, 2)
+    return fit.mean[None] + noise
+
+
 def type2_datatree(
     fit: EvidenceFit,
     Phi: np.ndarray,
@@ -513,17 +734,20 @@ def type2_datatree(
     random_seed=None,
     basis: Sequence[int] | None = None,
     basis_names: Sequence | None = None,
+    class_names: Sequence | None = None,
     attrs: Mapping | None = None,
 ) -> xr.DataTree:
     """The type-II fit as a DataTree of the same shape as an MCMC fit.
 
     Parameters
     ----------
-    fit : EvidenceFit
-        A fit of ``y`` on ``Phi`` (same units: no rescaling is done here).
+    fit : EvidenceFit or LaplaceFit
+        A fit of ``y`` on ``Phi`` (same units: no rescaling is done here). A Laplace fit (a
+        classifier's) gives draws from the Laplace approximation at the mode.
     Phi : ndarray of shape (N, M)
         The design matrix the fit was made on.
     y : ndarray of shape (N,) or (N, D)
+        Targets; class indices for a classifier.
     n_draws : int, default=1000
         Draws of ``w ~ N(m, Sigma)`` at the optimum (one chain).
     random_seed : int, optional
@@ -532,75 +756,55 @@ def type2_datatree(
         columns get ``w = 0`` and ``alpha = inf``.
     basis_names : sequence, optional
         Coordinates of ``basis``; default the column indices.
+    class_names : sequence, optional
+        Coordinates of ``class`` (softmax fits).
     attrs : dict, optional
         Further settings to record (for example the estimator's parameters).
 
     Returns
     -------
     xarray.DataTree
-        ``posterior`` (``w``, ``alpha``, ``sigma``, ``beta``; the hyperparameters constant over
-        draws), ``log_likelihood`` (``y[obs]``), ``observed_data``, ``constant_data``; root attrs
-        ``method="type2"``, ``settings`` (JSON), ``log_evidence``, ``converged``, ``reason``.
+        ``posterior`` (``w``, ``alpha`` and, for regression, ``sigma``, ``beta``; the
+        hyperparameters constant over draws), ``log_likelihood`` (``y[obs]``), ``observed_data``,
+        ``constant_data``; root attrs ``method="type2"``, ``likelihood``, ``settings`` (JSON),
+        ``log_evidence``, ``converged``, ``reason``.
     """
     Phi = np.asarray(Phi, dtype=np.float64)
-    y = np.asarray(y, dtype=np.float64)
-    multi = y.ndim == 2
-    Y = y if multi else y[:, None]
+    likelihood = getattr(fit, "likelihood", "gaussian")
+    y = np.asarray(y, dtype=np.float64 if likelihood == "gaussian" else np.intp)
+    multi = likelihood == "gaussian" and y.ndim == 2
     N, M = Phi.shape
-    D = Y.shape[1]
+    D = fit.mean.shape[1]
     if fit.alpha.shape != (M,):
         raise ValueError(f"the fit has {fit.alpha.shape[0]} basis functions, Phi has {M} columns.")
-    if fit.mean.shape[1] != D:
-        raise ValueError(f"the fit has {fit.mean.shape[1]} outputs, y has {D}.")
+    if likelihood == "gaussian" and D != (y.shape[1] if multi else 1):
+        raise ValueError(f"the fit has {D} outputs, y has {y.shape[1] if multi else 1}.")
     cols = np.arange(M) if basis is None else np.asarray(basis, dtype=int)
     if not np.isin(fit.active, cols).all():
         raise ValueError("basis must contain every relevance vector of the fit.")
     names = list(cols) if basis_names is None else list(basis_names)
     rng = np.random.default_rng(random_seed)
-    K = fit.active.size
-    z = rng.standard_normal((n_draws, K, D))
-    # w = m + L^-T z has covariance (L L^T)^-1 = Sigma.
-    noise = linalg.solve_triangular(
-        fit.chol, z.transpose(1, 0, 2).reshape(K, -1), lower=True, trans="T", check_finite=False
-    )
-    w_active = fit.mean[None] + noise.reshape(K, n_draws, D).transpose(1, 0, 2)
     w_full = np.zeros((n_draws, M, D))
-    w_full[:, fit.active] = w_active
-    sigma = float(fit.beta) ** -0.5
-    ll = pointwise_log_likelihood(Phi, Y, w_full, np.full(n_draws, sigma))
+    w_full[:, fit.active] = _laplace_weight_draws(fit, n_draws, rng)
+    post = {
+        "alpha": np.broadcast_to(fit.alpha[cols], (1, n_draws, cols.size)).copy(),
+    }
+    if likelihood == "gaussian":
+        sigma = float(fit.beta) ** -0.5
+        ll = pointwise_log_likelihood(
+            Phi, y if multi else y[:, None], w_full, np.full(n_draws, sigma)
+        )
+        post.update(sigma=np.full((1, n_draws), sigma), beta=np.full((1, n_draws), float(fit.beta)))
+    else:
+        ll = pointwise_log_likelihood(Phi, y, w_full, likelihood=likelihood)
     w = w_full[:, cols]
-    sample = {"chain": [0], "draw": np.arange(n_draws)}
-    w_dims = ("chain", "draw", BASIS, OUTPUT) if multi else ("chain", "draw", BASIS)
-    w_val = w[None] if multi else w[None, ..., 0]
-    coords = {**sample, BASIS: names}
-    if multi:
+    w_extra, y_extra = _extra_dims(likelihood, multi)
+    post["w"] = w[None] if w_extra else w[None, ..., 0]
+    coords = {"chain": [0], "draw": np.arange(n_draws), BASIS: names, OBS: np.arange(N)}
+    if w_extra == OUTPUT:
         coords[OUTPUT] = np.arange(D)
-    posterior = xr.Dataset(
-        {
-            "w": (w_dims, w_val),
-            "alpha": (
-                ("chain", "draw", BASIS),
-                np.broadcast_to(fit.alpha[cols], (1, n_draws, cols.size)).copy(),
-            ),
-            "sigma": (("chain", "draw"), np.full((1, n_draws), sigma)),
-            "beta": (("chain", "draw"), np.full((1, n_draws), float(fit.beta))),
-        },
-        coords=coords,
-    )
-    y_dims = (OBS, OUTPUT) if multi else (OBS,)
-    obs_coords = {OBS: np.arange(N), **({OUTPUT: np.arange(D)} if multi else {})}
-    tree = xr.DataTree.from_dict(
-        {
-            "posterior": posterior,
-            "log_likelihood": xr.Dataset(
-                {"y": (("chain", "draw", OBS), ll[None])}, coords={**sample, OBS: np.arange(N)}
-            ),
-            "observed_data": xr.Dataset({"y": (y_dims, y)}, coords=obs_coords),
-            "constant_data": xr.Dataset(
-                {"Phi": ((OBS, BASIS), Phi[:, cols])}, coords={OBS: np.arange(N), BASIS: names}
-            ),
-        }
-    )
+    elif w_extra == CLASS:
+        coords[CLASS] = list(range(D)) if class_names is None else list(class_names)
     settings = {
         "n_draws": n_draws,
         "random_seed": random_seed if isinstance(random_seed, int) else None,
@@ -608,15 +812,26 @@ def type2_datatree(
         "basis": [int(c) for c in cols],
     }
     settings.update(dict(attrs or {}))
-    tree.attrs.update(
-        method="type2",
-        settings=json.dumps(settings, sort_keys=True, default=str),
-        log_evidence=float(fit.log_evidence),
-        converged=int(bool(fit.converged)),
-        reason=str(fit.reason),
-        n_relevant=int(K),
+    return _datatree(
+        {
+            "posterior": post,
+            "log_likelihood": {"y": ll[None]},
+            "observed_data": {"y": y},
+            "constant_data": {"Phi": Phi[:, cols]},
+        },
+        coords=coords,
+        w_extra=w_extra,
+        y_extra=y_extra,
+        attrs={
+            "method": "type2",
+            "likelihood": likelihood,
+            "settings": json.dumps(settings, sort_keys=True, default=str),
+            "log_evidence": float(fit.log_evidence),
+            "converged": int(bool(fit.converged)),
+            "reason": str(fit.reason),
+            "n_relevant": int(fit.active.size),
+        },
     )
-    return tree
 
 
 # ---------------------------------------------------------------------------------------------
@@ -671,3 +886,96 @@ def predict_draws(
     if multi:
         coords[OUTPUT] = w.coords[OUTPUT].values
     return mean, xr.DataArray(f, dims=dims, coords=coords, name="y")
+
+
+def sample_posterior_predictive(
+    dt: xr.DataTree,
+    Phi_new: np.ndarray | None = None,
+    *,
+    offset: np.ndarray | None = None,
+    random_seed=None,
+) -> xr.DataTree:
+    """Posterior predictive draws of ``y``, with ``w`` from its posterior, for any fit.
+
+    Each posterior draw of ``w`` (and of the noise sd) gives one draw of ``y``: Gaussian around
+    ``Phi w + offset`` for regression, Bernoulli / categorical on the logits for a classifier.
+    Unlike ``pm.sample_posterior_predictive`` on the weight-marginalised model, whose ``y`` knows
+    only the prior of ``w``, this uses the weights in the posterior (drawn back from ``N(m,
+    Sigma)`` by :func:`complete_posterior`).
+
+    Parameters
+    ----------
+    dt : xarray.DataTree
+        A fit with ``w`` in its posterior (``sigma`` too for regression) and ``Phi`` in its
+        ``constant_data`` (every fit of this package, or a ``pm.sample`` result after
+        :func:`complete_posterior`).
+    Phi_new : ndarray of shape (n, M), optional
+        Design rows of new inputs, with the fit's basis columns; default the training rows.
+    offset : ndarray, optional
+        The user's terms of the mean at ``Phi_new``: shape (n,) or (n, D), or one per draw
+        (chain, draw, n[, D]). At the training rows the fit's own ``offset`` is used.
+    random_seed : int, optional
+
+    Returns
+    -------
+    xarray.DataTree
+        ``dt`` with a ``posterior_predictive`` group (training rows, beside ``observed_data``,
+        as ``az.plot_ppc`` and ``az.loo_pit`` expect) or, for ``Phi_new``, ``predictions`` and
+        ``predictions_constant_data`` (``Phi``).
+    """
+    post = dt["posterior"].dataset
+    if "w" not in post:
+        raise ValueError(
+            "the posterior has no w: complete a pm.sample result with complete_posterior(dt, "
+            "model) first."
+        )
+    likelihood = dt.attrs.get("likelihood", "gaussian")
+    w = post["w"].transpose("chain", "draw", BASIS, ...)
+    C, S, M = w.shape[:3]
+    W = w.values.reshape(C * S, M, -1)
+    D = W.shape[2]
+    training = Phi_new is None
+    if training:
+        Phi = np.asarray(dt["constant_data"]["Phi"].values, dtype=np.float64)
+        if "offset" in post:
+            offset = post["offset"].values
+        elif "offset" in dt["constant_data"].dataset:
+            offset = dt["constant_data"]["offset"].values
+    else:
+        Phi = np.asarray(Phi_new, dtype=np.float64)
+    if Phi.ndim != 2 or Phi.shape[1] != M:
+        raise ValueError(f"Phi_new must have {M} columns, got shape {Phi.shape}.")
+    n = Phi.shape[0]
+    off = None
+    if offset is not None:
+        off = np.asarray(offset, dtype=np.float64)
+        per_draw = off.ndim >= 3  # (chain, draw, n[, D]) against (n[, D])
+        off = off.reshape(C * S, n, D) if per_draw else off.reshape(n, D)
+    eta = latent(Phi, W, off)
+    rng = np.random.default_rng(random_seed)
+    if likelihood == "gaussian":
+        sig = post["sigma"].values.reshape(-1, 1, 1)
+        draws = eta + sig * rng.standard_normal(eta.shape)
+    elif likelihood == "bernoulli":
+        draws = (rng.random(eta.shape) < expit(eta)).astype(np.int64)
+    else:
+        p = softmax(eta, axis=2)
+        u = rng.random(eta.shape[:2])[..., None]
+        draws = np.minimum((p.cumsum(axis=2) < u).sum(axis=2), D - 1)[..., None]
+    multi = likelihood == "gaussian" and D > 1
+    w_extra, y_extra = _extra_dims(likelihood, multi)
+    y = draws.reshape(C, S, n, -1)
+    y = y if multi else y[..., 0]
+    coords = {"chain": post.chain.values, "draw": post.draw.values, OBS: np.arange(n)}
+    if multi:
+        coords[OUTPUT] = w.coords[OUTPUT].values
+    group = "posterior_predictive" if training else "predictions"
+    groups = {group: {"y": y}}
+    if not training:
+        groups["predictions_constant_data"] = {"Phi": Phi}
+        coords[BASIS] = w.coords[BASIS].values
+    new = _datatree(groups, coords=coords, w_extra=w_extra, y_extra=y_extra)
+    out = dt.copy()
+    for name, node in new.children.items():
+        out[name] = node
+    return out

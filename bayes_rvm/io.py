@@ -36,6 +36,7 @@ import xarray as xr
 from sklearn.utils.validation import check_is_fitted
 
 from bayes_rvm.kernels import KernelBasis, resolve_gamma
+from bayes_rvm.priors import decode_params, encode_params
 
 __all__ = ["ModelFileError", "load_model", "save_model", "to_datatree"]
 
@@ -66,7 +67,7 @@ def _estimators() -> dict:
 
 
 def _params_json(model) -> str:
-    params = model.get_params(deep=False)
+    params = encode_params(model.get_params(deep=False))
     for name, value in params.items():
         try:
             json.dumps(value)
@@ -403,6 +404,7 @@ def load_model(path: str | Path):
     params = _json_attr(attrs, "params", str(path))
     if not isinstance(params, dict):
         raise ModelFileError(f"{path}: the stored parameters are not a JSON object")
+    params = decode_params(params)
     expected = set(cls().get_params(deep=False))
     if set(params) != expected:
         missing = sorted(expected - set(params))

@@ -2,45 +2,52 @@
 
 Regression model (notation of the reference documents)::
 
-    alpha_i ~ hyperprior                  i = 1..M   (one per basis function, shared by outputs)
-    sigma   ~ noise prior                 (beta = 1 / sigma^2)
+    alpha_rel_i ~ hyperprior (a Prior)    i = 1..M   (one per basis function, shared by outputs)
+    sigma_rel   ~ noise prior (a Prior)
+    alpha_i = alpha_rel_i phi_scale_i^2 / y_scale^2,  sigma = sigma_rel y_scale,  beta = sigma^-2
     w_id | alpha_i ~ N(0, 1 / alpha_i)
-    t_nd | w, sigma ~ N(phi_n^T w_d, sigma^2)
+    t_nd | w, sigma ~ N(phi_n^T w_d + offset_nd, sigma^2)
+
+The hyperpriors are stated for the normalised problem (columns ``Phi / phi_scale`` of unit norm,
+targets ``y / y_scale`` of unit RMS, as the estimators pass them) and the model writes that
+normalisation into its graph, so the posterior is in the units of ``Phi`` and ``y`` while one set of
+default hyperpriors (:mod:`bayes_rvm.priors`) suits any scale.
 
 Two forms of the same posterior over ``(alpha, sigma)``:
 
 ``form="marginal"``
-    ``w`` integrated out: ``t_d ~ N(0, C)``, ``C = beta^-1 I + Phi A^-1 Phi^T``. The log density
-    is the custom PyTensor Op of :mod:`bayes_rvm.marginal`, with a closed-form gradient and
-    NumPy, numba (nutpie) and JAX (numpyro / blackjax) backends. The weights are drawn back from
-    ``N(m, Sigma)`` after sampling (:func:`bayes_rvm.inference.sample_mcmc`).
+    ``w`` integrated out: ``t_d - offset_d ~ N(0, C)``, ``C = beta^-1 I + Phi A^-1 Phi^T``. The log
+    density is the custom PyTensor Op of :mod:`bayes_rvm.marginal`, with a closed-form gradient
+    and NumPy, numba (nutpie) and JAX (numpyro / blackjax) backends. The weights are drawn back
+    from ``N(m, Sigma)`` after sampling (:func:`bayes_rvm.inference.complete_posterior`).
 
 ``form="joint"``
     Non-centred ``w = z / sqrt(alpha)``, ``z ~ N(0, 1)``, with an ordinary ``pm.Normal``
-    likelihood, so that users can add terms of their own to the model.
+    likelihood.
 
 Priors on the weights:
 
 ``prior="ard"``
-    ``w_i | alpha_i ~ N(0, 1/alpha_i)``. The default hyperprior puts a half-Cauchy(``tau``) on the
-    prior *scale* ``s_i = alpha_i^(-1/2)`` (Gelman 2006; the horseshoe's local scale). In
+    ``w_i | alpha_i ~ N(0, 1/alpha_i)``. The default hyperprior puts a half-Cauchy(1) on the
+    relative prior *scale* ``alpha_rel_i^(-1/2)`` (Gelman 2006; the horseshoe's local scale). In
     ``log alpha`` its density is a hyperbolic secant with exponential tails ``exp(-|log alpha|/2)``:
     proper, weak enough that an irrelevant ``alpha_i`` runs far above the relevant ones (as
     type-II pruning does) and smooth enough that NUTS meets no walls. A Gamma hyperprior on
     ``alpha`` (Tipping's choice) with small shape and rate puts a double-exponential wall in
     ``log alpha`` and makes NUTS diverge; it is available through ``alpha_prior``.
 ``prior="student_t"``
-    ``alpha_i ~ Gamma(nu/2, nu s^2 / 2)``, which integrates to ``w_i ~ StudentT(nu, 0, s)``
-    (reference document 002). ``nu`` is fixed or given a prior.
+    ``alpha_rel_i ~ Gamma(nu/2, nu s^2 / 2)``, which integrates to relative weights
+    ``StudentT(nu, 0, s)`` (reference document 002). ``nu`` is fixed or a :class:`Prior`.
 
-The default hyperpriors are stated for a design with unit-norm columns and targets of unit RMS,
-which is how :class:`bayes_rvm.estimators.RVR` presents the problem; rescale ``tau``, ``s`` and
-the noise prior for other scales.
+Terms of the user's own join the mean through ``offset`` (a fixed array, or a callable that creates
+variables with priors of their own), in both forms; see :func:`rvm_regression_model`.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
@@ -54,10 +61,18 @@ from bayes_rvm.marginal import (
     thin_svd,
     use_lowrank,
 )
-from bayes_rvm.priors import DEFAULT_NU
+from bayes_rvm.priors import (
+    DEFAULT_NOISE_PRIOR,
+    DEFAULT_NU,
+    Prior,
+    as_prior,
+    default_alpha_prior,
+    halfcauchy_precision,
+)
 
 __all__ = [
-    "halfcauchy_scale_alpha",
+    "RVMSpec",
+    "model_cache_key",
     "rvm_classification_model",
     "rvm_regression_model",
     "set_model_data",
@@ -65,265 +80,154 @@ __all__ = [
 
 
 # ---------------------------------------------------------------------------------------------
-# Hyperpriors
+# What a model was built from: its priors and shapes, the compile-cache key
 # ---------------------------------------------------------------------------------------------
-def _halfcauchy_scale_logp(value, tau):
-    # alpha = s^-2 with s ~ HalfCauchy(tau):
-    # p(alpha) = 2 / (pi tau (1 + 1/(alpha tau^2))) * alpha^(-3/2) / 2
-    return -pt.log(np.pi * tau) - pt.log1p(1.0 / (value * tau**2)) - 1.5 * pt.log(value)
+@dataclass(frozen=True)
+class RVMSpec:
+    """The choices a model of this module was built from (attached as ``model.rvm_spec``).
 
-
-def _halfcauchy_scale_support_point(rv, size, tau):
-    # The median of alpha; also the start of NUTS before jitter.
-    return pt.full(size, tau**-2.0) if size is not None else tau**-2.0
-
-
-def _halfcauchy_scale_random(tau, rng=None, size=None):
-    s = np.abs(rng.standard_cauchy(size=size)) * tau
-    return s**-2.0
-
-
-def halfcauchy_scale_alpha(
-    name: str = "alpha", *, tau: float = 1.0, dims: str | Sequence[str] = BASIS
-):
-    """ARD hyperprior: half-Cauchy(``tau``) on the weight prior scale ``alpha_i^(-1/2)``.
-
-    Must be called inside a model context. The variable is sampled in ``log alpha`` (log
-    transform), where its density is ``1 / (2 pi cosh((log alpha + 2 log tau) / 2))``: a proper
-    hyperbolic-secant density with exponential tails on both sides. The upper tail lets irrelevant
-    basis functions wander to large ``alpha`` (weights pinned at zero), the lower tail lets relevant
-    ones take weights far larger than ``tau``.
-
-    Parameters
-    ----------
-    name : str, default="alpha"
-    tau : float, default=1.0
-        Median prior scale of a weight (``alpha`` has median ``tau^-2``).
-    dims : str or sequence of str, default="basis"
-
-    Returns
-    -------
-    TensorVariable
+    Two models with equal specs and data of the same shapes compile to the same function, so
+    :func:`model_cache_key` uses it as the key of compiled samplers. A model whose mean has terms
+    of the user's own (``offset`` a callable) has no key: its graph cannot be compared.
     """
-    return pm.CustomDist(
-        name,
-        float(tau),
-        logp=_halfcauchy_scale_logp,
-        random=_halfcauchy_scale_random,
-        support_point=_halfcauchy_scale_support_point,
-        transform=pm.distributions.transforms.log,
-        dims=dims,
+
+    likelihood: str
+    prior: str
+    form: str
+    alpha_prior: Prior | None
+    nu: float | Prior | None
+    s: float | None
+    noise_prior: Prior | None
+    noise_sd: float | None
+    basis: tuple[int, ...]
+    n_outputs: int
+    offset: str | None  # None, "data" (a fixed array) or "custom" (a user callable)
+    marginal: str | None = None  # "dense" or "lowrank" evaluation of the marginal form
+
+    def to_dict(self) -> dict:
+        """A JSON-ready dict (priors as their :meth:`Prior.to_dict`)."""
+
+        def enc(v):
+            return v.to_dict() if isinstance(v, Prior) else v
+
+        return {
+            "likelihood": self.likelihood,
+            "prior": self.prior,
+            "form": self.form,
+            "alpha_prior": enc(self.alpha_prior),
+            "nu": enc(self.nu),
+            "s": self.s,
+            "noise_prior": enc(self.noise_prior),
+            "noise_sd": self.noise_sd,
+            "basis": list(self.basis),
+            "n_outputs": self.n_outputs,
+            "marginal": self.marginal,
+            "offset": self.offset,
+        }
+
+
+def model_cache_key(model: pm.Model) -> str | None:
+    """A string naming what a compiled sampler of ``model`` depends on, or None.
+
+    The spec (priors, form, likelihood), the shapes of the data, the variable names and the
+    coordinate names. None for models not built here or with user terms in the mean.
+    """
+    spec = getattr(model, "rvm_spec", None)
+    if spec is None or spec.offset == "custom":
+        return None
+    shapes = {
+        name: list(np.shape(model[name].get_value()))
+        for name in sorted(model.named_vars)
+        if hasattr(model[name], "get_value")
+    }
+    return json.dumps(
+        {"spec": spec.to_dict(), "shapes": shapes, "vars": sorted(model.named_vars)},
+        sort_keys=True,
     )
 
 
-AlphaPrior = Callable[[str, str], pt.TensorVariable]
-NoisePrior = Callable[[str], pt.TensorVariable]
-NuPrior = Callable[[str], pt.TensorVariable]
+# ---------------------------------------------------------------------------------------------
+# The pieces both models share
+# ---------------------------------------------------------------------------------------------
+def _check_design(Phi, phi_scale, basis, basis_names):
+    Phi = np.asarray(Phi, dtype=np.float64)
+    if Phi.ndim != 2:
+        raise ValueError(f"Phi must be 2-D, got shape {Phi.shape}.")
+    if not np.all(np.isfinite(Phi)):
+        raise ValueError("Phi must be finite.")
+    cols = np.arange(Phi.shape[1]) if basis is None else np.asarray(basis, dtype=int)
+    Phi = Phi[:, cols]
+    M = Phi.shape[1]
+    if phi_scale is None:
+        scale = np.ones(M)
+    else:
+        scale = np.asarray(phi_scale, dtype=np.float64)
+        n_all = cols.size if basis is None else None
+        if scale.ndim != 1 or (n_all is not None and scale.size != n_all):
+            raise ValueError(f"phi_scale must have one entry per column of Phi, got {scale.shape}.")
+        scale = scale[cols]
+        if not (np.all(np.isfinite(scale)) and np.all(scale > 0)):
+            raise ValueError("phi_scale must hold positive finite numbers.")
+    names = list(cols) if basis_names is None else list(basis_names)
+    if len(names) != M:
+        raise ValueError(f"basis_names has {len(names)} entries for {M} basis functions.")
+    return Phi, scale, cols, names
 
 
-def _default_noise_prior(name: str) -> pt.TensorVariable:
-    return pm.HalfNormal(name, sigma=1.0)
+def _weight_precision(prior, alpha_prior, nu, s, phi_scale, y_scale):
+    """``alpha_rel`` from its hyperprior, and ``alpha`` in the units of the design and targets."""
+    if prior == "ard":
+        alpha_rel = (alpha_prior or default_alpha_prior("ard")).create_variable(
+            "alpha_rel", dims=BASIS
+        )
+    else:
+        nu_var = nu.create_variable("nu") if isinstance(nu, Prior) else float(nu)
+        alpha_rel = pm.Gamma("alpha_rel", alpha=nu_var / 2.0, beta=nu_var * s**2 / 2.0, dims=BASIS)
+    # w_rel = w * phi_scale / y_scale has prior precision alpha_rel, hence
+    # alpha = alpha_rel * phi_scale^2 / y_scale^2.
+    return pm.Deterministic("alpha", alpha_rel * phi_scale**2 / y_scale**2, dims=BASIS)
+
+
+def _check_priors(prior, form, alpha_prior, nu, s, forms=("marginal", "joint")):
+    if prior not in ("ard", "student_t"):
+        raise ValueError(f"prior must be 'ard' or 'student_t', got {prior!r}.")
+    if form not in forms:
+        raise ValueError(f"form must be one of {forms}, got {form!r}.")
+    alpha_prior = as_prior(alpha_prior, "alpha_prior")
+    if alpha_prior is not None and prior != "ard":
+        raise ValueError(
+            "alpha_prior replaces the ARD hyperprior; use it with prior='ard' (the Student-t "
+            "prior is set by nu and s)."
+        )
+    if not isinstance(nu, Prior) and not (np.isfinite(nu) and nu > 0):
+        raise ValueError(f"nu must be positive or a Prior, got {nu!r}.")
+    if not (np.isfinite(s) and s > 0):
+        raise ValueError(f"s must be positive, got {s!r}.")
+    return alpha_prior
+
+
+def _offset_term(offset, y_dims, shape):
+    """The user's terms of the mean: None, a fixed array (``pm.Data``) or a callable's tensor."""
+    if offset is None:
+        return pt.zeros(shape), None
+    if callable(offset):
+        term = pt.as_tensor_variable(offset(pm.modelcontext(None)))
+        return pm.Deterministic("offset", pt.broadcast_to(term, shape), dims=y_dims), "custom"
+    value = np.broadcast_to(np.asarray(offset, dtype=np.float64), shape)
+    if not np.all(np.isfinite(value)):
+        raise ValueError("offset must be finite.")
+    return pm.Data("offset", value.copy(), dims=y_dims), "data"
 
 
 # ---------------------------------------------------------------------------------------------
 # The regression model
 # ---------------------------------------------------------------------------------------------
-def _marginal_y_logp(value, log_alpha, log_beta, Phi, gram, *carrier):
-    return marginal_log_likelihood(log_alpha, log_beta, Phi, value, gram)
+def _marginal_y_logp(value, log_alpha, log_beta, Phi, gram, offset):
+    return marginal_log_likelihood(log_alpha, log_beta, Phi, value - offset, gram)
 
 
-def _lowrank_y_logp(value, log_alpha, log_beta, U, VS, *carrier):
-    return lowrank_marginal_log_likelihood(log_alpha, log_beta, U, VS, value)
-
-
-def _lowrank_y_random(log_alpha, log_beta, U, VS, *carrier, rng=None, size=None):
-    return _marginal_y_random(log_alpha, log_beta, U @ VS.T, None, *carrier, rng=rng, size=size)
-
-
-def _marginal_y_random(log_alpha, log_beta, Phi, gram, *carrier, rng=None, size=None):
-    # A prior-predictive draw: w ~ N(0, A^-1), t = Phi w + noise. The optional zero vector
-    # `carrier` of length D only tells PyTensor the number of outputs.
-    if size is not None and len(size) > 0:
-        raise NotImplementedError("batched draws of the marginal RVM likelihood")
-    w_shape = log_alpha.shape + carrier[0].shape if carrier else log_alpha.shape
-    w = rng.normal(size=w_shape)
-    w = w * np.exp(-0.5 * np.asarray(log_alpha)).reshape(log_alpha.shape + (1,) * (w.ndim - 1))
-    mu = Phi @ w
-    return mu + rng.normal(size=mu.shape) * np.exp(-0.5 * float(log_beta))
-
-
-def rvm_regression_model(
-    Phi: np.ndarray,
-    y: np.ndarray,
-    *,
-    prior: Literal["ard", "student_t"] = "ard",
-    form: Literal["marginal", "joint"] = "marginal",
-    tau: float = 1.0,
-    nu: float | NuPrior = DEFAULT_NU,
-    s: float = 1.0,
-    alpha_prior: AlphaPrior | None = None,
-    noise_prior: NoisePrior | None = None,
-    basis: Sequence[int] | np.ndarray | None = None,
-    basis_names: Sequence | None = None,
-    output_names: Sequence | None = None,
-    coords: dict | None = None,
-    marginal: Literal["auto", "dense", "lowrank"] = "auto",
-) -> pm.Model:
-    """Build the RVM regression model on a design matrix.
-
-    Parameters
-    ----------
-    Phi : ndarray of shape (N, M)
-        Design matrix (for a kernel machine, the N + 1 columns of
-        :meth:`bayes_rvm.kernels.KernelBasis.transform`).
-    y : ndarray of shape (N,) or (N, D)
-        Targets. With D outputs the weights are ``w[basis, output]`` and ``alpha`` and the noise are
-        shared by the outputs.
-    prior : {"ard", "student_t"}, default="ard"
-        ``"ard"``: ``w_i ~ N(0, 1/alpha_i)`` with ``alpha_i`` from ``alpha_prior`` (default
-        :func:`halfcauchy_scale_alpha` with scale ``tau``). ``"student_t"``:
-        ``alpha_i ~ Gamma(nu/2, nu s^2/2)``, so that ``w_i ~ StudentT(nu, 0, s)``.
-    form : {"marginal", "joint"}, default="marginal"
-        ``"marginal"``: ``w`` integrated out (fast, NUTS-friendly; ``w`` is drawn back by
-        :func:`bayes_rvm.inference.sample_mcmc`). ``"joint"``: non-centred
-        ``w = z / sqrt(alpha)`` with a ``pm.Normal`` likelihood, to be extended by the user.
-    tau : float, default=1.0
-        Scale of the default ARD hyperprior (ignored when ``alpha_prior`` is given).
-    nu : float or callable, default=1e-4 (:data:`bayes_rvm.priors.DEFAULT_NU`)
-        Degrees of freedom of the Student-t prior, or ``nu_prior(name) -> TensorVariable``
-        creating a random ``nu`` inside the model (for example
-        ``lambda name: pm.Gamma(name, 2.0, 0.1)``).
-    s : float, default=1.0
-        Scale of the Student-t prior.
-    alpha_prior : callable, optional
-        ``alpha_prior(name, dims) -> TensorVariable`` creating a positive ``alpha`` inside the
-        model, for example ``lambda name, dims: pm.Gamma(name, 1e-2, 1e-4, dims=dims)``. Replaces
-        the ARD default (``prior="ard"`` only).
-    noise_prior : callable, optional
-        ``noise_prior(name) -> TensorVariable`` creating the noise standard deviation ``sigma``;
-        default ``HalfNormal(1)`` (weak for targets of unit RMS).
-    basis : sequence of int, optional
-        Columns of ``Phi`` to keep (for example ``fit.active`` of a type-II fit); default all.
-    basis_names : sequence, optional
-        Coordinates of the ``basis`` dim; default the kept column indices.
-    output_names : sequence, optional
-        Coordinates of the ``output`` dim (multi-output only).
-    coords : dict, optional
-        Further coordinates for user extensions.
-    marginal : {"auto", "dense", "lowrank"}, default="auto"
-        How the marginal form evaluates its density (same density, different cost):
-        ``"dense"`` through ``Phi^T Phi`` at ``O(M^3)`` per gradient, ``"lowrank"`` through a thin
-        SVD of ``Phi`` (singular values above ``1e-10`` of the largest) at ``O(M r^2)``; ``"auto"``
-        takes the low-rank form when the rank r is at most half of M
-        (:mod:`bayes_rvm.marginal.lowrank`, which also states the tolerance).
-
-    Returns
-    -------
-    pymc.Model
-        With data ``Phi``, ``gram`` (``Phi^T Phi``, dense marginal form) or ``Phi_U`` and
-        ``Phi_VS`` (low-rank marginal form), and ``y_obs``; free variables
-        ``alpha`` (and ``nu`` if random), ``sigma`` and, in the joint form, ``z``; deterministics
-        ``beta`` and, in the joint form, ``w``; the observed variable ``y``. Attributes
-        ``model.rvm_settings`` (a dict) record the choices made.
-
-    Notes
-    -----
-    Change the data with :func:`set_model_data`, which keeps ``gram`` consistent with ``Phi``.
-    """
-    Phi = np.asarray(Phi, dtype=np.float64)
-    y = np.asarray(y, dtype=np.float64)
-    if Phi.ndim != 2:
-        raise ValueError(f"Phi must be 2-D, got shape {Phi.shape}.")
-    if y.ndim not in (1, 2) or y.shape[0] != Phi.shape[0]:
-        raise ValueError(
-            f"y must have shape ({Phi.shape[0]},) or ({Phi.shape[0]}, D), got {y.shape}."
-        )
-    if not (np.all(np.isfinite(Phi)) and np.all(np.isfinite(y))):
-        raise ValueError("Phi and y must be finite.")
-    if prior not in ("ard", "student_t"):
-        raise ValueError(f"prior must be 'ard' or 'student_t', got {prior!r}.")
-    if form not in ("marginal", "joint"):
-        raise ValueError(f"form must be 'marginal' or 'joint', got {form!r}.")
-    if alpha_prior is not None and prior != "ard":
-        raise ValueError("alpha_prior replaces the ARD hyperprior; use it with prior='ard'.")
-    cols = np.arange(Phi.shape[1]) if basis is None else np.asarray(basis, dtype=int)
-    Phi = Phi[:, cols]
-    N, M = Phi.shape
-    names = list(cols) if basis_names is None else list(basis_names)
-    if len(names) != M:
-        raise ValueError(f"basis_names has {len(names)} entries for {M} basis functions.")
-    all_coords = {OBS: np.arange(N), BASIS: names}
-    multi = y.ndim == 2
-    if multi:
-        D = y.shape[1]
-        all_coords[OUTPUT] = list(range(D)) if output_names is None else list(output_names)
-    all_coords.update(coords or {})
-    y_dims = (OBS, OUTPUT) if multi else (OBS,)
-    w_dims = (BASIS, OUTPUT) if multi else (BASIS,)
-
-    with pm.Model(coords=all_coords) as model:
-        Phi_data = pm.Data("Phi", Phi, dims=(OBS, BASIS))
-        y_data = pm.Data("y_obs", y, dims=y_dims)
-
-        if prior == "ard":
-            alpha = (alpha_prior or (lambda n, d: halfcauchy_scale_alpha(n, tau=tau, dims=d)))(
-                "alpha", BASIS
-            )
-        else:
-            nu_var = nu("nu") if callable(nu) else float(nu)
-            if not callable(nu) and not (np.isfinite(nu_var) and nu_var > 0):
-                raise ValueError(f"nu must be positive, got {nu!r}.")
-            alpha = pm.Gamma("alpha", alpha=nu_var / 2.0, beta=nu_var * s**2 / 2.0, dims=BASIS)
-        sigma = (noise_prior or _default_noise_prior)("sigma")
-        pm.Deterministic("beta", sigma**-2.0)
-        log_alpha = pt.log(alpha)
-        log_beta = -2.0 * pt.log(sigma)
-
-        if form == "marginal":
-            lowrank, design = _marginal_design(Phi, marginal)
-            if lowrank:
-                params = [log_alpha, log_beta, *(pm.Data(k, v) for k, v in design.items())]
-                signature = "(m),(),(n,r),(m,r)"
-            else:
-                params = [log_alpha, log_beta, Phi_data, pm.Data("gram", design["gram"])]
-                signature = "(m),(),(n,m),(m,m)"
-            if multi:
-                params.append(pt.zeros(y.shape[1]))
-                signature += ",(d)->(n,d)"
-            else:
-                signature += "->(n)"
-            pm.CustomDist(
-                "y",
-                *params,
-                logp=_lowrank_y_logp if lowrank else _marginal_y_logp,
-                random=_lowrank_y_random if lowrank else _marginal_y_random,
-                signature=signature,
-                observed=y_data,
-                dims=y_dims,
-            )
-        else:
-            z = pm.Normal("z", 0.0, 1.0, dims=w_dims)
-            scale = pt.exp(-0.5 * log_alpha)
-            w = pm.Deterministic("w", z * (scale[:, None] if multi else scale), dims=w_dims)
-            pm.Normal(
-                "y", mu=Phi_data @ w, sigma=sigma, observed=y_data, shape=y_data.shape, dims=y_dims
-            )
-
-    model.rvm_settings = {
-        "prior": prior,
-        "form": form,
-        "tau": float(tau) if prior == "ard" and alpha_prior is None else None,
-        "nu": float(nu) if prior == "student_t" and not callable(nu) else None,
-        "nu_random": bool(prior == "student_t" and callable(nu)),
-        "s": float(s) if prior == "student_t" else None,
-        "custom_alpha_prior": alpha_prior is not None,
-        "custom_noise_prior": noise_prior is not None,
-        "basis": [int(c) for c in cols],
-        "n_outputs": int(y.shape[1]) if multi else 0,
-    }
-    if form == "marginal":
-        model.rvm_settings["marginal"] = "lowrank" if lowrank else "dense"
-    return model
+def _lowrank_y_logp(value, log_alpha, log_beta, U, VS, offset):
+    return lowrank_marginal_log_likelihood(log_alpha, log_beta, U, VS, value - offset)
 
 
 def _marginal_design(Phi: np.ndarray, marginal: str) -> tuple[bool, dict[str, np.ndarray]]:
@@ -337,11 +241,210 @@ def _marginal_design(Phi: np.ndarray, marginal: str) -> tuple[bool, dict[str, np
     return False, {"gram": Phi.T @ Phi}
 
 
+def _marginal_y_random(*args, rng=None, size=None):
+    # A draw of y needs w; here w is integrated out, and only its prior is in the graph. PyMC's
+    # posterior predictive would draw w from that prior: a silently wrong answer. Refuse.
+    raise NotImplementedError(
+        "the weight-marginalised RVM likelihood has no random draw: pm.sample_posterior_"
+        "predictive would integrate w over its prior, not its posterior. Use "
+        "est.sample_posterior_predictive(X) on a fitted RVR, or "
+        "bayes_rvm.inference.sample_posterior_predictive(idata, model), which draw w from its "
+        "posterior; for prior predictive draws, build the model with form='joint'."
+    )
+
+
+def rvm_regression_model(
+    Phi: np.ndarray,
+    y: np.ndarray,
+    *,
+    prior: Literal["ard", "student_t"] = "ard",
+    form: Literal["marginal", "joint"] = "marginal",
+    alpha_prior: Prior | None = None,
+    nu: float | Prior = DEFAULT_NU,
+    s: float = 1.0,
+    noise_prior: Prior | None = None,
+    noise_sd: float | None = None,
+    phi_scale: np.ndarray | None = None,
+    y_scale: float | None = None,
+    offset: np.ndarray | Callable[[pm.Model], pt.TensorVariable] | None = None,
+    basis: Sequence[int] | np.ndarray | None = None,
+    basis_names: Sequence | None = None,
+    output_names: Sequence | None = None,
+    coords: dict | None = None,
+    marginal: Literal["auto", "dense", "lowrank"] = "auto",
+) -> pm.Model:
+    """Build the RVM regression model on a design matrix.
+
+    Parameters
+    ----------
+    Phi : ndarray of shape (N, M)
+        Design matrix (for a kernel machine, the N + 1 columns of
+        :meth:`bayes_rvm.kernels.KernelBasis.transform`), in the user's units.
+    y : ndarray of shape (N,) or (N, D)
+        Targets. With D outputs the weights are ``w[basis, output]`` and ``alpha`` and the noise are
+        shared by the outputs.
+    prior : {"ard", "student_t"}, default="ard"
+        ``"ard"``: ``w_i ~ N(0, 1/alpha_i)`` with ``alpha_rel`` from ``alpha_prior``.
+        ``"student_t"``: ``alpha_rel_i ~ Gamma(nu/2, nu s^2/2)``, so that the relative weights are
+        ``StudentT(nu, 0, s)``.
+    form : {"marginal", "joint"}, default="marginal"
+        ``"marginal"``: ``w`` integrated out (fast, NUTS-friendly; ``w`` is drawn back by
+        :func:`bayes_rvm.inference.complete_posterior`). ``"joint"``: non-centred
+        ``w = z / sqrt(alpha)`` with a ``pm.Normal`` likelihood.
+    alpha_prior : Prior, optional
+        Hyperprior of ``alpha_rel`` under ``prior="ard"``; default
+        :func:`bayes_rvm.priors.default_alpha_prior` (half-Cauchy on ``alpha_rel^-1/2``).
+    nu : float or Prior, default=1e-4
+        Degrees of freedom of the Student-t prior, fixed or sampled (a :class:`Prior`, created as
+        the variable ``nu``).
+    s : float, default=1.0
+        Scale of the Student-t prior on the relative weights.
+    noise_prior : Prior, optional
+        Prior of ``sigma_rel = sigma / y_scale``; default
+        :data:`bayes_rvm.priors.DEFAULT_NOISE_PRIOR` (``HalfNormal(1)``).
+    noise_sd : float, optional
+        Hold the noise sd fixed at this value (units of ``y``) instead of sampling it.
+    phi_scale : ndarray of shape (M,), optional
+        Scale of each column of ``Phi`` (before ``basis`` selects); the estimators pass the
+        column norms. Default ones.
+    y_scale : float, optional
+        Scale of the targets (the estimators pass their root-mean-square); default 1.
+    offset : ndarray or callable, optional
+        Terms of your own added to the mean ``Phi w``: a fixed array broadcastable to ``y``
+        (stored as ``pm.Data("offset")``), or ``offset(model) -> tensor``, called inside the
+        model after its data exist, which may create variables with priors of their own (stored
+        as ``pm.Deterministic("offset")``). Both forms take it: the marginal one integrates ``w``
+        out of ``y - offset``.
+    basis : sequence of int, optional
+        Columns of ``Phi`` to keep (for example ``fit.active`` of a type-II fit); default all.
+    basis_names : sequence, optional
+        Coordinates of the ``basis`` dim; default the kept column indices.
+    output_names : sequence, optional
+        Coordinates of the ``output`` dim (multi-output only).
+    coords : dict, optional
+        Further coordinates for user extensions.
+    marginal : {"auto", "dense", "lowrank"}, default="auto"
+        How the marginal form evaluates its density (same density, different cost):
+        ``"dense"`` through ``Phi^T Phi`` at ``O(M^3)`` per gradient, ``"lowrank"`` through a thin
+        SVD of ``Phi``. ``"auto"`` takes the low-rank form when the rank r is at most half of M
+        (:mod:`bayes_rvm.marginal.lowrank`, which also states the tolerance).
+
+    Returns
+    -------
+    pymc.Model
+        Data ``Phi``, ``y_obs``, ``phi_scale``, ``y_scale`` and, in the marginal form, ``gram``
+        (``Phi^T Phi``) or ``Phi_U`` and ``Phi_VS`` (its thin SVD); free variables ``alpha_rel``
+        (and ``nu`` if random), ``sigma_rel`` and, in the joint form, ``z``; deterministics
+        ``alpha = alpha_rel phi_scale^2 / y_scale^2``,
+        ``sigma = sigma_rel y_scale``, ``beta = sigma^-2`` and, in the joint form, ``w``; the
+        observed ``y``. ``model.rvm_spec`` (:class:`RVMSpec`) records the choices.
+
+    Notes
+    -----
+    The hyperpriors are stated on the normalised problem (``Phi / phi_scale``, ``y / y_scale``)
+    and the model maps them into the user's units, so one set of defaults suits any scale and the
+    posterior of ``alpha``, ``sigma`` and ``w`` is in the units of ``Phi`` and ``y``.
+
+    In the marginal form ``y`` has no random draw (``pm.sample_posterior_predictive`` raises and
+    names :func:`bayes_rvm.inference.sample_posterior_predictive`). Change the data with
+    :func:`set_model_data`, which keeps ``gram`` consistent with ``Phi``.
+    """
+    y = np.asarray(y, dtype=np.float64)
+    Phi, phi_scale, cols, names = _check_design(Phi, phi_scale, basis, basis_names)
+    if y.ndim not in (1, 2) or y.shape[0] != Phi.shape[0]:
+        raise ValueError(
+            f"y must have shape ({Phi.shape[0]},) or ({Phi.shape[0]}, D), got {y.shape}."
+        )
+    if not np.all(np.isfinite(y)):
+        raise ValueError("y must be finite.")
+    y_scale = 1.0 if y_scale is None else float(y_scale)
+    if not (np.isfinite(y_scale) and y_scale > 0):
+        raise ValueError(f"y_scale must be positive, got {y_scale!r}.")
+    alpha_prior = _check_priors(prior, form, alpha_prior, nu, s)
+    noise_prior = as_prior(noise_prior, "noise_prior")
+    if noise_sd is not None and not (np.isfinite(noise_sd) and noise_sd > 0):
+        raise ValueError(f"noise_sd must be positive, got {noise_sd!r}.")
+    N = Phi.shape[0]
+    all_coords = {OBS: np.arange(N), BASIS: names}
+    multi = y.ndim == 2
+    if multi:
+        D = y.shape[1]
+        all_coords[OUTPUT] = list(range(D)) if output_names is None else list(output_names)
+    all_coords.update(coords or {})
+    y_dims = (OBS, OUTPUT) if multi else (OBS,)
+    w_dims = (BASIS, OUTPUT) if multi else (BASIS,)
+
+    with pm.Model(coords=all_coords) as model:
+        Phi_data = pm.Data("Phi", Phi, dims=(OBS, BASIS))
+        y_data = pm.Data("y_obs", y, dims=y_dims)
+        scale_data = pm.Data("phi_scale", phi_scale, dims=BASIS)
+        y_scale_data = pm.Data("y_scale", y_scale)
+        alpha = _weight_precision(prior, alpha_prior, nu, s, scale_data, y_scale_data)
+        if noise_sd is None:
+            sigma_rel = (noise_prior or DEFAULT_NOISE_PRIOR).create_variable("sigma_rel")
+            sigma = pm.Deterministic("sigma", sigma_rel * y_scale_data)
+        else:
+            sigma = pm.Deterministic("sigma", pt.as_tensor_variable(float(noise_sd)))
+        pm.Deterministic("beta", sigma**-2.0)
+        log_alpha = pt.log(alpha)
+        log_beta = -2.0 * pt.log(sigma)
+        off, off_kind = _offset_term(offset, y_dims, y.shape)
+
+        if form == "marginal":
+            lowrank, design = _marginal_design(Phi, marginal)
+            if lowrank:
+                params = [log_alpha, log_beta, *(pm.Data(k, v) for k, v in design.items())]
+                signature = "(m),(),(n,r),(m,r)"
+            else:
+                params = [log_alpha, log_beta, Phi_data, pm.Data("gram", design["gram"])]
+                signature = "(m),(),(n,m),(m,m)"
+            signature += ",(n,d)->(n,d)" if multi else ",(n)->(n)"
+            pm.CustomDist(
+                "y",
+                *params,
+                off,
+                logp=_lowrank_y_logp if lowrank else _marginal_y_logp,
+                random=_marginal_y_random,
+                signature=signature,
+                observed=y_data,
+                dims=y_dims,
+            )
+        else:
+            z = pm.Normal("z", 0.0, 1.0, dims=w_dims)
+            scale = pt.exp(-0.5 * log_alpha)
+            w = pm.Deterministic("w", z * (scale[:, None] if multi else scale), dims=w_dims)
+            pm.Normal(
+                "y",
+                mu=Phi_data @ w + off,
+                sigma=sigma,
+                observed=y_data,
+                shape=y_data.shape,
+                dims=y_dims,
+            )
+
+    model.rvm_spec = RVMSpec(
+        likelihood="gaussian",
+        prior=prior,
+        form=form,
+        alpha_prior=(alpha_prior or default_alpha_prior("ard")) if prior == "ard" else None,
+        nu=(nu if isinstance(nu, Prior) else float(nu)) if prior == "student_t" else None,
+        s=float(s) if prior == "student_t" else None,
+        noise_prior=(noise_prior or DEFAULT_NOISE_PRIOR) if noise_sd is None else None,
+        noise_sd=None if noise_sd is None else float(noise_sd),
+        basis=tuple(int(c) for c in cols),
+        n_outputs=int(y.shape[1]) if multi else 0,
+        offset=off_kind,
+        marginal=("lowrank" if lowrank else "dense") if form == "marginal" else None,
+    )
+    return model
+
+
 def set_model_data(model: pm.Model, Phi: np.ndarray, y: np.ndarray) -> None:
     """Replace the data of a model built by :func:`rvm_regression_model` (same basis size).
 
-    Keeps the ``gram`` (or thin SVD) data of the marginal form consistent with ``Phi``, updates
-    the ``obs`` coordinate, and lets compiled samplers be reused (no new graph is built).
+    Keeps the ``gram`` data of the marginal form equal to ``Phi^T Phi``, updates the ``obs``
+    coordinate, and lets compiled samplers be reused (no new graph is built). A fixed offset is
+    reset to zero unless it is set again with ``pm.set_data``.
     """
     Phi = np.asarray(Phi, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
@@ -350,6 +453,8 @@ def set_model_data(model: pm.Model, Phi: np.ndarray, y: np.ndarray) -> None:
         values["gram"] = Phi.T @ Phi
     if "Phi_U" in model.named_vars:
         values["Phi_U"], values["Phi_VS"] = thin_svd(Phi)
+    if "offset" in model.named_vars and hasattr(model["offset"], "get_value"):
+        values["offset"] = np.zeros_like(y)
     with model:
         pm.set_data(values, coords={OBS: np.arange(Phi.shape[0])})
 
@@ -365,11 +470,16 @@ def rvm_classification_model(
     *,
     likelihood: Literal["auto", "bernoulli", "softmax"] = "auto",
     prior: Literal["ard", "student_t"] = "ard",
-    tau: float = 1.0,
-    nu: float = DEFAULT_NU,
+    alpha_prior: Prior | None = None,
+    nu: float | Prior = DEFAULT_NU,
     s: float = 1.0,
+    phi_scale: np.ndarray | None = None,
+    offset: np.ndarray | Callable[[pm.Model], pt.TensorVariable] | None = None,
+    centred: bool = False,
+    basis: Sequence[int] | np.ndarray | None = None,
     basis_names: Sequence | None = None,
     class_names: Sequence | None = None,
+    coords: dict | None = None,
 ) -> pm.Model:
     """Build the PyMC model of an RVM classifier.
 
@@ -382,26 +492,38 @@ def rvm_classification_model(
     likelihood : {"auto", "bernoulli", "softmax"}, default="auto"
         ``"auto"``: Bernoulli-logit for two classes, softmax for more.
     prior : {"ard", "student_t"}, default="ard"
-        ARD: half-Cauchy(``tau``) on ``alpha_i^-1/2``; Student-t: ``alpha_i ~ Gamma(nu/2,
-        nu s^2/2)``, whose marginal is ``w ~ t_nu(0, s)``.
-    tau, nu, s : float
-        Hyperprior settings (see ``prior``).
+        As in :func:`rvm_regression_model` (``alpha_rel`` on the columns scaled by ``phi_scale``).
+    alpha_prior, nu, s
+        Hyperpriors, as in :func:`rvm_regression_model`.
+    phi_scale : ndarray of shape (M,), optional
+        Scale of each column (the estimator passes the column norms); default ones.
+    offset : ndarray or callable, optional
+        Terms of your own added to the latent function(s) ``Phi w``, as in
+        :func:`rvm_regression_model`: shape (N,) for two classes, (N, C) for the softmax.
+    centred : bool, default=False
+        ``w ~ N(0, 1/alpha)`` sampled directly instead of ``w = z / sqrt(alpha)``. With few,
+        well-determined weights (the type-II relevance vectors) the likelihood pins ``w`` and
+        the centred form has the kinder geometry; over a full basis the non-centred one does.
+    basis : sequence of int, optional
+        Columns of ``Phi`` to keep; default all.
     basis_names, class_names : sequence, optional
         Coordinates of the ``basis`` and ``class`` dimensions.
+    coords : dict, optional
+        Further coordinates for user extensions.
 
     Returns
     -------
     pymc.Model
-        Variables ``alpha[basis]``, ``z``, ``w[basis]`` (``w[basis, class]`` for the softmax) and
-        the observed ``y[obs]``; ``pm.compute_log_likelihood`` finds its pointwise terms.
+        Data ``Phi``, ``y_obs``, ``phi_scale``; free ``alpha_rel[basis]``, ``z``; deterministics
+        ``alpha`` and ``w[basis]`` (``w[basis, class]`` for the softmax); the observed ``y[obs]``.
     """
-    Phi = np.asarray(Phi, dtype=np.float64)
     y = np.asarray(y)
-    if Phi.ndim != 2 or y.shape != (Phi.shape[0],):
+    Phi, phi_scale, cols, names = _check_design(Phi, phi_scale, basis, basis_names)
+    if y.shape != (Phi.shape[0],):
         raise ValueError(f"Phi must be (N, M) and y (N,); got {Phi.shape} and {y.shape}.")
     if not np.issubdtype(y.dtype, np.integer) or y.min() < 0:
         raise ValueError("y must hold class indices 0 .. C-1.")
-    N, M = Phi.shape
+    N = Phi.shape[0]
     C = int(y.max()) + 1 if class_names is None else len(class_names)
     if likelihood == "auto":
         likelihood = "bernoulli" if C <= 2 else "softmax"
@@ -409,39 +531,46 @@ def rvm_classification_model(
         raise ValueError(
             f"likelihood must be 'auto', 'bernoulli' or 'softmax', got {likelihood!r}."
         )
-    if prior not in ("ard", "student_t"):
-        raise ValueError(f"prior must be 'ard' or 'student_t', got {prior!r}.")
-    names = list(range(M)) if basis_names is None else list(basis_names)
-    coords = {OBS: np.arange(N), BASIS: names}
+    alpha_prior = _check_priors(prior, "joint", alpha_prior, nu, s, forms=("joint",))
+    all_coords = {OBS: np.arange(N), BASIS: names}
     if likelihood == "softmax":
-        coords[CLASS] = list(range(C)) if class_names is None else list(class_names)
-    w_dims = (BASIS, CLASS) if likelihood == "softmax" else BASIS
+        all_coords[CLASS] = list(range(C)) if class_names is None else list(class_names)
+    all_coords.update(coords or {})
+    w_dims = (BASIS, CLASS) if likelihood == "softmax" else (BASIS,)
+    eta_dims = (OBS, CLASS) if likelihood == "softmax" else (OBS,)
+    eta_shape = (N, C) if likelihood == "softmax" else (N,)
 
-    with pm.Model(coords=coords) as model:
+    with pm.Model(coords=all_coords) as model:
         Phi_data = pm.Data("Phi", Phi, dims=(OBS, BASIS))
         y_data = pm.Data("y_obs", y, dims=OBS)
-        if prior == "ard":
-            alpha = halfcauchy_scale_alpha("alpha", tau=tau, dims=BASIS)
-        else:
-            alpha = pm.Gamma("alpha", alpha=nu / 2.0, beta=nu * s**2 / 2.0, dims=BASIS)
-        z = pm.Normal("z", 0.0, 1.0, dims=w_dims)
+        scale_data = pm.Data("phi_scale", phi_scale, dims=BASIS)
+        alpha = _weight_precision(prior, alpha_prior, nu, s, scale_data, 1.0)
         scale = pt.exp(-0.5 * pt.log(alpha))
-        w = pm.Deterministic(
-            "w", z * (scale[:, None] if likelihood == "softmax" else scale), dims=w_dims
-        )
-        eta = Phi_data @ w
+        scale = scale[:, None] if likelihood == "softmax" else scale
+        if centred:
+            w = pm.Normal("w", 0.0, scale, dims=w_dims)
+        else:
+            z = pm.Normal("z", 0.0, 1.0, dims=w_dims)
+            w = pm.Deterministic("w", z * scale, dims=w_dims)
+        off, off_kind = _offset_term(offset, eta_dims, eta_shape)
+        eta = Phi_data @ w + off
         if likelihood == "bernoulli":
             pm.Bernoulli("y", logit_p=eta, observed=y_data, dims=OBS)
         else:
             pm.Categorical("y", logit_p=eta, observed=y_data, dims=OBS)
-    model.rvm_settings = {
-        "likelihood": likelihood,
-        "prior": prior,
-        "tau": float(tau),
-        "nu": float(nu),
-        "s": float(s),
-        "n_classes": C,
-    }
+    model.rvm_spec = RVMSpec(
+        likelihood=likelihood,
+        prior=prior,
+        form="centred" if centred else "joint",
+        alpha_prior=(alpha_prior or default_alpha_prior("ard")) if prior == "ard" else None,
+        nu=(nu if isinstance(nu, Prior) else float(nu)) if prior == "student_t" else None,
+        s=float(s) if prior == "student_t" else None,
+        noise_prior=None,
+        noise_sd=None,
+        basis=tuple(int(c) for c in cols),
+        n_outputs=C if likelihood == "softmax" else 0,
+        offset=off_kind,
+    )
     return model
 
 
@@ -455,7 +584,7 @@ def rvm_width_model(
     log_width_sigma: float = 1.0,
     bias: bool = True,
     tau: float = 1.0,
-    noise_prior: NoisePrior | None = None,
+    noise_prior: Prior | None = None,
 ) -> pm.Model:
     """The RVM regression model with the kernel width sampled beside the alphas and the noise.
 
@@ -465,7 +594,8 @@ def rvm_width_model(
 
     Priors: ``log r ~ Normal(log_width_mu, log_width_sigma)`` (default centre: the log median
     distance between the inputs, and a standard deviation of 1: the width known within a factor of
-    about 7 either way at 95%); ``alpha_j`` from :func:`halfcauchy_scale_alpha` with scale ``tau``;
+    about 7 either way at 95%); ``alpha_j`` from :func:`bayes_rvm.priors.halfcauchy_precision`
+    with scale ``tau``;
     ``sigma`` from ``noise_prior`` (default ``HalfNormal(1)``, weak for targets of unit RMS).
 
     Parameters
@@ -534,8 +664,10 @@ def rvm_width_model(
         Phi = Kmat / pt.sqrt(pt.sum(Kmat**2, axis=0))
         if bias:
             Phi = pt.concatenate([Phi, pt.ones((N, 1)) / np.sqrt(N)], axis=1)
-        alpha = halfcauchy_scale_alpha("alpha", tau=tau, dims=BASIS)
-        sigma = (noise_prior or _default_noise_prior)("sigma")
+        alpha = halfcauchy_precision("alpha", beta=tau, dims=BASIS)
+        sigma = (as_prior(noise_prior, "noise_prior") or DEFAULT_NOISE_PRIOR).create_variable(
+            "sigma"
+        )
         pm.Deterministic("beta", sigma**-2.0)
         cov = (Phi / alpha) @ Phi.T + sigma**2 * pt.eye(N)
         pm.MvNormal("y", mu=pt.zeros(N), cov=cov, observed=y, dims=OBS)

@@ -44,7 +44,10 @@ __all__ = [
     "DEFAULT_NOISE_PRIOR",
     "DEFAULT_NU",
     "Prior",
+    "as_prior",
+    "decode_params",
     "default_alpha_prior",
+    "encode_params",
     "halfcauchy_precision",
 ]
 
@@ -279,3 +282,20 @@ def as_prior(value, name: str) -> Prior | None:
     raise TypeError(
         f"{name} must be a bayes_rvm.priors.Prior (or its to_dict() form), got {value!r}."
     )
+
+
+#: Key that marks a Prior among an estimator's JSON-encoded parameters.
+_PRIOR_TAG = "bayes_rvm.Prior"
+
+
+def encode_params(params: Mapping[str, Any]) -> dict[str, Any]:
+    """Constructor parameters with every :class:`Prior` replaced by a tagged dict (for JSON)."""
+    return {k: {_PRIOR_TAG: v.to_dict()} if isinstance(v, Prior) else v for k, v in params.items()}
+
+
+def decode_params(params: Mapping[str, Any]) -> dict[str, Any]:
+    """Inverse of :func:`encode_params`."""
+    return {
+        k: Prior.from_dict(v[_PRIOR_TAG]) if isinstance(v, Mapping) and _PRIOR_TAG in v else v
+        for k, v in params.items()
+    }

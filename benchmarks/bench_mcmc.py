@@ -55,7 +55,8 @@ from bayes_rvm.dims import BASIS, OBS
 from bayes_rvm.evidence.gaussian import fit_mackay
 from bayes_rvm.inference import sample_mcmc
 from bayes_rvm.kernels import KernelBasis
-from bayes_rvm.models import halfcauchy_scale_alpha, rvm_regression_model
+from bayes_rvm.models import rvm_regression_model
+from bayes_rvm.priors import halfcauchy_precision
 
 
 def sinc_problem(n: int, seed: int = 0):
@@ -72,7 +73,7 @@ def centred_joint_model(Phi, t) -> pm.Model:
     with pm.Model(coords={OBS: np.arange(N), BASIS: np.arange(M)}) as model:
         Phi_data = pm.Data("Phi", Phi, dims=(OBS, BASIS))
         y_data = pm.Data("y_obs", t, dims=OBS)
-        alpha = halfcauchy_scale_alpha("alpha", tau=1.0)
+        alpha = halfcauchy_precision("alpha", beta=1.0, dims=BASIS)
         sigma = pm.HalfNormal("sigma", 1.0)
         w = pm.Normal("w", 0.0, alpha**-0.5, dims=BASIS)
         pm.Normal("y", Phi_data @ w, sigma, observed=y_data, dims=OBS)

@@ -165,7 +165,7 @@ def test_pymc_classification_model_logp_matches_numpy(n_classes):
     shape = (4,) if n_classes == 2 else (4, n_classes)
     z = rng.normal(size=shape)
     alpha = rng.uniform(0.5, 2.0, size=4)
-    point = {"z": z, "alpha_log__": np.log(alpha)}
+    point = {"z": z, "alpha_rel_log__": np.log(alpha)}
     w = z / np.sqrt(alpha)[:, None] if n_classes > 2 else z / np.sqrt(alpha)
     eta = Phi @ w
     if n_classes == 2:

@@ -57,7 +57,8 @@ def test_mcmc_fit_and_compare(tmp_path, capsys):
     common = ["--draws", "100", "--tune", "100", "--chains", "2", "--quiet", "--n-samples", "40"]
     assert main(["fit", "--inference", "mcmc", *common, "--output", str(tmp_path / "m")]) == 0
     summary = (tmp_path / "m" / "summary.txt").read_text()
-    assert "posterior sigma" in summary and "MCMC diagnostics" in summary
+    assert "MCMC (nutpie)" in summary and "max R-hat" in summary and "LOO elpd" in summary
+    assert summary.index("MCMC (nutpie)") < summary.index("type-II fit (the sampler's seed)")
     assert "sample_stats" in load_model(tmp_path / "m" / "model.nc").idata_.children
     assert main(["compare", *common, "--output", str(tmp_path / "c")]) == 0
     table = (tmp_path / "c" / "compare.csv").read_text().splitlines()

@@ -260,13 +260,13 @@ def test_model_chooses_lowrank_automatically_and_keeps_the_density():
     Phi, Y = _sinc_design(60)
     low = rvm_regression_model(Phi, Y[:, 0])
     dense = rvm_regression_model(Phi, Y[:, 0], marginal="dense")
-    assert low.rvm_settings["marginal"] == "lowrank" and "Phi_U" in low.named_vars
-    assert dense.rvm_settings["marginal"] == "dense" and "gram" in dense.named_vars
+    assert low.rvm_spec.marginal == "lowrank" and "Phi_U" in low.named_vars
+    assert dense.rvm_spec.marginal == "dense" and "gram" in dense.named_vars
     full_rank = rvm_regression_model(*_problem(N=20, M=21)[:2])
-    assert full_rank.rvm_settings["marginal"] == "dense"
+    assert full_rank.rvm_spec.marginal == "dense"
     point = low.initial_point()
-    point["alpha_log__"] = np.linspace(-3, 9, Phi.shape[1])
-    point["sigma_log__"] = np.array(-1.5)
+    point["alpha_rel_log__"] = np.linspace(-3, 9, Phi.shape[1])
+    point["sigma_rel_log__"] = np.array(-1.5)
     assert abs(low.compile_logp()(point) - dense.compile_logp()(point)) < 1e-8
     # new data of another rank: the factors follow
     Phi2, Y2 = _sinc_design(60)

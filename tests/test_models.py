@@ -11,11 +11,9 @@ from scipy import stats
 from threadpoolctl import threadpool_limits
 
 from bayes_rvm.dims import BASIS, OBS, OUTPUT
-from bayes_rvm.models import (
-    _halfcauchy_scale_logp,
-    rvm_regression_model,
-    set_model_data,
-)
+from bayes_rvm.models import model_cache_key, rvm_regression_model, set_model_data
+from bayes_rvm.priors import Prior
+from bayes_rvm.priors import _halfcauchy_precision_logp as _halfcauchy_scale_logp
 from tests.test_marginal import _dense_logp, _problem
 
 
@@ -39,7 +37,7 @@ def test_halfcauchy_scale_hyperprior_is_the_documented_density():
 
 def test_halfcauchy_scale_hyperprior_random_draws():
     Phi, Y, _, _ = _problem(N=10, M=5)
-    model = rvm_regression_model(Phi, Y[:, 0], tau=2.0)
+    model = rvm_regression_model(Phi, Y[:, 0], alpha_prior=Prior("HalfCauchyPrecision", beta=2.0))
     draws = pm.draw(model["alpha"], draws=4000, random_seed=1).ravel()
     s = draws**-0.5
     assert stats.kstest(s, stats.halfcauchy(scale=2.0).cdf).pvalue > 1e-3
@@ -59,14 +57,14 @@ def test_marginal_model_logp_is_priors_plus_dense_mvnormal():
     y = Y[:, 0]
     model = rvm_regression_model(Phi, y)
     point = model.initial_point()
-    point["alpha_log__"] = np.linspace(-2, 8, 21)
-    point["sigma_log__"] = np.array(-0.4)
+    point["alpha_rel_log__"] = np.linspace(-2, 8, 21)
+    point["sigma_rel_log__"] = np.array(-0.4)
     logps = model.point_logps(point, round_vals=12)
-    alpha, sigma = np.exp(point["alpha_log__"]), np.exp(point["sigma_log__"])
+    alpha, sigma = np.exp(point["alpha_rel_log__"]), np.exp(point["sigma_rel_log__"])
     dense = _dense_logp(np.log(alpha), -2 * np.log(sigma), Phi, Y)
     assert abs(logps["y"] - dense) < 1e-8
     expected_sigma = stats.halfnorm(scale=1.0).logpdf(sigma) + np.log(sigma)  # + log-Jacobian
-    assert abs(logps["sigma"] - expected_sigma) < 1e-8
+    assert abs(logps["sigma_rel"] - expected_sigma) < 1e-8
 
 
 def test_joint_model_logp_is_gaussian_likelihood():
@@ -76,16 +74,16 @@ def test_joint_model_logp_is_gaussian_likelihood():
     rng = np.random.default_rng(4)
     point = model.initial_point()
     point["z"] = rng.normal(size=21)
-    point["alpha_log__"] = rng.normal(size=21)
-    point["sigma_log__"] = np.array(-1.0)
-    w = point["z"] * np.exp(-0.5 * point["alpha_log__"])
+    point["alpha_rel_log__"] = rng.normal(size=21)
+    point["sigma_rel_log__"] = np.array(-1.0)
+    w = point["z"] * np.exp(-0.5 * point["alpha_rel_log__"])
     sigma = np.exp(-1.0)
     logps = model.point_logps(point, round_vals=12)
     assert abs(logps["y"] - stats.norm(Phi @ w, sigma).logpdf(y).sum()) < 1e-8
-    la = point["alpha_log__"]
+    la = point["alpha_rel_log__"]
     expected_alpha = (stats.gamma(a=1.5, scale=1 / 1.5).logpdf(np.exp(la)) + la).sum()
     # PyTensor's gammaln and scipy's differ by ~1e-8 per element
-    assert abs(logps["alpha"] - expected_alpha) < 1e-6
+    assert abs(logps["alpha_rel"] - expected_alpha) < 1e-6
 
 
 def test_model_structure_dims_and_subset_basis():
@@ -95,10 +93,10 @@ def test_model_structure_dims_and_subset_basis():
     assert model.named_vars_to_dims["w"] == (BASIS, OUTPUT)
     assert model.named_vars_to_dims["y"] == (OBS, OUTPUT)
     assert model["Phi"].get_value().shape == (15, 3)
-    assert {v.name for v in model.free_RVs} == {"alpha", "sigma", "z"}
+    assert {v.name for v in model.free_RVs} == {"alpha_rel", "sigma_rel", "z"}
     marg = rvm_regression_model(Phi, Y, basis=[2, 5, 15])
-    assert {v.name for v in marg.free_RVs} == {"alpha", "sigma"}
-    assert marg.rvm_settings["basis"] == [2, 5, 15]
+    assert {v.name for v in marg.free_RVs} == {"alpha_rel", "sigma_rel"}
+    assert marg.rvm_spec.basis == (2, 5, 15)
     assert marg.named_vars_to_dims["y"] == (OBS, OUTPUT)
 
 
@@ -106,11 +104,27 @@ def test_multi_output_marginal_model_and_prior_predictive():
     Phi, Y, _, _ = _problem(N=15, M=16, D=2)
     model = rvm_regression_model(Phi, Y)
     point = model.initial_point()
-    la = np.log(model.rvs_to_transforms[model["alpha"]].backward(point["alpha_log__"]).eval())
-    dense = _dense_logp(la, -2 * point["sigma_log__"], Phi, Y)
+    la = np.log(
+        model.rvs_to_transforms[model["alpha_rel"]].backward(point["alpha_rel_log__"]).eval()
+    )
+    dense = _dense_logp(la, -2 * point["sigma_rel_log__"], Phi, Y)
     assert abs(model.point_logps(point, round_vals=12)["y"] - dense) < 1e-8
-    prior = pm.sample_prior_predictive(draws=5, model=model, random_seed=0)
+    joint = rvm_regression_model(Phi, Y, form="joint")
+    prior = pm.sample_prior_predictive(draws=5, model=joint, random_seed=0)
     assert prior["prior_predictive"]["y"].shape == (1, 5, 15, 2)
+
+
+def test_marginal_model_refuses_predictive_draws_that_would_use_the_prior_of_w():
+    # The old path: y's random draw in the marginal form integrated w over its PRIOR, so
+    # pm.sample_posterior_predictive gave a predictive sd of about 10 on sinc (noise 0.1).
+    Phi, Y, _, _ = _problem(N=15, M=16)
+    model = rvm_regression_model(Phi, Y[:, 0])
+    with model:
+        trace = pm.sample_prior_predictive(draws=4, var_names=["alpha_rel", "sigma_rel"])
+    idata = trace.copy()
+    idata["posterior"] = trace["prior"]
+    with pytest.raises(NotImplementedError, match="sample_posterior_predictive"):
+        pm.sample_posterior_predictive(idata, model=model, progressbar=False)
 
 
 def test_set_model_data_keeps_gram_consistent():
@@ -124,7 +138,7 @@ def test_set_model_data_keeps_gram_consistent():
     assert (
         abs(
             model.point_logps(point, round_vals=12)["y"]
-            - _dense_logp(la, -2 * point["sigma_log__"], Phi2, Y2)
+            - _dense_logp(la, -2 * point["sigma_rel_log__"], Phi2, Y2)
         )
         < 1e-8
     )
@@ -135,15 +149,24 @@ def test_custom_priors_are_used():
     model = rvm_regression_model(
         Phi,
         Y[:, 0],
-        alpha_prior=lambda name, dims: pm.Gamma(name, 1e-2, 1e-4, dims=dims),
-        noise_prior=lambda name: pm.HalfCauchy(name, 0.5),
+        alpha_prior=Prior("Gamma", alpha=1e-2, beta=1e-4),
+        noise_prior=Prior("HalfCauchy", beta=0.5),
     )
-    assert type(model["alpha"].owner.op).__name__.startswith("Gamma")
-    assert "HalfCauchy" in type(model["sigma"].owner.op).__name__
+    assert type(model["alpha_rel"].owner.op).__name__.startswith("Gamma")
+    assert "HalfCauchy" in type(model["sigma_rel"].owner.op).__name__
     nu_model = rvm_regression_model(
-        Phi, Y[:, 0], prior="student_t", nu=lambda name: pm.Gamma(name, 2.0, 0.1)
+        Phi, Y[:, 0], prior="student_t", nu=Prior("Gamma", alpha=2.0, beta=0.1)
     )
-    assert {v.name for v in nu_model.free_RVs} == {"alpha", "sigma", "nu"}
+    assert {v.name for v in nu_model.free_RVs} == {"alpha_rel", "sigma_rel", "nu"}
+    # A Prior given in its dict form (as it comes back from a file) builds the same model.
+    again = rvm_regression_model(
+        Phi,
+        Y[:, 0],
+        alpha_prior=Prior("Gamma", alpha=1e-2, beta=1e-4).to_dict(),
+        noise_prior=Prior("HalfCauchy", beta=0.5),
+    )
+    assert model_cache_key(again) == model_cache_key(model) is not None
+    assert model_cache_key(nu_model) != model_cache_key(model)
 
 
 @pytest.mark.parametrize(
@@ -151,7 +174,7 @@ def test_custom_priors_are_used():
     [
         ({"prior": "laplace"}, "prior"),
         ({"form": "centred"}, "form"),
-        ({"prior": "student_t", "alpha_prior": lambda n, d: None}, "alpha_prior"),
+        ({"prior": "student_t", "alpha_prior": Prior("Gamma", alpha=1.0, beta=1.0)}, "alpha_"),
         ({"prior": "student_t", "nu": -1.0}, "nu"),
         ({"basis_names": ["a"]}, "basis_names"),
     ],
@@ -160,6 +183,12 @@ def test_invalid_arguments(kwargs, match):
     Phi, Y, _, _ = _problem(N=10, M=4)
     with pytest.raises(ValueError, match=match):
         rvm_regression_model(Phi, Y[:, 0], **kwargs)
+
+
+def test_priors_must_be_prior_objects():
+    Phi, Y, _, _ = _problem(N=10, M=4)
+    with pytest.raises(TypeError, match=r"alpha_prior must be a bayes_rvm\.priors\.Prior"):
+        rvm_regression_model(Phi, Y[:, 0], alpha_prior=lambda n, d: None)
 
 
 def test_invalid_data():
