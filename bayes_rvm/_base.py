@@ -402,6 +402,24 @@ class BaseRVM(BaseEstimator):
             return np.asarray(self.active_, dtype=int)
         return np.arange(self.basis_.n_basis_)
 
+    def _finish_fit(self, X: np.ndarray, train: dict, fit_n) -> None:
+        """Keep the training problem and, under ``inference="mcmc"``, sample :attr:`model_`.
+
+        ``train`` holds what predictions need; the inputs join it (RVM* places a basis function
+        on each test point, and ``model_`` rebuilds the training design from them: for a
+        precomputed kernel, the training kernel matrix). ``fit_n`` is the engine's fit of the
+        normalised problem, which seeds the sampler.
+        """
+        train["x_train" if self.kernel != "precomputed" else "X"] = X
+        self._train = train
+        self._idata = None
+        self._model = None
+        if self.inference == "mcmc":
+            from bayes_rvm.inference import type2_initvals
+
+            init = type2_initvals(fit_n, basis=self._mcmc_columns())
+            self._idata = self._sample_and_complete(self.model_, init)
+
     def _mcmc_design(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Training design of the MCMC columns, in the user's units, with its column norms."""
         cols = self._mcmc_columns()

@@ -315,16 +315,8 @@ class RVC(ClassifierMixin, BaseRVM):
         self._set_fitted(basis, fit)
         act = self.active_
         # RVM* needs the training problem at prediction time (the Laplace weights come back
-        # from the mode and the labels); model_ rebuilds the training design from the inputs.
-        self._train = {"phi_active": Phi[:, act] * norms[act], "y_index": yi}
-        self._train["x_train" if self.kernel != "precomputed" else "X"] = X
-        self._idata = None
-        self._model = None
-        if self.inference == "mcmc":
-            from bayes_rvm.inference import type2_initvals
-
-            init = type2_initvals(fit_n, basis=self._mcmc_columns())
-            self._idata = self._sample_and_complete(self.model_, init)
+        # from the mode and the labels).
+        self._finish_fit(X, {"phi_active": Phi[:, act] * norms[act], "y_index": yi}, fit_n)
         return self
 
     def _engine(self, n_classes: int):

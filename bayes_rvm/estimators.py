@@ -354,17 +354,7 @@ class RVR(RegressorMixin, BaseRVM):
         self._set_fitted(basis, _unscale_fit(fit, norms, scale, n * d), single=y.ndim == 1)
         act = fit.active
         # Enough of the training problem to build the type-II DataTree on demand.
-        self._train = {"phi_active": Phi[:, act] * norms[act], "y": y}
-        # RVM* places a basis function on each test point, and model_ rebuilds the design of
-        # the training inputs (for a precomputed kernel, the training kernel matrix).
-        self._train["x_train" if self.kernel != "precomputed" else "X"] = X
-        self._idata = None
-        self._model = None
-        if self.inference == "mcmc":
-            from bayes_rvm.inference import type2_initvals
-
-            init = type2_initvals(fit, basis=self._mcmc_columns())
-            self._idata = self._sample_and_complete(self.model_, init)
+        self._finish_fit(X, {"phi_active": Phi[:, act] * norms[act], "y": y}, fit)
         return self
 
     def _square_matrices(self) -> int:
