@@ -37,12 +37,9 @@ def _rbf_design(X, centres, gamma):
 
 
 def _ripley_like(n, seed=0):
-    rng = np.random.default_rng(seed)
-    means = {0: np.array([[-0.7, 0.3], [0.3, 0.3]]), 1: np.array([[-0.3, 0.7], [0.4, 0.7]])}
-    y = rng.integers(0, 2, n)
-    comp = rng.integers(0, 2, n)
-    mu = np.where(y[:, None] == 0, means[0][comp], means[1][comp])
-    return mu + np.sqrt(0.03) * rng.standard_normal((n, 2)), y
+    from bench_classification import ripley_like  # the same generator as that benchmark
+
+    return ripley_like(n, seed)
 
 
 def problems(quick: bool):
@@ -60,10 +57,12 @@ def problems(quick: bool):
     X, y = _sinc(2000 if quick else 5000)
     centres = np.random.default_rng(1).uniform(-10, 10, (200, 1))
     Phi_c = _rbf_design(X, centres, 1 / 9)
-    out["sequential sinc 200 centres"] = lambda: ev.fit_sequential(Phi_c, y, beta_init=100.0)
+    out["sequential sinc 200 centres"] = lambda y=y: ev.fit_sequential(Phi_c, y, beta_init=100.0)
     X, y = _sinc(300)
     Phi_m = _rbf_design(X, X, 1 / 9)
-    out["mackay sinc N=300"] = lambda: ev.fit_mackay(Phi_m, y, beta_init=100.0, max_iter=100_000)
+    out["mackay sinc N=300"] = lambda y=y: ev.fit_mackay(
+        Phi_m, y, beta_init=100.0, max_iter=100_000
+    )
     for n in (1000,) if quick else (1000, 2000):
         X, t = _ripley_like(n)
         Phi_r = _rbf_design(X, X, 2.0)
@@ -75,9 +74,10 @@ def problems(quick: bool):
     X, t = _ripley_like(200)
     Phi_s = _rbf_design(X, X, 2.0)
     Phi_s /= np.linalg.norm(Phi_s, axis=0)
-    out["laplace_mackay ripley N=200"] = lambda: ev.fit_laplace_mackay(Phi_s, t.astype(float))
+    t_s = t.astype(float)
+    out["laplace_mackay ripley N=200"] = lambda: ev.fit_laplace_mackay(Phi_s, t_s)
     X, t = _ripley_like(1000)
-    out["RVC ripley N=1000"] = lambda: RVC(gamma=2.0).fit(X, t)
+    out["RVC ripley N=1000"] = lambda X=X, t=t: RVC(gamma=2.0).fit(X, t)
     if not quick:
         from sklearn.datasets import load_digits
 
