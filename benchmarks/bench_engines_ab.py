@@ -87,11 +87,13 @@ def problems(quick: bool):
     return out
 
 
-def worker(quick: bool) -> None:
+def worker(quick: bool, only: str) -> None:
     timings = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for name, run in problems(quick).items():
+            if only not in name:
+                continue
             t0 = time.perf_counter()
             fit = run()
             timings[name] = (
@@ -107,10 +109,11 @@ def main() -> int:
     ap.add_argument("new", nargs="?")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--only", default="", help="run only the problems whose name contains this")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
-        worker(args.quick)
+        worker(args.quick, args.only)
         return 0
     runs = {"old": [], "new": []}
     for rep in range(args.repeats):
@@ -119,7 +122,7 @@ def main() -> int:
             root = os.path.abspath(getattr(args, label))
             env = {**os.environ, "PYTHONPATH": root}
             cmd = [sys.executable, os.path.abspath(__file__), "--worker"]
-            cmd += ["--quick"] if args.quick else []
+            cmd += (["--quick"] if args.quick else []) + ["--only", args.only]
             res = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
             runs[label].append(json.loads(res.stdout.strip().splitlines()[-1]))
             print(f"repeat {rep + 1} {label} done", file=sys.stderr, flush=True)

@@ -226,6 +226,7 @@ class _MacKay:
         self.gram_a, self.pt_a = gram[np.ix_(self.idx, self.idx)], phi_t_all[self.idx]
         self.alpha_a = alpha[self.idx]
         self.is_free = np.isin(self.idx, problem.free)
+        self.any_free = bool(problem.free.size)
         self.hyperprior = any(self.ab) or any(self.cd)
 
     def posterior(self) -> GaussianPosterior:
@@ -239,7 +240,8 @@ class _MacKay:
         support = (m2 + 2 * b > 0) & (D * post.gamma + 2 * a > 0)
         new_alpha = np.full_like(m2, np.inf)
         np.divide(D * post.gamma + 2 * a, m2 + 2 * b, out=new_alpha, where=support)
-        new_alpha[self.is_free] = self.alpha_a[self.is_free]
+        if self.any_free:
+            new_alpha[self.is_free] = self.alpha_a[self.is_free]
         change = np.abs(np.log(new_alpha / self.alpha_a))
         beta_change = 0.0
         if not self.opt.fixed_beta:
@@ -255,11 +257,13 @@ class _MacKay:
             # s_i = gamma_i / Sigma_ii). Everything heading out at once means the noise estimate
             # is still far off (as at a noisy start), not that the fit has settled.
             heading_out = m2 <= D * post.gamma * post.sigma_diag
-            heading_out &= ~self.is_free
+            if self.any_free:
+                heading_out &= ~self.is_free
             tol = self.opt.tol
             if beta_change < tol and not heading_out.all() and np.all(change[~heading_out] < tol):
                 pruned |= heading_out
-        pruned &= ~self.is_free
+        if self.any_free:
+            pruned &= ~self.is_free
         return new_alpha, change, pruned
 
     def prune(self, pruned: np.ndarray) -> None:
