@@ -283,7 +283,7 @@ def _scale_row(n, draws, tune, chains, marginal, seed) -> dict:
     steps = int(dt["sample_stats"].dataset["n_steps"].sum())
     sample_s = float(dt.attrs["wall_time"])
     row = {
-        "case": f"sinc N={n} M={n + 1} {model.rvm_settings['marginal']}",
+        "case": f"sinc N={n} M={n + 1} {model.rvm_spec.marginal}",
         "rank": int(model["Phi_U"].get_value().shape[1]) if "Phi_U" in model.named_vars else n + 1,
         "draws": f"{chains}x{draws}",
         "wall_s": wall,
@@ -357,7 +357,7 @@ def section_samplers(a) -> list[dict]:
             rows.append({"case": f"{sampler}, N={n}", "error": f"{type(exc).__name__}: {exc}"})
             continue
         row = {
-            "case": f"{sampler}, N={n} {model.rvm_settings['marginal']}",
+            "case": f"{sampler}, N={n} {model.rvm_spec.marginal}",
             "draws": f"{chains}x{draws}",
             "wall_s": time.perf_counter() - t0,
             "cpu_s": _cpu() - c0,
