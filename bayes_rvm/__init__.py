@@ -3,21 +3,28 @@
 The public face::
 
     from bayes_rvm import RVR, RVC, KernelBasis, Prior, compare, save_model, load_model
+
+The names are resolved on first use (PEP 562), so that importing a NumPy-only layer such as
+``bayes_rvm.evidence`` or ``bayes_rvm.kernels`` does not pay for importing PyMC.
 """
 
+from importlib import import_module
 from importlib.metadata import PackageNotFoundError, version
-
-from bayes_rvm.classifier import RVC
-from bayes_rvm.compare import compare
-from bayes_rvm.estimators import RVR
-from bayes_rvm.io import load_model, save_model
-from bayes_rvm.kernels import KernelBasis
-from bayes_rvm.priors import Prior
 
 try:
     __version__ = version("bayes-rvm")
 except PackageNotFoundError:  # pragma: no cover - running from a source tree never installed
     __version__ = "0.0.0+unknown"
+
+_EXPORTS = {
+    "RVC": "bayes_rvm.classifier",
+    "RVR": "bayes_rvm.estimators",
+    "KernelBasis": "bayes_rvm.kernels",
+    "Prior": "bayes_rvm.priors",
+    "compare": "bayes_rvm.compare",
+    "load_model": "bayes_rvm.io",
+    "save_model": "bayes_rvm.io",
+}
 
 __all__ = [
     "RVC",
@@ -29,3 +36,15 @@ __all__ = [
     "load_model",
     "save_model",
 ]
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        value = getattr(import_module(_EXPORTS[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'bayes_rvm' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})

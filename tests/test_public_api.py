@@ -23,6 +23,20 @@ def test_public_names():
     assert set(bayes_rvm.__all__) >= {"RVR", "RVC", "KernelBasis", "compare", "save_model"}
 
 
+def test_numeric_layers_import_without_pymc():
+    # DESIGN.md: the engines are NumPy + SciPy only; the public names resolve lazily.
+    code = (
+        "import sys, bayes_rvm.evidence, bayes_rvm.kernels; "
+        "print(sorted(m for m in ('pymc', 'pytensor', 'numba', 'jax') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+    import bayes_rvm
+
+    with pytest.raises(AttributeError, match="no attribute 'RVMX'"):
+        bayes_rvm.RVMX
+
+
 def test_one_nu_default_everywhere():
     from bayes_rvm import RVC, RVR
     from bayes_rvm.cli import _parser
