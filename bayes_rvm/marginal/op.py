@@ -25,6 +25,8 @@ from pytensor.graph.basic import Apply
 from pytensor.graph.op import Op
 from scipy import linalg
 
+from bayes_rvm.evidence.log_evidence import gaussian_log_evidence
+
 __all__ = [
     "MarginalLogLikelihood",
     "log_evidence_and_grad",
@@ -101,11 +103,9 @@ def log_evidence_and_grad(
     resid = Y - Phi @ mean
     sse = float(np.sum(resid**2))
     m2 = np.sum(mean**2, axis=1)
-    log_det_H = 2.0 * float(np.sum(np.log(np.diag(Ls)))) + 2.0 * float(np.sum(np.log(d)))
-    logp = (
-        0.5 * D * (N * (log_beta - _LOG_2PI) + float(np.sum(log_alpha)) - log_det_H)
-        - 0.5 * beta * sse
-        - 0.5 * float(np.sum(alpha * m2))
+    # The engines' own formula, from the Cholesky factor of the unequilibrated H.
+    logp = gaussian_log_evidence(
+        Ls * d[:, None], alpha, beta, N, beta * sse + float(np.sum(alpha * m2)), D
     )
     g_alpha = 0.5 * (D - alpha * (m2 + D * sigma_diag))
     sum_gamma = M - float(np.sum(alpha * sigma_diag))
