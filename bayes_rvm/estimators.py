@@ -449,7 +449,7 @@ class RVR(RegressorMixin, BaseRVM):
         phi = self.basis_.transform(X, columns=post[BASIS].values)
         w = post["w"].transpose("chain", "draw", BASIS, ...).values
         w = w.reshape((-1, *w.shape[2:]))
-        return np.einsum("nm,sm...->sn...", phi, w), post["sigma"].values.reshape(-1)
+        return np.einsum("nm,sm...->sn...", phi, w, optimize=True), post["sigma"].values.reshape(-1)
 
     def _augmentation(self):
         """RVM*'s view of the training problem (:class:`bayes_rvm.predictive.AugmentationData`)."""
