@@ -185,6 +185,10 @@ def target_scale(T: np.ndarray) -> float:
     return rms if rms > 0 else 1.0
 
 
+# Sampler settings that are estimator parameters, so that get_params / clone see them.
+_OWNED_SAMPLE_KWARGS = {"draws", "tune", "chains", "sampler", "random_seed", "initvals", "model"}
+
+
 class BaseRVM(BaseEstimator):
     """Parameters and helpers shared by the RVM estimators.
 
@@ -440,6 +444,22 @@ class BaseRVM(BaseEstimator):
             self._model = self.make_model()
         return self._model
 
+    def _keep_sample_kwargs(self, sample_kwargs: dict) -> None:
+        """Check ``fit``'s keyword arguments for the sampler and keep them for this fit."""
+        if sample_kwargs and self.inference != "mcmc":
+            raise TypeError(
+                f"fit() got sampler arguments {sorted(sample_kwargs)}, which only "
+                "inference='mcmc' uses."
+            )
+        owned = _OWNED_SAMPLE_KWARGS & set(sample_kwargs)
+        if owned:
+            raise TypeError(
+                f"fit() got {sorted(owned)}: set them on the estimator "
+                f"({type(self).__name__}(draws=..., tune=..., chains=..., sampler=..., "
+                "random_state=...)), not in fit()."
+            )
+        self._sample_kwargs = dict(sample_kwargs)
+
     def _sample_and_complete(self, model, initvals):
         """NUTS on ``model`` with the estimator's settings; DataTree with the estimator's attrs."""
         import json
@@ -447,6 +467,7 @@ class BaseRVM(BaseEstimator):
         from bayes_rvm.inference import sample_mcmc
 
         free = {rv.name for rv in model.free_RVs}
+        options = {"progressbar": True if self.verbose else "auto", "advice": "estimator"}
         dt = sample_mcmc(
             model,
             draws=self.draws,
@@ -454,9 +475,8 @@ class BaseRVM(BaseEstimator):
             chains=self.chains,
             sampler=self.sampler,
             random_seed=check_random_state(self.random_state).randint(2**31 - 1),
-            progressbar=True if self.verbose else "auto",
             initvals={k: v for k, v in initvals.items() if k in free},
-            advice="estimator",
+            **(options | getattr(self, "_sample_kwargs", {})),
         )
         dt.attrs.update(
             estimator=type(self).__name__,

@@ -263,7 +263,7 @@ class RVC(ClassifierMixin, BaseRVM):
         return coupled**2 if self.solver == "mackay" else 0
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y) -> RVC:
+    def fit(self, X, y, **sample_kwargs) -> RVC:
         """Fit the classifier by maximising the Laplace evidence.
 
         Parameters
@@ -272,6 +272,11 @@ class RVC(ClassifierMixin, BaseRVM):
             Training inputs (the square training kernel matrix for ``kernel="precomputed"``).
         y : array-like of shape (n_samples,)
             Class labels of any type scikit-learn accepts (at least two classes).
+        **sample_kwargs
+            Under ``inference="mcmc"``, passed to :func:`bayes_rvm.inference.sample_mcmc` for
+            this fit, for example ``keep_warmup=True`` (keep the warmup groups in ``idata_`` and
+            in saved files), ``nuts={"target_accept": 0.95}`` or ``progressbar=False``. Draws,
+            chains, sampler and seed are the estimator's parameters.
 
         Returns
         -------
@@ -281,6 +286,7 @@ class RVC(ClassifierMixin, BaseRVM):
         check_classification_targets(y)
         self._check_predictive()
         self._check_priors()
+        self._keep_sample_kwargs(sample_kwargs)
         classes, yi = np.unique(y, return_inverse=True)
         if classes.size < 2:
             raise ValueError(

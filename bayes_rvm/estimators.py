@@ -310,7 +310,7 @@ class RVR(RegressorMixin, BaseRVM):
         return tags
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y) -> RVR:
+    def fit(self, X, y, **sample_kwargs) -> RVR:
         """Fit the RVM by maximising the evidence.
 
         Parameters
@@ -319,6 +319,11 @@ class RVR(RegressorMixin, BaseRVM):
             Training inputs (the square training kernel matrix for ``kernel="precomputed"``).
         y : array-like of shape (n_samples,) or (n_samples, n_outputs)
             Targets; several outputs share the relevance vectors and the noise level.
+        **sample_kwargs
+            Under ``inference="mcmc"``, passed to :func:`bayes_rvm.inference.sample_mcmc` for
+            this fit, for example ``keep_warmup=True`` (keep the warmup groups in ``idata_`` and
+            in saved files), ``nuts={"target_accept": 0.95}`` or ``progressbar=False``. Draws,
+            chains, sampler and seed are the estimator's parameters.
 
         Returns
         -------
@@ -335,6 +340,7 @@ class RVR(RegressorMixin, BaseRVM):
             )
         self._check_predictive()
         self._check_priors()
+        self._keep_sample_kwargs(sample_kwargs)
         as_prior(self.noise_prior, "noise_prior")
         T = y[:, None] if y.ndim == 1 else y
         n, d = T.shape

@@ -84,3 +84,29 @@ def test_mcmc_fit_survives_pickle_and_files(fits, tmp_path):
 def test_bad_mcmc_parameters(params, match, data):
     with pytest.raises(ValueError, match=match):
         RVR(**params).fit(*data)
+
+
+def test_warmup_is_kept_only_when_asked(fits, data, tmp_path):
+    _, mcmc = fits
+    assert not any(name.startswith("warmup") for name in mcmc.idata_.children)
+    small = RVR(gamma=GAMMA, inference="mcmc", draws=50, tune=60, chains=2, random_state=3)
+    small.fit(*data, keep_warmup=True)
+    warm = small.idata_["warmup_posterior"].dataset
+    assert (warm.sizes["chain"], warm.sizes["draw"]) == (2, 60)
+    loaded = load_model(save_model(small, tmp_path / "w.nc"))
+    assert "warmup_posterior" in loaded.idata_.children
+    np.testing.assert_array_equal(
+        loaded.idata_["warmup_posterior"]["sigma"].values, warm["sigma"].values
+    )
+
+
+@pytest.mark.parametrize(
+    ("params", "kwargs", "match"),
+    [
+        ({}, {"keep_warmup": True}, "only inference='mcmc'"),
+        ({"inference": "mcmc"}, {"draws": 10}, r"set them on the estimator"),
+    ],
+)
+def test_fit_sampler_arguments_are_checked(params, kwargs, match, data):
+    with pytest.raises(TypeError, match=match):
+        RVR(**params).fit(*data, **kwargs)
