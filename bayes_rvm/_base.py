@@ -276,8 +276,12 @@ class BaseRVM(BaseEstimator):
         return tags
 
     # -- RVM* (bayes_rvm.predictive) -------------------------------------------------------------
+    #: Whether RVM* is defined for this estimator's MCMC fits (the regressor's Gaussian
+    #: per-draw posteriors; the classifier's would need a Laplace fit per draw).
+    _rvm_star_mcmc: bool = False
+
     def _check_predictive(self) -> None:
-        """``predictive="rvm*"`` needs ``k(x, x)`` at new inputs and a type-II fit."""
+        """``predictive="rvm*"`` needs ``k(x, x)`` at new inputs (and, for RVC, a type-II fit)."""
         if self.predictive != "rvm*":
             return
         if isinstance(self.kernel, str) and self.kernel == "precomputed":
@@ -285,10 +289,11 @@ class BaseRVM(BaseEstimator):
                 "predictive='rvm*' needs k(x, x) at new inputs, which kernel='precomputed' does "
                 "not give; use predictive='rvm' or pass the kernel itself."
             )
-        if getattr(self, "inference", "type2") == "mcmc":
+        if getattr(self, "inference", "type2") == "mcmc" and not self._rvm_star_mcmc:
             raise ValueError(
-                "predictive='rvm*' applies to type-II fits; with inference='mcmc' the predictive "
-                "is the mixture over the posterior draws. Use predictive='rvm'."
+                f"{type(self).__name__}(predictive='rvm*') applies to type-II fits: under MCMC "
+                "each draw would need its own Laplace fit. Use predictive='rvm' with "
+                "inference='mcmc' (the mixture over the posterior draws)."
             )
 
     def _rvm_star_inputs(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -299,7 +304,32 @@ class BaseRVM(BaseEstimator):
                 "this fit holds no training inputs (saved by an older version?); refit it to "
                 "predict with predictive='rvm*'."
             )
-        return self.basis_.kernel_matrix(X, x_train), self.basis_.diagonal(X)
+        cross = self.basis_.kernel_matrix(X, x_train)
+        # A sum is a cheap test for NaN or inf (as in KernelBasis.transform).
+        if not np.isfinite(cross.sum()) and not np.all(np.isfinite(cross)):
+            raise ValueError(
+                f"kernel produced non-finite values at the new inputs (kernel={self.kernel!r})."
+            )
+        return cross, self.basis_.diagonal(X)
+
+    def _rows_from_cross(self, X: np.ndarray, cross: np.ndarray, columns) -> np.ndarray:
+        """Design rows of ``X`` over ``columns``, read from RVM*'s block ``k(X, X_train)``.
+
+        When the candidate centres are the training inputs (``centres=None``) every kernel
+        column is already in ``cross``: one kernel evaluation serves both the RVM's rows and
+        the added functions. Otherwise the rows are built by the basis.
+        """
+        cols = np.asarray(columns, dtype=np.intp)
+        centres, x_train = self.basis_.centres_, self._train["x_train"]
+        same = centres is x_train or (
+            centres.shape == x_train.shape and np.array_equal(centres, x_train)
+        )
+        if not same:
+            return self.basis_.transform(X, columns=cols)
+        out = np.ones((X.shape[0], cols.size))
+        is_centre = cols < self.basis_.n_centres_
+        out[:, is_centre] = cross[:, cols[is_centre]]
+        return out
 
     # -- the kernel width as a hyperparameter ------------------------------------------------------
     def _learns_width(self) -> bool:

@@ -55,10 +55,13 @@ def _check_gaussian(y, mean, std) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def _check_mixture(y, f, sigma) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     f = np.asarray(f, dtype=np.float64)
-    sigma = np.asarray(sigma, dtype=np.float64).reshape(-1)
-    if f.ndim != 2 or sigma.size != f.shape[0]:
+    sigma = np.asarray(sigma, dtype=np.float64)
+    if sigma.ndim == 0 or (sigma.ndim == 2 and sigma.shape[1] == 1):
+        sigma = sigma.reshape(-1)
+    if f.ndim != 2 or sigma.shape not in ((f.shape[0],), f.shape):
         raise ValueError(
-            f"f must be (n_draws, n) and sigma (n_draws,), got {f.shape} and {sigma.shape}."
+            f"f must be (n_draws, n) and sigma (n_draws,) or (n_draws, n), got {f.shape} and "
+            f"{sigma.shape}."
         )
     if not np.all(sigma > 0):
         raise ValueError("sigma must be positive in every draw.")
@@ -78,9 +81,10 @@ def mixture_nlpd(y, f, sigma) -> np.ndarray:
     ----------
     y : array-like of shape (n,)
     f : array-like of shape (S, n)
-        Regression function at the test inputs per draw.
-    sigma : array-like of shape (S,)
-        Noise standard deviation per draw.
+        Predictive mean at the test inputs per draw (the regression function).
+    sigma : array-like of shape (S,) or (S, n)
+        Standard deviation per draw (the noise sd), or per draw and test input (a Gaussian
+        predictive per draw, as RVM* under MCMC gives).
     """
     y, f, sigma = _check_mixture(y, f, sigma)
     return -mixture_log_density(y, f, sigma)
@@ -95,7 +99,8 @@ def pit_gaussian(y, mean, std) -> np.ndarray:
 def pit_mixture(y, f, sigma) -> np.ndarray:
     """PIT values ``(1/S) sum_s Phi((y - f_s) / sigma_s)`` under a mixture over draws."""
     y, f, sigma = _check_mixture(y, f, sigma)
-    return stats.norm.cdf((y[None, :] - f) / sigma[:, None]).mean(axis=0)
+    sig = sigma[:, None] if sigma.ndim == 1 else sigma
+    return stats.norm.cdf((y[None, :] - f) / sig).mean(axis=0)
 
 
 def interval_coverage(pit, levels=(0.5, 0.8, 0.9, 0.95)) -> np.ndarray:

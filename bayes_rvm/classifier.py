@@ -509,8 +509,11 @@ class RVC(ClassifierMixin, BaseRVM):
         """Posterior mean and variance of the latent function(s), each (n_samples, n_outputs)."""
         check_is_fitted(self, "fit_")
         X = validate_data(self, X, reset=False, dtype=np.float64)
-        phi = self.basis_.transform(X, columns=self.active_)
         star = self._rvm_star_inputs(X) if self.predictive == "rvm*" else None
+        if star is None:
+            phi = self.basis_.transform(X, columns=self.active_)
+        else:
+            phi = self._rows_from_cross(X, star[0], self.active_)
         if isinstance(self.fit_, tuple):
             parts = []
             for c, (f, pos) in enumerate(zip(self.fit_, self._positions, strict=True)):

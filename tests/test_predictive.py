@@ -58,16 +58,15 @@ def dense_augmented(model, X, y, x_star, tau2):
     return row @ mean, 1.0 / beta + row @ cov @ row
 
 
-def amplitude(model, X):
-    """tau^2: the fitted RVM's prior variance averaged over the training inputs (k(x, x) = 1)."""
-    phi = model.basis_.transform(X, columns=model.active_)
-    return np.mean(np.sum(phi**2 / model.alpha_, axis=1))
+def amplitude(y):
+    """tau^2 of regression: the training targets' variance (mean over outputs; k(x, x) = 1)."""
+    return np.mean(np.var(np.reshape(y, (len(y), -1)), axis=0))
 
 
 def test_rvm_star_equals_the_dense_augmented_model(star, gap_data):
     X, y = gap_data
     mean, std = star.predict(X_TEST, return_std=True)
-    tau2 = amplitude(star, X)
+    tau2 = amplitude(y)
     for k, x in enumerate(X_TEST):
         m, v = dense_augmented(star, X, y, x, tau2)
         assert mean[k] == pytest.approx(m, abs=1e-10)
@@ -84,12 +83,15 @@ def test_rvm_star_heals_the_variance_far_from_the_data(gap_data):
     noise = star.noise_variance_
     # Far away the plain RVM has only the noise left; RVM* has the added function's prior too.
     np.testing.assert_allclose(sd_plain**2, noise, rtol=1e-12)
-    np.testing.assert_allclose(sd_star**2, amplitude(star, X) + noise, rtol=1e-12)
-    # In the gap RVM* is wider than the RVM; at the data the two nearly agree.
+    np.testing.assert_allclose(sd_star**2, amplitude(y) + noise, rtol=1e-12)
+    # In the gap (3 units, one kernel width, from the data on either side) RVM* gets back a
+    # good part of the added function's prior variance; at the data the two nearly agree.
     gap, data = np.array([[0.0]]), np.array([[-6.0]])
-    assert (
-        star.predict(gap, return_std=True)[1][0] > 1.5 * plain.predict(gap, return_std=True)[1][0]
+    gained = (
+        star.predict(gap, return_std=True)[1][0] ** 2
+        - plain.predict(gap, return_std=True)[1][0] ** 2
     )
+    assert gained > 0.4 * amplitude(y)
     assert (
         star.predict(data, return_std=True)[1][0] < 1.1 * plain.predict(data, return_std=True)[1][0]
     )
@@ -100,7 +102,7 @@ def test_rvm_star_multi_output_shares_the_variance(gap_data):
     Y = np.column_stack([y, -2.0 * y + 0.05])
     model = RVR(gamma=GAMMA, predictive="rvm*").fit(X, Y)
     mean, std = model.predict(X_TEST, return_std=True)
-    tau2 = amplitude(model, X)
+    tau2 = amplitude(Y)
     for k, x in enumerate(X_TEST):
         for d in range(2):
             m, v = dense_augmented(model, X, Y[:, d], x, tau2)
@@ -129,7 +131,7 @@ def test_return_cov_diagonal_is_return_std_squared(gap_data, predictive):
         _, cov2 = model.predict(pair, return_cov=True)
         phi = model.basis_.transform(X, columns=model.active_)
         P = np.column_stack([phi, rbf_kernel(X, pair, gamma=GAMMA)])
-        tau2 = amplitude(model, X)
+        tau2 = amplitude(y)
         beta = 1.0 / model.noise_variance_
         S = np.linalg.inv(np.diag(np.append(model.alpha_, [1 / tau2] * 2)) + beta * P.T @ P)
         rows = np.column_stack(
@@ -178,7 +180,93 @@ def test_mcmc_predictive_is_the_mixture_over_draws(gap_data):
     assert np.all(np.abs(draws.mean(1) - mean) < 4.5 * std / np.sqrt(20_000))
     np.testing.assert_allclose(draws.std(1), std, rtol=0.03)
     with pytest.raises(ValueError, match="type-II"):
-        RVR(inference="mcmc", predictive="rvm*").fit(X, y)
+        RVC(inference="mcmc", predictive="rvm*").fit(X, (y > 0).astype(int))
+
+
+def dense_augmented_draw(phi, u, row, y, alpha, beta):
+    """Mean and variance of new targets in the model with an explicit extra column, one draw.
+
+    ``phi`` the training design, ``u`` the added function at the training inputs and ``row``
+    the test point's design row with the added function's value last; the added weight's prior
+    precision is 1 / var(y), as for a type-II fit (k(x, x) = 1).
+    """
+    tau2 = amplitude(y)
+    P = np.column_stack([phi, u])
+    cov = np.linalg.inv(np.diag(np.append(alpha, 1.0 / tau2)) + beta * P.T @ P)
+    mean = beta * cov @ P.T @ y
+    return row @ mean, 1.0 / beta + row @ cov @ row
+
+
+def test_rvm_star_draws_equal_dense_augmented_models(gap_data):
+    """Hyperparameter draws by hand, alphas 12 orders apart: blocked, batched = dense per draw."""
+    from bayes_rvm.predictive import rvm_star_draws
+
+    X, y = gap_data
+    rng = np.random.default_rng(0)
+    cols = np.arange(0, 80, 8)
+    phi = rbf_kernel(X, X[cols], gamma=GAMMA)
+    alpha = np.exp(rng.uniform(-3.0, 3.0, (7, cols.size)))
+    alpha[:, ::3] = 1e9  # weights pinned at zero beside free ones
+    beta = np.exp(rng.uniform(3.0, 5.0, 7))
+    U = rbf_kernel(X, X_TEST, gamma=GAMMA)
+    rows = np.column_stack([rbf_kernel(X_TEST, X[cols], gamma=GAMMA), np.ones(len(X_TEST))])
+    args = (phi, y, alpha, beta, rows[:, :-1], U.T, np.ones(len(X_TEST)), amplitude(y))
+    mean, var = rvm_star_draws(*args)
+    mean_b, var_b = rvm_star_draws(*args, max_floats=1)  # one draw per block
+    np.testing.assert_allclose(mean_b, mean, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(var_b, var, rtol=1e-12)
+    for s in range(beta.size):
+        for k in range(len(X_TEST)):
+            m, v = dense_augmented_draw(phi, U[:, k], rows[k], y, alpha[s], beta[s])
+            assert mean[s, k, 0] == pytest.approx(m, abs=1e-10)
+            assert var[s, k] == pytest.approx(v, rel=1e-10)
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::bayes_rvm.inference.SamplingDiagnosticsWarning")
+def test_mcmc_rvm_star_is_the_mixture_of_dense_augmented_models_per_draw(gap_data):
+    X, y = gap_data
+    model = RVR(
+        gamma=GAMMA,
+        inference="mcmc",
+        predictive="rvm*",
+        mcmc_basis="relevant",
+        draws=60,
+        tune=150,
+        chains=2,
+        random_state=2,
+    ).fit(X, y)
+    post = model.idata_["posterior"].dataset
+    cols = post["basis"].values
+    alpha = post["alpha"].transpose("chain", "draw", "basis").values.reshape(-1, cols.size)
+    beta = post["sigma"].values.reshape(-1) ** -2.0
+    phi = model.basis_.transform(X, columns=cols)
+    U = rbf_kernel(X, X_TEST, gamma=GAMMA)
+    rows = np.column_stack([model.basis_.transform(X_TEST, columns=cols), np.ones(len(X_TEST))])
+    m = np.empty((beta.size, len(X_TEST)))
+    v = np.empty_like(m)
+    for s in range(beta.size):
+        for k in range(len(X_TEST)):
+            m[s, k], v[s, k] = dense_augmented_draw(phi, U[:, k], rows[k], y, alpha[s], beta[s])
+    mean, std = model.predict(X_TEST, return_std=True)
+    np.testing.assert_allclose(mean, m.mean(0), rtol=1e-9, atol=1e-12)
+    # Law of total variance over the draws' Gaussians.
+    np.testing.assert_allclose(std**2, v.mean(0) + m.var(0), rtol=1e-9)
+    # X_TEST holds gap and far points (x = 40): there each draw's dense variance carries the
+    # added prior tau^2 = var(y), which the plain mixture lacks.
+    sd_plain = model.set_params(predictive="rvm").predict(X_TEST, return_std=True)[1]
+    model.set_params(predictive="rvm*")
+    assert std[-1] ** 2 - sd_plain[-1] ** 2 == pytest.approx(amplitude(y), rel=0.25)
+    # The joint covariance: its diagonal is return_std squared, and it is a covariance.
+    _, cov = model.predict(X_TEST, return_cov=True)
+    np.testing.assert_allclose(np.diag(cov), std**2, rtol=1e-10)
+    np.testing.assert_allclose(cov, cov.T, atol=1e-14)
+    assert np.linalg.eigvalsh(cov).min() > -1e-12
+    # Exact draws from the mixture: a draw's Gaussian per sample.
+    draws = model.sample_y(X_TEST, n_samples=20_000, random_state=0)
+    assert np.all(np.abs(draws.mean(1) - mean) < 4.5 * std / np.sqrt(20_000))
+    np.testing.assert_allclose(draws.std(1), std, rtol=0.03)
+    np.testing.assert_allclose(np.cov(draws), cov, atol=0.05 * std.max() ** 2)
 
 
 def test_predictive_round_trips_through_save_and_load(star, tmp_path):
