@@ -1,28 +1,35 @@
-"""nutpie through its function-based entry, on PyTensor numba functions cached on disk.
+"""nutpie on PyTensor numba functions whose machine code is cached on disk.
 
 ``nutpie.compile_pymc_model`` wraps the model's log density in numba C callbacks that embed the
 data as dynamic globals, so numba cannot cache them: every new process pays 10-35 s of
 compilation. Here the log density and the trace expansion are compiled by PyTensor's numba
-backend, whose machine code *is* cached on disk (keyed on the graph), and handed to
-``nutpie.compiled_pyfunc.from_pyfunc``, nutpie's entry for Python callables. A fresh process then
-loads the compiled functions in about a second. This works for any PyMC model, including one a
-user built or extended; nothing here depends on the RVM.
+backend, whose machine code *is* cached on disk (keyed on the graph), and wrapped in C callbacks
+generated from source that read the data through nutpie's user-data pointer: no dynamic global,
+so the callbacks are cached on disk too (keyed on the graph's key and the callback's source). A
+fresh process loads them in well under a second, and nutpie's chains then run in its own threads
+without ever entering Python (a Python callback per gradient costs 2-3x the sampling time, most
+of it in handing the GIL between the chains).
 
-The final functions are compiled with ``nogil=True`` (a linker that differs from PyTensor's only
-in that flag, with its own cache entries), so nutpie's chains, which run in threads and call back
-into Python, evaluate their gradients in parallel.
+A graph PyTensor cannot cache (an Op without a cache key) goes through nutpie's function-based
+entry (``nutpie.compiled_pyfunc.from_pyfunc``) on the same PyTensor functions instead, compiled
+with ``nogil=True`` so that the chains evaluate their gradients in parallel. This works for any
+PyMC model, including one a user built or extended; nothing here depends on the RVM.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import threading
 from collections.abc import Mapping
 from functools import cache, wraps
 
 import numpy as np
 
-__all__ = ["compile_nutpie", "with_initial_points"]
+__all__ = ["compile_nutpie", "with_initial_points", "with_model_data"]
+
+#: Bumped when the generated callbacks change: old cache entries are then left unused.
+_CALLBACK_VERSION = 1
 
 
 @cache
@@ -59,8 +66,21 @@ def _locked(fn):
     return locked
 
 
+def _initial_point_fn(model, overrides=None):
+    from pymc.initial_point import make_initial_point_fn
+
+    return _locked(
+        make_initial_point_fn(
+            model=model,
+            overrides=dict(overrides or {}),
+            jitter_rvs=set(model.free_RVs),
+            return_transformed=True,
+        )
+    )
+
+
 def compile_nutpie(model):
-    """Compile ``model`` for ``nutpie.sample`` through nutpie's function-based entry.
+    """Compile ``model`` for ``nutpie.sample``, with its machine code cached on disk.
 
     Parameters
     ----------
@@ -72,13 +92,203 @@ def compile_nutpie(model):
         Supports ``with_data`` for every shared variable (``pm.Data``) by name; its initial points
         are the model's, jittered as nutpie does (see :func:`with_initial_points`).
     """
+    compiled = _compile_cfunc(model)
+    if compiled is None:
+        compiled = _compile_pyfunc(model)
+    return compiled
+
+
+# ---------------------------------------------------------------------------------------------
+# C callbacks cached on disk
+# ---------------------------------------------------------------------------------------------
+@cache
+def _void_pointer():
+    from numba.core import cgutils, types
+    from numba.extending import intrinsic
+
+    @intrinsic
+    def void_pointer(typingctx, address):
+        # The integer address of an array (from nutpie's user data) as a pointer numba can read.
+        def codegen(context, builder, signature, args):
+            return builder.inttoptr(args[0], cgutils.voidptr_t)
+
+        return types.voidptr(address), codegen
+
+    return void_pointer
+
+
+def _graph_cache_key(pytensor_fn) -> str | None:
+    from pytensor.link.numba.cache import CACHED_SRC_FUNCTIONS
+
+    return CACHED_SRC_FUNCTIONS.get(pytensor_fn.vm.jit_fn.py_func)
+
+
+def _unpack_lines(shared: list[np.ndarray], n_shared: int, offset_of: dict) -> list[str]:
+    # nutpie's user data (compile_pymc.make_user_data): all 8-byte unsigned integers, the data
+    # addresses of the shared arrays, then their sizes, then their shapes.
+    lines = [f"    ud = numba.carray(user_data_, ({offset_of['end']},), np.uint64)"]
+    for i, value in enumerate(shared):
+        start = offset_of[i]
+        shape = ", ".join(f"np.intp(ud[{start + j}])" for j in range(value.ndim))
+        shape = f"({shape},)" if value.ndim == 1 else f"({shape})"
+        lines.append(
+            f"    s{i} = numba.carray(void_pointer(ud[{i}]), {shape}, np.{value.dtype.name})"
+        )
+    return lines
+
+
+def _callback_sources(n_dim: int, n_expanded: int, logp_shared, expand_shared, offsets):
+    """The source of the logp and expand C callbacks (numba.cfunc with nutpie's signatures)."""
+    logp_args = ", ".join(["x", *(f"s{offsets['index'][k]}" for k in logp_shared)])
+    expand_args = ", ".join(["x", *(f"s{offsets['index'][k]}" for k in expand_shared)])
+    unpack = _unpack_lines(offsets["arrays"], len(offsets["arrays"]), offsets)
+    body = "\n".join("    " + ln for ln in unpack)
+    logp_src = f"""
+def nutpie_logp_callback(dim, x_, out_, logp_, user_data_):
+    if dim != {n_dim}:
+        return -1
+    try:
+{body}
+        x = numba.carray(x_, ({n_dim},))
+        out = numba.carray(out_, ({n_dim},))
+        logp = numba.carray(logp_, ())
+        logp_val, grad = logp_fn({logp_args})
+        logp[()] = logp_val
+        out[...] = grad
+        if not np.all(np.isfinite(out)):
+            return 3
+        if not np.isfinite(logp_val):
+            return 4
+    except Exception:  # noqa: BLE001
+        return 1
+    return 0
+"""
+    expand_src = f"""
+def nutpie_expand_callback(dim, expanded, x_, out_, user_data_):
+    if dim != {n_dim}:
+        return -1
+    if expanded != {n_expanded}:
+        return -1
+    try:
+{body}
+        x = numba.carray(x_, ({n_dim},))
+        out = numba.carray(out_, ({n_expanded},))
+        (values,) = expand_fn({expand_args})
+        out[...] = values
+    except Exception:  # noqa: BLE001
+        return -2
+    return 0
+"""
+    return logp_src, expand_src
+
+
+def _cached_cfunc(src: str, name: str, signature, env: dict, graph_key: str):
+    import numba
+    from pytensor.link.numba.cache import compile_numba_function_src
+
+    digest = hashlib.sha256(
+        f"{_CALLBACK_VERSION}\n{graph_key}\n{numba.__version__}\n{src}".encode()
+    ).hexdigest()
+    # A module name in the globals: numba pickles the callback's environment by it.
+    env = {**env, "__name__": __name__}
+    py_func = compile_numba_function_src(src, name, env, cache_key=f"bayes_rvm_{digest}")
+    return numba.cfunc(signature, cache=True)(py_func)
+
+
+def _compile_cfunc(model):
+    """nutpie's compiled-model class on C callbacks cached on disk; None if they cannot be."""
+    import numba
+    from nutpie.compile_pymc import (
+        CompiledPyMCModel,
+        _make_functions,
+        _prepare_dims_and_coords,
+        make_user_data,
+    )
+
+    n_dim, n_expanded, logp_pt, expand_pt, init_fn, shape_info, reparameterized = _make_functions(
+        model,
+        mode="NUMBA",
+        compute_grad=True,
+        join_expanded=True,
+        pymc_initial_point_fn=_initial_point_fn(model),
+    )
+    logp_key, expand_key = _graph_cache_key(logp_pt), _graph_cache_key(expand_pt)
+    if logp_key is None or expand_key is None:
+        return None  # an Op PyTensor cannot cache: the function-based entry instead
+    shared_vars: dict = {}
+    for var in [*logp_pt.get_shared(), *expand_pt.get_shared()]:
+        shared_vars.setdefault(var, None)
+    arrays = []
+    for var in shared_vars:
+        value = var.get_value()
+        if not isinstance(value, np.ndarray) or value.dtype.kind not in "biuf":
+            return None  # random generators and other non-array data: not through a pointer
+        value = np.array(value, order="C", copy=True)
+        value.flags.writeable = False
+        arrays.append(value)
+    index = {var: i for i, var in enumerate(shared_vars)}
+    keys = {var: f"s{i}" for i, var in enumerate(shared_vars)}
+    shared_data = {keys[var]: arrays[i] for var, i in index.items()}
+    user_data = make_user_data(keys, shared_data)
+    k = len(arrays)
+    offsets: dict = {"arrays": arrays, "index": index}
+    start = 2 * k
+    for i, value in enumerate(arrays):
+        offsets[i] = start
+        start += value.ndim
+    offsets["end"] = max(start, 1)
+    if user_data.dtype.itemsize != 8 * start:  # nutpie changed its layout: do not guess
+        return None
+    logp_src, expand_src = _callback_sources(
+        n_dim, n_expanded, logp_pt.get_shared(), expand_pt.get_shared(), offsets
+    )
+    env = {"numba": numba, "np": np, "void_pointer": _void_pointer()}
+    u64, dptr = numba.types.uint64, numba.types.CPointer(numba.types.double)
+    logp_cfunc = _cached_cfunc(
+        logp_src,
+        "nutpie_logp_callback",
+        numba.types.int64(u64, dptr, dptr, dptr, numba.types.voidptr),
+        {**env, "logp_fn": logp_pt.vm.jit_fn},
+        logp_key,
+    )
+    expand_cfunc = _cached_cfunc(
+        expand_src,
+        "nutpie_expand_callback",
+        numba.types.int64(u64, u64, dptr, dptr, numba.types.voidptr),
+        {**env, "expand_fn": expand_pt.vm.jit_fn},
+        expand_key,
+    )
+    dims, coords = _prepare_dims_and_coords(model, shape_info, reparameterized)
+    names, _, shapes = shape_info
+    compiled = CompiledPyMCModel(
+        _n_dim=n_dim,
+        dims=dims,
+        _coords=coords,
+        _shapes={name: tuple(shape) for name, shape in zip(names, shapes, strict=True)},
+        compiled_logp_func=logp_cfunc,
+        compiled_expand_func=expand_cfunc,
+        initial_point_func=init_fn,
+        shared_data=shared_data,
+        shared_var_keys=keys,
+        user_data=user_data,
+        n_expanded=n_expanded,
+        shape_info=shape_info,
+        logp_func=logp_pt,
+        expand_func=expand_pt,
+        reparameterized_names=reparameterized,
+    )
+    return _with_free_names(compiled, model, names, shapes)
+
+
+# ---------------------------------------------------------------------------------------------
+# The function-based entry (graphs PyTensor cannot cache)
+# ---------------------------------------------------------------------------------------------
+def _compile_pyfunc(model):
+    """nutpie's function-based entry on nogil PyTensor numba functions (Python per gradient)."""
     from nutpie.compile_pymc import _make_functions, _prepare_dims_and_coords
     from nutpie.compiled_pyfunc import from_pyfunc
-    from pymc.initial_point import make_initial_point_fn
 
-    point_fn = _locked(
-        make_initial_point_fn(model=model, jitter_rvs=set(model.free_RVs), return_transformed=True)
-    )
+    point_fn = _initial_point_fn(model)
     n_dim, _, logp_pt, expand_pt, init_fn, shape_info, reparameterized = _make_functions(
         model,
         mode=_nogil_numba_mode(),
@@ -128,7 +338,12 @@ def compile_nutpie(model):
         coords=coords,
         reparameterized_names=reparameterized,
     )
-    # Written after construction: nutpie's dataclass is frozen.
+    return _with_free_names(compiled, model, names, shapes)
+
+
+def _with_free_names(compiled, model, names, shapes):
+    # Written after construction (nutpie's dataclasses are frozen): what with_initial_points
+    # needs to flatten a start; dataclasses.replace keeps them.
     object.__setattr__(compiled, "_rvm_free_names", list(names[: len(model.free_RVs)]))
     object.__setattr__(compiled, "_rvm_free_shapes", list(shapes[: len(model.free_RVs)]))
     return compiled
@@ -144,18 +359,38 @@ def with_initial_points(compiled, model, initvals: Mapping | None):
     initvals : dict or None
         Initial values by variable name (one dict for all chains); None keeps the model's.
     """
-    from nutpie.compile_pymc import _rv_dict_to_flat_array_wrapper
-    from pymc.initial_point import make_initial_point_fn
+    from nutpie.compile_pymc import CompiledPyMCModel, _rv_dict_to_flat_array_wrapper
 
-    point_fn = _locked(
-        make_initial_point_fn(
-            model=model,
-            overrides=dict(initvals or {}),
-            jitter_rvs=set(model.free_RVs),
-            return_transformed=True,
-        )
-    )
     flat = _rv_dict_to_flat_array_wrapper(
-        point_fn, names=compiled._rvm_free_names, shapes=compiled._rvm_free_shapes
+        _initial_point_fn(model, initvals),
+        names=compiled._rvm_free_names,
+        shapes=compiled._rvm_free_shapes,
     )
-    return dataclasses.replace(compiled, _make_initial_points=flat)
+    if isinstance(compiled, CompiledPyMCModel):
+        new = dataclasses.replace(compiled, initial_point_func=flat)
+    else:
+        new = dataclasses.replace(compiled, _make_initial_points=flat)
+    return _with_free_names(new, model, compiled._rvm_free_names, compiled._rvm_free_shapes)
+
+
+def with_model_data(compiled, model):
+    """The compiled model on ``model``'s current data, not recompiled.
+
+    Parameters
+    ----------
+    compiled : the result of :func:`compile_nutpie` for a model of the same graph
+    model : pymc.Model
+        Its shared variables (``pm.Data``) give the new values, by name.
+    """
+    from nutpie.compile_pymc import CompiledPyMCModel
+
+    if isinstance(compiled, CompiledPyMCModel):
+        names = {var.name for var in compiled.shared_var_keys}
+    else:
+        names = set(compiled._shared_data)
+    values = {
+        name: np.asarray(var.get_value())
+        for name, var in model.named_vars.items()
+        if name in names and hasattr(var, "get_value")
+    }
+    return compiled.with_data(**values)

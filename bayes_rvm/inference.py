@@ -250,14 +250,6 @@ def _nutpie_cache_key(model) -> tuple | None:
     return (key, tuple(sorted(map(str, model.coords.items()))))
 
 
-def _data_vars(model) -> dict:
-    import pytensor.compile.sharedvalue as sv
-
-    return {
-        name: var for name, var in model.named_vars.items() if isinstance(var, sv.SharedVariable)
-    }
-
-
 def _sample_nutpie_cached(model, *, draws, tune, chains, cores, seed, progressbar, initvals, nuts):
     """``pm.sample``'s nutpie branch, compiled through :func:`bayes_rvm._nutpie.compile_nutpie`.
 
@@ -269,7 +261,7 @@ def _sample_nutpie_cached(model, *, draws, tune, chains, cores, seed, progressba
     import nutpie
     from pymc.backends.arviz import patch_nutpie_idata
 
-    from bayes_rvm._nutpie import compile_nutpie, with_initial_points
+    from bayes_rvm._nutpie import compile_nutpie, with_initial_points, with_model_data
 
     key = _nutpie_cache_key(model)
     compiled = _NUTPIE_CACHE.get(key) if key is not None else None
@@ -279,11 +271,7 @@ def _sample_nutpie_cached(model, *, draws, tune, chains, cores, seed, progressba
             if len(_NUTPIE_CACHE) >= _NUTPIE_CACHE_SIZE:
                 _NUTPIE_CACHE.pop(next(iter(_NUTPIE_CACHE)))
             _NUTPIE_CACHE[key] = compiled
-    compiled = with_initial_points(compiled, model, initvals)
-    data = _data_vars(model)
-    compiled = compiled.with_data(
-        **{k: np.asarray(v.get_value()) for k, v in data.items() if k in compiled._shared_data}
-    )
+    compiled = with_model_data(with_initial_points(compiled, model, initvals), model)
     nuts = dict(nuts or {})
     if "max_treedepth" in nuts:
         nuts["maxdepth"] = nuts.pop("max_treedepth")

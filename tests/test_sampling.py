@@ -1,4 +1,4 @@
-"""nutpie through its function-based entry (bayes_rvm._nutpie) and the progress-bar default."""
+"""nutpie on disk-cached numba callbacks (bayes_rvm._nutpie) and the progress-bar default."""
 
 from __future__ import annotations
 
@@ -6,8 +6,22 @@ import numpy as np
 import pymc as pm
 import pytest
 
-from bayes_rvm import inference
+from bayes_rvm import _nutpie, inference
 from bayes_rvm._nutpie import compile_nutpie, with_initial_points
+
+
+@pytest.fixture(params=["callbacks", "pyfunc"])
+def entry(request, monkeypatch):
+    """Both ways into nutpie: C callbacks cached on disk, and the function-based fallback."""
+    if request.param == "pyfunc":
+        # As for a graph PyTensor cannot cache.
+        monkeypatch.setattr(_nutpie, "_graph_cache_key", lambda fn: None)
+    return request.param
+
+
+def _start(compiled, seed):
+    make = getattr(compiled, "initial_point_func", None) or compiled._make_initial_points
+    return make(seed)
 
 
 def _conjugate_model(y):
@@ -26,13 +40,15 @@ def _posterior_of_mu(y):
     return y.sum() / prec, prec**-0.5
 
 
-def test_function_based_nutpie_samples_a_user_model_exactly():
+def test_nutpie_samples_a_user_model_exactly(entry):
     import nutpie
+    from nutpie.compile_pymc import CompiledPyMCModel
 
     rng = np.random.default_rng(0)
     y = rng.normal(1.5, 1.0, size=25)
     model = _conjugate_model(y)
     compiled = compile_nutpie(model)
+    assert isinstance(compiled, CompiledPyMCModel) == (entry == "callbacks")
     dt = nutpie.sample(compiled, draws=600, tune=300, chains=2, seed=1, progress_bar=False)
     mu = dt["posterior"]["mu"].values.ravel()
     m, s = _posterior_of_mu(y)
@@ -47,16 +63,89 @@ def test_function_based_nutpie_samples_a_user_model_exactly():
     assert abs(dt2["posterior"]["mu"].values.mean() - m2) < 5 * s / np.sqrt(300)
 
 
-def test_initial_points_are_set_without_recompiling():
+def test_initial_points_are_set_without_recompiling(entry):
     model = _conjugate_model(np.zeros(5))
     compiled = compile_nutpie(model)
     started = with_initial_points(compiled, model, {"mu": 40.0, "sd": 2.0})
     # the flat start nutpie asks for: (mu, log sd), jittered by at most 1 as PyMC does
-    start = started._make_initial_points(3)
+    start = _start(started, 3)
     assert abs(start[0] - 40.0) <= 1.0 and abs(start[1] - np.log(2.0)) <= 1.0
-    assert started._make_logp_func is compiled._make_logp_func
-    default = with_initial_points(compiled, model, None)._make_initial_points(3)
+    if entry == "callbacks":
+        assert started.compiled_logp_func is compiled.compiled_logp_func
+    else:
+        assert started._make_logp_func is compiled._make_logp_func
+    default = _start(with_initial_points(compiled, model, None), 3)
     assert abs(default[0]) <= 1.0
+
+
+def _call_logp_callback(compiled, x):
+    import ctypes
+
+    logp = np.zeros(())
+    grad = np.zeros_like(x)
+    ptr = ctypes.POINTER(ctypes.c_double)
+    code = compiled.compiled_logp_func.ctypes(
+        x.size,
+        x.ctypes.data_as(ptr),
+        grad.ctypes.data_as(ptr),
+        logp.ctypes.data_as(ptr),
+        ctypes.c_void_p(compiled.user_data.ctypes.data),
+    )
+    return code, float(logp), grad
+
+
+def test_callbacks_give_pymcs_logp_and_gradient_on_new_data():
+    # The RVM's marginal model (low-rank form), against PyMC's own compiled logp and gradient
+    # on the C backend, before and after with_data.
+    from bayes_rvm._nutpie import with_model_data
+    from bayes_rvm.models import rvm_regression_model, set_model_data
+
+    rng = np.random.default_rng(3)
+    x = np.linspace(-5, 5, 40)
+    Phi = np.exp(-0.1 * (x[:, None] - x[None, :]) ** 2)
+    model = rvm_regression_model(Phi, np.sin(x) + 0.1 * rng.normal(size=40))
+    assert model.rvm_spec.marginal == "lowrank"
+    compiled = compile_nutpie(model)
+    point = rng.normal(scale=0.5, size=compiled.n_dim)
+    ip = model.initial_point()
+    names = compiled._rvm_free_names
+    sizes = [int(np.prod(s)) for s in compiled._rvm_free_shapes]
+    parts = np.split(point, np.cumsum(sizes)[:-1])
+    split = {
+        n: p.reshape(s) for n, p, s in zip(names, parts, compiled._rvm_free_shapes, strict=True)
+    }
+    assert set(split) == set(ip)
+    for new_y in (None, np.cos(x)):
+        if new_y is not None:
+            set_model_data(model, Phi, new_y)
+            compiled = with_model_data(compiled, model)
+        code, logp, grad = _call_logp_callback(compiled, point)
+        assert code == 0
+        np.testing.assert_allclose(logp, model.compile_logp()(split), rtol=1e-10)
+        dlogp = model.compile_dlogp()(split)
+        np.testing.assert_allclose(grad, dlogp, rtol=1e-8, atol=1e-10)
+
+
+@pytest.mark.slow
+def test_a_fresh_process_loads_the_callbacks_from_disk(tmp_path):
+    import subprocess
+    import sys
+
+    script = tmp_path / "load.py"
+    script.write_text(
+        "import numpy as np\n"
+        "from bayes_rvm._nutpie import compile_nutpie\n"
+        "from bayes_rvm.models import rvm_regression_model\n"
+        "rng = np.random.default_rng(0)\n"
+        "c = compile_nutpie(rvm_regression_model(rng.normal(size=(9, 4)), rng.normal(size=9)))\n"
+        "print(c.compiled_logp_func.cache_hits, c.compiled_expand_func.cache_hits)\n"
+    )
+    runs = [
+        subprocess.run([sys.executable, str(script)], capture_output=True, text=True, check=True)
+        for _ in range(2)
+    ]
+    # the first process may fill the cache; the second one compiles nothing
+    assert runs[1].stdout.split() == ["1", "1"]
 
 
 def test_progressbar_auto_is_silent_in_non_interactive_output(capfd):
