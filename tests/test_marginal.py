@@ -236,6 +236,28 @@ def test_lowrank_weight_draws_have_the_dense_posterior_moments():
     np.testing.assert_allclose(np.cov(w.T), Sigma, atol=0.03 * np.abs(Sigma).max())
 
 
+def test_lowrank_weight_draws_follow_each_draws_hyperparameters(monkeypatch):
+    # Draws alternate between two (alpha, beta) settings, in blocks of 1000 draws (an odd
+    # number of blocks): each half has its own dense posterior moments.
+    from bayes_rvm.marginal import lowrank
+
+    monkeypatch.setattr(lowrank, "_DRAW_BLOCK_ELEMENTS", 1000 * 8 * 4)
+    Phi, Y, la, lb = _lowrank_problem(N=20, M=8, rank=4, D=2)
+    U, VS = thin_svd(Phi)
+    settings = [(np.exp(la[:8]), np.exp(lb)), (np.exp(la[:8][::-1] + 1.0), 4.0 * np.exp(lb))]
+    S = 61_000
+    alpha = np.array([settings[s % 2][0] for s in range(S)])
+    beta = np.array([settings[s % 2][1] for s in range(S)])
+    w = draw_weights_lowrank(U, VS, Y, alpha, beta, np.random.default_rng(1))
+    for k, (a, b) in enumerate(settings):
+        Sigma = np.linalg.inv(np.diag(a) + b * Phi.T @ Phi)
+        m = b * Sigma @ Phi.T @ Y
+        wk = w[k::2]
+        se = np.sqrt(np.diag(Sigma) / wk.shape[0])[:, None]
+        assert np.all(np.abs(wk.mean(axis=0) - m) < 5 * se)
+        np.testing.assert_allclose(np.cov(wk[..., 1].T), Sigma, atol=0.03 * np.abs(Sigma).max())
+
+
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
 @pytest.mark.filterwarnings("ignore::UserWarning")
 def test_jax_lowrank_matches_dense_value_and_gradient():
