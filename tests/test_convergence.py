@@ -1,0 +1,71 @@
+"""The vectorised R-hat and ESS against ArviZ's own, scalar by scalar."""
+
+from __future__ import annotations
+
+import arviz as az
+import numpy as np
+import pytest
+import xarray as xr
+
+from bayes_rvm._convergence import ess_bulk, ess_tail, rhat_rank
+
+
+def _chains(seed=0, K=7, C=4, S=301):
+    # iid, strongly autocorrelated AR(1), chains with shifted means, heavy tails, ties, a
+    # constant scalar and one with a NaN draw.
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(K, C, S))
+    for t in range(1, S):
+        x[1, :, t] = 0.95 * x[1, :, t - 1] + rng.normal(size=C)
+    x[2] += np.arange(C)[:, None] * 0.5
+    x[3] = rng.standard_cauchy(size=(C, S))
+    x[4] = np.round(x[4])
+    x[5] = 2.5
+    x[6, -1, 7] = np.nan
+    return x
+
+
+def _arviz(x):
+    da = xr.DataArray(np.moveaxis(x, 0, -1), dims=("chain", "draw", "k"))
+    return da
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("shape", [(4, 301), (2, 1000), (1, 40)])
+def test_rhat_and_ess_equal_arviz(shape):
+    x = _chains(K=7, C=shape[0], S=shape[1])
+    ds = xr.Dataset({"v": _arviz(x)})
+    np.testing.assert_allclose(rhat_rank(x), az.rhat(ds)["v"].values, rtol=1e-10, equal_nan=True)
+    np.testing.assert_allclose(
+        ess_bulk(x), az.ess(ds, method="bulk")["v"].values, rtol=1e-9, equal_nan=True
+    )
+    np.testing.assert_allclose(
+        ess_tail(x), az.ess(ds, method="tail")["v"].values, rtol=1e-9, equal_nan=True
+    )
+
+
+def test_diagnose_reports_arvizs_figures_on_log_alpha_sigma_and_w():
+    from bayes_rvm.inference import diagnose
+
+    rng = np.random.default_rng(5)
+    C, S, M = 3, 200, 4
+    post = xr.Dataset(
+        {
+            "alpha": (("chain", "draw", "basis"), np.exp(rng.normal(size=(C, S, M)))),
+            "sigma": (("chain", "draw"), np.abs(rng.normal(size=(C, S))) + 0.1),
+            "w": (
+                ("chain", "draw", "basis"),
+                rng.normal(size=(C, S, M)) + np.arange(C)[:, None, None],
+            ),
+        }
+    )
+    diag = diagnose(xr.DataTree.from_dict({"posterior": post}), warn=False)
+    hyper = post[["alpha", "sigma"]].assign(alpha=np.log(post["alpha"]))
+    ref_rhat = max(float(v.max()) for v in az.rhat(hyper).data_vars.values())
+    ref_bulk = min(float(v.min()) for v in az.ess(hyper, method="bulk").data_vars.values())
+    ref_tail = min(float(v.min()) for v in az.ess(hyper, method="tail").data_vars.values())
+    assert diag["max_rhat"] == pytest.approx(ref_rhat, rel=1e-10)
+    assert diag["min_ess_bulk"] == pytest.approx(ref_bulk, rel=1e-9)
+    assert diag["min_ess_tail"] == pytest.approx(ref_tail, rel=1e-9)
+    assert diag["max_rhat_w"] == pytest.approx(float(az.rhat(post[["w"]])["w"].max()), rel=1e-10)
+    assert diag["max_rhat_w"] > 1.2  # the chains of w have different means
