@@ -168,10 +168,11 @@ class RVR(RegressorMixin, BaseRVM):
         (``k(x, x)`` of new inputs is unknown). The default stays ``"rvm"``: in
         ``benchmarks/bench_predictive.py`` RVM* lowers the test NLPD a great deal where test
         inputs leave the data (sinc with a gap: 4.80 to 1.01 nats per point, below the Gaussian
-        process's 1.45) and by at most 0.01 within it (Friedman #2 and #3, diabetes), while its
-        prediction is no longer sparse (about 6-10x the plain RVM's time there: the kernel row
-        against all N training inputs, growing with N / K). Choose ``"rvm*"`` whenever test
-        inputs may fall outside the training inputs.
+        process's 1.45) and by less than 0.01 within it (Friedman #2 and #3, diabetes), while its
+        prediction is no longer sparse (1.5-10x the plain RVM's time there: the kernel row
+        against all N training inputs, which grows with N / K, against fixed costs that
+        dominate small batches). Choose ``"rvm*"`` whenever test inputs may fall outside the
+        training inputs.
     random_state : int, RandomState or None, default=None
         Seed for the randomised parts of a fit (candidate subsets, sampling).
     verbose : bool, default=False

@@ -44,9 +44,15 @@ measured on the problems of ``benchmarks/bench_predictive.py``: test NLPD within
 the targets' variance everywhere (worse by 0.10 on the sinc gap, better by 0.01 on Friedman #3),
 but with the broad, overlapping basis functions of Friedman #2, #3 and the diabetes data the
 relevance vectors' weights have prior variances far above the targets' (they cancel each other
-in the fit), and its predictive sd far from the data was 6 to 80 times the targets' sd
+in the fit), and its predictive sd far from the data was 8 to 80 times the targets' sd
 (Friedman #3: 24 against 0.29). The classifier keeps it: on the latent scale of a Laplace fit
 there is no target variance to borrow.
+
+RVM* under MCMC. Given a posterior draw ``(alpha_s, beta_s)`` of the hyperparameters the weights'
+posterior is Gaussian, and the draw's augmented predictive is the formula above with that draw's
+``Sigma_s``, ``m_s`` and ``beta_s`` (:func:`rvm_star_draws`); the MCMC predictive is the
+equal-weight mixture of these Gaussians over the draws. Unlike the plain MCMC predictive (one
+weight draw per hyperparameter draw), each draw's weights are integrated out.
 
 Column normalisation. The engines fit on unit-norm basis columns, where a weight's prior
 precision is ``alpha_n = alpha / ||phi||^2``. The added function must get its prior in the
