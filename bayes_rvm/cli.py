@@ -60,7 +60,12 @@ def _common(p: argparse.ArgumentParser) -> None:
     )
     s = p.add_argument_group("MCMC (with --inference mcmc, and for compare)")
     s.add_argument("--draws", type=int, default=1000, help="draws per chain (default 1000)")
-    s.add_argument("--tune", type=int, default=1000, help="tuning steps per chain (default 1000)")
+    s.add_argument(
+        "--tune",
+        type=int,
+        default=None,
+        help="tuning steps per chain (default: RVR's, 300)",
+    )
     s.add_argument("--chains", type=int, default=4, help="chains (default 4)")
     s.add_argument(
         "--sampler",
@@ -236,9 +241,10 @@ def _problem(args):
 
 
 def _mcmc_params(args) -> dict:
+    tune = {} if args.tune is None else {"tune": args.tune}
     return {
         "draws": args.draws,
-        "tune": args.tune,
+        **tune,
         "chains": args.chains,
         "sampler": args.sampler,
         "verbose": not args.quiet,
