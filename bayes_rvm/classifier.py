@@ -24,6 +24,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from bayes_rvm._base import (
     _POSITIVE,
+    DEFAULT_GAMMA,
     BaseRVM,
     normalise_columns,
     path_from_json,
@@ -32,6 +33,7 @@ from bayes_rvm._base import (
 )
 from bayes_rvm.evidence import SOLVERS, EvidenceFit, fit_evidence
 from bayes_rvm.evidence.result import moderation
+from bayes_rvm.evidence.width import shared_laplace_evidence
 from bayes_rvm.kernels import KernelBasis
 from bayes_rvm.priors import DEFAULT_NU, as_prior
 
@@ -70,15 +72,22 @@ class RVC(ClassifierMixin, BaseRVM):
     ----------
     kernel : str, callable, scikit-learn kernel object or "precomputed", default="rbf"
         Basis kernel; see :class:`bayes_rvm.kernels.KernelBasis`.
-    gamma : {"scale", "auto", "evidence"}, float or array-like, default="scale"
-        Kernel coefficient (as in :class:`sklearn.svm.SVC`); for rbf of width ``r``, ``1/r^2``
-        (laplacian: ``1/r``); an array gives one coefficient per input feature. ``"evidence"``
-        learns the width of the rbf or laplacian kernel by maximising the Laplace evidence over
-        it (:func:`bayes_rvm.evidence.width.maximise_width` with Brent's bounded search from the
-        best maxima of an evidence curve; for one-vs-rest, the evidence summed over the classes).
-        Per-feature widths by the evidence (``"evidence_ard"``) are RVR's only: they need the
-        closed-form gradient of the Gaussian likelihood. The chosen width is in ``gamma_`` and
-        ``length_scale_``, the curve in ``width_path_``.
+    gamma : {"evidence_shared", "evidence", "scale", "auto"}, float or array-like, \
+default="evidence_shared"
+        Kernel coefficient; for rbf of width ``r``, ``1/r^2`` (laplacian: ``1/r``); an array
+        gives one coefficient per input feature. ``"evidence_shared"`` (default) chooses the rbf
+        or laplacian width that maximises the Laplace evidence of the same basis with one prior
+        precision shared by all weights (a Gaussian-process classifier of covariance
+        ``Phi Phi^T / alpha``; :func:`bayes_rvm.evidence.width.shared_laplace_evidence`; for
+        more than two classes the one-vs-rest evidences summed), then fits the RVC at that width
+        (why: :data:`bayes_rvm._base.DEFAULT_GAMMA`; other kernels ignore it, poly and sigmoid
+        use ``"scale"``). ``"evidence"`` maximises the RVC's own Laplace evidence over the
+        width (:func:`bayes_rvm.evidence.width.maximise_width` with Brent's bounded search from
+        the best maxima of an evidence curve; for one-vs-rest, the evidence summed over the
+        classes); it prefers narrow widths (Ripley: 12-16% error). Per-feature widths by the
+        evidence (``"evidence_ard"``) are RVR's only: they need the closed-form gradient of the
+        Gaussian likelihood. ``"scale"`` and ``"auto"`` as in :class:`sklearn.svm.SVC`. The
+        chosen width is in ``gamma_`` and ``length_scale_``, the curve in ``width_path_``.
     degree : int, default=3
         Degree of the polynomial kernel.
     coef0 : float, default=1.0
@@ -203,7 +212,7 @@ class RVC(ClassifierMixin, BaseRVM):
         self,
         *,
         kernel="rbf",
-        gamma="scale",
+        gamma=DEFAULT_GAMMA,
         degree=3,
         coef0=1.0,
         kernel_params=None,
@@ -306,7 +315,16 @@ class RVC(ClassifierMixin, BaseRVM):
                     "gamma='evidence_ard' needs the closed-form width gradient of the Gaussian "
                     "likelihood (RVR); RVC learns one width: use gamma='evidence'."
                 )
-            basis, Phi, norms, fit = self._select_width(X, yi, engine, gradient=False)
+            # The shared-precision evidence of each class against the rest, summed.
+            onehot = (yi[:, None] == np.arange(classes.size)).astype(np.float64)
+            labels = onehot[:, 1] if classes.size == 2 else onehot
+            basis, Phi, norms, fit = self._select_width(
+                X,
+                yi,
+                engine,
+                criterion=lambda Phi: shared_laplace_evidence(Phi, labels),
+                gradient=False,
+            )
         else:
             basis, Phi = self._make_basis(X)
             norms = normalise_columns(Phi)

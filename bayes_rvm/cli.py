@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bayes_rvm._base import DEFAULT_GAMMA, WIDTH_RULES
 from bayes_rvm.datasets import make_sinc, sinc
 from bayes_rvm.estimators import RVR
 from bayes_rvm.kernels import KERNELS
@@ -49,8 +50,9 @@ def _common(p: argparse.ArgumentParser) -> None:
     m.add_argument(
         "--gamma",
         default=None,
-        help=f"kernel coefficient: 'scale', 'auto' or a number (default 1/{SINC_WIDTH:g}^2 "
-        "for sinc, 'scale' for --data)",
+        help="kernel coefficient: a width rule ('evidence_shared', 'evidence', 'evidence_ard'), "
+        f"'scale', 'auto' or a number (default 1/{SINC_WIDTH:g}^2, Tipping's width, for sinc; "
+        f"the estimators' default '{DEFAULT_GAMMA}' for --data)",
     )
     m.add_argument(
         "--nu",
@@ -150,10 +152,13 @@ def _traceback_option(p: argparse.ArgumentParser) -> None:
     )
 
 
+_GAMMA_WORDS = (*WIDTH_RULES, "scale", "auto")
+
+
 def _gamma(value: str | None, default):
     if value is None:
         return default
-    if value in ("scale", "auto"):
+    if value in _GAMMA_WORDS:
         return value
     try:
         gamma = float(value)
@@ -161,7 +166,8 @@ def _gamma(value: str | None, default):
         gamma = float("nan")
     if not np.isfinite(gamma) or gamma <= 0:
         raise SystemExit(
-            f"bayes-rvm: --gamma must be 'scale', 'auto' or a positive number, got {value!r}"
+            f"bayes-rvm: --gamma must be one of {', '.join(map(repr, _GAMMA_WORDS))} or a "
+            f"positive number, got {value!r}"
         )
     return gamma
 
@@ -232,7 +238,7 @@ def _problem(args):
     """Training data, optional test data with the truth, and the default kernel coefficient."""
     if getattr(args, "data", None) is not None:
         X, y, names = _load_table(args.data, args.target)
-        return X, y, None, f"{args.data} ({len(y)} rows, features {names})", "scale"
+        return X, y, None, f"{args.data} ({len(y)} rows, features {names})", DEFAULT_GAMMA
     if args.n_samples < 2:
         raise SystemExit("bayes-rvm: --n-samples must be at least 2")
     X, y = make_sinc(args.n_samples, noise=args.noise, random_state=args.seed)

@@ -22,6 +22,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from bayes_rvm._base import (
     _POSITIVE,
+    DEFAULT_GAMMA,
     BaseRVM,
     check_number,
     normalise_columns,
@@ -32,6 +33,7 @@ from bayes_rvm._base import (
 )
 from bayes_rvm.dims import BASIS
 from bayes_rvm.evidence import EvidenceFit, fit_evidence
+from bayes_rvm.evidence.width import shared_evidence
 from bayes_rvm.kernels import KernelBasis
 from bayes_rvm.priors import DEFAULT_NU, Prior, as_prior
 
@@ -74,16 +76,28 @@ class RVR(RegressorMixin, BaseRVM):
     ----------
     kernel : str, callable, scikit-learn kernel object or "precomputed", default="rbf"
         Basis kernel; see :class:`bayes_rvm.kernels.KernelBasis`.
-    gamma : {"scale", "auto", "evidence", "evidence_ard"}, float or array-like, default="scale"
-        Kernel coefficient (as in :class:`sklearn.svm.SVR`); for rbf, width ``r`` is ``1/r^2``,
-        for laplacian ``1/r``. An array gives one coefficient per input feature (rbf,
-        laplacian). ``"evidence"`` learns the width of the rbf or laplacian kernel as a type-II
-        hyperparameter with the alphas and the noise: the log evidence is maximised over the log
-        width by :func:`bayes_rvm.evidence.width.maximise_width` (an evidence curve over a grid of
-        widths from wide to narrow, then refinement from its best local maxima with the
-        closed-form gradient). ``"evidence_ard"`` learns one length scale per input feature
-        (ARD over the inputs: a feature with a long length scale barely matters). The chosen
-        width is in ``gamma_`` and ``length_scale_``, the evidence curve in ``width_path_``.
+    gamma : {"evidence_shared", "evidence", "evidence_ard", "scale", "auto"}, float or \
+array-like, default="evidence_shared"
+        Kernel coefficient; for rbf, width ``r`` is ``1/r^2``, for laplacian ``1/r``. An array
+        gives one coefficient per input feature (rbf, laplacian). Width rules (rbf, laplacian):
+
+        - ``"evidence_shared"`` (default): the width that maximises the evidence of the same basis
+          with one prior precision shared by all weights (a Gaussian process of covariance
+          ``Phi Phi^T / alpha`` plus noise; :func:`bayes_rvm.evidence.width.shared_evidence`,
+          a grid and Brent's method), then the RVM fitted at that width. It cannot collapse onto
+          narrow widths as the RVM's own evidence can; why it is the default, with the
+          measurements, is in :data:`bayes_rvm._base.DEFAULT_GAMMA`. Other kernels ignore it
+          (poly and sigmoid use ``"scale"``).
+        - ``"evidence"``: the RVM's own log evidence maximised over the log width with the alphas
+          and the noise (:func:`bayes_rvm.evidence.width.maximise_width`: an evidence curve over
+          a grid of widths, then refinement from its best local maxima with the closed-form
+          gradient). ``"evidence_ard"`` learns one length scale per input feature (ARD over the
+          inputs: a feature with a long length scale barely matters).
+        - ``"scale"``: ``1 / (n_features * X.var())`` and ``"auto"``: ``1 / n_features``, as in
+          :class:`sklearn.svm.SVR`.
+
+        The chosen width is in ``gamma_`` and ``length_scale_``, the curve of the rule's evidence
+        in ``width_path_``. With ``inference="mcmc"`` the width is chosen first, then sampled at.
     degree : int, default=3
         Degree of the polynomial kernel.
     coef0 : float, default=1.0
@@ -257,7 +271,7 @@ class RVR(RegressorMixin, BaseRVM):
         self,
         *,
         kernel="rbf",
-        gamma="scale",
+        gamma=DEFAULT_GAMMA,
         degree=3,
         coef0=1.0,
         kernel_params=None,
@@ -373,8 +387,13 @@ class RVR(RegressorMixin, BaseRVM):
         Tn = T / scale
         engine = self._engine(scale, Tn)
         if self._learns_width():
+            fixed = None if self.noise_variance is None else scale**2 / self.noise_variance
             basis, Phi, norms, fit = self._select_width(
-                X, Tn, engine, log_scale=n * d * np.log(scale)
+                X,
+                Tn,
+                engine,
+                criterion=lambda Phi: shared_evidence(Phi, Tn, beta=fixed),
+                log_scale=n * d * np.log(scale),
             )
         else:
             basis, Phi = self._make_basis(X)

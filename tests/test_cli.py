@@ -210,5 +210,6 @@ def test_the_installed_command_prints_one_line_and_exits_1(tmp_path):
     )
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [
-        "bayes-rvm: --gamma must be 'scale', 'auto' or a positive number, got '-1'"
+        "bayes-rvm: --gamma must be one of 'evidence_shared', 'evidence', 'evidence_ard', "
+        "'scale', 'auto' or a positive number, got '-1'"
     ]

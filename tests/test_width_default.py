@@ -1,0 +1,192 @@
+"""The default kernel width: the evidence of the same basis under one shared prior precision."""
+
+import json
+import warnings
+
+import numpy as np
+import pytest
+from scipy.stats import multivariate_normal
+from sklearn.gaussian_process import GaussianProcessClassifier
+from sklearn.gaussian_process.kernels import DotProduct
+from sklearn.linear_model import BayesianRidge
+
+from bayes_rvm._base import DEFAULT_GAMMA, normalise_columns, target_scale
+from bayes_rvm.classifier import RVC
+from bayes_rvm.datasets import load_ripley, make_sinc
+from bayes_rvm.estimators import RVR
+from bayes_rvm.evidence.width import (
+    select_width_shared,
+    shared_evidence,
+    shared_laplace_evidence,
+)
+from bayes_rvm.io import load_model, save_model
+from bayes_rvm.kernels import KernelBasis, resolve_gamma
+
+
+def _design(X, ls, *, centres=None):
+    Phi = KernelBasis("rbf", gamma=1.0 / ls**2).fit(X, centres=centres).transform(X)
+    normalise_columns(Phi)
+    return Phi
+
+
+def _dense(Phi, T, alpha, beta):
+    """ln N(T | 0, I / beta + Phi Phi^T / alpha), summed over the outputs."""
+    C = np.eye(Phi.shape[0]) / beta + Phi @ Phi.T / alpha
+    mvn = multivariate_normal(np.zeros(Phi.shape[0]), C)
+    T = T[:, None] if T.ndim == 1 else T
+    return sum(mvn.logpdf(T[:, d]) for d in range(T.shape[1]))
+
+
+def test_shared_evidence_is_bayesian_ridges_optimum():
+    X, y = make_sinc(60, noise=0.1, random_state=1)
+    Phi = _design(X, 2.2)
+    se = shared_evidence(Phi, y)
+    # scikit-learn's BayesianRidge maximises the same evidence (no intercept, flat hyperpriors).
+    br = BayesianRidge(
+        fit_intercept=False,
+        alpha_1=0.0,
+        alpha_2=0.0,
+        lambda_1=0.0,
+        lambda_2=0.0,
+        compute_score=True,
+        tol=1e-12,
+        max_iter=10_000,
+    ).fit(Phi, y)
+    assert se.alpha == pytest.approx(br.lambda_, rel=1e-8)
+    assert se.beta == pytest.approx(br.alpha_, rel=1e-8)
+    assert se.log_evidence == pytest.approx(br.scores_[-1], abs=1e-8)
+    assert se.log_evidence == pytest.approx(_dense(Phi, y, se.alpha, se.beta), abs=1e-8)
+
+
+def test_shared_evidence_two_outputs_fixed_noise_and_few_centres():
+    X, y = make_sinc(50, noise=0.1, random_state=2)
+    Y = np.column_stack([y, 0.4 * np.cos(X[:, 0])])
+    Phi = _design(X, 1.7)
+    se = shared_evidence(Phi, Y)
+    assert se.log_evidence == pytest.approx(_dense(Phi, Y, se.alpha, se.beta), abs=1e-8)
+    # An optimum: moving either precision by 2% lowers the evidence.
+    for a, b in [(1.02, 1), (1 / 1.02, 1), (1, 1.02), (1, 1 / 1.02)]:
+        assert _dense(Phi, Y, se.alpha * a, se.beta * b) < se.log_evidence
+    fixed = shared_evidence(Phi, Y, beta=50.0)
+    assert fixed.beta == 50.0
+    assert fixed.log_evidence == pytest.approx(_dense(Phi, Y, fixed.alpha, 50.0), abs=1e-8)
+    for a in (1.02, 1 / 1.02):
+        assert _dense(Phi, Y, fixed.alpha * a, 50.0) < fixed.log_evidence
+    # Fewer basis functions than samples (centres on a subset): the M x M branch.
+    thin = _design(X, 1.7, centres=X[::5])
+    st = shared_evidence(thin, Y)
+    assert st.log_evidence == pytest.approx(_dense(thin, Y, st.alpha, st.beta), abs=1e-8)
+
+
+def test_shared_laplace_evidence_is_the_gp_classifiers():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(70, 2))
+    t = (X[:, 0] ** 2 + X[:, 1] + 0.5 * rng.normal(size=70) > 0.8).astype(float)
+    Phi = _design(X, 0.9)
+    sl = shared_laplace_evidence(Phi, t)
+
+    def gpc(alpha):
+        # Laplace's approximation in function space (R&W Algorithm 3.2), covariance Phi Phi^T / a.
+        kernel = DotProduct(sigma_0=0.0, sigma_0_bounds="fixed")
+        return GaussianProcessClassifier(kernel, optimizer=None).fit(Phi / np.sqrt(alpha), t)
+
+    assert sl.log_evidence == pytest.approx(gpc(sl.alpha).log_marginal_likelihood_value_, abs=1e-6)
+    for a in (1.05, 1 / 1.05):  # the optimum over the precision
+        assert gpc(sl.alpha * a).log_marginal_likelihood_value_ < sl.log_evidence
+    # One-vs-rest columns add up.
+    both = shared_laplace_evidence(Phi, np.column_stack([t, 1 - t]))
+    assert both.log_evidence == pytest.approx(2 * sl.log_evidence, abs=1e-6)
+
+
+def test_default_width_is_the_maximum_of_the_shared_evidence_curve(tmp_path):
+    X, y = make_sinc(100, noise=0.1, random_state=0)
+    assert RVR().gamma == DEFAULT_GAMMA == "evidence_shared" == RVC().gamma
+    model = RVR().fit(X, y)
+    # The maximum of a dense curve, computed independently of the search.
+    T = y / target_scale(y[:, None])
+    dense = np.geomspace(0.5, 20, 161)
+    curve = [shared_evidence(_design(X, ls), T).log_evidence for ls in dense]
+    assert model.length_scale_ == pytest.approx(dense[int(np.argmax(curve))], rel=0.03)
+    assert model.width_path_.criterion == "evidence_shared"
+    # The fit is the one a fixed gamma of that value gives.
+    fixed = RVR(gamma=model.gamma_).fit(X, y)
+    np.testing.assert_array_equal(model.predict(X), fixed.predict(X))
+    assert model.log_evidence_ == fixed.log_evidence_
+    # Better than SVR's "scale" on Tipping's sinc (bench_width: 0.044 against 0.070).
+    Xt = np.linspace(-10, 10, 1000)[:, None]
+    truth = np.sinc(Xt[:, 0] / np.pi)
+
+    def rmse(m):
+        return np.sqrt(np.mean((m.predict(Xt) - truth) ** 2))
+
+    assert rmse(model) < 0.05 < 0.06 < rmse(RVR(gamma="scale").fit(X, y))
+    loaded = load_model(save_model(model, tmp_path / "m.zarr"))
+    np.testing.assert_array_equal(loaded.predict(Xt), model.predict(Xt))
+    assert loaded.width_path_.criterion == "evidence_shared"
+    np.testing.assert_array_equal(loaded.width_path_.log_evidence, model.width_path_.log_evidence)
+
+
+def test_default_width_two_outputs_and_fixed_noise():
+    X, y = make_sinc(80, noise=0.1, random_state=2)
+    Y = np.column_stack([y, 0.5 * y + 0.3 * np.cos(X[:, 0])])
+    model = RVR().fit(X, Y)
+    T = Y / target_scale(Y)
+    ls = model.length_scale_
+    at = shared_evidence(_design(X, ls), T).log_evidence
+    for f in (1.1, 1 / 1.1):  # a maximum of the two outputs' summed evidence
+        assert shared_evidence(_design(X, ls * f), T).log_evidence < at
+    noisy = RVR(noise_variance=0.05).fit(X, y)
+    assert noisy.noise_variance_ == pytest.approx(0.05)
+    beta = target_scale(y[:, None]) ** 2 / 0.05
+    Tn = y / target_scale(y[:, None])
+    at = shared_evidence(_design(X, noisy.length_scale_), Tn, beta=beta).log_evidence
+    for f in (1.1, 1 / 1.1):
+        assert shared_evidence(_design(X, noisy.length_scale_ * f), Tn, beta=beta).log_evidence < at
+
+
+def test_default_falls_back_to_scale_for_kernels_without_a_width():
+    X, y = make_sinc(40, random_state=0)
+    assert RVR(kernel="poly").fit(X, y).gamma_ == pytest.approx(resolve_gamma("scale", X))
+    assert RVR(kernel="linear").fit(X, y).width_path_ is None
+    with pytest.raises(ValueError, match="kernel='poly'"):
+        RVR(kernel="poly", gamma="evidence").fit(X, y)
+
+
+def test_select_width_shared_extends_a_grid_whose_end_wins():
+    X, y = make_sinc(60, noise=0.1, random_state=3)
+    T = y / target_scale(y[:, None])
+    design = lambda ls: _design(X, float(ls[0]))  # noqa: E731
+    ls, path, n = select_width_shared(
+        design, X, lambda P: shared_evidence(P, T), grid=np.geomspace(0.3, 0.05, 4)
+    )
+    # The grid's widest end was best: it was extended (by factors of 2) towards the optimum.
+    assert path.length_scale.max() > 0.3 * 1.9
+    assert n == path.length_scale.size
+    assert ls[0] == path.length_scale[np.argmax(path.log_evidence)]
+    with pytest.raises(ValueError, match="grid"):
+        select_width_shared(design, X, None, grid=np.array([0.0]))
+
+
+def test_rvc_default_on_ripley_meets_the_paper():
+    X, y, Xt, yt = load_ripley()  # shipped with the package
+    idx = np.random.default_rng(0).permutation(len(y))[:100]
+    model = RVC().fit(X[idx], y[idx])
+    # Tipping (2001): 9.3% with 4 relevance vectors; bench_width: 8.9% with 5 here.
+    assert np.mean(model.predict(Xt) != yt) < 0.103
+    assert model.n_relevance_vectors_ <= 6
+    assert 0.3 < model.length_scale_ < 0.7  # Tipping's width 0.5
+
+
+@pytest.mark.slow
+def test_mcmc_at_the_default_width_is_quiet_on_the_packages_examples():
+    X, y = make_sinc(60, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no diagnostics warning at N = 60
+        RVR(inference="mcmc", random_state=0).fit(X, y)
+    X, y = make_sinc(80, random_state=2)
+    rng = np.random.default_rng(3)
+    Y = np.column_stack([y, 0.5 * y + 0.3 * np.cos(X[:, 0]) + 0.05 * rng.normal(size=80)])
+    est = RVR(inference="mcmc", random_state=0).fit(X, Y)
+    diag = json.loads(est.idata_.attrs["diagnostics"])
+    assert diag["divergences"] == 0
+    assert diag["max_rhat"] <= 1.01
