@@ -135,6 +135,11 @@ def lowrank_log_evidence_and_grad(log_alpha, log_beta, U, Y, VS):  # pragma: no 
         d/dlog alpha_i = (D g_i^T K^-1 g_i - ||(G Q)_i||^2) / (2 alpha_i)
         d/dlog beta    = (D (N - r) + D tr(K^-1) / beta - beta ||T - U Z||^2 - ||Q||^2 / beta) / 2
         d/dT           = -(beta (T - U Z) + U Q)
+
+    The O(M r^2) work is two passes along contiguous rows of ``G^T``: the lower triangle of
+    ``K`` and ``W = L^-1 D^-1 G^T`` (``L`` the Cholesky factor of ``K`` equilibrated by its
+    diagonal ``D``), whose column norms are ``g_i^T K^-1 g_i``; neither ``K^-1`` nor ``G K^-1``
+    is formed.
     """
     N, r = U.shape
     M = VS.shape[0]
@@ -150,36 +155,69 @@ def lowrank_log_evidence_and_grad(log_alpha, log_beta, U, Y, VS):  # pragma: no 
             ok = False
     if not ok:
         return np.asarray(-np.inf), out_ga, np.asarray(0.0), out_gY
-    G = np.ascontiguousarray(VS)
+    # GT = (V S)^T, rows contiguous: every O(M r^2) loop below runs along a contiguous row.
+    GT = np.ascontiguousarray(VS.T)
     Uc = np.ascontiguousarray(U)
     Yc = np.ascontiguousarray(Y)
-    # K = beta^-1 I + G^T A^-1 G, equilibrated by its diagonal (alpha spans decades).
-    Ga = np.empty((M, r))
-    for i in range(M):
-        for k in range(r):
-            Ga[i, k] = G[i, k] * ainv[i]
-    K = G.T @ Ga
+    GA = np.empty((r, M))
+    for a in range(r):
+        ga = GA[a]
+        gt = GT[a]
+        for i in range(M):
+            ga[i] = gt[i] * ainv[i]
+    # K = beta^-1 I + G^T A^-1 G, lower triangle, as dot products of contiguous rows.
+    K = np.empty((r, r))
+    for a in range(r):
+        ga = GA[a]
+        for b in range(a + 1):
+            gb = GT[b]
+            s = 0.0
+            for i in range(M):
+                s += ga[i] * gb[i]
+            K[a, b] = s
     dinv = np.empty(r)
     log_det = 0.0
     for k in range(r):
         K[k, k] += 1.0 / beta
         dinv[k] = 1.0 / np.sqrt(K[k, k])
         log_det += np.log(K[k, k])
-    # Cholesky of the scaled K (r x r, small), lower triangle.
+    # Cholesky of the equilibrated K (unit diagonal), lower.
     L = np.zeros((r, r))
     for i in range(r):
+        Li = L[i]
         for j in range(i + 1):
+            Lj = L[j]
             s = K[i, j] * dinv[i] * dinv[j]
             for k in range(j):
-                s -= L[i, k] * L[j, k]
+                s -= Li[k] * Lj[k]
             if i == j:
                 if not s > 0.0:
                     return np.asarray(-np.inf), out_ga, np.asarray(0.0), out_gY
-                L[i, i] = np.sqrt(s)
+                Li[i] = np.sqrt(s)
                 log_det += np.log(s)
             else:
-                L[i, j] = s / L[j, j]
-    # Linv = L^-1 (lower); K^-1 = Dinv Linv^T Linv Dinv.
+                Li[j] = s / Lj[j]
+    # W = L^-1 D^-1 G^T (r x M) by forward substitution along contiguous rows:
+    # g_i^T K^-1 g_i = ||W[:, i]||^2.
+    W = np.empty((r, M))
+    gkg = np.zeros(M)
+    for a in range(r):
+        wa = W[a]
+        gt = GT[a]
+        da = dinv[a]
+        for i in range(M):
+            wa[i] = gt[i] * da
+        La = L[a]
+        for k in range(a):
+            lak = La[k]
+            wk = W[k]
+            for i in range(M):
+                wa[i] -= lak * wk[i]
+        inv = 1.0 / La[a]
+        for i in range(M):
+            wa[i] *= inv
+            gkg[i] += wa[i] * wa[i]
+    # tr(K^-1) = sum_k dinv_k^2 ||L^-1 e_k||^2, from L^-1 (r^3 / 6, small).
     Linv = np.zeros((r, r))
     for j in range(r):
         Linv[j, j] = 1.0 / L[j, j]
@@ -188,17 +226,29 @@ def lowrank_log_evidence_and_grad(log_alpha, log_beta, U, Y, VS):  # pragma: no 
             for k in range(j, i):
                 s -= L[i, k] * Linv[k, j]
             Linv[i, j] = s / L[i, i]
-    Kinv = np.zeros((r, r))
     tr_kinv = 0.0
-    for a in range(r):
-        for b in range(r):
-            s = 0.0
-            for k in range(max(a, b), r):
-                s += Linv[k, a] * Linv[k, b]
-            Kinv[a, b] = s * dinv[a] * dinv[b]
-        tr_kinv += Kinv[a, a]
+    for k in range(r):
+        s = 0.0
+        for i in range(k, r):
+            s += Linv[i, k] * Linv[i, k]
+        tr_kinv += s * dinv[k] * dinv[k]
+    # Z = U^T T, Q = K^-1 Z by two triangular solves, R = T - U Z.
     Z = Uc.T @ Yc
-    Q = Kinv @ Z
+    Q = np.empty((r, D))
+    for c in range(D):
+        v = np.empty(r)
+        for i in range(r):
+            s = Z[i, c] * dinv[i]
+            for k in range(i):
+                s -= L[i, k] * v[k]
+            v[i] = s / L[i, i]
+        for i in range(r - 1, -1, -1):
+            s = v[i]
+            for k in range(i + 1, r):
+                s -= L[k, i] * v[k]
+            v[i] = s / L[i, i]
+        for i in range(r):
+            Q[i, c] = v[i] * dinv[i]
     R = Yc - Uc @ Z
     sse = 0.0
     for n in range(N):
@@ -210,16 +260,20 @@ def lowrank_log_evidence_and_grad(log_alpha, log_beta, U, Y, VS):  # pragma: no 
         for c in range(D):
             quad += Z[k, c] * Q[k, c]
             q2 += Q[k, c] * Q[k, c]
-    GQ = G @ Q
-    GK = G @ Kinv
-    for i in range(M):
-        gkg = 0.0
+    # (G Q)_i for each output, along contiguous rows of G^T.
+    gq2 = np.zeros(M)
+    gq = np.empty(M)
+    for c in range(D):
+        gq[:] = 0.0
         for k in range(r):
-            gkg += GK[i, k] * G[i, k]
-        gq2 = 0.0
-        for c in range(D):
-            gq2 += GQ[i, c] * GQ[i, c]
-        out_ga[i] = 0.5 * ainv[i] * (D * gkg - gq2)
+            qk = Q[k, c]
+            gt = GT[k]
+            for i in range(M):
+                gq[i] += gt[i] * qk
+        for i in range(M):
+            gq2[i] += gq[i] * gq[i]
+    for i in range(M):
+        out_ga[i] = 0.5 * ainv[i] * (D * gkg[i] - gq2[i])
     logp = -0.5 * (D * (N * _LOG_2PI - (N - r) * lb + log_det) + beta * sse + quad)
     g_beta = 0.5 * (D * (N - r) + D * tr_kinv / beta - beta * sse - q2 / beta)
     UQ = Uc @ Q
@@ -235,5 +289,5 @@ def lowrank_log_evidence_and_grad(log_alpha, log_beta, U, Y, VS):  # pragma: no 
 def _numba_funcify_marginal(op, node=None, **kwargs):
     # Bumping the integer invalidates numba's on-disk cache when a kernel changes.
     if op.lowrank:
-        return lowrank_log_evidence_and_grad, 1
+        return lowrank_log_evidence_and_grad, 2
     return _log_evidence_numba, 5
