@@ -226,7 +226,7 @@ class BaseRVM(BaseEstimator):
     #: Constraints of the parameters both estimators take; scikit-learn checks them in ``fit``.
     _shared_constraints: dict = {  # noqa: RUF012 - scikit-learn's convention
         "kernel": [str, callable],
-        "gamma": [StrOptions({"scale", "auto", *WIDTH_RULES}), _POSITIVE, "array-like"],
+        "gamma": [StrOptions({"scale", "auto", *WIDTH_RULES}), _POSITIVE, "array-like", Prior],
         "degree": [Interval(Integral, 1, None, closed="left")],
         "coef0": [Interval(Real, None, None, closed="neither")],
         "kernel_params": [dict, None],
@@ -324,6 +324,12 @@ class BaseRVM(BaseEstimator):
                 "each draw would need its own Laplace fit. Use predictive='rvm' with "
                 "inference='mcmc' (the mixture over the posterior draws)."
             )
+        if getattr(self, "inference", "type2") == "mcmc" and self._samples_width():
+            raise ValueError(
+                "predictive='rvm*' is not defined for a sampled kernel width (its added "
+                "functions would need their own prior at each draw's width); use "
+                "predictive='rvm', whose mixture over the draws takes each at its own width."
+            )
 
     def _rvm_star_inputs(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``k(X, X_train)`` and ``k(x, x)`` of each row: RVM*'s added functions."""
@@ -361,7 +367,17 @@ class BaseRVM(BaseEstimator):
         return out
 
     # -- the kernel width as a hyperparameter ------------------------------------------------------
+    #: Whether the estimator samples a kernel width given as ``gamma=Prior(...)``.
+    _samples_width_ok = False
+
+    def _samples_width(self) -> bool:
+        """``gamma`` is a :class:`Prior`: the width sampled by NUTS, seeded by its evidence fit."""
+        return isinstance(self.gamma, Prior)
+
     def _learns_width(self) -> bool:
+        if self._samples_width():
+            # The type-II fit that seeds the sampler (and chooses its basis) learns the width.
+            return True
         if not (isinstance(self.gamma, str) and self.gamma in WIDTH_RULES):
             return False
         if self.gamma == DEFAULT_GAMMA and self.kernel not in WIDTH_KERNELS:
@@ -453,6 +469,23 @@ class BaseRVM(BaseEstimator):
 
     def _check_priors(self) -> None:
         """What the declared constraints cannot say about the hyperpriors."""
+        if self._samples_width():
+            who = type(self).__name__
+            if not self._samples_width_ok:
+                raise ValueError(
+                    f"{who} cannot sample the kernel width (gamma given as a Prior); choose it by "
+                    f"the evidence (gamma='evidence') or by cross-validation ({who}CV)."
+                )
+            if self.inference != "mcmc":
+                raise ValueError(
+                    "gamma given as a Prior is sampled, which needs inference='mcmc'; for the "
+                    "type-II width use gamma='evidence'."
+                )
+            if self.kernel not in WIDTH_KERNELS:
+                raise ValueError(
+                    f"gamma given as a Prior samples the width of the kernels {WIDTH_KERNELS}; "
+                    f"got kernel={self.kernel!r}."
+                )
         if isinstance(self.nu, Prior) and self.inference != "mcmc":
             raise ValueError(
                 "nu given as a Prior is sampled, which needs inference='mcmc'; give a number for "
@@ -477,9 +510,15 @@ class BaseRVM(BaseEstimator):
         return int(self.relevance_.size)
 
     # -- the PyMC model ----------------------------------------------------------------------
+    def _mcmc_basis(self) -> str:
+        """``mcmc_basis`` resolved: ``"auto"`` is ``"relevant"`` for a sampled width, else all."""
+        if self.mcmc_basis == "auto":
+            return "relevant" if self._samples_width() else "all"
+        return self.mcmc_basis
+
     def _mcmc_columns(self) -> np.ndarray:
         """The basis columns the MCMC model uses: the type-II relevant ones or all."""
-        if self.mcmc_basis == "relevant":
+        if self._mcmc_basis() == "relevant":
             return np.asarray(self.active_, dtype=int)
         return np.arange(self.basis_.n_basis_)
 
@@ -499,6 +538,9 @@ class BaseRVM(BaseEstimator):
             from bayes_rvm.inference import type2_initvals
 
             init = type2_initvals(fit_n, basis=self._mcmc_columns())
+            if self._samples_width():
+                # Start at the evidence width (what the columns' alphas were fitted at).
+                init["gamma_rel"] = np.asarray(self.gamma_ / self.model_["gamma_ref"].get_value())
             self._idata = self._sample_and_complete(self.model_, init)
 
     def _mcmc_design(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -545,6 +587,12 @@ class BaseRVM(BaseEstimator):
 
         free = {rv.name for rv in model.free_RVs}
         options = {"progressbar": True if self.verbose else "auto", "advice": "estimator"}
+        if self._samples_width():
+            # Nearly collinear relevance vectors (two centres close together) leave a narrow
+            # ridge in their alphas, which a step size tuned to the default 0.8 acceptance
+            # crosses with a rare divergence; 0.95 has none on sinc (N = 100). fit(X, y,
+            # nuts={...}) overrides it.
+            options["nuts"] = {"target_accept": 0.95}
         dt = sample_mcmc(
             model,
             draws=self.draws,
@@ -585,9 +633,22 @@ class BaseRVM(BaseEstimator):
         if X is not None:
             X = validate_data(self, X, reset=False, dtype=np.float64)
             cols = np.asarray(dt["posterior"][BASIS].values, dtype=int)
-            Phi_new = self.basis_.transform(X, columns=cols)
+            Phi_new = self._design_draws(X, cols)
         seed = check_random_state(random_state).randint(2**31 - 1)
         return sample_posterior_predictive(dt, Phi_new, random_seed=seed)
+
+    def _design_draws(self, X: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        """Design rows of ``X`` over the posterior's columns: (n, M), or one per draw
+        (chain, draw, n, M) when the width was sampled (the kernel at each draw's ``gamma``)."""
+        post = self._idata["posterior"].dataset if self._idata is not None else None
+        if post is None or "gamma" not in post or not self._samples_width():
+            return self.basis_.transform(X, columns=cols)
+        from bayes_rvm.kernels import stationary_distances, width_design
+
+        centres = self.basis_.centres_[cols[cols < self.basis_.n_centres_]]
+        dist = stationary_distances(X, centres, self.kernel)
+        bias = bool(np.any(cols >= self.basis_.n_centres_))
+        return width_design(dist, post["gamma"].values, bias=bias)
 
     def __getstate__(self):
         # A pm.Model and compiled functions do not pickle reliably (pymc#5886, #6167).

@@ -6,7 +6,7 @@ Keeping them in one place is what lets a type-II fit and an MCMC fit line up in
 
 from __future__ import annotations
 
-__all__ = ["BASIS", "CLASS", "OBS", "OUTPUT", "variable_dims"]
+__all__ = ["BASIS", "CENTRE", "CLASS", "FEATURE", "OBS", "OUTPUT", "variable_dims"]
 
 #: Observations (rows of the design matrix).
 OBS = "obs"
@@ -16,6 +16,10 @@ BASIS = "basis"
 OUTPUT = "output"
 #: Classes of a multiclass classifier.
 CLASS = "class"
+#: Input features (columns of ``X``), where a model keeps its inputs (a sampled kernel width).
+FEATURE = "feature"
+#: Kernel centres of a sampled-width model (the basis functions other than the bias).
+CENTRE = "centre"
 
 
 def variable_dims(w_extra: str | None = None, y_extra: str | None = None) -> dict[str, list[str]]:
@@ -41,4 +45,7 @@ def variable_dims(w_extra: str | None = None, y_extra: str | None = None) -> dic
         "y": y,
         "y_obs": y,
         "offset": eta,
+        "X": [OBS, FEATURE],
+        "centres": [CENTRE, FEATURE],
+        "kernel_dist": [OBS, CENTRE],
     }

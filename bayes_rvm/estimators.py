@@ -35,7 +35,7 @@ from bayes_rvm.dims import BASIS
 from bayes_rvm.evidence import EvidenceFit, fit_evidence
 from bayes_rvm.evidence.width import shared_evidence
 from bayes_rvm.kernels import KernelBasis
-from bayes_rvm.priors import DEFAULT_NU, Prior, as_prior
+from bayes_rvm.priors import DEFAULT_NU, Prior, as_prior, default_alpha_prior
 
 __all__ = ["RVR"]
 
@@ -95,6 +95,17 @@ array-like, default="evidence_shared"
           inputs: a feature with a long length scale barely matters).
         - ``"scale"``: ``1 / (n_features * X.var())`` and ``"auto"``: ``1 / n_features``, as in
           :class:`sklearn.svm.SVR`.
+        - a :class:`~bayes_rvm.priors.Prior` (``inference="mcmc"``, rbf or laplacian): the width
+          sampled by NUTS beside the alphas and the noise. The Prior is that of
+          ``gamma / gamma_0``, with ``gamma_0`` the coefficient of scikit-learn's ``"scale"``
+          length (:func:`bayes_rvm.kernels.reference_gamma`); the package's default is
+          :data:`bayes_rvm.priors.DEFAULT_GAMMA_PRIOR` (``log(r / r0) ~ N(0, 1)`` for rbf). A
+          type-II fit at the RVM's evidence width (``"evidence"``) seeds the sampler and, with
+          ``mcmc_basis="auto"``, places the basis functions at its relevance vectors;
+          ``gamma_`` and ``width_path_`` are that fit's, the width's posterior is ``gamma`` and
+          ``length_scale`` in ``idata_``, and predictions average over it (the design rebuilt at
+          each draw's width). See :func:`bayes_rvm.models.rvm_width_model` for the model and
+          where sampling the width stops being practical.
 
         The chosen width is in ``gamma_`` and ``length_scale_``, the curve of the rule's evidence
         in ``width_path_``. With ``inference="mcmc"`` the width is chosen first, then sampled at.
@@ -170,9 +181,10 @@ array-like, default="evidence_shared"
     sampler : {"nutpie", "numpyro", "pymc"}, default="nutpie"
         NUTS implementation (``inference="mcmc"``). On a CPU use nutpie; numpyro runs the JAX
         implementation, for a JAX accelerator (see :func:`bayes_rvm.inference.sample_mcmc`).
-    mcmc_basis : {"all", "relevant"}, default="all"
+    mcmc_basis : {"auto", "all", "relevant"}, default="auto"
         Sample over every basis function, or only over the type-II relevance vectors (much
-        cheaper for large N, but conditional on the type-II selection).
+        cheaper for large N, but conditional on the type-II selection). ``"auto"``: all of them
+        at a fixed width, the relevance vectors when the width is sampled (``gamma`` a Prior).
     predictive : {"rvm", "rvm*"}, default="rvm"
         ``"rvm"``: the RVM's own predictive, ``N(m^T phi(x), 1/beta + phi(x)^T Sigma phi(x))``,
         whose variance shrinks to the noise away from the relevance vectors. ``"rvm*"``:
@@ -265,7 +277,9 @@ array-like, default="evidence_shared"
         "noise_variance": [_POSITIVE, None],
         "noise_prior": [Prior, dict, None],
         "threshold_alpha": [StrOptions({"auto"}), _POSITIVE],
+        "mcmc_basis": [StrOptions({"auto", "all", "relevant"})],
     }
+    _samples_width_ok = True
 
     def __init__(
         self,
@@ -292,7 +306,7 @@ array-like, default="evidence_shared"
         tune=300,
         chains=4,
         sampler="nutpie",
-        mcmc_basis="all",
+        mcmc_basis="auto",
         predictive="rvm",
         random_state=None,
         verbose=False,
@@ -409,7 +423,7 @@ array-like, default="evidence_shared"
     def _square_matrices(self) -> int:
         # MacKay's engine holds the Gram matrix, and so does the marginal model MCMC samples.
         squares = int(self._solver() == "mackay")
-        return squares + int(self.inference == "mcmc" and self.mcmc_basis == "all")
+        return squares + int(self.inference == "mcmc" and self._mcmc_basis() == "all")
 
     def _engine(self, scale: float, Tn: np.ndarray):
         """The type-II engine with this estimator's options: ``engine(Phi, T, warm)``.
@@ -475,6 +489,8 @@ array-like, default="evidence_shared"
         from bayes_rvm.models import rvm_regression_model
 
         check_is_fitted(self, "fit_")
+        if self._samples_width():
+            return self._width_model(form, offset)
         Phi, norms, cols = self._mcmc_design()
         y = self._train["y"]
         return rvm_regression_model(
@@ -492,13 +508,49 @@ array-like, default="evidence_shared"
             basis_names=cols,
         )
 
+    def _width_model(self, form: str, offset):
+        """The model with the width sampled (:func:`bayes_rvm.models.rvm_width_model`)."""
+        from bayes_rvm.models import rvm_width_model
+
+        if form != "marginal" or offset is not None:
+            raise ValueError(
+                "with a sampled kernel width (gamma a Prior) the model is the weight-marginalised "
+                "one with no offset; build variants from bayes_rvm.models.rvm_width_model."
+            )
+        if self.prior == "ard":
+            alpha_prior = as_prior(self.alpha_prior, "alpha_prior")
+        elif isinstance(self.nu, Prior):
+            raise ValueError("a sampled kernel width takes a fixed nu under prior='student_t'.")
+        else:
+            alpha_prior = default_alpha_prior("student_t", self.nu)
+        cols = np.sort(self._mcmc_columns())
+        n_centres = self.basis_.n_centres_
+        y = self._train["y"]
+        return rvm_width_model(
+            self._train["x_train"],
+            y,
+            self.basis_.centres_[cols[cols < n_centres]],
+            kernel=self.kernel,
+            gamma_prior=self.gamma,
+            alpha_prior=alpha_prior,
+            noise_prior=as_prior(self.noise_prior, "noise_prior"),
+            noise_sd=None if self.noise_variance is None else float(self.noise_variance) ** 0.5,
+            bias=bool(np.any(cols >= n_centres)),
+            y_scale=target_scale(y),
+            basis_names=cols,
+        )
+
     def _mcmc_draws(self, X) -> tuple[np.ndarray, np.ndarray]:
         """Regression function at ``X`` per MCMC draw, (S, n[, D]), and the noise sd, (S,)."""
         post = self._idata["posterior"].dataset
-        phi = self.basis_.transform(X, columns=post[BASIS].values)
+        phi = self._design_draws(X, np.asarray(post[BASIS].values, dtype=int))
         w = post["w"].transpose("chain", "draw", BASIS, ...).values
         w = w.reshape((-1, *w.shape[2:]))
-        return np.einsum("nm,sm...->sn...", phi, w, optimize=True), post["sigma"].values.reshape(-1)
+        sigma = post["sigma"].values.reshape(-1)
+        if phi.ndim == 2:
+            return np.einsum("nm,sm...->sn...", phi, w, optimize=True), sigma
+        phi = phi.reshape(-1, *phi.shape[2:])  # one design per draw: (S, n, M)
+        return np.einsum("snm,sm...->sn...", phi, w, optimize=True), sigma
 
     def _mcmc_star(self, X) -> _StarDraws:
         """RVM* per MCMC draw at ``X``: :func:`bayes_rvm.predictive.rvm_star_draws`."""

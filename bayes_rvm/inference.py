@@ -77,7 +77,7 @@ def draw_weights(
 
     Parameters
     ----------
-    Phi : ndarray of shape (N, M)
+    Phi : ndarray of shape (N, M), or (S, N, M) with a design per draw (a sampled kernel width)
     Y : ndarray of shape (N, D), or (S, N, D) with targets per draw
         Targets (less any offset; per draw when the offset has parameters of its own).
     alpha : ndarray of shape (S, M)
@@ -98,17 +98,19 @@ def draw_weights(
     """
     S, M = alpha.shape
     per_draw = Y.ndim == 3
+    designs = Phi.ndim == 3
     D = Y.shape[-1]
-    gram = Phi.T @ Phi
-    phi_y = None if per_draw else Phi.T @ Y
+    gram = None if designs else Phi.T @ Phi
+    phi_y = None if per_draw or designs else Phi.T @ Y
     out = np.empty((S, M, D))
     z = rng.standard_normal((S, M, D))
     for s in range(S):
-        H = beta[s] * gram
+        Ps = Phi[s] if designs else Phi
+        H = beta[s] * (Ps.T @ Ps if designs else gram)
         H[np.diag_indices(M)] += alpha[s]
         d = np.sqrt(np.diag(H))
         Ls = linalg.cholesky(H / d[:, None] / d[None, :], lower=True, check_finite=False)
-        py = Phi.T @ Y[s] if per_draw else phi_y
+        py = Ps.T @ (Y[s] if per_draw else Y) if phi_y is None else phi_y
         mean = beta[s] * linalg.cho_solve((Ls, True), py / d[:, None], check_finite=False)
         noise = linalg.solve_triangular(Ls, z[s], lower=True, trans="T", check_finite=False)
         out[s] = (mean + noise) / d[:, None]
@@ -118,9 +120,13 @@ def draw_weights(
 def latent(Phi: np.ndarray, w: np.ndarray, offset: np.ndarray | None = None) -> np.ndarray:
     """``eta = Phi w (+ offset)`` for each draw: (S, M, D) weights -> (S, N, D).
 
+    ``Phi`` is (N, M), or (S, N, M) with one design per draw (a sampled kernel width);
     ``offset`` is (N, D), the same for every draw, or (S, N, D).
     """
-    eta = np.einsum("nm,smd->snd", Phi, w, optimize=True)  # BLAS: 10x faster at N = 1000
+    if Phi.ndim == 3:
+        eta = np.matmul(Phi, w)
+    else:
+        eta = np.einsum("nm,smd->snd", Phi, w, optimize=True)  # BLAS: 10x faster at N = 1000
     return eta if offset is None else eta + np.asarray(offset, dtype=np.float64)
 
 
@@ -137,7 +143,7 @@ def pointwise_log_likelihood(
 
     Parameters
     ----------
-    Phi : ndarray of shape (N, M)
+    Phi : ndarray of shape (N, M), or (S, N, M) with a design per draw
     Y : ndarray of shape (N, D)
         Targets (Gaussian), or class indices of shape (N,) or (N, 1) (Bernoulli, softmax).
     w : ndarray of shape (S, M, D)
@@ -450,6 +456,15 @@ def sample_mcmc(
     return dt
 
 
+def _width_designs(dist: np.ndarray, post: xr.Dataset, coords) -> np.ndarray:
+    """The training design of each draw of a sampled-width model: (S, N, M)."""
+    from bayes_rvm.kernels import width_design
+
+    gamma = post["gamma"].values.reshape(-1)
+    bias = len(coords[BASIS]) == dist.shape[1] + 1
+    return width_design(dist, gamma, bias=bias)
+
+
 def complete_posterior(dt: xr.DataTree, model, *, random_seed=None) -> xr.DataTree:
     """Complete a plain ``pm.sample`` result of an RVM model with ``w`` and ``log_likelihood``.
 
@@ -484,16 +499,20 @@ def complete_posterior(dt: xr.DataTree, model, *, random_seed=None) -> xr.DataTr
     """
     likelihood = _likelihood(model)
     post = dt["posterior"].dataset
-    Phi = np.asarray(model["Phi"].get_value(), dtype=np.float64)
     y = np.asarray(model["y_obs"].get_value())
     multi = likelihood == "gaussian" and y.ndim == 2
     C, S = post.sizes["chain"], post.sizes["draw"]
+    if "kernel_dist" in model.named_vars:
+        # a sampled kernel width (rvm_width_model): one design per draw, at that draw's width
+        Phi = _width_designs(np.asarray(model["kernel_dist"].get_value()), post, model.coords)
+    else:
+        Phi = np.asarray(model["Phi"].get_value(), dtype=np.float64)
     if likelihood == "gaussian":
         Y = (y if multi else y[:, None]).astype(np.float64)
         offset = _model_offset(model, post, Y.shape)
         sigma = post["sigma"].values.reshape(-1)
         if "w" in post:
-            w = post["w"].values.reshape(C * S, Phi.shape[1], -1)
+            w = post["w"].values.reshape(C * S, Phi.shape[-1], -1)
         else:
             rng = np.random.default_rng(random_seed)
             Yc = Y if offset is None else Y - offset
@@ -518,7 +537,7 @@ def complete_posterior(dt: xr.DataTree, model, *, random_seed=None) -> xr.DataTr
         "chain": post.chain.values,
         "draw": post.draw.values,
         BASIS: post[BASIS].values if BASIS in post.coords else np.asarray(model.coords[BASIS]),
-        OBS: np.arange(Phi.shape[0]),
+        OBS: np.arange(Phi.shape[-2]),
     }
     if w_extra is not None:
         coords[w_extra] = np.asarray(model.coords[w_extra])
@@ -904,8 +923,11 @@ def sample_posterior_predictive(
         A fit with ``w`` in its posterior (``sigma`` too for regression) and ``Phi`` in its
         ``constant_data`` (every fit of this package, or a ``pm.sample`` result after
         :func:`complete_posterior`).
-    Phi_new : ndarray of shape (n, M), optional
+    Phi_new : ndarray of shape (n, M) or (chain, draw, n, M), optional
         Design rows of new inputs, with the fit's basis columns; default the training rows.
+        A fit whose kernel width was sampled has a design per draw: pass one per draw (for
+        example from :func:`bayes_rvm.kernels.width_design` at the posterior's ``gamma``); its
+        training rows are rebuilt from ``kernel_dist`` in ``constant_data``.
     offset : ndarray, optional
         The user's terms of the mean at ``Phi_new``: shape (n,) or (n, D), or one per draw
         (chain, draw, n[, D]). At the training rows the fit's own ``offset`` is used.
@@ -931,16 +953,25 @@ def sample_posterior_predictive(
     D = W.shape[2]
     training = Phi_new is None
     if training:
-        Phi = np.asarray(dt["constant_data"]["Phi"].values, dtype=np.float64)
+        const = dt["constant_data"].dataset
+        if "Phi" in const:
+            Phi = np.asarray(const["Phi"].values, dtype=np.float64)
+        else:  # a sampled kernel width: the training design at each draw's width
+            Phi = _width_designs(const["kernel_dist"].values, post, post.coords)
         if "offset" in post:
             offset = post["offset"].values
         elif "offset" in dt["constant_data"].dataset:
             offset = dt["constant_data"]["offset"].values
     else:
         Phi = np.asarray(Phi_new, dtype=np.float64)
-    if Phi.ndim != 2 or Phi.shape[1] != M:
-        raise ValueError(f"Phi_new must have {M} columns, got shape {Phi.shape}.")
-    n = Phi.shape[0]
+    if Phi.ndim == 4 and Phi.shape[:2] == (C, S):
+        Phi = Phi.reshape(C * S, *Phi.shape[2:])
+    if Phi.ndim not in (2, 3) or Phi.shape[-1] != M or (Phi.ndim == 3 and Phi.shape[0] != C * S):
+        raise ValueError(
+            f"Phi_new must have {M} columns, and be (n, {M}) or one design per draw "
+            f"({C}, {S}, n, {M}); got shape {Phi.shape}."
+        )
+    n = Phi.shape[-2]
     off = None
     if offset is not None:
         off = np.asarray(offset, dtype=np.float64)
@@ -966,7 +997,7 @@ def sample_posterior_predictive(
         coords[OUTPUT] = w.coords[OUTPUT].values
     group = "posterior_predictive" if training else "predictions"
     groups = {group: {"y": y}}
-    if not training:
+    if not training and Phi.ndim == 2:  # per-draw designs are not data: not stored
         groups["predictions_constant_data"] = {"Phi": Phi}
         coords[BASIS] = w.coords[BASIS].values
     new = _datatree(groups, coords=coords, w_extra=w_extra, y_extra=y_extra)

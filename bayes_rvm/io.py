@@ -36,7 +36,7 @@ import xarray as xr
 from sklearn.utils.validation import check_is_fitted
 
 from bayes_rvm.kernels import KernelBasis, resolve_gamma
-from bayes_rvm.priors import decode_params, encode_params
+from bayes_rvm.priors import Prior, decode_params, encode_params
 
 __all__ = ["ModelFileError", "load_model", "save_model", "to_datatree"]
 
@@ -535,8 +535,10 @@ def _check_gamma(basis: KernelBasis, params: dict, fail) -> None:
             fail(f"gamma_ = {gamma_!r} is not one positive number per input feature")
     elif not isinstance(gamma_, float) or not np.isfinite(gamma_) or gamma_ <= 0:
         fail(f"gamma_ = {gamma_!r} is not a positive number")
-    if isinstance(basis.gamma, str) and basis.gamma in WIDTH_RULES:
-        return  # learned by the evidence: nothing to resolve it from
+    if isinstance(basis.gamma, Prior) or (
+        isinstance(basis.gamma, str) and basis.gamma in WIDTH_RULES
+    ):
+        return  # learned by the evidence (also where it seeds a sampled width): nothing to resolve
     # gamma_ is resolved from the training inputs; they are the centres unless a subset was chosen.
     on_inputs = params.get("centres") is None
     if not isinstance(basis.gamma, str) or basis.gamma == "auto" or on_inputs:

@@ -17,7 +17,7 @@ from sklearn.gaussian_process.kernels import Kernel as GPKernel
 from sklearn.metrics.pairwise import PAIRWISE_KERNEL_FUNCTIONS
 from sklearn.utils.validation import check_array, check_is_fitted
 
-__all__ = ["KERNELS", "KernelBasis"]
+__all__ = ["KERNELS", "KernelBasis", "reference_gamma", "stationary_distances", "width_design"]
 
 #: Kernel names understood by :class:`KernelBasis` (scikit-learn's ``pairwise_kernels`` names).
 KERNELS = ("rbf", "linear", "poly", "polynomial", "laplacian", "sigmoid", "cosine")
@@ -269,3 +269,62 @@ class KernelBasis(TransformerMixin, BaseEstimator):
         out = np.empty_like(block_out)
         out[:, order] = block_out
         return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Designs of a stationary kernel at many widths (a sampled kernel width)
+# ---------------------------------------------------------------------------------------------
+def stationary_distances(X: np.ndarray, centres: np.ndarray, kernel: str) -> np.ndarray:
+    """What ``gamma`` multiplies in ``k(x, c) = exp(-gamma d(x, c))``: (n, K).
+
+    The squared Euclidean distance for ``"rbf"``, the L1 distance for ``"laplacian"`` (the
+    conventions of scikit-learn's ``rbf_kernel`` and ``laplacian_kernel``).
+    """
+    from sklearn.metrics.pairwise import euclidean_distances, manhattan_distances
+
+    X = np.asarray(X, dtype=np.float64)
+    centres = np.asarray(centres, dtype=np.float64)
+    if kernel == "rbf":
+        return euclidean_distances(X, centres, squared=True)
+    if kernel == "laplacian":
+        return manhattan_distances(X, centres)
+    raise ValueError(f"a sampled width needs kernel 'rbf' or 'laplacian', got {kernel!r}.")
+
+
+def reference_gamma(X: np.ndarray, kernel: str) -> float:
+    """The coefficient that states a sampled width's prior: ``gamma = gamma_rel * reference``.
+
+    The length scale ``r0 = sqrt(n_features * X.var())`` of scikit-learn's ``gamma="scale"``
+    as a coefficient of ``kernel``: ``1 / r0^2`` for ``"rbf"`` (exactly ``"scale"``), ``1 / r0``
+    for ``"laplacian"``.
+    """
+    g = resolve_gamma("scale", np.asarray(X, dtype=np.float64))
+    if kernel == "rbf":
+        return float(g)
+    if kernel == "laplacian":
+        return float(np.sqrt(g))
+    raise ValueError(f"a sampled width needs kernel 'rbf' or 'laplacian', got {kernel!r}.")
+
+
+def width_design(distances: np.ndarray, gamma, *, bias: bool = True) -> np.ndarray:
+    """Design matrices ``exp(-gamma d)`` (plus a column of ones) for one or many ``gamma``.
+
+    Parameters
+    ----------
+    distances : ndarray of shape (n, K)
+        From :func:`stationary_distances`.
+    gamma : float or ndarray of shape (S,)
+        Kernel coefficient(s), one design per value.
+    bias : bool, default=True
+        Append a constant column (the bias is the last basis function, as in
+        :class:`KernelBasis`).
+
+    Returns
+    -------
+    ndarray of shape (n, K + bias), or (S, n, K + bias) for an array of ``gamma``
+    """
+    g = np.asarray(gamma, dtype=np.float64)
+    d = np.asarray(distances, dtype=np.float64)
+    out = np.ones((*g.shape, d.shape[0], d.shape[1] + int(bool(bias))))
+    out[..., : d.shape[1]] = np.exp(-g[..., None, None] * d)
+    return out

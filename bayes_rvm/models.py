@@ -54,7 +54,8 @@ import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
 
-from bayes_rvm.dims import BASIS, CLASS, OBS, OUTPUT
+from bayes_rvm.dims import BASIS, CENTRE, CLASS, FEATURE, OBS, OUTPUT
+from bayes_rvm.kernels import stationary_distances
 from bayes_rvm.marginal import (
     lowrank_marginal_log_likelihood,
     marginal_log_likelihood,
@@ -62,12 +63,12 @@ from bayes_rvm.marginal import (
     use_lowrank,
 )
 from bayes_rvm.priors import (
+    DEFAULT_GAMMA_PRIOR,
     DEFAULT_NOISE_PRIOR,
     DEFAULT_NU,
     Prior,
     as_prior,
     default_alpha_prior,
-    halfcauchy_precision,
 )
 
 __all__ = [
@@ -75,6 +76,7 @@ __all__ = [
     "model_cache_key",
     "rvm_classification_model",
     "rvm_regression_model",
+    "rvm_width_model",
     "set_model_data",
 ]
 
@@ -103,6 +105,9 @@ class RVMSpec:
     n_outputs: int
     offset: str | None  # None, "data" (a fixed array) or "custom" (a user callable)
     marginal: str | None = None  # "dense" or "lowrank" evaluation of the marginal form
+    kernel: str | None = None  # a sampled width's kernel ("rbf" or "laplacian")
+    gamma_prior: Prior | None = None  # a sampled width's prior on gamma / gamma_0
+    bias: bool | None = None  # a sampled width's design has a bias column
 
     def to_dict(self) -> dict:
         """A JSON-ready dict (priors as their :meth:`Prior.to_dict`)."""
@@ -123,6 +128,9 @@ class RVMSpec:
             "n_outputs": self.n_outputs,
             "marginal": self.marginal,
             "offset": self.offset,
+            "kernel": self.kernel,
+            "gamma_prior": enc(self.gamma_prior),
+            "bias": self.bias,
         }
 
 
@@ -574,66 +582,138 @@ def rvm_classification_model(
     return model
 
 
+# ---------------------------------------------------------------------------------------------
+# Regression with the kernel width sampled: the design is a function of a random variable
+# ---------------------------------------------------------------------------------------------
+_LOG_2PI = float(np.log(2.0 * np.pi))
+
+
+def woodbury_log_likelihood(Y, log_alpha, log_beta, Phi) -> pt.TensorVariable:
+    """Symbolic ``sum_d ln N(t_d | 0, beta^-1 I + Phi A^-1 Phi^T)`` for a symbolic ``Phi``.
+
+    The density of :func:`bayes_rvm.marginal.marginal_log_likelihood`, written in plain PyTensor
+    so that its gradient reaches ``Phi`` (and whatever ``Phi`` is a function of) by automatic
+    differentiation: Woodbury and the determinant lemma on ``H = A + beta Phi^T Phi``, equilibrated
+    by its diagonal before the Cholesky factorisation (as the engines do), O(N M^2 + M^3).
+
+    Parameters
+    ----------
+    Y : tensor of shape (N,) or (N, D)
+    log_alpha : tensor of shape (M,)
+    log_beta : scalar tensor
+    Phi : tensor of shape (N, M)
+    """
+    Y = pt.as_tensor_variable(Y)
+    Y = Y[:, None] if Y.ndim == 1 else Y
+    N, D = Y.shape[0], Y.shape[1]
+    beta = pt.exp(log_beta)
+    H = beta * (Phi.T @ Phi) + pt.diag(pt.exp(log_alpha))
+    d = pt.sqrt(pt.diag(H))
+    L = pt.linalg.cholesky(H / pt.outer(d, d), lower=True)
+    u = pt.linalg.solve_triangular(L, (Phi.T @ Y) / d[:, None], lower=True)
+    log_det = (
+        2.0 * pt.sum(pt.log(pt.diag(L)))
+        + 2.0 * pt.sum(pt.log(d))
+        - pt.sum(log_alpha)
+        - N * log_beta
+    )
+    quad = beta * pt.sum(Y**2) - beta**2 * pt.sum(u**2)
+    return -0.5 * (D * (N * _LOG_2PI + log_det) + quad)
+
+
+def _width_y_logp(value, log_alpha, log_beta, Phi, mean):
+    return woodbury_log_likelihood(value - mean, log_alpha, log_beta, Phi)
+
+
 def rvm_width_model(
     X: np.ndarray,
     y: np.ndarray,
     centres: np.ndarray,
     *,
     kernel: Literal["rbf", "laplacian"] = "rbf",
-    log_width_mu: float | None = None,
-    log_width_sigma: float = 1.0,
-    bias: bool = True,
-    tau: float = 1.0,
+    gamma_prior: Prior | None = None,
+    gamma_ref: float | None = None,
+    alpha_prior: Prior | None = None,
     noise_prior: Prior | None = None,
+    noise_sd: float | None = None,
+    bias: bool = True,
+    y_scale: float | None = None,
+    basis_names: Sequence | None = None,
+    output_names: Sequence | None = None,
 ) -> pm.Model:
     """The RVM regression model with the kernel width sampled beside the alphas and the noise.
 
-    The basis functions are ``k(x, c_j; r) / ||k(., c_j; r)||`` (unit-norm columns over the
-    training inputs, as the estimators fit) on the given centres, plus a constant bias column, and
-    the weights are integrated out: ``y ~ N(0, sigma^2 I + Phi(r) A^-1 Phi(r)^T)``.
+    ::
 
-    Priors: ``log r ~ Normal(log_width_mu, log_width_sigma)`` (default centre: the log median
-    distance between the inputs, and a standard deviation of 1: the width known within a factor of
-    about 7 either way at 95%); ``alpha_j`` from :func:`bayes_rvm.priors.halfcauchy_precision`
-    with scale ``tau``;
-    ``sigma`` from ``noise_prior`` (default ``HalfNormal(1)``, weak for targets of unit RMS).
+        gamma_rel   ~ gamma_prior                  gamma = gamma_rel * gamma_ref
+        Phi(gamma)  = [exp(-gamma d(x_n, c_j)), 1]  (rbf: d = ||x - c||^2; laplacian: ||x - c||_1)
+        alpha_rel_j ~ alpha_prior,  alpha_j = alpha_rel_j ||Phi_j(gamma)||^2 / y_scale^2
+        sigma_rel   ~ noise_prior,  sigma = sigma_rel * y_scale
+        t_d ~ N(0, sigma^2 I + Phi(gamma) A^-1 Phi(gamma)^T)      (w integrated out)
+
+    The hyperpriors are those of :func:`rvm_regression_model`, stated on the normalised problem
+    (unit-norm columns, unit-RMS targets). Since ``alpha_rel`` is a precision *relative to the
+    column norm at the current width*, a change of width does not by itself change how strongly
+    each weight is shrunk: this is the parametrisation in which ``log gamma`` and the
+    ``log alpha_rel`` are least correlated, and in which a type-II fit at another width is a
+    sound start. The weights are drawn back per draw, on the design at that draw's width
+    (:func:`bayes_rvm.inference.complete_posterior`).
 
     Parameters
     ----------
     X : ndarray of shape (N, P)
         Training inputs.
-    y : ndarray of shape (N,)
-        Targets (best scaled to unit RMS).
+    y : ndarray of shape (N,) or (N, D)
+        Targets (several outputs share the width, the alphas and the noise).
     centres : ndarray of shape (K, P)
-        Centres of the basis functions: the relevance vectors of a type-II fit (the practical
-        choice, see Notes), or all the inputs for small N.
+        Centres of the kernel basis functions: the relevance vectors of a type-II fit (what
+        ``RVR(inference="mcmc", gamma=Prior(...))`` uses), or all the inputs for small N.
     kernel : {"rbf", "laplacian"}, default="rbf"
-        ``exp(-||x - c||^2 / r^2)`` or ``exp(-||x - c||_1 / r)``.
-    log_width_mu, log_width_sigma : float
-        Normal prior of ``log r``.
+        ``exp(-gamma ||x - c||^2)`` or ``exp(-gamma ||x - c||_1)``.
+    gamma_prior : Prior, optional
+        Prior of ``gamma_rel = gamma / gamma_ref``, a distribution on the positive reals (NUTS
+        samples ``log gamma_rel``); default :data:`bayes_rvm.priors.DEFAULT_GAMMA_PRIOR`.
+    gamma_ref : float, optional
+        The reference coefficient; default :func:`bayes_rvm.kernels.reference_gamma` of ``X``.
+    alpha_prior : Prior, optional
+        Hyperprior of ``alpha_rel``; default a half-Cauchy of scale 1 on ``alpha_rel^-1/2``.
+    noise_prior : Prior, optional
+        Prior of ``sigma_rel``; default ``HalfNormal(1)``.
+    noise_sd : float, optional
+        Hold the noise sd fixed (units of ``y``).
     bias : bool, default=True
-        Add a constant basis function.
-    tau : float, default=1.0
-        Scale of the ARD hyperprior.
-    noise_prior : callable, optional
-        ``noise_prior(name) -> TensorVariable`` for the noise standard deviation ``sigma``.
+        Add a constant basis function (the last one).
+    y_scale : float, optional
+        Scale of the targets (the estimators pass their RMS); default 1.
+    basis_names : sequence, optional
+        Coordinates of ``basis`` (K centres, then the bias); default ``0 .. K``.
+    output_names : sequence, optional
+        Coordinates of ``output`` (several outputs).
 
     Returns
     -------
     pymc.Model
-        Free variables ``log_width``, ``alpha[basis]``, ``sigma``; deterministics ``width`` and
-        ``beta``; observed ``y``.
+        Data ``X``, ``centres``, ``kernel_dist`` (the distances the kernel exponentiates),
+        ``y_obs``, ``y_scale``, ``gamma_ref``; free ``gamma_rel``, ``alpha_rel[basis]``,
+        ``sigma_rel``; deterministics ``gamma``, ``length_scale`` (``gamma^-1/2`` for rbf,
+        ``1/gamma`` for laplacian), ``alpha[basis]`` (units of ``y`` and of the raw kernel
+        columns), ``sigma``, ``beta``; observed ``y``, whose ``logp`` is
+        :func:`woodbury_log_likelihood` and which has no random draw (as in the marginal form of
+        :func:`rvm_regression_model`).
 
     Notes
     -----
-    Where it stops being practical, and why: the width moves every column of ``Phi``, so no
-    Gram matrix or thin factor of the design can be cached between gradient evaluations (the
-    weight-marginalised Op of :func:`rvm_regression_model` keeps ``Phi^T Phi`` fixed). Each
-    gradient is then a dense N x N Cholesky factorisation, O(N^3 + N^2 K): about a millisecond at
-    N = 100, but at N = 1000 some 0.1 s per leapfrog step, hours for a few thousand draws. And
-    with all N inputs as centres the K = N alphas and the width are strongly coupled (a narrower
-    width can be traded against more basis functions), which NUTS explores with small steps.
-    Sample it for N up to a few hundred, on the relevance vectors of a type-II fit.
+    Where it stops being practical, and why. The width moves every column of ``Phi``, so nothing
+    of the design can be cached between gradient evaluations (the fixed-width model keeps
+    ``Phi^T Phi`` or a thin SVD of ``Phi``): each log density and gradient rebuilds the N x K
+    kernel block, its column norms and ``Phi^T Phi`` (O(N K P + N M^2)) and factors an M x M
+    matrix (O(M^3)), with M = K + 1. On the relevance vectors of a type-II fit (K of 5 to 30)
+    that is some microseconds to a millisecond per gradient and grows only linearly with N:
+    thousands of points are fine. With all N inputs as centres it is O(N^3) per gradient
+    (0.1 s or so at N = 1000, hours for a few thousand draws), and worse, the N alphas and the
+    width trade off against one another (a narrower width can be compensated by more basis
+    functions), a ridged posterior that NUTS crosses with small steps and long trees: keep the
+    full basis to N of a hundred or so.
     """
     X = np.asarray(X, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
@@ -643,39 +723,98 @@ def rvm_width_model(
             f"X and centres must be 2-D with the same number of features, got {X.shape} and "
             f"{centres.shape}."
         )
-    if y.shape != (X.shape[0],):
-        raise ValueError(f"y must have shape ({X.shape[0]},), got {y.shape}.")
-    if kernel not in ("rbf", "laplacian"):
-        raise ValueError(f"kernel must be 'rbf' or 'laplacian', got {kernel!r}.")
-    if not (np.isfinite(log_width_sigma) and log_width_sigma > 0):
-        raise ValueError(f"log_width_sigma must be positive, got {log_width_sigma!r}.")
-    diff = X[:, None, :] - centres[None, :, :]
-    dist = np.sum(diff**2, axis=-1) if kernel == "rbf" else np.sum(np.abs(diff), axis=-1)
-    if log_width_mu is None:
-        d2 = np.sum((X[:, None, :] - X[None, :, :]) ** 2, axis=-1)
-        log_width_mu = 0.5 * float(np.log(np.median(d2[np.triu_indices(X.shape[0], 1)])))
+    if y.ndim not in (1, 2) or y.shape[0] != X.shape[0]:
+        raise ValueError(f"y must have {X.shape[0]} rows (one per row of X), got {y.shape}.")
+    if not (np.all(np.isfinite(X)) and np.all(np.isfinite(y)) and np.all(np.isfinite(centres))):
+        raise ValueError("X, y and centres must be finite.")
+    if centres.shape[0] == 0 and not bias:
+        raise ValueError("the model needs at least one basis function (a centre or the bias).")
+    dist = stationary_distances(X, centres, kernel)
+    gamma_prior = as_prior(gamma_prior, "gamma_prior") or DEFAULT_GAMMA_PRIOR
+    alpha_prior = as_prior(alpha_prior, "alpha_prior") or default_alpha_prior("ard")
+    noise_prior = as_prior(noise_prior, "noise_prior")
+    if gamma_ref is None:
+        from bayes_rvm.kernels import reference_gamma
+
+        gamma_ref = reference_gamma(X, kernel)
+    for name, value in (("gamma_ref", gamma_ref), ("y_scale", 1.0 if y_scale is None else y_scale)):
+        if not (np.isfinite(value) and value > 0):
+            raise ValueError(f"{name} must be positive, got {value!r}.")
+    if noise_sd is not None and not (np.isfinite(noise_sd) and noise_sd > 0):
+        raise ValueError(f"noise_sd must be positive, got {noise_sd!r}.")
+    y_scale = 1.0 if y_scale is None else float(y_scale)
     N, K = dist.shape
-    names = list(range(K + 1 if bias else K))  # the bias is column K, as in KernelBasis
-    with pm.Model(coords={OBS: np.arange(N), BASIS: names}) as model:
-        log_width = pm.Normal("log_width", log_width_mu, log_width_sigma)
-        width = pm.Deterministic("width", pt.exp(log_width))
-        scaled = dist * pt.exp(-2.0 * log_width) if kernel == "rbf" else dist / width
-        Kmat = pt.exp(-scaled)
-        Phi = Kmat / pt.sqrt(pt.sum(Kmat**2, axis=0))
+    M = K + int(bool(bias))
+    names = list(range(M)) if basis_names is None else list(basis_names)
+    if len(names) != M:
+        raise ValueError(f"basis_names has {len(names)} entries for {M} basis functions.")
+    multi = y.ndim == 2
+    coords = {OBS: np.arange(N), BASIS: names, CENTRE: names[:K], FEATURE: np.arange(X.shape[1])}
+    if multi:
+        coords[OUTPUT] = list(range(y.shape[1])) if output_names is None else list(output_names)
+    y_dims = (OBS, OUTPUT) if multi else (OBS,)
+
+    with pm.Model(coords=coords) as model:
+        pm.Data("X", X, dims=(OBS, FEATURE))
+        pm.Data("centres", centres, dims=(CENTRE, FEATURE))
+        dist_data = pm.Data("kernel_dist", dist, dims=(OBS, CENTRE))
+        y_data = pm.Data("y_obs", y, dims=y_dims)
+        y_scale_data = pm.Data("y_scale", y_scale)
+        ref = pm.Data("gamma_ref", float(gamma_ref))
+        gamma_rel = gamma_prior.create_variable("gamma_rel")
+        if not isinstance(
+            model.rvs_to_transforms.get(gamma_rel), pm.distributions.transforms.LogTransform
+        ):
+            raise ValueError(
+                f"gamma_prior must be a distribution on the positive reals (LogNormal, Gamma, "
+                f"HalfNormal, ...), got {gamma_prior!r}."
+            )
+        gamma = pm.Deterministic("gamma", gamma_rel * ref)
+        pm.Deterministic("length_scale", gamma**-0.5 if kernel == "rbf" else 1.0 / gamma)
+        log_k = -gamma * dist_data
+        # Column norms in logs (logsumexp): a narrow width leaves a centre far from the inputs
+        # with kernel values that underflow when squared.
+        log_norm = 0.5 * pt.logsumexp(2.0 * log_k, axis=0)
+        Phi = pt.exp(log_k)
         if bias:
-            Phi = pt.concatenate([Phi, pt.ones((N, 1)) / np.sqrt(N)], axis=1)
-        alpha = halfcauchy_precision("alpha", beta=tau, dims=BASIS)
-        sigma = (as_prior(noise_prior, "noise_prior") or DEFAULT_NOISE_PRIOR).create_variable(
-            "sigma"
-        )
+            Phi = pt.concatenate([Phi, pt.ones((N, 1))], axis=1)
+            log_norm = pt.concatenate([log_norm, pt.as_tensor([0.5 * np.log(N)])])
+        alpha_rel = alpha_prior.create_variable("alpha_rel", dims=BASIS)
+        log_alpha = pt.log(alpha_rel) + 2.0 * log_norm - 2.0 * pt.log(y_scale_data)
+        pm.Deterministic("alpha", pt.exp(log_alpha), dims=BASIS)
+        if noise_sd is None:
+            sigma_rel = (noise_prior or DEFAULT_NOISE_PRIOR).create_variable("sigma_rel")
+            sigma = pm.Deterministic("sigma", sigma_rel * y_scale_data)
+        else:
+            sigma = pm.Deterministic("sigma", pt.as_tensor_variable(float(noise_sd)))
         pm.Deterministic("beta", sigma**-2.0)
-        cov = (Phi / alpha) @ Phi.T + sigma**2 * pt.eye(N)
-        pm.MvNormal("y", mu=pt.zeros(N), cov=cov, observed=y, dims=OBS)
-    model.rvm_settings = {
-        "kernel": kernel,
-        "log_width_mu": float(log_width_mu),
-        "log_width_sigma": float(log_width_sigma),
-        "bias": bool(bias),
-        "tau": float(tau),
-    }
+        pm.CustomDist(
+            "y",
+            log_alpha,
+            -2.0 * pt.log(sigma),
+            Phi,
+            pt.zeros(y.shape),  # the mean, which also gives the signature the outputs' count
+            logp=_width_y_logp,
+            random=_marginal_y_random,
+            signature="(m),(),(n,m),(n,d)->(n,d)" if multi else "(m),(),(n,m),(n)->(n)",
+            observed=y_data,
+            dims=y_dims,
+        )
+    model.rvm_spec = RVMSpec(
+        likelihood="gaussian",
+        prior="ard",
+        form="marginal",
+        alpha_prior=alpha_prior,
+        nu=None,
+        s=None,
+        noise_prior=(noise_prior or DEFAULT_NOISE_PRIOR) if noise_sd is None else None,
+        noise_sd=None if noise_sd is None else float(noise_sd),
+        basis=tuple(range(M)),
+        n_outputs=int(y.shape[1]) if multi else 0,
+        offset=None,
+        marginal="width",
+        kernel=kernel,
+        gamma_prior=gamma_prior,
+        bias=bool(bias),
+    )
     return model

@@ -244,6 +244,7 @@ def _sinc_type2(n=40):
 def test_width_model_density_equals_type2_evidence():
     """At the type-II point, the sampled-width model's likelihood is the engine's log evidence."""
 
+    from bayes_rvm.kernels import reference_gamma
     from bayes_rvm.models import rvm_width_model
 
     X, y, model = _sinc_type2()
@@ -254,11 +255,11 @@ def test_width_model_density_equals_type2_evidence():
     rel = act[act < X.shape[0]]
     assert act[-1] == X.shape[0]  # the bias is in the model
     pm_model = rvm_width_model(X, y, X[rel])
-    # Alphas of the normalised columns: the model's bias column is 1/sqrt(N), as normalise_columns.
+    # alpha_rel is the precision of the unit-norm columns, as the engine fits them.
     point = {
-        "log_width": np.log(r),
-        "alpha_log__": np.log(fit.alpha[act]),
-        "sigma_log__": -0.5 * np.log(fit.beta),
+        "gamma_rel_log__": np.log(width_to_gamma(r, "rbf") / reference_gamma(X, "rbf")),
+        "alpha_rel_log__": np.log(fit.alpha[act]),
+        "sigma_rel_log__": -0.5 * np.log(fit.beta),
     }
     loglik = pm_model.compile_logp(vars=[pm_model["y"]], jacobian=False)(point)
     assert loglik == pytest.approx(fit.log_evidence, abs=1e-6)
