@@ -63,6 +63,10 @@ WIDTH_RULES = ("evidence_shared", "evidence", "evidence_ard")
 #: For kernels without a width (linear, cosine, callables, precomputed) ``gamma`` is unused, and
 #: poly and sigmoid fall back to ``"scale"``.
 DEFAULT_GAMMA = "evidence_shared"
+#: Rows the default width rule looks at: beyond, a random subset of this many (``random_state``),
+#: with the basis on the subset's inputs unless centres are given. Its Gram matrix is
+#: ``min(N, M)`` square and costs ``O(min(N, M)^3)`` a width.
+SHARED_MAX_SAMPLES = 1000
 SAMPLERS = ("nutpie", "numpyro", "pymc", "blackjax")
 _POSITIVE = Interval(Real, 0, None, closed="neither")
 
@@ -410,11 +414,13 @@ class BaseRVM(BaseEstimator):
         """Maximise the evidence over the kernel width(s); the basis, design, norms and fit there.
 
         ``log_scale`` is what the log evidence loses in the user's units (the Jacobian of the
-        targets' scaling), so that ``width_path_`` compares with ``log_evidence_``. With
-        ``gamma="evidence_shared"`` the width maximises ``criterion(Phi) -> SharedEvidence``
-        (the estimator's likelihood on its normalised targets) by
-        :func:`~bayes_rvm.evidence.width.select_width_shared` and the engine runs once, cold, at
-        that width: the fit is the one a fixed ``gamma`` of that value gives.
+        targets' scaling, over all rows), so that ``width_path_`` compares with
+        ``log_evidence_``. With
+        ``gamma="evidence_shared"`` the width maximises ``criterion(Phi, rows) ->
+        SharedEvidence`` (the estimator's likelihood on the normalised targets of ``rows``) by
+        :func:`~bayes_rvm.evidence.width.select_width_shared`, on at most
+        :data:`SHARED_MAX_SAMPLES` rows, and the engine runs once, cold, at that width: the fit
+        is the one a fixed ``gamma`` of that value gives.
         """
         centres = self._candidate_centres(X)
         n_centres = X.shape[0] if centres is None else centres.shape[0]
@@ -422,15 +428,21 @@ class BaseRVM(BaseEstimator):
             type(self).__name__,
             X.shape[0],
             n_centres + int(bool(self.bias)),
-            # The shared evidence holds the N x N or M x M Gram matrix and its eigenvectors.
-            squares=max(self._square_matrices(), 2 * int(self.gamma == DEFAULT_GAMMA)),
+            squares=self._square_matrices(),
         )
         if self.gamma == DEFAULT_GAMMA:
             start = time.perf_counter()
-            design = self._width_design(X, centres)
-            ls, path, _ = select_width_shared(design, X, criterion)
-            Phi = design(ls)
+            n = X.shape[0]
+            rows = np.arange(n)
+            if n > SHARED_MAX_SAMPLES:
+                rng = check_random_state(self.random_state)
+                rows = np.sort(rng.choice(n, SHARED_MAX_SAMPLES, replace=False))
+            ls, path, _ = select_width_shared(
+                self._width_design(X[rows], centres), X[rows], lambda Phi: criterion(Phi, rows)
+            )
+            Phi = self._width_design(X, centres)(ls)
             fit = engine(Phi, T, None)
+            log_scale *= rows.size / n  # the curve's evidence is over these rows
             wf = WidthFit(ls, fit, Phi, path, n_fits=1, seconds=time.perf_counter() - start)
         else:
             wf = maximise_width(

@@ -79,7 +79,8 @@ default="evidence_shared"
         or laplacian width that maximises the Laplace evidence of the same basis with one prior
         precision shared by all weights (a Gaussian-process classifier of covariance
         ``Phi Phi^T / alpha``; :func:`bayes_rvm.evidence.width.shared_laplace_evidence`; for
-        more than two classes the one-vs-rest evidences summed), then fits the RVC at that width
+        more than two classes the one-vs-rest evidences summed; on at most 1000 rows, a random
+        subset drawn with ``random_state`` beyond), then fits the RVC at that width
         (why: :data:`bayes_rvm._base.DEFAULT_GAMMA`; other kernels ignore it, poly and sigmoid
         use ``"scale"``). ``"evidence"`` maximises the RVC's own Laplace evidence over the
         width (:func:`bayes_rvm.evidence.width.maximise_width` with Brent's bounded search from
@@ -322,7 +323,7 @@ default="evidence_shared"
                 X,
                 yi,
                 engine,
-                criterion=lambda Phi: shared_laplace_evidence(Phi, labels),
+                criterion=lambda Phi, rows: shared_laplace_evidence(Phi, labels[rows]),
                 gradient=False,
             )
         else:

@@ -84,7 +84,8 @@ array-like, default="evidence_shared"
         - ``"evidence_shared"`` (default): the width that maximises the evidence of the same basis
           with one prior precision shared by all weights (a Gaussian process of covariance
           ``Phi Phi^T / alpha`` plus noise; :func:`bayes_rvm.evidence.width.shared_evidence`,
-          a grid and Brent's method), then the RVM fitted at that width. It cannot collapse onto
+          a grid and Brent's method; on at most 1000 rows, a random subset drawn with
+          ``random_state`` beyond), then the RVM fitted at that width. It cannot collapse onto
           narrow widths as the RVM's own evidence can; why it is the default, with the
           measurements, is in :data:`bayes_rvm._base.DEFAULT_GAMMA`. Other kernels ignore it
           (poly and sigmoid use ``"scale"``).
@@ -406,7 +407,7 @@ array-like, default="evidence_shared"
                 X,
                 Tn,
                 engine,
-                criterion=lambda Phi: shared_evidence(Phi, Tn, beta=fixed),
+                criterion=lambda Phi, rows: shared_evidence(Phi, Tn[rows], beta=fixed),
                 log_scale=n * d * np.log(scale),
             )
         else:

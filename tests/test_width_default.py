@@ -152,6 +152,27 @@ def test_default_falls_back_to_scale_for_kernels_without_a_width():
         RVR(kernel="poly", gamma="evidence").fit(X, y)
 
 
+def test_default_width_on_a_subset_of_rows_beyond_the_limit(monkeypatch):
+    import bayes_rvm._base as base
+
+    X, y = make_sinc(150, noise=0.1, random_state=4)
+    monkeypatch.setattr(base, "SHARED_MAX_SAMPLES", 60)
+    model = RVR(random_state=7).fit(X, y)
+    rows = np.sort(np.random.RandomState(7).choice(150, 60, replace=False))
+    T = y / target_scale(y[:, None])
+    ls, path, _ = select_width_shared(
+        lambda ls: _design(X[rows], float(ls[0])),
+        X[rows],
+        lambda P: shared_evidence(P, T[rows]),
+    )
+    assert model.length_scale_ == pytest.approx(ls[0], rel=1e-12)
+    np.testing.assert_allclose(
+        model.width_path_.log_evidence + 60 * np.log(target_scale(y[:, None])), path.log_evidence
+    )
+    assert model.basis_.centres_.shape == (150, 1)  # the RVM itself is on every row
+    assert model.predict(X).shape == (150,)
+
+
 def test_select_width_shared_extends_a_grid_whose_end_wins():
     X, y = make_sinc(60, noise=0.1, random_state=3)
     T = y / target_scale(y[:, None])
