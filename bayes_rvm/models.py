@@ -138,7 +138,10 @@ def model_cache_key(model: pm.Model) -> str | None:
     """A string naming what a compiled sampler of ``model`` depends on, or None.
 
     The spec (priors, form, likelihood), the shapes of the data, the variable names and the
-    coordinate names. None for models not built here or with user terms in the mean.
+    coordinate names. None for models not built here or with user terms in the mean. The rank
+    of the low-rank form's factors (``Phi_U``, ``Phi_VS``) is left out: the compiled functions
+    read it from the data at run time, so refits whose designs differ in rank (another kernel
+    width, other inputs) reuse one compiled sampler.
     """
     spec = getattr(model, "rvm_spec", None)
     if spec is None or spec.offset == "custom":
@@ -148,6 +151,9 @@ def model_cache_key(model: pm.Model) -> str | None:
         for name in sorted(model.named_vars)
         if hasattr(model[name], "get_value")
     }
+    for name in ("Phi_U", "Phi_VS"):
+        if name in shapes:
+            shapes[name][-1] = "rank"
     return json.dumps(
         {"spec": spec.to_dict(), "shapes": shapes, "vars": sorted(model.named_vars)},
         sort_keys=True,

@@ -96,7 +96,8 @@ def _call_logp_callback(compiled, x):
 
 def test_callbacks_give_pymcs_logp_and_gradient_on_new_data():
     # The RVM's marginal model (low-rank form), against PyMC's own compiled logp and gradient
-    # on the C backend, before and after with_data.
+    # on the C backend, before and after with_data (also with a design of another rank, which
+    # keeps the in-process cache key).
     from bayes_rvm._nutpie import with_model_data
     from bayes_rvm.models import rvm_regression_model, set_model_data
 
@@ -106,6 +107,7 @@ def test_callbacks_give_pymcs_logp_and_gradient_on_new_data():
     model = rvm_regression_model(Phi, np.sin(x) + 0.1 * rng.normal(size=40))
     assert model.rvm_spec.marginal == "lowrank"
     compiled = compile_nutpie(model)
+    ranks = [model["Phi_U"].get_value().shape[1]]
     point = rng.normal(scale=0.5, size=compiled.n_dim)
     ip = model.initial_point()
     names = compiled._rvm_free_names
@@ -115,15 +117,21 @@ def test_callbacks_give_pymcs_logp_and_gradient_on_new_data():
         n: p.reshape(s) for n, p, s in zip(names, parts, compiled._rvm_free_shapes, strict=True)
     }
     assert set(split) == set(ip)
-    for new_y in (None, np.cos(x)):
-        if new_y is not None:
-            set_model_data(model, Phi, new_y)
+    # new targets, then a narrower kernel: a design of another rank, the same compiled model
+    narrow = np.exp(-0.4 * (x[:, None] - x[None, :]) ** 2)
+    key = inference._nutpie_cache_key(model)
+    for new in (None, (Phi, np.cos(x)), (narrow, np.cos(x))):
+        if new is not None:
+            set_model_data(model, *new)
             compiled = with_model_data(compiled, model)
+            assert inference._nutpie_cache_key(model) == key
         code, logp, grad = _call_logp_callback(compiled, point)
         assert code == 0
         np.testing.assert_allclose(logp, model.compile_logp()(split), rtol=1e-10)
         dlogp = model.compile_dlogp()(split)
         np.testing.assert_allclose(grad, dlogp, rtol=1e-8, atol=1e-10)
+        ranks.append(model["Phi_U"].get_value().shape[1])
+    assert ranks[-1] > ranks[0]
 
 
 @pytest.mark.slow
