@@ -259,7 +259,7 @@ def _nutpie_cache_key(model) -> tuple | None:
 def _sample_nutpie_cached(model, *, draws, tune, chains, cores, seed, progressbar, initvals, nuts):
     """``pm.sample``'s nutpie branch, compiled through :func:`bayes_rvm._nutpie.compile_nutpie`.
 
-    Its numba functions are cached on disk, so a fresh process does not recompile them; models
+    Its numba callbacks are cached on disk, so a fresh process does not recompile them; models
     built by :func:`rvm_regression_model` with the same settings and shapes compile to the same
     function, so within a process a compiled one is reused with the new model's data
     (``with_data``), coordinates and initial values.
@@ -377,11 +377,13 @@ def sample_mcmc(
     its Gaussian conditional ``N(m, Sigma)`` for each posterior draw of ``(alpha, sigma)``, and
     the pointwise log likelihood is computed from the weights in every form.
 
-    With nutpie and ``cache=True`` the model is compiled through nutpie's function-based entry
-    on PyTensor numba functions (:mod:`bayes_rvm._nutpie`), whose machine code is cached on disk,
-    so a fresh process does not recompile; within a process the compiled model is also kept in a
-    small cache keyed on the model settings, data shapes, variable names and coordinates, so that
-    refitting on new data of the same shape reuses it with new data and initial values.
+    With nutpie and ``cache=True`` the model's log density and trace expansion are PyTensor numba
+    functions wrapped in C callbacks, all cached on disk (:mod:`bayes_rvm._nutpie`): a fresh
+    process loads them instead of compiling, and nutpie's chains call them from its own threads
+    without entering Python. Within a process the compiled model is also kept in a small cache
+    keyed on the model settings, data shapes (not the rank of the low-rank factors), variable
+    names and coordinates, so that refitting on new data of the same shape reuses it with new
+    data and initial values.
 
     Large full-basis problems (N = 1000 on sinc, rank 25): the low-rank marginal form
     (:mod:`bayes_rvm.marginal.lowrank`), initial values from the type-II fit

@@ -480,7 +480,7 @@ def _print_rows(title: str, rows: list[dict]) -> None:
     for row in rows:
         cells = []
         for k, v in row.items():
-            cells.append(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}")
+            cells.append(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}")
         print("  " + "  ".join(cells), flush=True)
 
 
