@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from bayes_rvm._convergence import ess_bulk, ess_tail, rhat_rank
+from bayes_rvm._convergence import _rank_average, ess_bulk, ess_tail, rhat_rank
 
 
 def _chains(seed=0, K=7, C=4, S=301):
@@ -69,3 +69,17 @@ def test_diagnose_reports_arvizs_figures_on_log_alpha_sigma_and_w():
     assert diag["min_ess_tail"] == pytest.approx(ref_tail, rel=1e-9)
     assert diag["max_rhat_w"] == pytest.approx(float(az.rhat(post[["w"]])["w"].max()), rel=1e-10)
     assert diag["max_rhat_w"] > 1.2  # the chains of w have different means
+
+
+def test_ranks_equal_scipys_average_ranks_with_and_without_ties():
+    from scipy import stats
+
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(6, 500))
+    x[1] = np.round(x[1] * 2)  # many ties
+    x[2] = 1.0  # all tied
+    x[3, :10] = x[3, 10]  # one run of ties
+    np.testing.assert_array_equal(_rank_average(x), stats.rankdata(x, axis=1, method="average"))
+    np.testing.assert_array_equal(
+        _rank_average(x[[0]]), stats.rankdata(x[[0]], axis=1, method="average")
+    )

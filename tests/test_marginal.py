@@ -241,7 +241,7 @@ def test_lowrank_weight_draws_follow_each_draws_hyperparameters(monkeypatch):
     # number of blocks): each half has its own dense posterior moments.
     from bayes_rvm.marginal import lowrank
 
-    monkeypatch.setattr(lowrank, "_DRAW_BLOCK_ELEMENTS", 1000 * 8 * 4)
+    monkeypatch.setattr(lowrank, "_DRAW_BLOCK_ELEMENTS", 1000 * (8 * 2 + 4 * 4))
     Phi, Y, la, lb = _lowrank_problem(N=20, M=8, rank=4, D=2)
     U, VS = thin_svd(Phi)
     settings = [(np.exp(la[:8]), np.exp(lb)), (np.exp(la[:8][::-1] + 1.0), 4.0 * np.exp(lb))]
