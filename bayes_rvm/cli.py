@@ -298,7 +298,7 @@ def _mcmc_report(model) -> list[str]:
     loo = az.loo(dt)
     return [
         f"MCMC ({dt.attrs['sampler']}): {post.sizes['chain']} chains x {post.sizes['draw']} draws"
-        f" over {n_basis} basis functions (mcmc_basis={model.mcmc_basis!r})",
+        f" over {n_basis} basis functions (mcmc_basis={model._mcmc_basis()!r})",
         f"  noise sd          : {float(sigma.mean()):.4f} ± {float(sigma.std()):.4f} (posterior)",
         # weights whose posterior keeps clear of zero: the sampled counterpart of relevance
         f"  weights           : {int(np.sum(np.abs(mean) > 2 * sd))} of {mean.size} beyond two "
