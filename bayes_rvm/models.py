@@ -623,7 +623,11 @@ def woodbury_log_likelihood(Y, log_alpha, log_beta, Phi) -> pt.TensorVariable:
         - pt.sum(log_alpha)
         - N * log_beta
     )
-    quad = beta * pt.sum(Y**2) - beta**2 * pt.sum(u**2)
+    # The quadratic form T^T C^-1 T as beta ||T - Phi m||^2 + m^T A m with the posterior mean
+    # m = beta H^-1 Phi^T T: a sum of two positive terms, where beta T^T T - beta^2 u^T u loses
+    # digits to cancellation when beta is large or an alpha is huge (1e-4 nats at alpha ~ 5e7).
+    m = beta * pt.linalg.solve_triangular(L.T, u, lower=False) / d[:, None]
+    quad = beta * pt.sum((Y - Phi @ m) ** 2) + pt.sum(pt.exp(log_alpha)[:, None] * m**2)
     return -0.5 * (D * (N * _LOG_2PI + log_det) + quad)
 
 

@@ -241,12 +241,6 @@ def _sinc_type2(n=40):
     return X, y, model
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="at the type-II point the cheaper evidence search now finds (r = 0.27, 5 nats above "
-    "the old r = 0.42; an active alpha ~5e7), rvm_width_model's density is 4.290148 against the "
-    "dense 4.290081 (engine: 4.290078): a 7e-5 nat discrepancy of the width model to resolve",
-)
 def test_width_model_density_equals_type2_evidence():
     """At the type-II point, the sampled-width model's likelihood is the engine's log evidence."""
 
