@@ -123,7 +123,7 @@ def _graph_cache_key(pytensor_fn) -> str | None:
     return CACHED_SRC_FUNCTIONS.get(pytensor_fn.vm.jit_fn.py_func)
 
 
-def _unpack_lines(shared: list[np.ndarray], n_shared: int, offset_of: dict) -> list[str]:
+def _unpack_lines(shared: list[np.ndarray], offset_of: dict) -> list[str]:
     # nutpie's user data (compile_pymc.make_user_data): all 8-byte unsigned integers, the data
     # addresses of the shared arrays, then their sizes, then their shapes.
     lines = [f"    ud = numba.carray(user_data_, ({offset_of['end']},), np.uint64)"]
@@ -141,7 +141,7 @@ def _callback_sources(n_dim: int, n_expanded: int, logp_shared, expand_shared, o
     """The source of the logp and expand C callbacks (numba.cfunc with nutpie's signatures)."""
     logp_args = ", ".join(["x", *(f"s{offsets['index'][k]}" for k in logp_shared)])
     expand_args = ", ".join(["x", *(f"s{offsets['index'][k]}" for k in expand_shared)])
-    unpack = _unpack_lines(offsets["arrays"], len(offsets["arrays"]), offsets)
+    unpack = _unpack_lines(offsets["arrays"], offsets)
     body = "\n".join("    " + ln for ln in unpack)
     logp_src = f"""
 def nutpie_logp_callback(dim, x_, out_, logp_, user_data_):
