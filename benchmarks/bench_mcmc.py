@@ -3,11 +3,13 @@
 One run prints, in this order (``--sections`` picks some of them):
 
 ``fresh``
-    ``RVR(inference="mcmc")`` with the estimator's defaults (4 chains x 1000 draws after 1000
-    tuning steps, the full basis) on sinc N = 100, in a **fresh Python process**: the import, the
-    first fit, a second fit of the same shape in the same process, and the first fit's
-    divergences, max R-hat and min bulk ESS of the hyperparameters. Run it twice to see the
-    effect of the on-disk compile cache (the first run after a change of the package recompiles).
+    ``RVR(inference="mcmc")`` with the estimator's defaults (4 chains x 1000 draws after 300
+    tuning steps, the full basis) on sinc N = 100, in two **fresh Python processes**: the
+    import, the first fit, a second fit of the same shape in the same process, each fit split
+    into its phases (type-II fit, model, compile or cache load, sampling, DataTree, completion of
+    the posterior, diagnostics), with divergences, max R-hat and min bulk ESS of the
+    hyperparameters; then the issue's targets beside the second process's figures (the first
+    process after a change of the package fills the on-disk compile cache).
 ``scale``
     The full basis (N + 1 functions) at N = 300 and N = 1000, 4 chains x 1000 draws, the
     marginal form chosen automatically (low-rank through a thin SVD here), started from the
@@ -23,10 +25,9 @@ One run prints, in this order (``--sections`` picks some of them):
 ``forms`` (not in the default set)
     The weight-marginalised against the joint (non-centred) and centred forms, as before.
 
-The estimator's default kernel width (``gamma="scale"``) is wide on sinc (about 0.03 against
-Tipping's 1/9): its nearly collinear columns make a ridged posterior in ``log alpha`` that NUTS
-mixes slowly over the full basis; ``--gamma 0.1111`` runs the fresh and multi sections at the
-width of the ``scale`` section.
+``--gamma`` runs the fresh and multi sections at another kernel width (``0.1111``: Tipping's,
+the width of the ``scale`` section; ``scale``: SVR's, wide on sinc, whose nearly collinear
+columns make a ridged posterior in ``log alpha`` that NUTS mixes slowly over the full basis).
 
 Timings on a shared machine measure the neighbours too: each section prints the load average,
 and ``cpu_s`` (CPU seconds of the process and its children) is given beside the wall time.
