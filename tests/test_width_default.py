@@ -173,6 +173,23 @@ def test_default_width_on_a_subset_of_rows_beyond_the_limit(monkeypatch):
     assert model.predict(X).shape == (150,)
 
 
+def test_default_width_finds_the_higher_of_two_maxima():
+    # A slow and a fast sine (test_width's two-scale problem): the shared evidence has a wide
+    # maximum near r = 1.6 and a far higher narrow one near r = 0.3.
+    rng = np.random.default_rng(0)
+    X = np.sort(rng.uniform(0, 10, 120))[:, None]
+    y = np.sin(X[:, 0]) + 0.4 * np.sin(7 * X[:, 0]) + 0.1 * rng.normal(size=120)
+    T = y / target_scale(y[:, None])
+    model = RVR().fit(X, y)
+    dense = np.geomspace(0.15, 6.0, 121)
+    curve = np.array([shared_evidence(_design(X, ls), T).log_evidence for ls in dense])
+    wide = curve[dense > 1.0].max()
+    assert curve.max() > wide + 50  # two maxima, the narrow one far higher
+    assert model.length_scale_ == pytest.approx(dense[np.argmax(curve)], rel=0.03)
+    at = shared_evidence(_design(X, model.length_scale_), T).log_evidence
+    assert at >= curve.max() - 1e-3
+
+
 def test_select_width_shared_extends_a_grid_whose_end_wins():
     X, y = make_sinc(60, noise=0.1, random_state=3)
     T = y / target_scale(y[:, None])
