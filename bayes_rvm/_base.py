@@ -49,19 +49,15 @@ PRIORS = ("ard", "student_t")
 #: ``gamma`` values that learn the kernel width by the evidence: of the same basis under one shared
 #: prior precision (the default), or the RVM's own (one width, or one per feature).
 WIDTH_RULES = ("evidence_shared", "evidence", "evidence_ard")
-#: The default ``gamma`` of RVR and RVC, and why (measured in ``benchmarks/bench_width.py``):
-#:
-#: ``"evidence_shared"`` chooses the rbf / laplacian width that maximises the evidence of the same
-#: basis when all weights share one prior precision (a Gaussian process of covariance
-#: ``Phi Phi^T / alpha``, plus noise for RVR; its Laplace evidence for RVC), then fits the RVM at
-#: that width. That evidence has two hyperparameters, so it cannot be raised by tuning one alpha
-#: per basis function to the training targets, which is how the RVM's own evidence
-#: (``gamma="evidence"``) collapses onto narrow widths (Friedman #3: 239 of 240 basis functions,
-#: a noise sd a tenth of the truth; Ripley: r = 0.13-0.29, 12-16% error). SVR's ``"scale"``,
-#: ``1 / (n_features X.var())``, ignores the targets: on sinc its width of 5.8 is past the
-#: width where the RVM starts to underfit (2.3x the best fixed width's error over 10 data sets).
-#: For kernels without a width (linear, cosine, callables, precomputed) ``gamma`` is unused, and
-#: poly and sigmoid fall back to ``"scale"``.
+#: The default ``gamma`` of RVR and RVC. ``"evidence_shared"`` chooses the rbf / laplacian width
+#: that maximises the evidence of the same basis when all weights share one prior precision (a
+#: Gaussian process of covariance ``Phi Phi^T / alpha``, plus noise for RVR; its Laplace evidence
+#: for RVC), then fits the RVM at that width. With two hyperparameters that evidence cannot be
+#: raised by tuning one alpha per basis function to the training targets, which is how the RVM's
+#: own evidence (``gamma="evidence"``) collapses onto narrow widths; SVR's ``"scale"``,
+#: ``1 / (n_features X.var())``, ignores the targets. The measurements behind the choice
+#: (``benchmarks/bench_width.py``) are in the README, "Choosing the kernel width". Kernels
+#: without a width ignore it; poly and sigmoid fall back to ``"scale"``.
 DEFAULT_GAMMA = "evidence_shared"
 #: Rows the default width rule looks at: beyond, a random subset of this many (``random_state``),
 #: with the basis on the subset's inputs unless centres are given. Its Gram matrix is

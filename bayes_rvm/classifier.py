@@ -81,7 +81,7 @@ default="evidence_shared"
         ``Phi Phi^T / alpha``; :func:`bayes_rvm.evidence.width.shared_laplace_evidence`; for
         more than two classes the one-vs-rest evidences summed; on at most 1000 rows, a random
         subset drawn with ``random_state`` beyond), then fits the RVC at that width
-        (why: :data:`bayes_rvm._base.DEFAULT_GAMMA`; other kernels ignore it, poly and sigmoid
+        (why: the README, "Choosing the kernel width"; other kernels ignore it, poly and sigmoid
         use ``"scale"``). ``"evidence"`` maximises the RVC's own Laplace evidence over the
         width (:func:`bayes_rvm.evidence.width.maximise_width` with Brent's bounded search from
         the best maxima of an evidence curve; for one-vs-rest, the evidence summed over the

@@ -87,7 +87,7 @@ array-like, default="evidence_shared"
           a grid and Brent's method; on at most 1000 rows, a random subset drawn with
           ``random_state`` beyond), then the RVM fitted at that width. It cannot collapse onto
           narrow widths as the RVM's own evidence can; why it is the default, with the
-          measurements, is in :data:`bayes_rvm._base.DEFAULT_GAMMA`. Other kernels ignore it
+          measurements, is in the README ("Choosing the kernel width"). Other kernels ignore it
           (poly and sigmoid use ``"scale"``).
         - ``"evidence"``: the RVM's own log evidence maximised over the log width with the alphas
           and the noise (:func:`bayes_rvm.evidence.width.maximise_width`: an evidence curve over
