@@ -35,7 +35,7 @@ from bayes_rvm.evidence import SOLVERS, EvidenceFit, fit_evidence
 from bayes_rvm.evidence.result import moderation
 from bayes_rvm.evidence.width import shared_laplace_evidence
 from bayes_rvm.kernels import KernelBasis
-from bayes_rvm.priors import DEFAULT_NU, as_prior
+from bayes_rvm.priors import DEFAULT_NU, DEFAULT_SLAB, as_prior
 
 __all__ = ["RVC"]
 
@@ -139,9 +139,14 @@ default="evidence_shared"
         Number of centres for ``centres="random"`` or ``"kmeans"``.
     inference : {"type2", "mcmc"}, default="type2"
         ``"mcmc"``: after the type-II fit (which seeds it), NUTS over the weights and their
-        precisions of :attr:`model_` (the non-centred model of
-        :func:`bayes_rvm.models.rvm_classification_model`); :meth:`predict_proba` then averages
-        the class probabilities over the posterior draws. Binary and multinomial only.
+        precisions of :attr:`model_` (:func:`bayes_rvm.models.rvm_classification_model`:
+        centred over the binary relevance vectors, non-centred otherwise; the softmax with the
+        slab :data:`bayes_rvm.priors.DEFAULT_SLAB`, which keeps weights that the labels leave
+        undetermined from running out along the hyperprior's tail);
+        :meth:`predict_proba` then averages the class probabilities over the posterior draws.
+        Binary and multinomial only. Nearly collinear relevance vectors (a wide kernel for the
+        data) make their relevance, and so the posterior, bimodal: NUTS then mixes slowly and
+        the fit warns about R-hat; a narrower kernel helps.
     draws, tune, chains : int, default=1000, 1000, 4
         MCMC settings.
     sampler : {"nutpie", "numpyro", "pymc", "blackjax"}, default="nutpie"
@@ -362,6 +367,8 @@ default="evidence_shared"
         }
 
         def engine(Phi, yi, warm):
+            # The width search hands the labels over as a float column.
+            yi = np.asarray(yi).reshape(-1).astype(np.intp)
             if n_classes == 2:
                 return run(Phi, (yi == 1).astype(np.float64), likelihood="bernoulli", **kw)
             if self.multi_class == "multinomial":
@@ -411,6 +418,9 @@ default="evidence_shared"
             # the likelihood pins a few binary weights; softmax weights are only weakly
             # identified (a shift across classes), where the non-centred form does better
             centred=self.mcmc_basis == "relevant" and self.classes_.size == 2,
+            # A softmax leaves directions of its weights undetermined where a binary likelihood
+            # pins them; the slab keeps them from the hyperprior's tail (bayes_rvm.priors).
+            slab=None if self.classes_.size == 2 else DEFAULT_SLAB,
             basis_names=cols,
             class_names=None if self.classes_.size == 2 else list(self.classes_),
         )

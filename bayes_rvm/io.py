@@ -227,6 +227,10 @@ def to_datatree(model) -> xr.DataTree:
     if idata is not None:
         for node in idata.children.values():
             groups[f"/{node.name}"] = _text_as_str(node.to_dataset())
+        # The fit's own attrs (method, settings, diagnostics) sit on its root.
+        root.attrs["idata_attrs"] = json.dumps(
+            dict(idata.attrs), sort_keys=True, default=_json_default
+        )
     tree = xr.DataTree.from_dict(groups)
     tree.attrs["checksum"] = _checksum(tree)
     return tree
@@ -458,6 +462,8 @@ def _rebuild_state(tree: xr.DataTree, params: dict, path: Path) -> dict:
         f"/{k}": v.to_dataset(inherit=False) for k, v in tree.children.items() if k not in reserved
     }
     state["idata"] = xr.DataTree.from_dict(groups) if groups else None
+    if state["idata"] is not None and "idata_attrs" in tree.attrs:
+        state["idata"].attrs.update(_json_attr(tree.attrs, "idata_attrs", root))
     return state
 
 

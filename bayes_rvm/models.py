@@ -108,6 +108,7 @@ class RVMSpec:
     kernel: str | None = None  # a sampled width's kernel ("rbf" or "laplacian")
     gamma_prior: Prior | None = None  # a sampled width's prior on gamma / gamma_0
     bias: bool | None = None  # a sampled width's design has a bias column
+    slab: float | None = None  # the classifiers' slab scale (latent units per unit column RMS)
 
     def to_dict(self) -> dict:
         """A JSON-ready dict (priors as their :meth:`Prior.to_dict`)."""
@@ -131,6 +132,7 @@ class RVMSpec:
             "kernel": self.kernel,
             "gamma_prior": enc(self.gamma_prior),
             "bias": self.bias,
+            "slab": self.slab,
         }
 
 
@@ -477,6 +479,13 @@ def set_model_data(model: pm.Model, Phi: np.ndarray, y: np.ndarray) -> None:
 # Classification: Bernoulli-logit (two classes) and Categorical-softmax. The weights have no
 # closed-form marginal under these likelihoods, so the model is the joint one, non-centred; the
 # softmax rows share one alpha (one relevance set for all classes), as in the Laplace engines.
+# The softmax keeps C weight columns, as the Laplace engines do: the likelihood sees only their
+# differences, and the prior alone holds their mean, but removing it does not help NUTS. On the
+# three-class Ripley problem of the tests a zero-sum (pm.ZeroSumNormal, the exact marginal of
+# this prior) or reference-class parametrisation mixed no better (max R-hat of log alpha at
+# 4 x 500 draws, no slab: zero-sum 1.13-1.15, reference class 1.36, C columns 1.04 non-centred
+# and 1.26 centred): what broke the chains was the weights' heavy tail (|w| up to 600), which
+# the slab removes, and the relevance of nearly collinear basis functions switching on and off.
 # ---------------------------------------------------------------------------------------------
 def rvm_classification_model(
     Phi: np.ndarray,
@@ -490,6 +499,7 @@ def rvm_classification_model(
     phi_scale: np.ndarray | None = None,
     offset: np.ndarray | Callable[[pm.Model], pt.TensorVariable] | None = None,
     centred: bool = False,
+    slab: float | None = None,
     basis: Sequence[int] | np.ndarray | None = None,
     basis_names: Sequence | None = None,
     class_names: Sequence | None = None,
@@ -518,6 +528,16 @@ def rvm_classification_model(
         ``w ~ N(0, 1/alpha)`` sampled directly instead of ``w = z / sqrt(alpha)``. With few,
         well-determined weights (the type-II relevance vectors) the likelihood pins ``w`` and
         the centred form has the kinder geometry; over a full basis the non-centred one does.
+    slab : float, optional
+        Slab scale ``c`` of the regularised ARD prior (Piironen & Vehtari 2017):
+        ``w_i | alpha_i ~ N(0, 1 / (alpha_i + r_i^2 / c^2))`` with ``r_i`` the root-mean-square
+        of column ``i`` over the training inputs, so that no basis function's contribution to a
+        latent function has a prior standard deviation above about ``c`` (logits per unit RMS),
+        however small ``alpha_i`` is. ``alpha_i`` keeps its ARD hyperprior and its role (small:
+        relevant; large: pruned). Without a slab (``None``) the half-Cauchy's tail lets weights
+        that the labels leave undetermined (nearly collinear relevance vectors, separable class
+        pairs) run to hundreds, where NUTS diverges. :class:`~bayes_rvm.classifier.RVC` passes
+        :data:`bayes_rvm.priors.DEFAULT_SLAB` for its softmax model; default no slab.
     basis : sequence of int, optional
         Columns of ``Phi`` to keep; default all.
     basis_names, class_names : sequence, optional
@@ -546,6 +566,8 @@ def rvm_classification_model(
             f"likelihood must be 'auto', 'bernoulli' or 'softmax', got {likelihood!r}."
         )
     alpha_prior = _check_priors(prior, "joint", alpha_prior, nu, s, forms=("joint",))
+    if slab is not None and not (np.isfinite(slab) and slab > 0):
+        raise ValueError(f"slab must be a positive number or None, got {slab!r}.")
     all_coords = {OBS: np.arange(N), BASIS: names}
     if likelihood == "softmax":
         all_coords[CLASS] = list(range(C)) if class_names is None else list(class_names)
@@ -559,6 +581,8 @@ def rvm_classification_model(
         y_data = pm.Data("y_obs", y, dims=OBS)
         scale_data = pm.Data("phi_scale", phi_scale, dims=BASIS)
         alpha = _weight_precision(prior, alpha_prior, nu, s, scale_data, 1.0)
+        if slab is not None:
+            alpha = alpha + pt.mean(Phi_data**2, axis=0) / slab**2  # r_i^2 / c^2
         scale = pt.exp(-0.5 * pt.log(alpha))
         scale = scale[:, None] if likelihood == "softmax" else scale
         if centred:
@@ -584,6 +608,7 @@ def rvm_classification_model(
         basis=tuple(int(c) for c in cols),
         n_outputs=C if likelihood == "softmax" else 0,
         offset=off_kind,
+        slab=None if slab is None else float(slab),
     )
     return model
 

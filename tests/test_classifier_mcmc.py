@@ -1,5 +1,13 @@
-"""RVC(inference="mcmc") on Ripley's data against its own type-II fit (binary; the softmax
-model over the three-class variant does not yet mix: R-hat 1.1-1.7 at 4 x 500 draws)."""
+"""RVC(inference="mcmc") on Ripley's data against its own type-II fit, binary and three-class.
+
+The three-class problem is Ripley's data with a third class split off class 0 (see
+:func:`_three_class`). Its kernel is narrower than Tipping's binary one: at width 0.5 (gamma 4)
+the seven type-II relevance vectors of the softmax fit are nearly collinear (condition number 87
+on unit-norm columns), the data cannot tell which of them carry the signal, the posterior of
+their relevance is bimodal and 4 x 1000 draws give R-hat 1.01-1.02; at gamma 12 (width 0.29,
+also the higher Laplace evidence: -102.5 against -104.2) the eight relevance vectors have
+condition number 7.
+"""
 
 from __future__ import annotations
 
@@ -10,11 +18,19 @@ import numpy as np
 import pytest
 from threadpoolctl import threadpool_limits
 
-from bayes_rvm import RVC, compare
+from bayes_rvm import RVC, compare, load_model, save_model
 from bayes_rvm.datasets import load_ripley
 
-GAMMA = 4.0  # Tipping's Gaussian kernel of width 0.5
-MCMC = {"draws": 500, "tune": 500, "chains": 4, "random_state": 0}
+GAMMA = {"binary": 4.0, "three-class": 12.0}  # binary: Tipping's Gaussian kernel of width 0.5
+MCMC = {"chains": 4, "random_state": 0}
+# (draws, tune). The three-class posterior has basis functions whose relevance is uncertain
+# (bimodal log alpha): it needs longer chains than the binary one (at 4 x 1000 draws, R-hat
+# 1.008-1.08 across seeds; at 4 x 2000, 1.005-1.007 with bulk ESS near 1000).
+DRAWS = {"binary": (500, 500), "three-class": (2000, 1000)}
+# Divergences allowed: none for the binary model; the softmax model met 5 in 8000 draws at two
+# seeds, at the switches of relevance (a funnel's neck between alpha_i and w_i that no single
+# parametrisation removes); a handful per 8000 leaves R-hat and ESS as above.
+DIVERGENCES = {2: 0, 3: 10}
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -23,10 +39,19 @@ def _single_threaded_blas():
         yield
 
 
-def _three_class(X, y):
-    # Ripley's class 0 is a mixture of two Gaussians centred at x = -0.3 and x = 0.4: its right
-    # component becomes a third class.
-    return np.where((y == 0) & (X[:, 0] > 0.05), 2, y)
+def _three_class(X, y, seed):
+    """Ripley's data with a third class: class 0's points become class 2 with probability
+    ``sigmoid((x_1 - 0.05) / 0.1)``, drawn with ``seed``.
+
+    Ripley's class 0 is a mixture of two Gaussians centred at x_1 = -0.7 and 0.3; the split
+    follows its two components with a soft boundary, so that classes 0 and 2 overlap as Ripley's
+    two classes do. (A hard split at x_1 = 0.05 makes them linearly separable: the softmax
+    likelihood then has no finite maximum in the separating direction.) Training: 74 / 125 / 51
+    points of classes 0 / 1 / 2 (seed 1); test: 285 / 500 / 215 (seed 2).
+    """
+    p = 1.0 / (1.0 + np.exp(-(X[:, 0] - 0.05) / 0.1))
+    u = np.random.default_rng(seed).uniform(size=y.size)
+    return np.where((y == 0) & (u < p), 2, y)
 
 
 @pytest.fixture(scope="module")
@@ -34,14 +59,16 @@ def ripley():
     return load_ripley()
 
 
-@pytest.fixture(scope="module", params=["binary"])
+@pytest.fixture(scope="module", params=["binary", "three-class"])
 def fits(request, ripley):
     Xtr, ytr, Xte, yte = ripley
     if request.param == "three-class":
-        ytr, yte = _three_class(Xtr, ytr), _three_class(Xte, yte)
+        ytr, yte = _three_class(Xtr, ytr, 1), _three_class(Xte, yte, 2)
     labels = np.array(["a", "b", "c"])[ytr]  # any labels scikit-learn accepts
-    t2 = RVC(gamma=GAMMA, random_state=0).fit(Xtr, labels)
-    mc = RVC(gamma=GAMMA, inference="mcmc", **MCMC).fit(Xtr, labels)
+    gamma = GAMMA[request.param]
+    t2 = RVC(gamma=gamma, random_state=0).fit(Xtr, labels)
+    draws, tune = DRAWS[request.param]
+    mc = RVC(gamma=gamma, inference="mcmc", draws=draws, tune=tune, **MCMC).fit(Xtr, labels)
     return t2, mc, Xte, np.array(["a", "b", "c"])[yte]
 
 
@@ -49,11 +76,14 @@ def fits(request, ripley):
 def test_mcmc_classifier_converges_and_matches_type2(fits):
     t2, mc, Xte, yte = fits
     diag = json.loads(mc.idata_.attrs["diagnostics"])
-    assert diag["max_rhat"] <= 1.01 and diag["divergences"] == 0
+    assert diag["max_rhat"] <= 1.01
+    assert diag["divergences"] <= DIVERGENCES[t2.classes_.size]
     err_t2 = np.mean(t2.predict(Xte) != yte)
     err_mc = np.mean(mc.predict(Xte) != yte)
     assert abs(err_mc - err_t2) <= 0.01
-    assert err_mc < (0.11 if t2.classes_.size == 2 else 0.2)
+    # Binary: Tipping's 9.3% on 100 points; three-class: the Bayes error of the construction
+    # is above Ripley's 8%, and type-II makes 11.1% here.
+    assert err_mc < (0.11 if t2.classes_.size == 2 else 0.13)
     p = mc.predict_proba(Xte)
     assert p.shape == (len(Xte), t2.classes_.size)
     np.testing.assert_allclose(p.sum(axis=1), 1.0, atol=1e-12)
@@ -79,24 +109,62 @@ def test_mcmc_classifier_datatree_is_shaped_like_rvr(fits):
     pp = mc.sample_posterior_predictive(Xte[:20], random_state=0)
     draws = pp["predictions"]["y"].values
     assert set(np.unique(draws)) <= set(range(C))
-    # Predictive class frequencies are the averaged probabilities (2000 draws per point).
+    # Predictive class frequencies are the averaged probabilities (2000-8000 draws per point).
     freq = np.stack([(draws == c).mean(axis=(0, 1)) for c in range(C)], axis=1)
     np.testing.assert_allclose(freq, mc.predict_proba(Xte[:20]), atol=0.05)
     again = pickle.loads(pickle.dumps(mc))
     np.testing.assert_array_equal(again.predict_proba(Xte[:20]), mc.predict_proba(Xte[:20]))
 
 
+@pytest.mark.slow
+def test_mcmc_classifier_saves_and_loads(fits, tmp_path):
+    _, mc, Xte, _ = fits
+    loaded = load_model(save_model(mc, tmp_path / "rvc.zarr"))
+    np.testing.assert_array_equal(loaded.predict_proba(Xte), mc.predict_proba(Xte))
+    np.testing.assert_array_equal(loaded.predict(Xte), mc.predict(Xte))
+    assert loaded.idata_.attrs["diagnostics"] == mc.idata_.attrs["diagnostics"]
+    np.testing.assert_array_equal(
+        loaded.idata_["posterior"]["w"].values, mc.idata_["posterior"]["w"].values
+    )
+
+
 def test_classifier_model_is_in_the_users_units(ripley):
     Xtr, ytr, _, _ = ripley
     idx = np.random.default_rng(0).choice(len(ytr), 100, replace=False)  # the file is sorted
     X, y = Xtr[idx], ytr[idx]
-    clf = RVC(gamma=GAMMA).fit(X, y)
+    clf = RVC(gamma=GAMMA["binary"]).fit(X, y)
     model = clf.model_
     Phi = clf.basis_.transform(X, columns=clf.active_)
     np.testing.assert_allclose(model["Phi"].get_value(), Phi)
     np.testing.assert_allclose(model["phi_scale"].get_value(), np.linalg.norm(Phi, axis=0))
     assert list(model.coords["basis"]) == list(clf.active_)
-    full = RVC(gamma=GAMMA, mcmc_basis="all").fit(X, y).model_
+    full = RVC(gamma=GAMMA["binary"], mcmc_basis="all").fit(X, y).model_
     assert full["Phi"].get_value().shape == (100, 101)
     with pytest.raises(ValueError, match="multinomial"):
-        RVC(inference="mcmc", multi_class="ovr").fit(X, _three_class(X, y))
+        RVC(inference="mcmc", multi_class="ovr").fit(X, _three_class(X, y, 0))
+
+
+@pytest.mark.parametrize("slab", [2.0, None])
+def test_classifier_weight_prior_has_the_slab(slab):
+    # w_i | alpha_i ~ N(0, 1 / (alpha_i + r_i^2 / c^2)), r_i the column's RMS over the inputs
+    # (Piironen & Vehtari's regularised prior); without a slab the plain ARD N(0, 1 / alpha_i).
+    from scipy.stats import norm
+
+    from bayes_rvm.models import rvm_classification_model
+
+    rng = np.random.default_rng(3)
+    Phi = rng.uniform(0.0, 2.0, size=(40, 3))
+    scale = np.array([0.5, 2.0, 4.0])
+    y = rng.integers(0, 3, size=40)
+    model = rvm_classification_model(Phi, y, phi_scale=scale, centred=True, slab=slab)
+    alpha_rel = np.array([1e-4, 0.3, 5.0])
+    w = rng.normal(size=(3, 3))
+    logp = model.compile_logp(vars=[model["w"]], jacobian=False)
+    got = logp({"alpha_rel_log__": np.log(alpha_rel), "w": w})
+    precision = alpha_rel * scale**2
+    if slab is not None:
+        precision = precision + np.sum(Phi**2, axis=0) / 40 / slab**2
+    expect = norm.logpdf(w, 0.0, precision[:, None] ** -0.5).sum()
+    np.testing.assert_allclose(got, expect, rtol=1e-10)
+    with pytest.raises(ValueError, match="slab"):
+        rvm_classification_model(Phi, y, slab=-1.0)

@@ -162,6 +162,21 @@ def test_rvc_evidence_width_is_the_best_of_its_curve(tmp_path):
     np.testing.assert_array_equal(loaded.predict_proba(X), model.predict_proba(X))
 
 
+def test_rvc_evidence_width_three_classes():
+    # The width search hands the labels to the engine as a float column; the softmax engine
+    # indexes one-hot targets with them (an IndexError before).
+    from bayes_rvm.classifier import RVC
+
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(90, 2))
+    y = np.digitize(X[:, 0] + 0.5 * X[:, 1] ** 2, [-0.3, 0.6])
+    model = RVC(gamma="evidence").fit(X, y)
+    assert model.log_evidence_ >= model.width_path_.log_evidence.max() - 1e-9
+    fixed = RVC(gamma=model.gamma_).fit(X, y)
+    assert fixed.log_evidence_ == pytest.approx(model.log_evidence_, abs=1e-6)
+    np.testing.assert_allclose(model.predict_proba(X).sum(axis=1), 1.0)
+
+
 def test_rvrcv_agrees_with_grid_search():
     from sklearn.model_selection import GridSearchCV, KFold
 
