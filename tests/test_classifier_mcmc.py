@@ -24,13 +24,13 @@ from bayes_rvm.datasets import load_ripley
 GAMMA = {"binary": 4.0, "three-class": 12.0}  # binary: Tipping's Gaussian kernel of width 0.5
 MCMC = {"chains": 4, "random_state": 0}
 # (draws, tune). The three-class posterior has basis functions whose relevance is uncertain
-# (bimodal log alpha): it needs longer chains than the binary one (at 4 x 1000 draws, R-hat
-# 1.008-1.08 across seeds; at 4 x 2000, 1.005-1.007 with bulk ESS near 1000).
-DRAWS = {"binary": (500, 500), "three-class": (2000, 1000)}
-# Divergences allowed: none for the binary model; the softmax model met 5 in 8000 draws at two
-# seeds, at the switches of relevance (a funnel's neck between alpha_i and w_i that no single
-# parametrisation removes); a handful per 8000 leaves R-hat and ESS as above.
-DIVERGENCES = {2: 0, 3: 10}
+# (bimodal log alpha): it needs longer chains than the binary one (max R-hat of log alpha at
+# 4 x 1000 draws: 1.008-1.08 over runs; at 4 x 2000: 1.005-1.011, bulk ESS near 1000).
+DRAWS = {"binary": (500, 500), "three-class": (3000, 1000)}
+# Divergences allowed: none for the binary model. The softmax model with its slab met 5 in 8000
+# draws (4 x 2000) at each of two seeds, against 57-230 in 2000 without the slab: a rate of
+# about one in 1600 that leaves R-hat and ESS as above; a handful is allowed, not hundreds.
+DIVERGENCES = {2: 0, 3: 15}
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -109,7 +109,7 @@ def test_mcmc_classifier_datatree_is_shaped_like_rvr(fits):
     pp = mc.sample_posterior_predictive(Xte[:20], random_state=0)
     draws = pp["predictions"]["y"].values
     assert set(np.unique(draws)) <= set(range(C))
-    # Predictive class frequencies are the averaged probabilities (2000-8000 draws per point).
+    # Predictive class frequencies are the averaged probabilities (2000-12000 draws per point).
     freq = np.stack([(draws == c).mean(axis=(0, 1)) for c in range(C)], axis=1)
     np.testing.assert_allclose(freq, mc.predict_proba(Xte[:20]), atol=0.05)
     again = pickle.loads(pickle.dumps(mc))
