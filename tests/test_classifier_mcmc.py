@@ -25,12 +25,14 @@ GAMMA = {"binary": 4.0, "three-class": 12.0}  # binary: Tipping's Gaussian kerne
 MCMC = {"chains": 4, "random_state": 0}
 # (draws, tune). The three-class posterior has basis functions whose relevance is uncertain
 # (bimodal log alpha): it needs longer chains than the binary one (max R-hat of log alpha at
-# 4 x 1000 draws: 1.008-1.08 over runs; at 4 x 2000: 1.005-1.011, bulk ESS near 1000).
+# 4 x 1000 draws: 1.008-1.08 over runs; at 4 x 2000: 1.005-1.011, bulk ESS near 1000; at
+# 4 x 3000: 1.004, bulk ESS 1300).
 DRAWS = {"binary": (500, 500), "three-class": (3000, 1000)}
 # Divergences allowed: none for the binary model. The softmax model with its slab met 5 in 8000
-# draws (4 x 2000) at each of two seeds, against 57-230 in 2000 without the slab: a rate of
-# about one in 1600 that leaves R-hat and ESS as above; a handful is allowed, not hundreds.
-DIVERGENCES = {2: 0, 3: 15}
+# draws (4 x 2000) at each of two seeds and 11 in 12000 (4 x 3000), against 57-230 in 2000
+# without the slab: a rate of one in 1100-1600 draws that leaves R-hat and ESS as above. About
+# 8-11 are expected here; up to 0.2% of the draws is allowed, not hundreds.
+DIVERGENCES = {2: 0, 3: 24}
 
 
 @pytest.fixture(autouse=True, scope="module")
