@@ -13,6 +13,7 @@ under that reparametrisation).
 from __future__ import annotations
 
 import dataclasses
+import warnings
 
 import numpy as np
 from scipy.special import expit, logsumexp
@@ -31,7 +32,9 @@ from bayes_rvm._base import (
     path_to_json,
     unscale_alpha,
 )
-from bayes_rvm.evidence import SOLVERS, EvidenceFit, fit_evidence
+from bayes_rvm.evidence import SOLVERS, EvidenceFit, fit_evidence, importance_draws
+from bayes_rvm.evidence.importance import MIN_ESS
+from bayes_rvm.evidence.log_evidence import WARN_SKIP
 from bayes_rvm.evidence.result import moderation
 from bayes_rvm.evidence.width import shared_laplace_evidence
 from bayes_rvm.kernels import KernelBasis
@@ -110,10 +113,21 @@ default="evidence_shared"
     multi_class : {"multinomial", "ovr"}, default="multinomial"
         More than two classes: one softmax model with alphas shared across classes, or one binary
         RVM per class (their probabilities normalised to sum to one).
-    moderated : bool, default=True
-        Moderate the probabilities by the posterior variance of the latent function (MacKay's
-        probit approximation ``sigmoid(kappa mu)``, ``kappa = (1 + pi s^2 / 8)^-1/2``); False
-        plugs in the posterior mean.
+    moderated : {"auto", "importance", "probit"} or bool, default="auto"
+        How :meth:`predict_proba` averages the likelihood over the uncertainty of the weights
+        (type-II fits). ``"importance"``: the posterior predictive at the fitted ``alpha`` by
+        importance sampling with the Laplace approximation as the proposal
+        (:func:`bayes_rvm.evidence.importance_draws`; 4000 draws from a fixed seed, so
+        predictions are deterministic and survive save / load); it stays right where the
+        Laplace Gaussian does not, e.g. far from a rare class's examples, where the data bound
+        the log-odds from above only and the symmetric Gaussian spreads far above that bound.
+        It warns when the effective sample size falls below ``MIN_ESS`` (100; the weight space
+        is large, e.g. a softmax over many classes). ``True`` or ``"probit"``: MacKay's probit
+        approximation ``sigmoid(kappa mu)``, ``kappa = (1 + pi s^2 / 8)^-1/2``, of the Laplace
+        Gaussian (each class's marginal for the softmax). ``"auto"``: importance sampling where
+        its effective sample size reaches ``MIN_ESS``, else the probit; :attr:`moderation_`
+        says which. ``predictive="rvm*"`` always moderates its augmented latent moments by the
+        probit. ``False`` plugs in the posterior mode.
     predictive : {"rvm", "rvm*"}, default="rvm"
         Latent predictive: the RVM's own, or RVM* (Rasmussen & Quinonero-Candela 2005), the
         Laplace posterior augmented at prediction time by a basis function centred on the test
@@ -191,6 +205,8 @@ default="evidence_shared"
         Engine iterations (summed over classes for ``"ovr"``).
     converged_ : bool
         Whether every engine met its stopping rule.
+    moderation_ : {"importance", "probit", "mode", "mcmc"}
+        How :meth:`predict_proba` averages over the weights under the current ``moderated``.
     model_ : pymc.Model
         The model ``inference="mcmc"`` samples, over ``mcmc_basis``, in the units of ``X``;
         rebuilt on demand, never pickled.
@@ -210,7 +226,7 @@ default="evidence_shared"
         **BaseRVM._shared_constraints,
         "solver": [StrOptions(set(SOLVERS))],
         "multi_class": [StrOptions(set(_MULTI_CLASS))],
-        "moderated": ["boolean"],
+        "moderated": ["boolean", StrOptions({"auto", "importance", "probit"})],
         "threshold_alpha": [_POSITIVE],
     }
 
@@ -228,7 +244,7 @@ default="evidence_shared"
         alpha_prior=None,
         solver="sequential",
         multi_class="multinomial",
-        moderated=True,
+        moderated="auto",
         predictive="rvm",
         max_iter=10_000,
         tol=1e-6,
@@ -347,6 +363,7 @@ default="evidence_shared"
         # RVM* needs the training problem at prediction time (the Laplace weights come back
         # from the mode and the labels).
         self._finish_fit(X, {"phi_active": Phi[:, act] * norms[act], "y_index": yi}, fit_n)
+        self._importance = self._make_importance() if self._samples_predictive() else None
         return self
 
     def _engine(self, n_classes: int):
@@ -518,6 +535,7 @@ default="evidence_shared"
         self._set_width(state["basis"], path_from_json(state["extras"].get("width_path")))
         self._idata = state.get("idata")
         self._model = None
+        self._importance = self._make_importance() if self._samples_predictive() else None
 
     def _posterior_proba(self, X) -> np.ndarray:
         """Class probabilities averaged over the MCMC draws of the weights, (n_samples, C)."""
@@ -586,13 +604,90 @@ default="evidence_shared"
             return m, v[:, None]
         return rvm_star_softmax(mean, var, phi, cross, self_k, data, P)
 
+    def _samples_predictive(self) -> bool:
+        """Whether ``moderated`` asks for importance sampling and it applies: a type-II fit under
+        the RVM's own predictive whose training problem is at hand."""
+        return (
+            self.moderated in ("auto", "importance")
+            and self.inference == "type2"
+            and self.predictive == "rvm"
+            and "phi_active" in getattr(self, "_train", {})
+        )
+
+    def _importance_or_none(self) -> list | None:
+        """The importance draws to predict with, or None for the probit / the mode.
+
+        ``"auto"`` takes them only when every effective sample size reaches ``MIN_ESS``;
+        ``"importance"`` always, with a warning below it.
+        """
+        if not self._samples_predictive():
+            return None
+        # Built at fit; a fit made under another setting of ``moderated`` builds them per call.
+        draws = getattr(self, "_importance", None) or self._make_importance()
+        ess = min(d.ess for d in draws)
+        if ess >= MIN_ESS:
+            return draws
+        if self.moderated == "auto":
+            return None
+        warnings.warn(
+            f"importance sampling of the posterior predictive kept an effective sample size of "
+            f"only {ess:.0f} of {draws[0].weights.size} draws: the Laplace approximation is far "
+            "from the posterior and the probabilities carry Monte Carlo noise. "
+            "moderated='probit' gives the Laplace approximation's own; inference='mcmc' samples "
+            "the exact posterior.",
+            RuntimeWarning,
+            skip_file_prefixes=WARN_SKIP,
+        )
+        return draws
+
+    @property
+    def moderation_(self) -> str:
+        """How :meth:`predict_proba` averages over the weights now: ``"importance"``,
+        ``"probit"``, ``"mode"`` (``moderated=False``) or ``"mcmc"`` (posterior draws)."""
+        check_is_fitted(self, "fit_")
+        if self.inference == "mcmc":
+            return "mcmc"
+        if not self.moderated:
+            return "mode"
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            return "probit" if self._importance_or_none() is None else "importance"
+
+    def _make_importance(self) -> list:
+        """One :class:`~bayes_rvm.evidence.ImportanceDraws` per fit (per class for ``"ovr"``),
+        from the fit and the training problem (both saved: a loaded model rebuilds the same)."""
+        phi, yi = self._train["phi_active"], self._train["y_index"]
+        C = self.classes_.size
+        if isinstance(self.fit_, tuple):
+            parts = [
+                (f, phi[:, pos], (yi == c).astype(np.float64))
+                for c, (f, pos) in enumerate(zip(self.fit_, self._positions, strict=True))
+            ]
+        else:
+            T = (yi == 1).astype(np.float64) if C == 2 else np.eye(C)[yi]
+            parts = [(self.fit_, phi, T)]
+        return [importance_draws(f.posterior, p, T, f.alpha[f.active]) for f, p, T in parts]
+
+    def _importance_scores(self, X, draws: list) -> np.ndarray:
+        """Log-odds (binary, one-vs-rest) or log probabilities (softmax) of the importance-sampled
+        posterior predictive, (n_samples, n_outputs)."""
+        X = validate_data(self, X, reset=False, dtype=np.float64)
+        phi = self.basis_.transform(X, columns=self.active_)
+        if isinstance(self.fit_, tuple):
+            cols = [
+                d.log_predictive(phi[:, pos]) for d, pos in zip(draws, self._positions, strict=True)
+            ]
+            return np.column_stack([lp[:, 1] - lp[:, 0] for lp in cols])
+        lp = draws[0].log_predictive(phi)
+        return lp[:, 1:] - lp[:, :1] if self.classes_.size == 2 else lp
+
     def decision_function(self, X) -> np.ndarray:
         """Latent scores: the log-odds (binary) or softmax logits behind :meth:`predict_proba`.
 
-        With ``moderated=True`` these are the moderated scores ``kappa(s^2) mu``, so that
-        ``sigmoid(decision_function(X)) == predict_proba(X)[:, 1]`` (and the softmax of the scores
-        is ``predict_proba`` for ``"multinomial"``); with ``moderated=False``, the posterior mean
-        ``mu``.
+        These are the scores whose sigmoid (binary; softmax for ``"multinomial"``) is
+        :meth:`predict_proba`: with ``moderated="importance"``, the log-odds (log probabilities)
+        of the importance-sampled predictive; with ``"probit"`` (or True) the moderated scores
+        ``kappa(s^2) mu``; with ``moderated=False``, the posterior mode ``mu``.
 
         Parameters
         ----------
@@ -608,12 +703,17 @@ default="evidence_shared"
             with np.errstate(divide="ignore"):
                 lp = np.log(p)
             return lp[:, 1] - lp[:, 0] if p.shape[1] == 2 else lp
-        mean, var = self._latent(X)
-        score = mean * moderation(var) if self.moderated else mean
+        check_is_fitted(self, "fit_")
+        draws = self._importance_or_none()
+        if draws is not None:
+            score = self._importance_scores(X, draws)
+        else:
+            mean, var = self._latent(X)
+            score = mean * moderation(var) if self.moderated else mean
         return score[:, 0] if score.shape[1] == 1 else score
 
     def predict_proba(self, X) -> np.ndarray:
-        """Class probabilities, moderated by the posterior uncertainty unless ``moderated=False``.
+        """Class probabilities, averaged over the posterior uncertainty unless ``moderated=False``.
 
         Parameters
         ----------

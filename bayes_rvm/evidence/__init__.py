@@ -6,6 +6,7 @@ Every engine is ``fit_*(Phi, T, *, options=None, **settings) -> EvidenceFit`` wi
 
 from bayes_rvm.evidence.engines import ENGINES, SOLVERS, fit_evidence
 from bayes_rvm.evidence.gaussian import GaussianPosterior, fit_mackay, gaussian_posterior
+from bayes_rvm.evidence.importance import ImportanceDraws, importance_draws
 from bayes_rvm.evidence.laplace import fit_laplace_mackay, fit_laplace_sequential
 from bayes_rvm.evidence.log_evidence import gaussian_log_evidence, laplace_log_evidence
 from bayes_rvm.evidence.options import EvidenceOptions
@@ -20,6 +21,7 @@ __all__ = [
     "EvidenceOptions",
     "GaussianPosterior",
     "GaussianWeights",
+    "ImportanceDraws",
     "LaplaceWeights",
     "fit_evidence",
     "fit_laplace_mackay",
@@ -28,6 +30,7 @@ __all__ = [
     "fit_sequential",
     "gaussian_log_evidence",
     "gaussian_posterior",
+    "importance_draws",
     "laplace_log_evidence",
     "log_gain",
     "log_hyperprior",
