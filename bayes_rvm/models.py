@@ -744,9 +744,10 @@ def rvm_width_model(
     kernel block, its column norms and ``Phi^T Phi`` (O(N K P + N M^2)) and factors an M x M
     matrix (O(M^3)), with M = K + 1. On the relevance vectors of a type-II fit (K of 5 to 30)
     that is a fraction of a millisecond per gradient and grows at most linearly with N (notebook
-    07, one BLAS thread: 0.2 ms at N = 100 and 0.9 ms at N = 1600 with K = 10): thousands of
-    points are fine. With all N inputs as centres it is O(N^3) per gradient (1.3 ms at N = 100,
-    56 ms at N = 400, about a second at N = 1000: hours for a few thousand draws), and worse,
+    07, one BLAS thread, a shared machine: 0.1-0.2 ms at N = 100 and 0.9 ms at N = 1600 with
+    K = 10): thousands of points are fine. With all N inputs as centres it is O(N^3) per gradient
+    (about 1 ms at N = 100, 30-60 ms at N = 400, by the cube law half a second or more at
+    N = 1000: hours for a few thousand draws), and worse,
     the N alphas and the width trade off against one another (a narrower width can be
     compensated by more basis functions), a ridged posterior that NUTS crosses with small steps
     and long trees: keep the full basis to N of a hundred or so.
