@@ -21,7 +21,7 @@ _EXPORTS = {
     "RVR": "bayes_rvm.estimators",
     "KernelBasis": "bayes_rvm.kernels",
     "Prior": "bayes_rvm.priors",
-    "compare": "bayes_rvm.compare",
+    "compare": "bayes_rvm.comparison",
     "load_model": "bayes_rvm.io",
     "save_model": "bayes_rvm.io",
 }

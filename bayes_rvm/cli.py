@@ -388,7 +388,7 @@ def _compare(args) -> int:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from bayes_rvm.compare import compare
+    from bayes_rvm.comparison import compare
 
     X, y, _, label, default_gamma = _problem(args)
     gamma = _gamma(args.gamma, default_gamma)

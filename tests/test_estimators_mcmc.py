@@ -5,7 +5,7 @@ import pickle
 import numpy as np
 import pytest
 
-from bayes_rvm.compare import compare
+from bayes_rvm.comparison import compare
 from bayes_rvm.datasets import make_sinc
 from bayes_rvm.estimators import RVR
 from bayes_rvm.io import load_model, save_model

@@ -14,7 +14,7 @@ from scipy import stats
 from threadpoolctl import threadpool_limits
 
 from bayes_rvm import inference
-from bayes_rvm.compare import compare, relevance_summary
+from bayes_rvm.comparison import compare, relevance_summary
 from bayes_rvm.datasets import make_sinc, sinc
 from bayes_rvm.dims import BASIS, OBS
 from bayes_rvm.evidence.gaussian import fit_mackay

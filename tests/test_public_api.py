@@ -23,6 +23,21 @@ def test_public_names():
     assert set(bayes_rvm.__all__) >= {"RVR", "RVC", "KernelBasis", "compare", "save_model"}
 
 
+def test_public_names_survive_importing_every_module():
+    # A submodule named like an exported function would replace it on the package once imported
+    # (``bayes_rvm.compare`` the module shadowed ``compare`` the function).
+    import importlib
+    import pkgutil
+
+    import bayes_rvm
+
+    for info in pkgutil.walk_packages(bayes_rvm.__path__, "bayes_rvm."):
+        importlib.import_module(info.name)
+    for name in bayes_rvm._EXPORTS:
+        assert callable(getattr(bayes_rvm, name)), name
+    assert bayes_rvm.compare.__module__ == "bayes_rvm.comparison"
+
+
 def test_numeric_layers_import_without_pymc():
     # DESIGN.md: the engines are NumPy + SciPy only; the public names resolve lazily.
     code = (
