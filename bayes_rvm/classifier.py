@@ -362,7 +362,12 @@ default="evidence_shared"
         act = self.active_
         # RVM* needs the training problem at prediction time (the Laplace weights come back
         # from the mode and the labels).
-        self._finish_fit(X, {"phi_active": Phi[:, act] * norms[act], "y_index": yi}, fit_n)
+        train = {"phi_active": Phi[:, act] * norms[act], "y_index": yi, "norms": norms[act]}
+        # The normalised alphas too: in the user's units they leave float64's range with the
+        # columns' norms (a linear kernel on inputs of 1e80), and importance sampling needs them.
+        fits_n = fit_n if isinstance(fit_n, tuple) else (fit_n,)
+        train["alpha_normalised"] = np.stack([f.alpha[act] for f in fits_n])
+        self._finish_fit(X, train, fit_n)
         self._importance = self._make_importance() if self._samples_predictive() else None
         return self
 
@@ -655,24 +660,38 @@ default="evidence_shared"
 
     def _make_importance(self) -> list:
         """One :class:`~bayes_rvm.evidence.ImportanceDraws` per fit (per class for ``"ovr"``),
-        from the fit and the training problem (both saved: a loaded model rebuilds the same)."""
-        phi, yi = self._train["phi_active"], self._train["y_index"]
+        from the fit and the training problem (both saved: a loaded model rebuilds the same).
+
+        The draws are of the weights of the normalised columns (``phi / norms``), whose alphas
+        stay in float64's range whatever the scale of the kernel values.
+        """
+        yi, norms = self._train["y_index"], self._normalising_norms()
+        phi = self._train["phi_active"] / norms
         C = self.classes_.size
         if isinstance(self.fit_, tuple):
-            parts = [
-                (f, phi[:, pos], (yi == c).astype(np.float64))
-                for c, (f, pos) in enumerate(zip(self.fit_, self._positions, strict=True))
-            ]
+            fits, positions = self.fit_, self._positions
+            targets = [(yi == c).astype(np.float64) for c in range(C)]
         else:
-            T = (yi == 1).astype(np.float64) if C == 2 else np.eye(C)[yi]
-            parts = [(self.fit_, phi, T)]
-        return [importance_draws(f.posterior, p, T, f.alpha[f.active]) for f, p, T in parts]
+            fits, positions = (self.fit_,), [np.arange(norms.size)]
+            targets = [(yi == 1).astype(np.float64) if C == 2 else np.eye(C)[yi]]
+        alpha = self._train.get("alpha_normalised")
+        draws = []
+        for c, (f, pos, T) in enumerate(zip(fits, positions, targets, strict=True)):
+            a = f.alpha[f.active] / norms[pos] ** 2 if alpha is None else alpha[c, pos]
+            draws.append(
+                importance_draws(f.posterior.rescaled(1.0 / norms[pos]), phi[:, pos], T, a)
+            )
+        return draws
+
+    def _normalising_norms(self) -> np.ndarray:
+        """Norms of the active training columns (ones for a model saved without them)."""
+        return self._train.get("norms", np.ones(self.active_.size))
 
     def _importance_scores(self, X, draws: list) -> np.ndarray:
         """Log-odds (binary, one-vs-rest) or log probabilities (softmax) of the importance-sampled
         posterior predictive, (n_samples, n_outputs)."""
         X = validate_data(self, X, reset=False, dtype=np.float64)
-        phi = self.basis_.transform(X, columns=self.active_)
+        phi = self.basis_.transform(X, columns=self.active_) / self._normalising_norms()
         if isinstance(self.fit_, tuple):
             cols = [
                 d.log_predictive(phi[:, pos]) for d, pos in zip(draws, self._positions, strict=True)

@@ -205,8 +205,9 @@ class RVCCV(ClassifierMixin, _WidthCV):
     """:class:`~bayes_rvm.classifier.RVC` with its kernel width chosen by cross-validation.
 
     Each width of the grid is scored by the accuracy over ``cv`` shuffled, stratified folds (the
-    class of largest latent mean, which is also the class of largest moderated probability for
-    two classes); the classifier is then refitted on all the data at the best width.
+    class of largest latent mean, which is also the class of largest probit-moderated probability
+    for two classes; the importance-sampled predictive of ``moderated="auto"`` can differ from it
+    at points on the boundary); the classifier is then refitted on all the data at the best width.
 
     Parameters
     ----------

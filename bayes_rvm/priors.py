@@ -51,7 +51,7 @@ Defaults
     half-Cauchy's tail carries those weights out to hundreds. Measured on the three-class version of
     Ripley's data of the tests (4 chains x 500 draws, nutpie): at gamma 4, weights reached 200-600
     with 57-230 divergences whatever the parametrisation (C columns centred or not, zero-sum,
-    reference class), and with the slab |w| stayed below 50 with 0-3
+    reference class), and with the slab ``|w|`` stayed below 50 with 0-3
     divergences (4 x 500 and 4 x 1000); at gamma 12, 117
     divergences without the slab and 0-5 with it. The binary classifier samples without a slab
     (Ripley's overlapping classes pin its few weights; with the slab it gave 9.8% test error

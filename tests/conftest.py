@@ -2,9 +2,11 @@
 
 import numpy as np
 import pytest
+import scipy.linalg  # noqa: F401  (loads SciPy's own OpenBLAS, so that the limit reaches it)
 from threadpoolctl import threadpool_limits
 
-# Tests run two workers on two cores: BLAS threads on top only spin against each other.
+# Tests run two workers on two cores: BLAS threads on top only spin against each other, and
+# NumPy's and SciPy's separate OpenBLAS libraries spin against each other's idle threads.
 threadpool_limits(1)
 
 

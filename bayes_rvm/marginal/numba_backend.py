@@ -124,6 +124,95 @@ def _log_evidence_numba(log_alpha, log_beta, Phi, Y, gram):  # pragma: no cover 
 
 
 @numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+def _equilibrated_cholesky(GT, ainv, beta):  # pragma: no cover - numba
+    """``K = beta^-1 I + G^T A^-1 G`` from the rows of ``G^T``: the Cholesky factor ``L`` of
+    ``K`` equilibrated by its diagonal (``D^-1 K D^-1 = L L^T``), ``dinv = 1 / sqrt(diag K)``
+    and ``log|K|``; ``log|K| = inf`` where ``K`` is not numerically positive definite."""
+    r, M = GT.shape
+    GA = np.empty((r, M))
+    for a in range(r):
+        ga = GA[a]
+        gt = GT[a]
+        for i in range(M):
+            ga[i] = gt[i] * ainv[i]
+    # Lower triangle, as dot products of contiguous rows.
+    K = np.empty((r, r))
+    for a in range(r):
+        ga = GA[a]
+        for b in range(a + 1):
+            gb = GT[b]
+            s = 0.0
+            for i in range(M):
+                s += ga[i] * gb[i]
+            K[a, b] = s
+    dinv = np.empty(r)
+    log_det = 0.0
+    for k in range(r):
+        K[k, k] += 1.0 / beta
+        dinv[k] = 1.0 / np.sqrt(K[k, k])
+        log_det += np.log(K[k, k])
+    L = np.zeros((r, r))
+    for i in range(r):
+        Li = L[i]
+        for j in range(i + 1):
+            Lj = L[j]
+            s = K[i, j] * dinv[i] * dinv[j]
+            for k in range(j):
+                s -= Li[k] * Lj[k]
+            if i == j:
+                if not s > 0.0:
+                    return L, dinv, np.inf
+                Li[i] = np.sqrt(s)
+                log_det += np.log(s)
+            else:
+                Li[j] = s / Lj[j]
+    return L, dinv, log_det
+
+
+@numba.njit(cache=True, nogil=True)
+def _trace_inverse(L, dinv):  # pragma: no cover - numba
+    """``tr(K^-1) = sum_k dinv_k^2 ||L^-1 e_k||^2``, from ``L^-1`` (r^3 / 6, small)."""
+    r = L.shape[0]
+    Linv = np.zeros((r, r))
+    for j in range(r):
+        Linv[j, j] = 1.0 / L[j, j]
+        for i in range(j + 1, r):
+            s = 0.0
+            for k in range(j, i):
+                s -= L[i, k] * Linv[k, j]
+            Linv[i, j] = s / L[i, i]
+    tr_kinv = 0.0
+    for k in range(r):
+        s = 0.0
+        for i in range(k, r):
+            s += Linv[i, k] * Linv[i, k]
+        tr_kinv += s * dinv[k] * dinv[k]
+    return tr_kinv
+
+
+@numba.njit(cache=True, nogil=True)
+def _solve_equilibrated(L, dinv, Z):  # pragma: no cover - numba
+    """``K^-1 Z`` by two triangular solves with the equilibrated factor."""
+    r, D = Z.shape
+    Q = np.empty((r, D))
+    v = np.empty(r)
+    for c in range(D):
+        for i in range(r):
+            s = Z[i, c] * dinv[i]
+            for k in range(i):
+                s -= L[i, k] * v[k]
+            v[i] = s / L[i, i]
+        for i in range(r - 1, -1, -1):
+            s = v[i]
+            for k in range(i + 1, r):
+                s -= L[k, i] * v[k]
+            v[i] = s / L[i, i]
+        for i in range(r):
+            Q[i, c] = v[i] * dinv[i]
+    return Q
+
+
+@numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
 def lowrank_log_evidence_and_grad(log_alpha, log_beta, U, Y, VS):  # pragma: no cover - numba
     """Low-rank marginal log likelihood and its gradient (see :mod:`bayes_rvm.marginal.lowrank`).
 
@@ -159,44 +248,9 @@ def lowrank_log_evidence_and_grad(log_alpha, log_beta, U, Y, VS):  # pragma: no 
     GT = np.ascontiguousarray(VS.T)
     Uc = np.ascontiguousarray(U)
     Yc = np.ascontiguousarray(Y)
-    GA = np.empty((r, M))
-    for a in range(r):
-        ga = GA[a]
-        gt = GT[a]
-        for i in range(M):
-            ga[i] = gt[i] * ainv[i]
-    # K = beta^-1 I + G^T A^-1 G, lower triangle, as dot products of contiguous rows.
-    K = np.empty((r, r))
-    for a in range(r):
-        ga = GA[a]
-        for b in range(a + 1):
-            gb = GT[b]
-            s = 0.0
-            for i in range(M):
-                s += ga[i] * gb[i]
-            K[a, b] = s
-    dinv = np.empty(r)
-    log_det = 0.0
-    for k in range(r):
-        K[k, k] += 1.0 / beta
-        dinv[k] = 1.0 / np.sqrt(K[k, k])
-        log_det += np.log(K[k, k])
-    # Cholesky of the equilibrated K (unit diagonal), lower.
-    L = np.zeros((r, r))
-    for i in range(r):
-        Li = L[i]
-        for j in range(i + 1):
-            Lj = L[j]
-            s = K[i, j] * dinv[i] * dinv[j]
-            for k in range(j):
-                s -= Li[k] * Lj[k]
-            if i == j:
-                if not s > 0.0:
-                    return np.asarray(-np.inf), out_ga, np.asarray(0.0), out_gY
-                Li[i] = np.sqrt(s)
-                log_det += np.log(s)
-            else:
-                Li[j] = s / Lj[j]
+    L, dinv, log_det = _equilibrated_cholesky(GT, ainv, beta)
+    if log_det == np.inf:
+        return np.asarray(-np.inf), out_ga, np.asarray(0.0), out_gY
     # W = L^-1 D^-1 G^T (r x M) by forward substitution along contiguous rows:
     # g_i^T K^-1 g_i = ||W[:, i]||^2.
     W = np.empty((r, M))
@@ -217,38 +271,10 @@ def lowrank_log_evidence_and_grad(log_alpha, log_beta, U, Y, VS):  # pragma: no 
         for i in range(M):
             wa[i] *= inv
             gkg[i] += wa[i] * wa[i]
-    # tr(K^-1) = sum_k dinv_k^2 ||L^-1 e_k||^2, from L^-1 (r^3 / 6, small).
-    Linv = np.zeros((r, r))
-    for j in range(r):
-        Linv[j, j] = 1.0 / L[j, j]
-        for i in range(j + 1, r):
-            s = 0.0
-            for k in range(j, i):
-                s -= L[i, k] * Linv[k, j]
-            Linv[i, j] = s / L[i, i]
-    tr_kinv = 0.0
-    for k in range(r):
-        s = 0.0
-        for i in range(k, r):
-            s += Linv[i, k] * Linv[i, k]
-        tr_kinv += s * dinv[k] * dinv[k]
+    tr_kinv = _trace_inverse(L, dinv)
     # Z = U^T T, Q = K^-1 Z by two triangular solves, R = T - U Z.
     Z = Uc.T @ Yc
-    Q = np.empty((r, D))
-    for c in range(D):
-        v = np.empty(r)
-        for i in range(r):
-            s = Z[i, c] * dinv[i]
-            for k in range(i):
-                s -= L[i, k] * v[k]
-            v[i] = s / L[i, i]
-        for i in range(r - 1, -1, -1):
-            s = v[i]
-            for k in range(i + 1, r):
-                s -= L[k, i] * v[k]
-            v[i] = s / L[i, i]
-        for i in range(r):
-            Q[i, c] = v[i] * dinv[i]
+    Q = _solve_equilibrated(L, dinv, Z)
     R = Yc - Uc @ Z
     sse = 0.0
     for n in range(N):
@@ -289,5 +315,5 @@ def lowrank_log_evidence_and_grad(log_alpha, log_beta, U, Y, VS):  # pragma: no 
 def _numba_funcify_marginal(op, node=None, **kwargs):
     # Bumping the integer invalidates numba's on-disk cache when a kernel changes.
     if op.lowrank:
-        return lowrank_log_evidence_and_grad, 2
+        return lowrank_log_evidence_and_grad, 3
     return _log_evidence_numba, 5
