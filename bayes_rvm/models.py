@@ -525,9 +525,10 @@ def rvm_classification_model(
         Terms of your own added to the latent function(s) ``Phi w``, as in
         :func:`rvm_regression_model`: shape (N,) for two classes, (N, C) for the softmax.
     centred : bool, default=False
-        ``w ~ N(0, 1/alpha)`` sampled directly instead of ``w = z / sqrt(alpha)``. With few,
-        well-determined weights (the type-II relevance vectors) the likelihood pins ``w`` and
-        the centred form has the kinder geometry; over a full basis the non-centred one does.
+        ``w ~ N(0, 1/alpha)`` sampled directly instead of ``w = z / sqrt(alpha)``. The centred
+        form suits weights the likelihood pins; a weight it leaves loose (a bias the labels
+        barely need) makes a funnel of it, where NUTS diverges, so :class:`~bayes_rvm.RVC`
+        samples the non-centred form.
     slab : float, optional
         Slab scale ``c`` of the regularised ARD prior (Piironen & Vehtari 2017):
         ``w_i | alpha_i ~ N(0, 1 / (alpha_i + r_i^2 / c^2))`` with ``r_i`` the root-mean-square
@@ -537,7 +538,7 @@ def rvm_classification_model(
         relevant; large: pruned). Without a slab (``None``) the half-Cauchy's tail lets weights
         that the labels leave undetermined (nearly collinear relevance vectors, separable class
         pairs) run to hundreds, where NUTS diverges. :class:`~bayes_rvm.classifier.RVC` passes
-        :data:`bayes_rvm.priors.DEFAULT_SLAB` for its softmax model; default no slab.
+        :data:`bayes_rvm.priors.DEFAULT_SLAB`; default no slab.
     basis : sequence of int, optional
         Columns of ``Phi`` to keep; default all.
     basis_names, class_names : sequence, optional

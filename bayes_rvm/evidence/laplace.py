@@ -97,9 +97,13 @@ _WEAK_GAMMA = 1e-3
 _PARTIAL_STEPS = 8
 #: Halvings of a re-estimation that lowered the evidence before it is given up.
 _RETRIES = 1
+#: Deletion probes per round (the active columns of largest alpha) and accepted probes in all.
+_PROBES, _PROBE_ROUNDS = 10, 20
 #: Rows of the design matrix per block of the one pass that forms ``Phi^T Z`` and ``(Phi**2)^T B``:
 #: small enough for the block and its square to stay in cache.
 _CHUNK = 128
+#: The reason of a fit whose callback asked it to stop.
+STOPPED = "stopped by callback"
 
 
 def _project(Phi: np.ndarray, Z: np.ndarray, B: np.ndarray, buf: np.ndarray):
@@ -428,7 +432,7 @@ def fit_laplace_mackay(
                 _warn_mode(post)
             objective = post.log_evidence + log_hyperprior(alpha[idx], None, opt.alpha_prior)
             if rec(action, objective, 0.0, functools.partial(_snapshot, idx, alpha)):
-                converged, reason = True, "stopped by callback"
+                converged, reason = True, STOPPED
                 W = post.mean
                 break
             new, change, pruned = _mackay_alphas(post, alpha[idx], is_free[idx], opt)
@@ -588,6 +592,10 @@ def fit_laplace_sequential(
     ):
         engine = _LaplaceSequential(problem, rec)
         engine.run()
+        for _ in range(_PROBE_ROUNDS if opt.probe_deletions else 0):
+            if not (engine.converged and engine.reason != STOPPED and engine.probe_deletion()):
+                break
+            engine.run()
     return engine.result()
 
 
@@ -655,10 +663,11 @@ class _LaplaceSequential:
     # --- the main loop ----------------------------------------------------------------------
 
     def run(self) -> None:
-        for n_iter in range(1, self.opt.max_iter + 1):
+        self.converged, self.reason = False, f"reached max_iter={self.opt.max_iter}"
+        for n_iter in range(self.n_iter + 1, self.opt.max_iter + 1):
             self.n_iter = n_iter
             if self.evaluate():
-                self.converged, self.reason = True, "stopped by callback"
+                self.converged, self.reason = True, STOPPED
                 break
             gain = self.usable_gains()
             if gain is None:
@@ -688,6 +697,44 @@ class _LaplaceSequential:
             # The last step of the budget was never evaluated: return the last accepted state.
             if self.saved is not None:
                 self.active, self.alpha, self.W = self.saved.active, self.saved.alpha, self.saved.W
+
+    def probe_deletion(self) -> bool:
+        """From an optimum, move to a better one without one of the active columns, if any.
+
+        The steps judge a deletion with the other alphas held where they are, so two nearly
+        collinear columns keep each other in: deleting either alone loses evidence, while
+        re-estimating the other after the deletion gains more (on Ripley's data such pairs cost
+        up to 1.9 nats and one to three extra relevance vectors, and make the posterior over
+        their weights bimodal for MCMC). Each of the :data:`_PROBES` active columns of largest
+        alpha is left out in turn and the rest re-estimated by MacKay's rule on the active
+        columns alone (no pass over ``Phi``); the first whose objective beats the current one
+        by more than ``gain_tol`` (relative) becomes the state the steps go on from.
+
+        Returns True when a probe was taken.
+        """
+        opt, act = self.opt, np.asarray(self.active, dtype=np.intp)
+        if act.size < 2:
+            return False
+        current = self.record.trace[-1]
+        margin = opt.gain_tol * (1.0 + abs(current))
+        probes = [k for k in act[np.argsort(-self.alpha[act])] if not self.is_free[k]]
+        for j in probes[:_PROBES]:
+            sub = act[act != j]
+            alpha = _reestimate_subset(self.problem, sub, self.alpha[sub])
+            keep = sub[np.isfinite(alpha)]
+            trial = np.full(self.M, np.inf)
+            trial[keep] = alpha[np.isfinite(alpha)]
+            W = np.zeros((keep.size, self.C))
+            post = _mode(self.problem, keep, trial, W, opt.inner_mode_tol)
+            objective = post.log_evidence + log_hyperprior(trial[keep], None, opt.alpha_prior)
+            if objective > current + margin:
+                self.active, self.alpha, self.W = [int(k) for k in keep], trial, post.mean
+                self.saved, self.last_key, self.partial, self.was_reest = None, None, False, False
+                self.banned.clear()
+                self.tries.clear()
+                self.record.step(f"probe: delete {j}")
+                return True
+        return False
 
     def evaluate(self) -> bool:
         """Mode and evidence after the last step: accept it (new statistics) or undo it.
@@ -892,6 +939,31 @@ class _LaplaceSequential:
         return _laplace_result(
             self.problem, self.alpha, active, self.W[order], self.record, outcome
         )
+
+
+def _reestimate_subset(problem, columns: np.ndarray, alpha: np.ndarray) -> np.ndarray:
+    """MacKay's re-estimation on ``columns`` of the design alone, from ``alpha``; the alphas it
+    ends at (``inf``: pruned). A screen for :meth:`_LaplaceSequential.probe_deletion`: loose
+    tolerances, and its warnings silenced (the sequential steps go on from what it finds)."""
+    opt = problem.options
+    free = np.flatnonzero(np.isin(columns, problem.free))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        fit = fit_laplace_mackay(
+            problem.Phi[:, columns],
+            problem.T,
+            likelihood=opt.likelihood,
+            alpha_prior=opt.alpha_prior,
+            alpha_init=alpha,
+            free=free,
+            threshold_alpha=opt.threshold_alpha,
+            tol=1e-2,
+            evidence_tol=1e-6,
+            max_iter=30,
+            mode_tol=opt.inner_mode_tol,
+            mode_max_iter=opt.mode_max_iter,
+        )
+    return fit.alpha
 
 
 @dataclass(frozen=True)

@@ -60,6 +60,7 @@ _USES = {
         "gain_tol",
         "priority",
         "batch_reestimate",
+        "probe_deletions",
         "inner_mode_tol",
     },
 }
@@ -145,6 +146,10 @@ class EvidenceOptions:
         of largest gain.
     batch_reestimate : bool, default=True
         Laplace sequential: a re-estimation moves every active alpha to its single-alpha optimum.
+    probe_deletions : bool, default=True
+        Laplace sequential: at convergence, try leaving out each of the (up to 10) active columns
+        of largest alpha with the others re-estimated, and go on from the first that raises the
+        evidence (nearly collinear columns otherwise keep each other in).
     beta_update_every : int, default=5
         Gaussian sequential: a noise step after every ``beta_update_every``-th step.
     beta_warmup : {"hold", "update"}, default="hold"
@@ -180,6 +185,7 @@ class EvidenceOptions:
     threshold_alpha: float = 1e9
     priority: Literal["delete", "add"] | None = "delete"
     batch_reestimate: bool = True
+    probe_deletions: bool = True
     beta_update_every: int = 5
     beta_warmup: Literal["hold", "update"] = "hold"
     alignment_threshold: float = 1e-3
