@@ -604,9 +604,12 @@ class BaseRVM(BaseEstimator):
 
         free = {rv.name for rv in model.free_RVs}
         options = {"progressbar": True if self.verbose else "auto", "advice": "estimator"}
+        options |= getattr(self, "_sample_kwargs", {})
         if self._target_accept() is not None:
-            # fit(X, y, nuts={...}) overrides it.
-            options["nuts"] = {"target_accept": self._target_accept()}
+            # A target_accept in fit(X, y, nuts={...}) overrides it; other NUTS settings join it.
+            options["nuts"] = {"target_accept": self._target_accept()} | dict(
+                options.get("nuts") or {}
+            )
         dt = sample_mcmc(
             model,
             draws=self.draws,
@@ -615,7 +618,7 @@ class BaseRVM(BaseEstimator):
             sampler=self.sampler,
             random_seed=check_random_state(self.random_state).randint(2**31 - 1),
             initvals={k: v for k, v in initvals.items() if k in free},
-            **(options | getattr(self, "_sample_kwargs", {})),
+            **options,
         )
         dt.attrs.update(
             estimator=type(self).__name__,

@@ -158,10 +158,11 @@ default="evidence_shared"
         that the labels leave undetermined from running out along the hyperprior's tail), at a
         target acceptance of 0.95 (``fit(X, y, nuts={...})`` overrides it);
         :meth:`predict_proba` then averages the class probabilities over the posterior draws.
-        Binary and multinomial only. Nearly collinear relevance vectors would make their
-        relevance, and so the posterior, bimodal; the type-II fit probes such pairs and keeps
-        the one the evidence prefers (``probe_deletions`` of
-        :class:`~bayes_rvm.evidence.EvidenceOptions`).
+        Binary and multinomial only. Nearly collinear relevance vectors make their relevance,
+        and so the posterior, bimodal; the sequential type-II fit (``solver="sequential"``)
+        probes such pairs and keeps the one the evidence prefers (``probe_deletions`` of
+        :class:`~bayes_rvm.evidence.EvidenceOptions`). Where R-hat still warns, a narrower
+        kernel helps.
     draws, tune, chains : int, default=1000, 1000, 4
         MCMC settings.
     sampler : {"nutpie", "numpyro", "pymc", "blackjax"}, default="nutpie"

@@ -148,7 +148,7 @@ def bench(name, data, *, classify: bool, paper_width: float | None, grid_search:
         )
     )
     if paper_width:
-        j = len(widths) - 1
+        j = widths.index(paper_width)
         rows.append(
             (
                 "paper's width",

@@ -135,6 +135,7 @@ def test_rare_class_rbf_predictive_does_not_inflate_the_negatives(rare):
     far, neg = Xt.sum(axis=1) < 0, yt == 0
     assert np.median(p[far]) < 0.1 * np.median(probit[far])
     assert -np.mean(np.log1p(-p[neg])) < 0.75 * -np.mean(np.log1p(-probit[neg]))
+    assert log_loss(yt, p) <= 1.1 * log_loss(yt, probit)
 
 
 def test_importance_predictions_are_deterministic_and_survive_pickling():

@@ -97,11 +97,16 @@ _WEAK_GAMMA = 1e-3
 _PARTIAL_STEPS = 8
 #: Halvings of a re-estimation that lowered the evidence before it is given up.
 _RETRIES = 1
-#: Deletion probes per round (the active columns of largest alpha) and accepted probes in all.
-_PROBES, _PROBE_ROUNDS = 10, 20
+#: Deletion probes per round (the active columns of largest alpha), accepted probes in all, and
+#: the most active weights (columns x classes) probed. On Ripley's subsets the accepted probe was
+#: among the 3 largest alphas and 1-3 were accepted; a screen costs O(N (KC)^2 + (KC)^3) a MacKay
+#: step, a second at KC = 100 and N = 600 on this project's 2-core machine.
+_PROBES, _PROBE_ROUNDS, _PROBE_MAX_WEIGHTS = 10, 20, 100
 #: Rows of the design matrix per block of the one pass that forms ``Phi^T Z`` and ``(Phi**2)^T B``:
 #: small enough for the block and its square to stay in cache.
 _CHUNK = 128
+#: MacKay updates at most in a deletion probe's screen (loose: the sequential steps refine).
+_SCREEN_STEPS = 30
 #: The reason of a fit whose callback asked it to stop.
 STOPPED = "stopped by callback"
 
@@ -568,21 +573,31 @@ def fit_laplace_sequential(
         converged when no addition or deletion pays and a MacKay step of the active alphas
         gained less than that, relative), ``mode_tol``, ``inner_mode_tol`` (the modes between
         steps: a warm start makes them cheap and a loose tolerance there does not move the
-        optimum, which is polished to ``mode_tol`` at the end), ``mode_max_iter``, ``callback``
-        and ``progress``.
+        optimum, which is polished to ``mode_tol`` at the end), ``mode_max_iter``,
+        ``probe_deletions`` (at convergence, look for a better optimum one active column away;
+        see Notes), ``callback`` and ``progress``.
     **settings
         Fields of ``options`` to override.
 
     Returns
     -------
     EvidenceFit
-        With a :class:`~bayes_rvm.evidence.LaplaceWeights` posterior; ``trace[i]`` is the Laplace
-        log evidence (plus log hyperprior) at the mode after ``actions[i]``.
+        With a :class:`~bayes_rvm.evidence.LaplaceWeights` posterior; ``trace`` holds the Laplace
+        log evidence (plus log hyperprior) at the mode after each accepted step, ``actions``
+        every step tried (an undone one is followed by its ``"undo ..."``, and has no objective).
 
     Notes
     -----
     Every step is checked on the Laplace evidence itself and undone if it lowered it (the
     linearisation can mislead), so for Bernoulli and Poisson the objective never decreases.
+
+    The steps judge a deletion with the other alphas held fixed, so two nearly collinear columns
+    keep each other in. At convergence, with ``probe_deletions``, each of the (up to 10) active
+    columns of largest alpha is left out in turn and the others re-estimated by MacKay's rule on
+    the active columns alone; the first such state whose evidence beats the optimum found
+    becomes the start of further steps (``actions`` records ``"probe: delete j"``). An active
+    set is never probed into twice, and models of more than 100 active weights (columns times
+    classes) are not probed: there a screen costs seconds.
     """
     problem = _laplace_problem("laplace_sequential", Phi, T, options, settings)
     opt = problem.options
@@ -593,6 +608,7 @@ def fit_laplace_sequential(
         engine = _LaplaceSequential(problem, rec)
         engine.run()
         for _ in range(_PROBE_ROUNDS if opt.probe_deletions else 0):
+            # A fit stopped by its callback or its budget is left where it stopped.
             if not (engine.converged and engine.reason != STOPPED and engine.probe_deletion()):
                 break
             engine.run()
@@ -638,6 +654,9 @@ class _LaplaceSequential:
         self.partial = self.was_reest = False
         self.n_partial = 0
         self.n_iter = 0
+        # Deletion probes: the active sets probed from or into, and where the run since began.
+        self.visited: set[frozenset] = set()
+        self.probe_start = 0
         self.converged, self.reason = False, f"reached max_iter={self.opt.max_iter}"
 
     def _first_column(self, Phi, T) -> int:
@@ -707,32 +726,41 @@ class _LaplaceSequential:
         up to 1.9 nats and one to three extra relevance vectors, and make the posterior over
         their weights bimodal for MCMC). Each of the :data:`_PROBES` active columns of largest
         alpha is left out in turn and the rest re-estimated by MacKay's rule on the active
-        columns alone (no pass over ``Phi``); the first whose objective beats the current one
-        by more than ``gain_tol`` (relative) becomes the state the steps go on from.
+        columns alone (:func:`_reestimate_subset`, no pass over ``Phi``); the first whose
+        objective beats the best of the run since the last probe by more than ``gain_tol``
+        (relative) becomes the state the steps go on from. Active sets already probed from or
+        into are skipped, so a softmax fit, whose MacKay steps may lower the objective, cannot
+        cycle through one deletion.
 
         Returns True when a probe was taken.
         """
         opt, act = self.opt, np.asarray(self.active, dtype=np.intp)
-        if act.size < 2:
+        self.visited.add(frozenset(act.tolist()))
+        # No budget left to go on from a probe, or a model too large to screen cheaply.
+        if self.n_iter >= opt.max_iter or act.size < 2 or act.size * self.C > _PROBE_MAX_WEIGHTS:
             return False
-        current = self.record.trace[-1]
-        margin = opt.gain_tol * (1.0 + abs(current))
+        # The best objective of the run: a softmax fit's MacKay steps may have lowered it since.
+        best = max(self.record.trace[self.probe_start :])
+        margin = opt.gain_tol * (1.0 + abs(best))
         probes = [k for k in act[np.argsort(-self.alpha[act])] if not self.is_free[k]]
         for j in probes[:_PROBES]:
             sub = act[act != j]
-            alpha = _reestimate_subset(self.problem, sub, self.alpha[sub])
-            keep = sub[np.isfinite(alpha)]
+            if frozenset(sub.tolist()) in self.visited:
+                continue
+            W = np.delete(self.W, self.active.index(int(j)), axis=0)
+            kept, alpha, post = _reestimate_subset(self.problem, sub, self.alpha[sub], W)
+            keep = sub[kept]
             trial = np.full(self.M, np.inf)
-            trial[keep] = alpha[np.isfinite(alpha)]
-            W = np.zeros((keep.size, self.C))
-            post = _mode(self.problem, keep, trial, W, opt.inner_mode_tol)
-            objective = post.log_evidence + log_hyperprior(trial[keep], None, opt.alpha_prior)
-            if objective > current + margin:
+            trial[keep] = alpha
+            objective = post.log_evidence + log_hyperprior(alpha, None, opt.alpha_prior)
+            if objective > best + margin and frozenset(keep.tolist()) not in self.visited:
                 self.active, self.alpha, self.W = [int(k) for k in keep], trial, post.mean
                 self.saved, self.last_key, self.partial, self.was_reest = None, None, False, False
                 self.banned.clear()
                 self.tries.clear()
                 self.record.step(f"probe: delete {j}")
+                self.probe_start = len(self.record.trace)
+                self.visited.add(frozenset(self.active))
                 return True
         return False
 
@@ -941,29 +969,46 @@ class _LaplaceSequential:
         )
 
 
-def _reestimate_subset(problem, columns: np.ndarray, alpha: np.ndarray) -> np.ndarray:
-    """MacKay's re-estimation on ``columns`` of the design alone, from ``alpha``; the alphas it
-    ends at (``inf``: pruned). A screen for :meth:`_LaplaceSequential.probe_deletion`: loose
-    tolerances, and its warnings silenced (the sequential steps go on from what it finds)."""
+def _reestimate_subset(problem, columns: np.ndarray, alpha: np.ndarray, W: np.ndarray):
+    """MacKay's re-estimation on ``columns`` of the design alone, warm-started at ``alpha``, ``W``.
+
+    A screen for :meth:`_LaplaceSequential.probe_deletion`, with loose tolerances (the sequential
+    steps go on from what it finds): at most :data:`_SCREEN_STEPS` updates, stopping once no log
+    alpha moves by more than 0.01. Returns ``(kept, alpha, post)``: the positions in ``columns``
+    still in the model, their alphas and the posterior at the mode there.
+    """
     opt = problem.options
-    free = np.flatnonzero(np.isin(columns, problem.free))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)
-        fit = fit_laplace_mackay(
-            problem.Phi[:, columns],
+    keep = np.arange(columns.size)
+    is_free = np.isin(columns, problem.free)
+    for _ in range(_SCREEN_STEPS):
+        post = _newton(
+            problem.Phi[:, columns[keep]],
             problem.T,
-            likelihood=opt.likelihood,
-            alpha_prior=opt.alpha_prior,
-            alpha_init=alpha,
-            free=free,
-            threshold_alpha=opt.threshold_alpha,
-            tol=1e-2,
-            evidence_tol=1e-6,
-            max_iter=30,
-            mode_tol=opt.inner_mode_tol,
-            mode_max_iter=opt.mode_max_iter,
+            alpha[keep],
+            W,
+            opt.likelihood,
+            opt.inner_mode_tol,
+            opt.mode_max_iter,
         )
-    return fit.alpha
+        new, change, pruned = _mackay_alphas(post, alpha[keep], is_free[keep], opt)
+        keep_one(new, pruned, opt.threshold_alpha)
+        alpha = alpha.copy()
+        alpha[keep] = new
+        W = post.mean[~pruned]
+        settled = not pruned.any() and bool(np.all(change[np.isfinite(change)] < 1e-2))
+        keep = keep[~pruned]
+        if settled:
+            break
+    post = _newton(
+        problem.Phi[:, columns[keep]],
+        problem.T,
+        alpha[keep],
+        W,
+        opt.likelihood,
+        opt.inner_mode_tol,
+        opt.mode_max_iter,
+    )
+    return keep, alpha[keep], post
 
 
 @dataclass(frozen=True)

@@ -149,7 +149,8 @@ class EvidenceOptions:
     probe_deletions : bool, default=True
         Laplace sequential: at convergence, try leaving out each of the (up to 10) active columns
         of largest alpha with the others re-estimated, and go on from the first that raises the
-        evidence (nearly collinear columns otherwise keep each other in).
+        evidence (nearly collinear columns otherwise keep each other in); not for models of more
+        than 100 active weights (columns x classes).
     beta_update_every : int, default=5
         Gaussian sequential: a noise step after every ``beta_update_every``-th step.
     beta_warmup : {"hold", "update"}, default="hold"
