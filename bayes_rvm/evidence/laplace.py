@@ -748,11 +748,8 @@ class _LaplaceSequential:
             if frozenset(sub.tolist()) in self.visited:
                 continue
             W = np.delete(self.W, self.active.index(int(j)), axis=0)
-            kept, alpha, post = _reestimate_subset(self.problem, sub, self.alpha[sub], W)
-            keep = sub[kept]
-            trial = np.full(self.M, np.inf)
-            trial[keep] = alpha
-            objective = post.log_evidence + log_hyperprior(alpha, None, opt.alpha_prior)
+            keep, trial, post = _reestimate_subset(self.problem, sub, self.alpha[sub], W)
+            objective = post.log_evidence + log_hyperprior(trial[keep], None, opt.alpha_prior)
             if objective > best + margin and frozenset(keep.tolist()) not in self.visited:
                 self.active, self.alpha, self.W = [int(k) for k in keep], trial, post.mean
                 self.saved, self.last_key, self.partial, self.was_reest = None, None, False, False
@@ -974,41 +971,22 @@ def _reestimate_subset(problem, columns: np.ndarray, alpha: np.ndarray, W: np.nd
 
     A screen for :meth:`_LaplaceSequential.probe_deletion`, with loose tolerances (the sequential
     steps go on from what it finds): at most :data:`_SCREEN_STEPS` updates, stopping once no log
-    alpha moves by more than 0.01. Returns ``(kept, alpha, post)``: the positions in ``columns``
-    still in the model, their alphas and the posterior at the mode there.
+    alpha moves by more than 0.01. Returns ``(kept, alphas, post)``: the columns still in the
+    model, the alphas of all M columns (``inf`` for the others) and the posterior at the mode.
     """
     opt = problem.options
-    keep = np.arange(columns.size)
+    full = np.full(problem.Phi.shape[1], np.inf)
+    full[columns] = alpha
     is_free = np.isin(columns, problem.free)
     for _ in range(_SCREEN_STEPS):
-        post = _newton(
-            problem.Phi[:, columns[keep]],
-            problem.T,
-            alpha[keep],
-            W,
-            opt.likelihood,
-            opt.inner_mode_tol,
-            opt.mode_max_iter,
-        )
-        new, change, pruned = _mackay_alphas(post, alpha[keep], is_free[keep], opt)
+        post = _mode(problem, columns, full, W, opt.inner_mode_tol)
+        new, change, pruned = _mackay_alphas(post, full[columns], is_free, opt)
         keep_one(new, pruned, opt.threshold_alpha)
-        alpha = alpha.copy()
-        alpha[keep] = new
-        W = post.mean[~pruned]
-        settled = not pruned.any() and bool(np.all(change[np.isfinite(change)] < 1e-2))
-        keep = keep[~pruned]
-        if settled:
+        full[columns] = np.where(pruned, np.inf, new)
+        W, columns, is_free = post.mean[~pruned], columns[~pruned], is_free[~pruned]
+        if not pruned.any() and bool(np.all(change[np.isfinite(change)] < 1e-2)):
             break
-    post = _newton(
-        problem.Phi[:, columns[keep]],
-        problem.T,
-        alpha[keep],
-        W,
-        opt.likelihood,
-        opt.inner_mode_tol,
-        opt.mode_max_iter,
-    )
-    return keep, alpha[keep], post
+    return columns, full, _mode(problem, columns, full, W, opt.inner_mode_tol)
 
 
 @dataclass(frozen=True)
