@@ -13,6 +13,7 @@ import os
 import re
 import time
 import warnings
+from collections.abc import Mapping
 from numbers import Integral, Real
 
 import numpy as np
@@ -605,11 +606,11 @@ class BaseRVM(BaseEstimator):
         free = {rv.name for rv in model.free_RVs}
         options = {"progressbar": True if self.verbose else "auto", "advice": "estimator"}
         options |= getattr(self, "_sample_kwargs", {})
-        if self._target_accept() is not None:
-            # A target_accept in fit(X, y, nuts={...}) overrides it; other NUTS settings join it.
-            options["nuts"] = {"target_accept": self._target_accept()} | dict(
-                options.get("nuts") or {}
-            )
+        nuts = options.get("nuts")
+        if self._target_accept() is not None and (nuts is None or isinstance(nuts, Mapping)):
+            # A target_accept in fit(X, y, nuts={...}) overrides it; other NUTS settings join
+            # it (anything else reaches sample_mcmc, which says what nuts must be).
+            options["nuts"] = {"target_accept": self._target_accept()} | dict(nuts or {})
         dt = sample_mcmc(
             model,
             draws=self.draws,

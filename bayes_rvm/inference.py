@@ -256,6 +256,19 @@ def _nutpie_cache_key(model) -> tuple | None:
     return (key, tuple(sorted(map(str, model.coords.items()))))
 
 
+def _check_nuts(nuts) -> None:
+    """``nuts`` is None or a mapping of sampler options; a ``target_accept`` lies in (0, 1)."""
+    if nuts is None:
+        return
+    if not isinstance(nuts, Mapping):
+        raise ValueError(
+            f"nuts must be a dict of NUTS options (e.g. {{'target_accept': 0.95}}), got {nuts!r}."
+        )
+    ta = nuts.get("target_accept")
+    if ta is not None and not (isinstance(ta, int | float) and 0.0 < ta < 1.0):
+        raise ValueError(f"nuts['target_accept'] must be a number in (0, 1), got {ta!r}.")
+
+
 def _sample_nutpie_cached(model, *, draws, tune, chains, cores, seed, progressbar, initvals, nuts):
     """``pm.sample``'s nutpie branch, compiled through :func:`bayes_rvm._nutpie.compile_nutpie`.
 
@@ -397,6 +410,7 @@ def sample_mcmc(
 
     if sampler not in SAMPLERS:
         raise ValueError(f"sampler must be one of {SAMPLERS}, got {sampler!r}.")
+    _check_nuts(nuts)
     spec = getattr(model, "rvm_spec", None)
     settings = spec.to_dict() if spec is not None else {}
     if sampler in ("numpyro", "blackjax"):

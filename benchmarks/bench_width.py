@@ -162,19 +162,12 @@ def bench(name, data, *, classify: bool, paper_width: float | None, grid_search:
         if classify and fastrvm is not None:
             # The C++ SparseBayes port at the paper's width: how sparse Tipping's own algorithm
             # is on the same data sets.
-            a = np.array(
-                [
-                    (err(fm, Xte, yte), fm.relevance_vectors_.shape[0], fdt)
-                    for X, y, Xte, yte in data
-                    for fm, fdt in [
-                        _fit(
-                            lambda: fastrvm.RVC(gamma=1 / paper_width**2, fit_intercept=True),
-                            X,
-                            y,
-                        )
-                    ]
-                ]
-            )
+            make = lambda: fastrvm.RVC(gamma=1 / paper_width**2, fit_intercept=True)  # noqa: E731
+            peer = []
+            for X, y, Xte, yte in data:
+                fm, fdt = _fit(make, X, y)
+                peer.append((err(fm, Xte, yte), fm.relevance_vectors_.shape[0], fdt))
+            a = np.array(peer)
             rows.append(
                 (
                     "fastrvm, paper's width",

@@ -186,3 +186,13 @@ def test_classifier_samples_at_target_accept_095_unless_told(monkeypatch, ripley
         {"target_accept": 0.95, "max_treedepth": 12},
         {"target_accept": 0.99},
     ]
+
+
+@pytest.mark.parametrize(
+    ("nuts", "match"),
+    [("fast", "nuts must be a dict"), ({"target_accept": 2.0}, r"target_accept'\] must be")],
+)
+def test_classifier_refuses_bad_nuts_options(ripley, nuts, match):
+    X, y, _, _ = ripley
+    with pytest.raises(ValueError, match=match):
+        RVC(gamma=GAMMA["binary"], inference="mcmc").fit(X[::4], y[::4], nuts=nuts)

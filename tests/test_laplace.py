@@ -338,3 +338,9 @@ def test_input_validation():
         fit_laplace_sequential(Phi, T * 3)
     with pytest.raises(ValueError, match="float64"):
         fit_laplace_sequential(Phi.astype(np.float32), T)
+
+
+def test_probe_deletions_must_be_a_bool():
+    Phi, T, _ = _problem("bernoulli")
+    with pytest.raises(ValueError, match="probe_deletions must be True or False"):
+        fit_laplace_sequential(Phi, T, probe_deletions="yes")

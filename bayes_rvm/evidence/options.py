@@ -202,6 +202,9 @@ class EvidenceOptions:
             raise ValueError(f"likelihood must be one of {LIKELIHOODS}, got {self.likelihood!r}.")
         object.__setattr__(self, "alpha_prior", _prior_pair("alpha_prior", self.alpha_prior))
         object.__setattr__(self, "beta_prior", _prior_pair("beta_prior", self.beta_prior))
+        for name in ("fixed_beta", "batch_reestimate", "probe_deletions"):
+            if not isinstance(getattr(self, name), bool | np.bool_):
+                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}.")
         for name in ("max_iter", "beta_update_every", "mode_max_iter"):
             _positive(name, getattr(self, name), integer=True)
         for name in ("tol", "gain_tol", "threshold_alpha", "mode_tol", "inner_mode_tol"):
