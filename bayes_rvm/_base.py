@@ -292,7 +292,7 @@ class BaseRVM(BaseEstimator):
             degree=self.degree,
             coef0=self.coef0,
             kernel_params=self.kernel_params,
-            bias=self.bias,
+            bias=bool(self.bias),
         ).fit(X, centres=self._candidate_centres(X))
         check_fit_memory(
             type(self).__name__, X.shape[0], basis.n_basis_, squares=self._square_matrices()
@@ -406,7 +406,7 @@ class BaseRVM(BaseEstimator):
         def design(length_scale, columns=None):
             g = width_to_gamma(length_scale, self.kernel)
             basis = KernelBasis(
-                self.kernel, gamma=float(g[0]) if g.size == 1 else g, bias=self.bias
+                self.kernel, gamma=float(g[0]) if g.size == 1 else g, bias=bool(self.bias)
             ).fit(X, centres=centres)
             Phi = basis.transform(X, columns=columns)
             normalise_columns(Phi)
@@ -458,14 +458,14 @@ class BaseRVM(BaseEstimator):
                 T,
                 centres=centres,
                 kernel=self.kernel,
-                bias=self.bias,
+                bias=bool(self.bias),
                 ard=self.gamma == "evidence_ard",
                 refine="gradient" if gradient else "bounded",
             )
         ls = wf.length_scale
         g = width_to_gamma(ls, self.kernel)
         basis = KernelBasis(
-            self.kernel, gamma=float(g[0]) if ls.size == 1 else g, bias=self.bias
+            self.kernel, gamma=float(g[0]) if ls.size == 1 else g, bias=bool(self.bias)
         ).fit(X, centres=centres)
         Phi = basis.transform(X)
         norms = normalise_columns(Phi)
@@ -540,6 +540,21 @@ class BaseRVM(BaseEstimator):
             return np.asarray(self.active_, dtype=int)
         return np.arange(self.basis_.n_basis_)
 
+    def _mcmc_initvals(self, fit_n) -> dict:
+        """Where the sampler starts: the type-II fit ``fit_n`` of the normalised problem."""
+        from bayes_rvm.inference import type2_initvals
+
+        return type2_initvals(fit_n, basis=self._mcmc_columns())
+
+    def _intercept_draws(self, n: int) -> np.ndarray | None:
+        """The posterior's ``intercept`` (a free bias outside the ARD columns) at ``n`` rows,
+        (chain, draw, n[, C]); None for a model without one."""
+        post = self._idata["posterior"].dataset if self._idata is not None else None
+        if post is None or "intercept" not in post:
+            return None
+        b = post["intercept"].transpose("chain", "draw", ...).values
+        return np.broadcast_to(b[:, :, None], (*b.shape[:2], n, *b.shape[2:]))
+
     def _finish_fit(self, X: np.ndarray, train: dict, fit_n) -> None:
         """Keep the training problem and, under ``inference="mcmc"``, sample :attr:`model_`.
 
@@ -553,9 +568,7 @@ class BaseRVM(BaseEstimator):
         self._idata = None
         self._model = None
         if self.inference == "mcmc":
-            from bayes_rvm.inference import type2_initvals
-
-            init = type2_initvals(fit_n, basis=self._mcmc_columns())
+            init = self._mcmc_initvals(fit_n)
             if self._samples_width():
                 # Start at the evidence width (what the columns' alphas were fitted at).
                 init["gamma_rel"] = np.asarray(self.gamma_ / self.model_["gamma_ref"].get_value())
@@ -653,7 +666,8 @@ class BaseRVM(BaseEstimator):
             cols = np.asarray(dt["posterior"][BASIS].values, dtype=int)
             Phi_new = self._design_draws(X, cols)
         seed = check_random_state(random_state).randint(2**31 - 1)
-        return sample_posterior_predictive(dt, Phi_new, random_seed=seed)
+        offset = None if X is None else self._intercept_draws(X.shape[0])
+        return sample_posterior_predictive(dt, Phi_new, offset=offset, random_seed=seed)
 
     def _design_draws(self, X: np.ndarray, cols: np.ndarray) -> np.ndarray:
         """Design rows of ``X`` over the posterior's columns: (n, M), or one per draw

@@ -196,3 +196,38 @@ def test_classifier_refuses_bad_nuts_options(ripley, nuts, match):
     X, y, _, _ = ripley
     with pytest.raises(ValueError, match=match):
         RVC(gamma=GAMMA["binary"], inference="mcmc").fit(X[::4], y[::4], nuts=nuts)
+
+
+@pytest.mark.filterwarnings("ignore::bayes_rvm.inference.SamplingDiagnosticsWarning")
+def test_free_bias_is_the_models_intercept(ripley, tmp_path):
+    """bias="free" under MCMC: the bias column leaves the ARD basis for an ``intercept`` with the
+    N(0, 10^2) prior of the engines' free columns (per class for the softmax), and predictions,
+    posterior predictive draws and saved files all carry it."""
+    from scipy.special import expit
+    from scipy.stats import norm
+
+    Xtr, ytr, Xte, _ = ripley
+    idx = np.random.default_rng(0).choice(len(ytr), 100, replace=False)
+    X, y = Xtr[idx], ytr[idx]
+    three = RVC(gamma=GAMMA["binary"], bias="free").fit(X, _three_class(X, y, 0)).make_model()
+    assert three.named_vars_to_dims["intercept"] == ("class",)
+    logp = three.compile_logp(vars=[three["intercept"]], jacobian=False)
+    b = np.array([-3.0, 0.5, 12.0])
+    point = three.initial_point() | {"intercept": b}
+    np.testing.assert_allclose(logp(point), norm.logpdf(b, 0.0, 10.0).sum(), rtol=1e-6)
+
+    clf = RVC(gamma=GAMMA["binary"], bias="free", inference="mcmc", draws=300, tune=300, chains=2)
+    clf.set_params(random_state=0).fit(X, y, progressbar=False)
+    n = clf.basis_.n_centres_
+    assert n not in clf.model_.coords["basis"]
+    post = clf.idata_["posterior"]
+    w = post["w"].stack(s=("chain", "draw")).values
+    icpt = post["intercept"].stack(s=("chain", "draw")).values
+    phi = clf.basis_.transform(Xte, columns=np.asarray(post["basis"].values, dtype=int))
+    direct = expit(phi @ w + icpt).mean(axis=1)
+    np.testing.assert_allclose(clf.predict_proba(Xte)[:, 1], direct, rtol=1e-10)
+    draws = clf.sample_posterior_predictive(Xte[:200], random_state=1)["predictions"]["y"]
+    mean = draws.mean(("chain", "draw")).values
+    assert np.max(np.abs(mean - direct[:200])) < 0.15  # 600 Bernoulli draws: sd <= 0.02
+    loaded = load_model(save_model(clf, tmp_path / "free.nc"))
+    np.testing.assert_array_equal(loaded.predict_proba(Xte), clf.predict_proba(Xte))

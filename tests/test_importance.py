@@ -94,31 +94,35 @@ def rare(request):
 
 @pytest.mark.slow
 def test_rare_class_log_loss_within_20_percent_of_logistic_regression():
-    """A linear log-odds with the linear kernel: the RVM's posterior predictive is as good as
-    logistic regression's plug-in (the probit of the Laplace Gaussian was 2.5-3.5 times worse,
-    its probabilities far from the positives ~100 times what the training data allow).
-
-    Within 20% on average over the three data sets, and 30% on each: the evidence chooses
-    between nearly equivalent sets of linear basis functions (in 2-D any two span the inputs)
-    by hundredths of a nat, and on one data set its choice of a single direction costs 1.25x
-    where the other choice gave 1.20x.
-    """
-    ratios = []
+    """A linear log-odds with the linear kernel and the free intercept (issue 12, item 4): the
+    RVM's posterior predictive is within 20% of logistic regression's plug-in on each data set
+    (measured 0.90-1.04; with the ARD bias, which the evidence may trade for a basis function,
+    0.98-1.25; the probit of the Laplace Gaussian was 2.5-3.5 times worse, its probabilities far
+    from the positives ~100 times what the training data allow)."""
     for seed in (0, 1, 2):
         X, y, Xt, yt = rare_class_data(seed)
         lr = log_loss(yt, LogisticRegression().fit(X, y).predict_proba(Xt)[:, 1])
-        clf = RVC(kernel="linear").fit(X, y)
+        clf = RVC(kernel="linear", bias="free").fit(X, y)
         assert clf.moderation_ == "importance"
         p = clf.predict_proba(Xt)[:, 1]
-        ratios.append(log_loss(yt, p) / lr)
+        assert log_loss(yt, p) <= 1.2 * lr
         # Far from the positives (x1 + x2 < 0: no positive among ~450 training points) the
         # probabilities stay below 1e-3, where the probit gave ~0.01-0.02.
         far = Xt.sum(axis=1) < 0
         assert np.max(p[far]) < 1e-3
         probit = clf.set_params(moderated="probit").predict_proba(Xt)[:, 1]
         assert np.median(probit[far]) > 10 * np.median(p[far])
-    assert max(ratios) <= 1.3
-    assert np.mean(ratios) <= 1.2
+
+
+def test_free_bias_is_kept_with_its_weakly_informative_prior():
+    """bias="free": the intercept stays in the model at prior precision 1 / 10^2 in logits (the
+    bias column is ones), where the ARD bias is pruned on the same rare-class data."""
+    X, y, _, _ = rare_class_data(1, n_train=1000, n_test=1)
+    ard = RVC(gamma=0.1).fit(X, y)
+    assert ard.basis_.n_centres_ not in ard.active_
+    free = RVC(gamma=0.1, bias="free").fit(X, y)
+    assert free.active_[-1] == free.basis_.n_centres_
+    assert free.alpha_[-1] == pytest.approx(1e-2, rel=1e-12)
 
 
 @pytest.mark.slow
