@@ -32,7 +32,6 @@ from bayes_rvm._base import (
     path_to_json,
     unscale_alpha,
 )
-from bayes_rvm.dims import CLASS
 from bayes_rvm.evidence import SOLVERS, EvidenceFit, fit_evidence, importance_draws
 from bayes_rvm.evidence.importance import MIN_ESS
 from bayes_rvm.evidence.log_evidence import WARN_SKIP
@@ -62,22 +61,6 @@ def _unscale(fit: EvidenceFit, norms: np.ndarray) -> EvidenceFit:
     :func:`unscale_alpha` says when the alphas leave float64's range in these units.
     """
     return dataclasses.replace(fit.rescaled(norms), alpha=unscale_alpha(fit.alpha, norms))
-
-
-def _with_intercept(offset, binary: bool):
-    """The user's ``offset`` plus the free bias: ``intercept ~ N(0, FREE_LATENT_SD^2)`` in logits,
-    one per class for the softmax (the prior the type-II engines give a free column)."""
-    import pymc as pm
-    import pytensor.tensor as pt
-
-    def term(model):
-        b = pm.Normal("intercept", 0.0, FREE_LATENT_SD, dims=None if binary else CLASS)
-        if offset is None:
-            return b
-        own = offset(model) if callable(offset) else np.asarray(offset, dtype=np.float64)
-        return b + pt.as_tensor_variable(own)
-
-    return term
 
 
 class RVC(ClassifierMixin, BaseRVM):
@@ -462,8 +445,6 @@ default="evidence_shared"
         check_is_fitted(self, "fit_")
         Phi, norms, cols = self._mcmc_design()
         binary = self.classes_.size == 2
-        if self.bias == "free":
-            offset = _with_intercept(offset, binary)
         return rvm_classification_model(
             Phi,
             self._train["y_index"],
@@ -478,14 +459,24 @@ default="evidence_shared"
             # without the slab let undetermined weights run to where NUTS diverges.
             centred=False,
             slab=DEFAULT_SLAB,
+            intercept_sd=FREE_LATENT_SD if self.bias == "free" else None,
             basis_names=cols,
             class_names=None if self.classes_.size == 2 else list(self.classes_),
         )
 
     def _mcmc_columns(self) -> np.ndarray:
         cols = super()._mcmc_columns()
+        if self.bias != "free":
+            return cols
         # A free bias is the model's ``intercept``, outside the ARD columns.
-        return cols[cols != self.basis_.n_centres_] if self.bias == "free" else cols
+        cols = cols[cols != self.basis_.n_centres_]
+        if cols.size == 0:
+            raise ValueError(
+                "the type-II fit kept no basis function besides the free intercept, and "
+                "mcmc_basis='relevant' samples only what it kept: the labels show no signal the "
+                "basis can carry at this width. mcmc_basis='all' samples every basis function."
+            )
+        return cols
 
     def _mcmc_initvals(self, fit_n) -> dict:
         init = super()._mcmc_initvals(fit_n)
@@ -657,7 +648,9 @@ default="evidence_shared"
             precision, score = None, np.eye(C)[target.astype(np.intp)] - P
         # The softmax model shares its alphas across classes: one latent prior variance.
         k_train = self.basis_.diagonal(self._train["x_train"])
-        amplitude = augmentation_amplitude(phi_train, fit.alpha[fit.active], k_train)
+        # The added function stands for the kernel part: a free intercept's prior is not it.
+        kern = fit.active != self.basis_.n_centres_ if self.bias == "free" else slice(None)
+        amplitude = augmentation_amplitude(phi_train[:, kern], fit.alpha[fit.active][kern], k_train)
         data = AugmentationData(phi_train, precision, score, fit.chol, amplitude)
         if C == 1:
             m, v = rvm_star(mean, var[:, 0], phi, cross, self_k, data)

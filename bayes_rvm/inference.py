@@ -627,7 +627,8 @@ def diagnose(dt: xr.DataTree, *, warn: bool = True, advice: str = "model") -> di
         "max_treedepth_hits": 0,
     }
     if "w" in post:
-        out["max_rhat_w"] = float(np.nanmax(rhat_rank(scalars("w"))))
+        weights = [scalars(v) for v in ("w", "intercept") if v in post]
+        out["max_rhat_w"] = float(np.nanmax(rhat_rank(np.concatenate(weights))))
     if "sample_stats" in dt.children:
         ss = dt["sample_stats"].dataset
         if "diverging" in ss:

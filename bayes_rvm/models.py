@@ -109,6 +109,7 @@ class RVMSpec:
     gamma_prior: Prior | None = None  # a sampled width's prior on gamma / gamma_0
     bias: bool | None = None  # a sampled width's design has a bias column
     slab: float | None = None  # the classifiers' slab scale (latent units per unit column RMS)
+    intercept_sd: float | None = None  # a classifier's free intercept's prior sd (logits)
 
     def to_dict(self) -> dict:
         """A JSON-ready dict (priors as their :meth:`Prior.to_dict`)."""
@@ -133,6 +134,7 @@ class RVMSpec:
             "gamma_prior": enc(self.gamma_prior),
             "bias": self.bias,
             "slab": self.slab,
+            "intercept_sd": self.intercept_sd,
         }
 
 
@@ -500,6 +502,7 @@ def rvm_classification_model(
     offset: np.ndarray | Callable[[pm.Model], pt.TensorVariable] | None = None,
     centred: bool = False,
     slab: float | None = None,
+    intercept_sd: float | None = None,
     basis: Sequence[int] | np.ndarray | None = None,
     basis_names: Sequence | None = None,
     class_names: Sequence | None = None,
@@ -539,6 +542,11 @@ def rvm_classification_model(
         that the labels leave undetermined (nearly collinear relevance vectors, separable class
         pairs) run to hundreds, where NUTS diverges. :class:`~bayes_rvm.classifier.RVC` passes
         :data:`bayes_rvm.priors.DEFAULT_SLAB`; default no slab.
+    intercept_sd : float, optional
+        A free intercept outside the ARD columns: ``intercept ~ N(0, intercept_sd^2)`` in
+        logits, one per class for the softmax (``RVC(bias="free")`` passes
+        :data:`bayes_rvm.evidence.options.FREE_LATENT_SD` and leaves the bias column out of
+        ``Phi``). Default none.
     basis : sequence of int, optional
         Columns of ``Phi`` to keep; default all.
     basis_names, class_names : sequence, optional
@@ -567,8 +575,9 @@ def rvm_classification_model(
             f"likelihood must be 'auto', 'bernoulli' or 'softmax', got {likelihood!r}."
         )
     alpha_prior = _check_priors(prior, "joint", alpha_prior, nu, s, forms=("joint",))
-    if slab is not None and not (np.isfinite(slab) and slab > 0):
-        raise ValueError(f"slab must be a positive number or None, got {slab!r}.")
+    for name, value in (("slab", slab), ("intercept_sd", intercept_sd)):
+        if value is not None and not (np.isfinite(value) and value > 0):
+            raise ValueError(f"{name} must be a positive number or None, got {value!r}.")
     all_coords = {OBS: np.arange(N), BASIS: names}
     if likelihood == "softmax":
         all_coords[CLASS] = list(range(C)) if class_names is None else list(class_names)
@@ -593,6 +602,8 @@ def rvm_classification_model(
             w = pm.Deterministic("w", z * scale, dims=w_dims)
         off, off_kind = _offset_term(offset, eta_dims, eta_shape)
         eta = Phi_data @ w + off
+        if intercept_sd is not None:
+            eta = eta + pm.Normal("intercept", 0.0, intercept_sd, dims=w_dims[1:] or None)
         if likelihood == "bernoulli":
             pm.Bernoulli("y", logit_p=eta, observed=y_data, dims=OBS)
         else:
@@ -610,6 +621,7 @@ def rvm_classification_model(
         n_outputs=C if likelihood == "softmax" else 0,
         offset=off_kind,
         slab=None if slab is None else float(slab),
+        intercept_sd=None if intercept_sd is None else float(intercept_sd),
     )
     return model
 

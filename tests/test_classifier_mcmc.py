@@ -220,7 +220,9 @@ def test_free_bias_is_the_models_intercept(ripley, tmp_path):
     clf.set_params(random_state=0).fit(X, y, progressbar=False)
     n = clf.basis_.n_centres_
     assert n not in clf.model_.coords["basis"]
+    assert clf.model_.rvm_spec.intercept_sd == 10.0
     post = clf.idata_["posterior"]
+    assert "offset" not in post  # the intercept is a scalar, not an N-vector per draw
     w = post["w"].stack(s=("chain", "draw")).values
     icpt = post["intercept"].stack(s=("chain", "draw")).values
     phi = clf.basis_.transform(Xte, columns=np.asarray(post["basis"].values, dtype=int))
@@ -231,3 +233,16 @@ def test_free_bias_is_the_models_intercept(ripley, tmp_path):
     assert np.max(np.abs(mean - direct[:200])) < 0.15  # 600 Bernoulli draws: sd <= 0.02
     loaded = load_model(save_model(clf, tmp_path / "free.nc"))
     np.testing.assert_array_equal(loaded.predict_proba(Xte), clf.predict_proba(Xte))
+
+
+def test_free_bias_alone_asks_for_all_columns():
+    # Random labels: the type-II fit keeps the free intercept and nothing else, and the relevant
+    # basis of MCMC would be empty.
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(200, 2))
+    y = (rng.random(200) < 0.5).astype(int)
+    clf = RVC(kernel="linear", bias="free").fit(X, y)
+    np.testing.assert_array_equal(clf.active_, [200])
+    with pytest.raises(ValueError, match="mcmc_basis='all'"):
+        clf.make_model()
+    assert clf.set_params(mcmc_basis="all").make_model()["Phi"].get_value().shape == (200, 200)
