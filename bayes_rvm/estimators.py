@@ -84,11 +84,11 @@ array-like, default="evidence_shared"
         - ``"evidence_shared"`` (default): the width that maximises the evidence of the same basis
           with one prior precision shared by all weights (a Gaussian process of covariance
           ``Phi Phi^T / alpha`` plus noise; :func:`bayes_rvm.evidence.width.shared_evidence`,
-          a grid and Brent's method; on at most 1000 rows, a random subset drawn with
-          ``random_state`` beyond), then the RVM fitted at that width. It cannot collapse onto
-          narrow widths as the RVM's own evidence can; why it is the default, with the
-          measurements, is in the README ("Choosing the kernel width"). Other kernels ignore it
-          (poly and sigmoid use ``"scale"``).
+          a grid refined by parabolic interpolation; on at most 1000 rows, a random subset
+          drawn with ``random_state`` beyond), then the RVM fitted at that width. It cannot
+          collapse onto narrow widths as the RVM's own evidence can; why it is the default, with
+          the measurements, is in the README ("Choosing the kernel width"). Other kernels ignore
+          it (poly and sigmoid use ``"scale"``).
         - ``"evidence"``: the RVM's own log evidence maximised over the log width with the alphas
           and the noise (:func:`bayes_rvm.evidence.width.maximise_width`: an evidence curve over
           a grid of widths, then refinement from its best local maxima with the closed-form

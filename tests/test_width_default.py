@@ -5,6 +5,7 @@ import warnings
 
 import numpy as np
 import pytest
+from scipy import optimize
 from scipy.stats import multivariate_normal
 from sklearn.gaussian_process import GaussianProcessClassifier
 from sklearn.gaussian_process.kernels import DotProduct
@@ -15,6 +16,7 @@ from bayes_rvm.classifier import RVC
 from bayes_rvm.datasets import load_ripley, make_sinc
 from bayes_rvm.estimators import RVR
 from bayes_rvm.evidence.width import (
+    _parabolic_maximum,
     select_width_shared,
     shared_evidence,
     shared_laplace_evidence,
@@ -208,6 +210,25 @@ def test_default_width_finds_the_higher_of_two_maxima():
     assert model.length_scale_ == pytest.approx(dense[np.argmax(curve)], rel=0.03)
     at = shared_evidence(_design(X, model.length_scale_), T).log_evidence
     assert at >= curve.max() - 1e-3
+
+
+def test_parabolic_refinement_finds_an_asymmetric_maximum_in_few_evaluations():
+    # x / 2 - exp(x): maximal at ln(1/2), and far from a parabola over the bracket.
+    calls = []
+
+    def value(x):
+        calls.append(x)
+        return x / 2 - np.exp(x)
+
+    best = _parabolic_maximum(value, (-1.5, -0.8, 0.0), xtol=0.02)
+    assert best == pytest.approx(np.log(0.5), abs=0.02)
+    steps = len(calls) - 3  # the bracket's three are cached in the width search
+    assert steps <= 4
+    # Brent's bounded search to the same tolerance, over the same bracket, takes twice as many.
+    brent = optimize.minimize_scalar(
+        lambda x: np.exp(x) - x / 2, bounds=(-1.5, 0.0), method="bounded", options={"xatol": 0.02}
+    )
+    assert brent.nfev >= 2 * steps
 
 
 def test_select_width_shared_extends_a_grid_whose_end_wins():

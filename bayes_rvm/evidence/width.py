@@ -34,6 +34,7 @@ basis function to the targets; :func:`select_width_shared` searches it.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Callable
@@ -517,6 +518,8 @@ _RANK_TOL = 1e-12
 _ALPHA_MIN, _ALPHA_MAX = 1e-3, 1e6
 #: MacKay's rounds only start the search for the maximum.
 _MACKAY_TOL = 0.1
+#: Most parabolic steps refining the best grid width.
+_PARABOLA_STEPS = 8
 
 
 @dataclass(frozen=True)
@@ -611,11 +614,12 @@ def shared_evidence(
 def _principal_coordinates(Phi: np.ndarray) -> np.ndarray:
     """``U_r diag(sqrt(s_r))``: the design in the coordinates of its r nonzero principal axes."""
     N, M = Phi.shape
+    # LAPACK's divide and conquer: 1.4x faster than the default driver at N = 240-400.
     if M >= N:
-        s, U = linalg.eigh(Phi @ Phi.T)
+        s, U = linalg.eigh(Phi @ Phi.T, driver="evd")
         keep = s > _RANK_TOL * max(float(s[-1]), 1e-300)
         return U[:, keep] * np.sqrt(s[keep])
-    s, V = linalg.eigh(Phi.T @ Phi)
+    s, V = linalg.eigh(Phi.T @ Phi, driver="evd")
     keep = s > _RANK_TOL * max(float(s[-1]), 1e-300)
     return Phi @ V[:, keep]
 
@@ -698,6 +702,9 @@ def _bracketed_root(slope: Callable[[float], float], x0: float, tol: float) -> f
     not."""
     lo_end, hi_end = math.log(_ALPHA_MIN), math.log(_ALPHA_MAX)
     x0 = min(max(x0, lo_end), hi_end)
+    # Brent's method starts by evaluating both ends of the bracket, which the steps out did:
+    # kept, they are 2 of the 8-9 slopes (each an r x r solve) a width costs.
+    slope = functools.cache(slope)
     s0 = slope(x0)
     direction = 1.0 if s0 > 0 else -1.0
     x, s = x0, s0
@@ -778,6 +785,42 @@ class _LogisticMode:
         return 0.5 * a * (w.size / a - float(w @ w) - trace)
 
 
+def _parabolic_maximum(
+    value: Callable[[float], float], bracket: tuple[float, float, float], xtol: float
+) -> float:
+    """Maximise a smooth ``value`` by successive parabolic interpolation within a bracket.
+
+    ``bracket`` is ``a < b < c`` with ``value(b)`` at least ``value(a)`` and ``value(c)`` (the
+    grid's best point and its neighbours, whose values ``value`` has cached), so the vertex of
+    the parabola through the three lies in ``[a, c]``; each step moves the bracket onto the best
+    three points and the search stops after a step shorter than ``xtol / 2`` (or once the
+    bracket is narrower than ``2 xtol``). On a smooth curve this takes 2-4 evaluations where
+    Brent's bounded search, which starts from golden sections and does not reuse the grid's
+    values, took 7. Returns the best point.
+    """
+    a, b, c = bracket
+    fa, fb, fc = value(a), value(b), value(c)
+    for _ in range(_PARABOLA_STEPS):
+        den = (b - a) * (fb - fc) - (b - c) * (fb - fa)
+        if den <= 0.0:  # flat (to rounding): b is as good as any
+            break
+        u = b - 0.5 * ((b - a) ** 2 * (fb - fc) - (b - c) ** 2 * (fb - fa)) / den
+        # Not on a bracket end: they are known.
+        u = min(max(u, a + 0.25 * xtol), c - 0.25 * xtol)
+        step = abs(u - b)
+        if step < 1e-3 * xtol:  # b is the parabola's maximum
+            break
+        fu = value(u)
+        if fu > fb:
+            a, fa, c, fc = (b, fb, c, fc) if u > b else (a, fa, b, fb)
+            b, fb = u, fu
+        else:
+            a, fa, c, fc = (a, fa, u, fu) if u > b else (u, fu, c, fc)
+        if step < 0.5 * xtol or c - a < 2.0 * xtol:
+            break
+    return b
+
+
 def select_width_shared(
     design: Design,
     X: np.ndarray,
@@ -787,12 +830,12 @@ def select_width_shared(
     max_extend: int = 3,
     xtol: float = 0.02,
 ) -> tuple[np.ndarray, WidthPath, int]:
-    """The width that maximises a shared-precision evidence: a grid, then Brent's method.
+    """The width that maximises a shared-precision evidence: a grid, then parabolic steps.
 
     The curve is smooth in the log width (two hyperparameters, each re-optimised), so a coarse
-    grid brackets its best maximum and a bounded scalar search between the neighbouring grid
-    widths refines it. A maximum at an end of the grid extends the grid by a factor 2 that way
-    (at most ``max_extend`` times).
+    grid brackets its best maximum and successive parabolic interpolation between the
+    neighbouring grid widths (:func:`_parabolic_maximum`) refines it. A maximum at an end of the
+    grid extends the grid by a factor 2 that way (at most ``max_extend`` times).
 
     Parameters
     ----------
@@ -804,7 +847,8 @@ def select_width_shared(
         ``criterion(Phi) -> SharedEvidence``: :func:`shared_evidence` or
         :func:`shared_laplace_evidence` bound to the targets.
     grid : ndarray, optional
-        Start widths (default :func:`default_width_grid`).
+        Start widths (default: :func:`default_width_grid` but its narrowest, which the end
+        extension reaches when the evidence still rises towards it).
     max_extend : int, default=3
     xtol : float, default=0.02
         Tolerance of the search in log width (2%).
@@ -816,7 +860,10 @@ def select_width_shared(
         Every width evaluated, wide to narrow.
     n_evaluations : int
     """
-    grid = default_width_grid(X) if grid is None else np.sort(np.asarray(grid, float))[::-1]
+    # The narrowest default width (1/16 of the median distance) is where a classifier's evidence
+    # costs most (a Gram matrix of full rank: 0.5 s of Banana's 1.2 s) and it was never the
+    # maximum on the benchmark problems; the end extension still goes there when it would be.
+    grid = default_width_grid(X)[:-1] if grid is None else np.sort(np.asarray(grid, float))[::-1]
     if grid.ndim != 1 or grid.size < 1 or not np.all(np.isfinite(grid) & (grid > 0)):
         raise ValueError("grid must be a non-empty 1-D array of positive length scales.")
     seen: dict[float, SharedEvidence] = {}
@@ -840,12 +887,7 @@ def select_width_shared(
             break
     best = int(np.argmax(vals))
     if 0 < best < len(logs) - 1:
-        optimize.minimize_scalar(
-            lambda v: -value(float(v)),
-            bounds=(logs[best + 1], logs[best - 1]),
-            method="bounded",
-            options={"xatol": xtol},
-        )
+        _parabolic_maximum(value, (logs[best + 1], logs[best], logs[best - 1]), xtol)
     order = sorted(seen, reverse=True)
     chosen = max(seen, key=lambda k: seen[k].log_evidence)
     path = WidthPath(
