@@ -786,7 +786,7 @@ class _LaplaceSequential:
         # run may stop) and are cleared by any other accepted step. Clearing them after every
         # step retried each rejected column after every accepted one: a Banana fold at width
         # 0.22 spent 6364 of its 7016 steps on undone re-estimations (8.0 s; 1.5 s kept, the
-        # same evidence to 1e-3; 70 fits of Ripley, Pima and Banana folds: 1.5x faster, summed
+        # same evidence to 1e-3; 42 fits of Ripley, Pima and Banana folds: 1.5x faster, summed
         # evidence 3.6 higher).
         if isinstance(self.last_key, int) and self.was_reest:
             self.tries.pop(self.last_key, None)
