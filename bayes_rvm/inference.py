@@ -38,12 +38,14 @@ from scipy.special import expit, log_expit, log_softmax, softmax
 
 from bayes_rvm.dims import BASIS, CLASS, OBS, OUTPUT, variable_dims
 from bayes_rvm.evidence.gaussian import EvidenceFit
+from bayes_rvm.evidence.loo import RefitLOO
 
 __all__ = [
     "SamplingDiagnosticsWarning",
     "complete_posterior",
     "diagnose",
     "draw_weights",
+    "gaussian_loo_terms",
     "pointwise_log_likelihood",
     "predict_draws",
     "sample_mcmc",
@@ -66,6 +68,20 @@ class SamplingDiagnosticsWarning(UserWarning):
 # ---------------------------------------------------------------------------------------------
 # Weights given hyperparameters
 # ---------------------------------------------------------------------------------------------
+def _precision_factor(gram: np.ndarray, alpha: np.ndarray, beta: float):
+    """``H = A + beta Phi^T Phi`` equilibrated by its diagonal: its Cholesky factor and scaling.
+
+    Returns ``(L, d)`` with ``L L^T = D^-1 H D^-1``, ``D = diag(d)``, so that ``H^-1 v`` is
+    ``D^-1 L^-T L^-1 D^-1 v``; exact for alphas many orders apart (a huge ``alpha`` pins its
+    weight at zero rather than spoiling the factorisation).
+    """
+    H = beta * gram
+    H[np.diag_indices(H.shape[0])] += alpha
+    d = np.sqrt(np.diag(H))
+    L = linalg.cholesky(H / d[:, None] / d[None, :], lower=True, check_finite=False)
+    return L, d
+
+
 def draw_weights(
     Phi: np.ndarray,
     Y: np.ndarray,
@@ -106,14 +122,68 @@ def draw_weights(
     z = rng.standard_normal((S, M, D))
     for s in range(S):
         Ps = Phi[s] if designs else Phi
-        H = beta[s] * (Ps.T @ Ps if designs else gram)
-        H[np.diag_indices(M)] += alpha[s]
-        d = np.sqrt(np.diag(H))
-        Ls = linalg.cholesky(H / d[:, None] / d[None, :], lower=True, check_finite=False)
+        Ls, d = _precision_factor(Ps.T @ Ps if designs else gram, alpha[s], beta[s])
         py = Ps.T @ (Y[s] if per_draw else Y) if phi_y is None else phi_y
         mean = beta[s] * linalg.cho_solve((Ls, True), py / d[:, None], check_finite=False)
         noise = linalg.solve_triangular(Ls, z[s], lower=True, trans="T", check_finite=False)
         out[s] = (mean + noise) / d[:, None]
+    return out
+
+
+def gaussian_loo_terms(
+    Phi: np.ndarray,
+    Y: np.ndarray,
+    alpha: np.ndarray,
+    beta: np.ndarray,
+) -> np.ndarray:
+    """Exact leave-one-out terms ``ln p(t_n | t_-n, alpha, beta)`` of the Gaussian marginal.
+
+    With ``w`` integrated out the targets are jointly Gaussian, ``t ~ N(0, C)``,
+    ``C = beta^-1 I + Phi A^-1 Phi^T``, and the observations are not independent given the
+    hyperparameters: the terms PSIS-LOO needs are the leave-one-out predictive densities
+    (Buerkner, Gabry & Vehtari 2021, non-factorised models), ``t_n | t_-n ~ N(t_n - g_n / c_n,
+    1 / c_n)`` with ``g = C^-1 t`` and ``c = diag(C^-1)``. By Woodbury,
+    ``C^-1 = beta I - beta^2 Phi Sigma Phi^T``, so ``g = beta r`` with the residual
+    ``r = t - Phi m`` and ``c_n = beta (1 - h_n)`` with the leverage ``h_n = beta phi_n^T Sigma
+    phi_n``: the leave-one-out residual is ``r_n / (1 - h_n)`` and its variance
+    ``1 / (beta (1 - h_n))``. O(N M^2 + M^3) a draw; no N x N matrix.
+
+    Parameters
+    ----------
+    Phi : ndarray of shape (N, M), or (S, N, M) with a design per draw (a sampled kernel width)
+    Y : ndarray of shape (N, D), or (S, N, D) with targets per draw
+        Targets less any offset; the D outputs share the hyperparameters and are independent
+        given them.
+    alpha : ndarray of shape (S, M)
+        Draws of the prior precisions (``inf`` for a column out of the model).
+    beta : ndarray of shape (S,)
+        Draws of the noise precision.
+
+    Returns
+    -------
+    ndarray of shape (S, N)
+        Summed over outputs, so that LOO leaves out a row.
+    """
+    S = alpha.shape[0]
+    per_draw = Y.ndim == 3
+    designs = Phi.ndim == 3
+    N = Y.shape[-2]
+    gram = None if designs else Phi.T @ Phi
+    out = np.empty((S, N))
+    for s in range(S):
+        Ps = Phi[s] if designs else Phi
+        Ys = Y[s] if per_draw else Y
+        keep = np.isfinite(alpha[s])
+        G = (Ps.T @ Ps if designs else gram)[np.ix_(keep, keep)]
+        P = Ps[:, keep]
+        Ls, d = _precision_factor(G, alpha[s, keep], beta[s])
+        V = linalg.solve_triangular(Ls, P.T / d[:, None], lower=True, check_finite=False)
+        m = beta[s] * linalg.solve_triangular(Ls, V @ Ys, lower=True, trans="T") / d[:, None]
+        # 1 - h_n > 0 for finite alphas; the floor keeps a leverage rounded to one finite.
+        c = np.maximum(1.0 - beta[s] * np.einsum("ij,ij->j", V, V), np.finfo(float).tiny)
+        e = (Ys - P @ m) / c[:, None]  # leave-one-out residuals
+        prec = beta[s] * c  # leave-one-out predictive precision
+        out[s] = (0.5 * (np.log(prec) - _LOG_2PI)[:, None] - 0.5 * prec[:, None] * e**2).sum(1)
     return out
 
 
@@ -505,8 +575,18 @@ def complete_posterior(dt: xr.DataTree, model, *, random_seed=None) -> xr.DataTr
     -------
     xarray.DataTree
         ``dt`` with ``w`` in ``posterior`` (drawn from ``N(m, Sigma)`` per draw in the marginal
-        form; the sampled ``w`` in the joint form), ``log_likelihood`` (``y[obs]``), and the
-        Gram matrix (a sampling cache, not data) left out of ``constant_data``.
+        form, with its non-centred coordinates ``z = w sqrt(alpha)`` of the joint form; the
+        sampled ``w`` in the joint form), ``log_likelihood`` (``y[obs]``), and the Gram matrix (a
+        sampling cache, not data) left out of ``constant_data``.
+
+    Notes
+    -----
+    Regression: given the hyperparameters the targets are dependent once ``w`` is integrated
+    out, and ``log_likelihood`` holds the exact leave-one-out terms ``ln p(t_n | t_-n, alpha,
+    sigma)`` (:func:`gaussian_loo_terms`), in every form: PSIS-LOO on them is the leave-one-out
+    of the non-factorised model (Buerkner, Gabry & Vehtari 2021) and has far smaller Pareto k
+    than the terms conditional on one weight draw (on sinc at width 1, max k 0.3 against 0.75).
+    Classifiers: ``ln p(t_n | w)`` for the sampled weights, which factorise given ``w``.
 
     Examples
     --------
@@ -529,21 +609,26 @@ def complete_posterior(dt: xr.DataTree, model, *, random_seed=None) -> xr.DataTr
         Y = (y if multi else y[:, None]).astype(np.float64)
         offset = _model_offset(model, post, Y.shape)
         sigma = post["sigma"].values.reshape(-1)
+        Yc = Y if offset is None else Y - offset
+        alpha = post["alpha"].values.reshape(C * S, -1)
+        lowrank = "Phi_U" in model.named_vars and Yc.ndim == 2
+        if lowrank:
+            # low-rank marginal form: O(M r) per draw, not O(M^3)
+            from bayes_rvm.marginal import draw_weights_lowrank, loo_terms_lowrank
+
+            U, VS = (np.asarray(model[k].get_value()) for k in ("Phi_U", "Phi_VS"))
         if "w" in post:
             w = post["w"].values.reshape(C * S, Phi.shape[-1], -1)
         else:
-            rng = np.random.default_rng(random_seed)
-            Yc = Y if offset is None else Y - offset
-            args = (Yc, post["alpha"].values.reshape(C * S, -1), sigma**-2.0, rng)
-            if "Phi_U" in model.named_vars and Yc.ndim == 2:
-                # low-rank marginal form: O(M r) per draw, not O(M^3)
-                from bayes_rvm.marginal import draw_weights_lowrank
-
-                U, VS = (np.asarray(model[k].get_value()) for k in ("Phi_U", "Phi_VS"))
-                w = draw_weights_lowrank(U, VS, *args)
-            else:
-                w = draw_weights(Phi, *args)
-        ll = pointwise_log_likelihood(Phi, Y, w, sigma, offset=offset)
+            args = (Yc, alpha, sigma**-2.0, np.random.default_rng(random_seed))
+            w = draw_weights_lowrank(U, VS, *args) if lowrank else draw_weights(Phi, *args)
+        # The targets are dependent given (alpha, sigma): the pointwise terms are the exact
+        # leave-one-out densities of the marginal, valid for PSIS-LOO whatever the form.
+        if lowrank:
+            ll = loo_terms_lowrank(U, VS, Yc, alpha, sigma**-2.0)
+        else:
+            ll = gaussian_loo_terms(Phi, Yc, alpha, sigma**-2.0)
+        z = w * np.sqrt(alpha)[..., None]
     else:
         D = post["w"].sizes.get(CLASS, 1)
         w = post["w"].values.reshape(C * S, Phi.shape[1], D)
@@ -561,9 +646,14 @@ def complete_posterior(dt: xr.DataTree, model, *, random_seed=None) -> xr.DataTr
         coords[w_extra] = np.asarray(model.coords[w_extra])
     else:
         w_out = w_out[..., 0]
+    draws = {"w": w_out}
+    if likelihood == "gaussian" and "z" not in post and "kernel_dist" not in model.named_vars:
+        # The non-centred coordinates of the joint form: with them pm.sample_posterior_predictive
+        # on make_model(form="joint") uses the posterior of w rather than drawing z from its prior.
+        draws["z"] = z.reshape(w_out.shape)
     new = _datatree(
         {
-            "posterior": {"w": w_out},
+            "posterior": draws,
             "log_likelihood": {"y": ll.reshape(C, S, -1)},
         },
         coords=coords,
@@ -572,7 +662,7 @@ def complete_posterior(dt: xr.DataTree, model, *, random_seed=None) -> xr.DataTr
     )
     out = dt.copy()
     out["posterior"] = xr.DataTree(
-        post.drop_vars("w", errors="ignore").assign(w=new["posterior"]["w"])
+        post.drop_vars("w", errors="ignore").assign(new["posterior"].dataset.data_vars)
     )
     out["log_likelihood"] = new["log_likelihood"]
     if "constant_data" in out.children:
@@ -767,6 +857,7 @@ def type2_datatree(
     basis_names: Sequence | None = None,
     class_names: Sequence | None = None,
     attrs: Mapping | None = None,
+    loo: RefitLOO | None = None,
 ) -> xr.DataTree:
     """The type-II fit as a DataTree of the same shape as an MCMC fit.
 
@@ -791,14 +882,28 @@ def type2_datatree(
         Coordinates of ``class`` (softmax fits).
     attrs : dict, optional
         Further settings to record (for example the estimator's parameters).
+    loo : RefitLOO, optional
+        Cross-validated log predictive densities of the fit, hyperparameters refitted without
+        the left-out rows (:func:`bayes_rvm.evidence.loo.refit_loo`), in the units of ``y``:
+        stored as the ``loo`` group, which :func:`bayes_rvm.comparison.compare` uses in place
+        of PSIS-LOO.
 
     Returns
     -------
     xarray.DataTree
         ``posterior`` (``w``, ``alpha`` and, for regression, ``sigma``, ``beta``; the
         hyperparameters constant over draws), ``log_likelihood`` (``y[obs]``), ``observed_data``,
-        ``constant_data``; root attrs ``method="type2"``, ``likelihood``, ``settings`` (JSON),
-        ``log_evidence``, ``converged``, ``reason``.
+        ``constant_data``, with ``loo`` the group ``loo`` (``y[obs]``; attrs ``method``,
+        ``n_folds``, ``exact``, ``seconds``); root attrs ``method="type2"``, ``likelihood``,
+        ``settings`` (JSON), ``log_evidence``, ``converged``, ``reason``.
+
+    Notes
+    -----
+    ``log_likelihood`` holds ``ln p(t_n | w)`` for the draws of ``w`` at the optimum. PSIS-LOO
+    on it (``az.loo``) leaves each point out of the weights' posterior but keeps the
+    hyperparameters that were tuned on all the data, the left-out point included: it overstates
+    the elpd (by about 8 nats on sinc, N = 100, width 2, and 15 at width 1). An honest elpd
+    refits the hyperparameters: pass ``loo``, as :attr:`bayes_rvm.estimators.RVR.idata_` does.
     """
     Phi = np.asarray(Phi, dtype=np.float64)
     likelihood = getattr(fit, "likelihood", "gaussian")
@@ -843,7 +948,7 @@ def type2_datatree(
         "basis": [int(c) for c in cols],
     }
     settings.update(dict(attrs or {}))
-    return _datatree(
+    tree = _datatree(
         {
             "posterior": post,
             "log_likelihood": {"y": ll[None]},
@@ -863,6 +968,22 @@ def type2_datatree(
             "n_relevant": int(fit.active.size),
         },
     )
+    if loo is not None:
+        if loo.elpd_i.shape != (N,):
+            raise ValueError(f"loo has {loo.elpd_i.shape[0]} terms for {N} observations.")
+        tree["loo"] = xr.DataTree(
+            xr.Dataset(
+                {"y": ((OBS,), np.asarray(loo.elpd_i, dtype=np.float64))},
+                coords={OBS: np.arange(N)},
+                attrs={
+                    "method": loo.method,
+                    "n_folds": int(loo.n_folds),
+                    "exact": int(loo.exact),
+                    "seconds": float(loo.seconds),
+                },
+            )
+        )
+    return tree
 
 
 # ---------------------------------------------------------------------------------------------

@@ -46,6 +46,7 @@ variables with priors of their own), in both forms; see :func:`rvm_regression_mo
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -240,11 +241,36 @@ def _offset_term(offset, y_dims, shape):
 # ---------------------------------------------------------------------------------------------
 # The regression model
 # ---------------------------------------------------------------------------------------------
+def _refuse_elementwise_logp() -> None:
+    """Stop ``pm.compute_log_likelihood`` on a weight-marginalised ``y``, with the way out.
+
+    Its log density is one joint term per draw, not one per observation: PyMC would store a
+    single-observation ``log_likelihood`` group over the pointwise one, after which ``az.loo``
+    sees one observation. PyMC builds that graph through ``compute_log_density``; the sampler's
+    graph never passes there.
+    """
+    frame = sys._getframe(1)
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "compute_log_density" and "pymc" in code.co_filename:
+            raise ValueError(
+                "pm.compute_log_likelihood cannot give pointwise terms for the weight-"
+                "marginalised RVM likelihood: with w integrated out the observations are "
+                "dependent and its log density is one joint term per draw. The fits of "
+                "bayes_rvm already hold the right pointwise terms (the exact leave-one-out "
+                "densities ln p(t_n | t_-n, alpha, sigma)) in log_likelihood; for a pm.sample "
+                "result, add them with bayes_rvm.inference.complete_posterior(idata, model)."
+            )
+        frame = frame.f_back
+
+
 def _marginal_y_logp(value, log_alpha, log_beta, Phi, gram, offset):
+    _refuse_elementwise_logp()
     return marginal_log_likelihood(log_alpha, log_beta, Phi, value - offset, gram)
 
 
 def _lowrank_y_logp(value, log_alpha, log_beta, U, VS, offset):
+    _refuse_elementwise_logp()
     return lowrank_marginal_log_likelihood(log_alpha, log_beta, U, VS, value - offset)
 
 
@@ -670,6 +696,7 @@ def woodbury_log_likelihood(Y, log_alpha, log_beta, Phi) -> pt.TensorVariable:
 
 
 def _width_y_logp(value, log_alpha, log_beta, Phi, mean):
+    _refuse_elementwise_logp()
     return woodbury_log_likelihood(value - mean, log_alpha, log_beta, Phi)
 
 

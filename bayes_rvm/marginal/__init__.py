@@ -13,6 +13,7 @@ from bayes_rvm.marginal.jax_backend import register_jax_dispatch
 from bayes_rvm.marginal.lowrank import (
     RANK_RTOL,
     draw_weights_lowrank,
+    loo_terms_lowrank,
     thin_svd,
     use_lowrank,
 )
@@ -29,6 +30,7 @@ __all__ = [
     "MarginalLogLikelihood",
     "draw_weights_lowrank",
     "log_evidence_and_grad",
+    "loo_terms_lowrank",
     "lowrank_log_evidence_and_grad",
     "lowrank_marginal_log_likelihood",
     "marginal_log_likelihood",

@@ -1,0 +1,130 @@
+"""Cross-validated predictive densities of a type-II fit, by refitting the hyperparameters.
+
+PSIS-LOO on a type-II fit leaves a point out of the weights' posterior but not out of the
+hyperparameters, which were tuned on all the data, the left-out point included: on sinc (N = 100)
+that overstates the elpd by about 8 nats against leaving the point out of the whole fit. The honest
+number refits the hyperparameters without the point: :func:`refit_loo` runs the engine once per
+left-out row (exact leave-one-out) or once per fold (K-fold), cold, as the full fit was run, and
+scores the left-out rows under the Gaussian predictive of the refit. Warm starts from the full fit
+are two to three times faster but stay near its optimum, which knew the left-out point: on five
+sinc sets they overstated the elpd by 1.5-3 nats against cold refits.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.model_selection import KFold
+
+from bayes_rvm.evidence.result import EvidenceFit
+
+__all__ = ["LOO_EXACT_MAX", "RefitLOO", "refit_loo"]
+
+_LOG_2PI = float(np.log(2.0 * np.pi))
+#: Up to this many rows :func:`refit_loo` leaves one row out at a time (N refits); beyond, K-fold.
+LOO_EXACT_MAX = 200
+
+
+@dataclass(frozen=True)
+class RefitLOO:
+    """Pointwise cross-validated log predictive densities of a type-II fit.
+
+    Attributes
+    ----------
+    elpd_i : ndarray of shape (N,)
+        ``ln p(t_n | t_-fold(n))`` under the refit's Gaussian predictive, summed over outputs.
+    n_folds : int
+        N for exact leave-one-out.
+    exact : bool
+        Whether each row was left out alone.
+    seconds : float
+        Wall time of the refits.
+    n_unconverged : int
+        Refits that stopped at the iteration cap.
+    """
+
+    elpd_i: np.ndarray
+    n_folds: int
+    exact: bool
+    seconds: float
+    n_unconverged: int = 0
+
+    @property
+    def method(self) -> str:
+        """How the terms were computed, for tables: ``"exact LOO (N refits)"`` or K-fold."""
+        if self.exact:
+            return f"exact LOO ({self.n_folds} refits)"
+        return f"{self.n_folds}-fold refits"
+
+
+def gaussian_log_predictive(fit: EvidenceFit, phi: np.ndarray, T: np.ndarray) -> np.ndarray:
+    """``ln N(t_n | m^T phi_n, 1/beta + phi_n^T Sigma phi_n)`` per row, summed over outputs.
+
+    ``phi`` holds rows of the fit's full design (all M columns); ``T`` is (n, D).
+    """
+    mean, var = fit.predict(phi[:, fit.active])
+    return (-0.5 * (_LOG_2PI + np.log(var))[:, None] - 0.5 * (T - mean) ** 2 / var[:, None]).sum(1)
+
+
+def refit_loo(
+    fit_rows: Callable[[np.ndarray, np.ndarray], EvidenceFit],
+    Phi: np.ndarray,
+    T: np.ndarray,
+    *,
+    n_folds: int | None = None,
+    random_state=None,
+) -> RefitLOO:
+    """Leave-one-out (or K-fold) log predictive densities by refitting the hyperparameters.
+
+    Parameters
+    ----------
+    fit_rows : callable
+        ``fit_rows(Phi_train, T_train) -> EvidenceFit``: the type-II fit as it was made on the
+        full data (same engine and settings), on a subset of the rows.
+    Phi : ndarray of shape (N, M)
+        The design (its columns stay: the rows are the observations left out, as in PSIS-LOO
+        on the same model).
+    T : ndarray of shape (N, D)
+    n_folds : int, optional
+        Default: N (exact leave-one-out) up to :data:`LOO_EXACT_MAX` rows, 10 beyond.
+    random_state : int, RandomState or None
+        Shuffles the rows into folds (K-fold only).
+
+    Returns
+    -------
+    RefitLOO
+    """
+    N = T.shape[0]
+    if n_folds is None:
+        n_folds = N if N <= LOO_EXACT_MAX else 10
+    if not (isinstance(n_folds, int | np.integer) and 2 <= n_folds <= N):
+        raise ValueError(f"n_folds must be an integer from 2 to {N}, got {n_folds!r}.")
+    exact = n_folds == N
+    splits = (
+        ((np.delete(np.arange(N), n), np.array([n])) for n in range(N))
+        if exact
+        else KFold(n_folds, shuffle=True, random_state=random_state).split(Phi)
+    )
+    out = np.empty(N)
+    unconverged = 0
+    start = time.perf_counter()
+    for train, test in splits:
+        with warnings.catch_warnings():
+            # Counted and reported once below rather than once per refit.
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            fit = fit_rows(Phi[train], T[train])
+        unconverged += not fit.converged
+        out[test] = gaussian_log_predictive(fit, Phi[test], T[test])
+    if unconverged:
+        warnings.warn(
+            f"{unconverged} of {n_folds} cross-validation refits reached the iteration cap; "
+            "their predictive densities may be off. Raise max_iter.",
+            ConvergenceWarning,
+            stacklevel=2,
+        )
+    return RefitLOO(out, int(n_folds), exact, time.perf_counter() - start, unconverged)
