@@ -1,0 +1,171 @@
+"""Honest elpd: the exact LOO terms of the Gaussian marginal against dense conditioning, the type-II
+refit LOO against brute-force refits, relevance_summary's units, and PyMC's own calls."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pymc as pm
+import pytest
+from scipy import stats
+from threadpoolctl import threadpool_limits
+
+from bayes_rvm.comparison import PSIS, PSIS_FIXED, compare, elpd, relevance_summary
+from bayes_rvm.datasets import make_sinc
+from bayes_rvm.estimators import RVR
+from bayes_rvm.inference import gaussian_loo_terms
+from bayes_rvm.marginal import loo_terms_lowrank, thin_svd
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _single_threaded_blas():
+    with threadpool_limits(limits=1):
+        yield
+
+
+def _dense_loo(Phi, Y, alpha, beta):
+    """ln p(t_n | t_-n) by conditioning the dense N x N Gaussian of t on the other rows."""
+    N = Phi.shape[0]
+    C = np.eye(N) / beta + (Phi / alpha) @ Phi.T
+    out = np.empty(N)
+    for n in range(N):
+        k = np.delete(np.arange(N), n)
+        gain = np.linalg.solve(C[np.ix_(k, k)], C[k, n])
+        out[n] = stats.norm.logpdf(Y[n], gain @ Y[k], np.sqrt(C[n, n] - C[n, k] @ gain)).sum()
+    return out
+
+
+@pytest.mark.parametrize("M", [6, 30])  # fewer and more basis functions than observations
+def test_loo_terms_match_dense_conditioning(M):
+    rng = np.random.default_rng(M)
+    N = 14
+    Phi = rng.normal(size=(N, 4)) @ rng.normal(size=(4, M)) + 0.1 * rng.normal(size=(N, M))
+    Y = rng.normal(size=(N, 2))
+    alpha = np.exp(2.0 * rng.normal(size=(3, M)))
+    alpha[1, 0] = 1e12  # a column all but pruned
+    beta = np.array([2.0, 7.0, 0.4])
+    expected = np.stack([_dense_loo(Phi, Y, alpha[s], beta[s]) for s in range(3)])
+    np.testing.assert_allclose(gaussian_loo_terms(Phi, Y, alpha, beta), expected, atol=1e-9)
+    U, VS = thin_svd(Phi)
+    np.testing.assert_allclose(loo_terms_lowrank(U, VS, Y, alpha, beta), expected, atol=1e-9)
+    # a design per draw (a sampled width) and targets per draw (an offset with parameters)
+    Phis = np.stack([Phi, 2.0 * Phi, Phi])
+    Ys = np.stack([Y, Y, Y - 1.0])
+    per_draw = gaussian_loo_terms(Phis, Ys, alpha, beta)
+    np.testing.assert_allclose(per_draw[1], _dense_loo(2.0 * Phi, Y, alpha[1], beta[1]), atol=1e-9)
+    np.testing.assert_allclose(per_draw[2], _dense_loo(Phi, Y - 1.0, alpha[2], beta[2]), atol=1e-9)
+
+
+@pytest.mark.parametrize("solver", ["sequential"])
+def test_refit_loo_is_brute_force_loo(solver):
+    N = 30
+    X, y = make_sinc(N, random=True, random_state=3)
+    est = RVR(gamma=0.25, solver=solver).fit(X, y)
+    # Brute force: the estimator itself fitted without row n, on the same basis functions (the
+    # centres given, so the one on x_n stays, as the rows of a fixed design), scored by its own
+    # predictive at x_n. Its normalisation is of the N - 1 rows: equal optima up to tolerances.
+    expected = np.empty(N)
+    for n in range(N):
+        keep = np.delete(np.arange(N), n)
+        one = RVR(gamma=0.25, solver=solver, centres=X).fit(X[keep], y[keep])
+        mean, sd = one.predict(X[n : n + 1], return_std=True)
+        expected[n] = stats.norm.logpdf(y[n], mean[0], sd[0])
+    res = est.refit_loo()
+    assert res.exact and res.n_folds == N and res.method == f"exact LOO ({N} refits)"
+    np.testing.assert_allclose(res.elpd_i, expected, atol=0.02)
+    assert res.elpd_i.sum() == pytest.approx(expected.sum(), abs=0.05)
+    # idata_ carries them, and compare reports them rather than PSIS-LOO
+    dt = est.idata_
+    np.testing.assert_allclose(dt["loo"]["y"].values, res.elpd_i)
+    res_elpd, method = elpd(dt)
+    assert method == f"exact LOO ({N} refits)"
+    assert res_elpd.elpd == pytest.approx(res.elpd_i.sum())
+
+
+def test_refit_loo_kfold_and_units():
+    X, y = make_sinc(40, random=True, random_state=4)
+    est = RVR(gamma=0.25).fit(X, y)
+    est_big = RVR(gamma=0.25).fit(X, 1000.0 * y)
+    res = est.refit_loo(n_folds=5, random_state=0)
+    big = est_big.refit_loo(n_folds=5, random_state=0)
+    assert not res.exact and res.method == "5-fold refits"
+    # a density in units a thousand times smaller: ln 1000 less per point, nothing else
+    np.testing.assert_allclose(big.elpd_i, res.elpd_i - np.log(1000.0), atol=1e-6)
+    with pytest.raises(ValueError, match="n_folds"):
+        est.refit_loo(n_folds=1)
+
+
+def test_compare_uses_refits_and_labels_rows():
+    X, y = make_sinc(40, random=True, random_state=5)
+    a = RVR(gamma=0.25).fit(X, y)
+    b = RVR(gamma=1.0).fit(X, y)
+    table = compare({"w2": a, "w1": b.idata_})
+    assert set(table["method"]) == {"exact LOO (40 refits)"}
+    assert table.loc["w2", "elpd"] == pytest.approx(a.refit_loo().elpd_i.sum())
+    # a bare type-II tree: PSIS-LOO at fixed hyperparameters, said in the row and a warning
+    bare = a.idata_.copy()
+    del bare["loo"]
+    with pytest.warns(UserWarning, match="overstates"):
+        table = compare({"bare": bare, "w1": b.idata_})
+    assert table.loc["bare", "method"] == PSIS_FIXED
+    # the refits are below the optimistic PSIS-LOO at hyperparameters that saw every point
+    assert table.loc["bare", "elpd"] > a.refit_loo().elpd_i.sum()
+
+
+def test_relevance_summary_is_unit_free():
+    X, y = make_sinc(40, random=True, random_state=6)
+    a = RVR(gamma=0.25).fit(X, y)
+    b = RVR(gamma=0.25).fit(1.0 * X, 1000.0 * y)
+    ta = relevance_summary(a.idata_)
+    tb = relevance_summary(b.idata_)
+    np.testing.assert_allclose(tb["log10_alpha_median"], ta["log10_alpha_median"], atol=1e-6)
+    # the normalised alphas are those the engine fitted: unit-norm columns, unit-RMS targets
+    Phi = a.basis_.transform(X)[:, a.active_]
+    expected = a.alpha_ * np.mean(y**2) / np.sum(Phi**2, axis=0)
+    np.testing.assert_allclose(10 ** ta.loc[a.active_, "log10_alpha_median"], expected, rtol=1e-9)
+
+
+@pytest.fixture(scope="module")
+def mcmc_small():
+    X, y = make_sinc(40, random=True, random_state=7)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return RVR(gamma=0.25, inference="mcmc", chains=2, draws=300, tune=300, random_state=0).fit(
+            X, y
+        )
+
+
+def test_mcmc_log_likelihood_is_marginal_loo(mcmc_small):
+    dt = mcmc_small.idata_
+    post = dt["posterior"].dataset
+    alpha = post["alpha"].values.reshape(-1, post.sizes["basis"])[:5]
+    beta = post["sigma"].values.reshape(-1)[:5] ** -2.0
+    Phi = dt["constant_data"]["Phi"].values
+    y = dt["observed_data"]["y"].values
+    expected = np.stack([_dense_loo(Phi, y[:, None], alpha[s], beta[s]) for s in range(5)])
+    got = dt["log_likelihood"]["y"].values.reshape(-1, y.size)[:5]
+    np.testing.assert_allclose(got, expected, atol=1e-8)
+    res, method = elpd(dt)
+    assert method == PSIS and float(res.pareto_k.max()) <= 0.5
+
+
+def test_pymc_calls_on_the_models(mcmc_small):
+    est = mcmc_small
+    # z = w sqrt(alpha) travels with the posterior: the joint form's predictive uses it
+    post = est.idata_["posterior"].dataset
+    np.testing.assert_allclose(post["z"], post["w"] * np.sqrt(post["alpha"]), rtol=1e-12)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pp = pm.sample_posterior_predictive(
+            est.idata_, model=est.make_model(form="joint"), progressbar=False, random_seed=0
+        )
+    X = est._train["x_train"]
+    _, sd = est.predict(X, return_std=True)
+    pp_sd = pp["posterior_predictive"]["y"].std(("chain", "draw")).values
+    # the predictive sd of the posterior, not of z drawn from its prior (ten times wider)
+    assert np.mean(pp_sd) == pytest.approx(np.mean(sd), rel=0.1)
+    # pointwise terms of the marginal cannot come from PyMC: it refuses and says what to use
+    with pytest.raises(ValueError, match="complete_posterior"):
+        pm.compute_log_likelihood(est.idata_.copy(), model=est.model_, progressbar=False)
+    assert est.idata_["log_likelihood"]["y"].sizes["obs"] == 40
