@@ -145,18 +145,26 @@ def compare(fits: Mapping[str, object], *, round_to="none", **kwargs) -> pd.Data
 
     if len(fits) < 2:
         raise ValueError("compare needs at least two fits.")
-    scored, methods = {}, {}
+    # Checked before any LOO is computed: the refits or PSIS of a mismatched set would be wasted.
+    trees, n_obs = {}, {}
     for name, fit in fits.items():
         if isinstance(fit, ELPDData):
-            scored[name], methods[name] = fit, fit.kind
+            n_obs[name] = int(fit.n_data_points)
             continue
-        dt = _tree(fit)
+        dt = trees[name] = _tree(fit)
         if "log_likelihood" not in dt.children:
             raise ValueError(f"fit {name!r} has no log_likelihood group.")
-        scored[name], methods[name] = elpd(dt, var_name=kwargs.get("var_name"))
-    n_obs = {name: int(res.n_data_points) for name, res in scored.items()}
+        ll = dt["log_likelihood"].dataset
+        var = ll[kwargs.get("var_name") or next(iter(ll.data_vars))]
+        n_obs[name] = int(np.prod([s for d, s in var.sizes.items() if d not in ("chain", "draw")]))
     if len(set(n_obs.values())) > 1:
         raise ValueError(f"fits were made on different numbers of observations: {n_obs}.")
+    scored, methods = {}, {}
+    for name, fit in fits.items():
+        if name in trees:
+            scored[name], methods[name] = elpd(trees[name], var_name=kwargs.get("var_name"))
+        else:
+            scored[name], methods[name] = fit, fit.kind
     fixed = [name for name, m in methods.items() if m == PSIS_FIXED]
     if fixed:
         warnings.warn(
