@@ -46,6 +46,8 @@ class RefitLOO:
         Wall time of the refits.
     n_unconverged : int
         Refits that stopped at the iteration cap.
+    n_fallback : int
+        Refits made by the fallback engine after the engine failed.
     """
 
     elpd_i: np.ndarray
@@ -53,6 +55,7 @@ class RefitLOO:
     exact: bool
     seconds: float
     n_unconverged: int = 0
+    n_fallback: int = 0
 
     @property
     def method(self) -> str:
@@ -78,6 +81,7 @@ def refit_loo(
     *,
     n_folds: int | None = None,
     random_state=None,
+    fallback: Callable[[np.ndarray, np.ndarray], EvidenceFit] | None = None,
 ) -> RefitLOO:
     """Leave-one-out (or K-fold) log predictive densities by refitting the hyperparameters.
 
@@ -94,6 +98,10 @@ def refit_loo(
         Default: N (exact leave-one-out) up to :data:`LOO_EXACT_MAX` rows, 10 beyond.
     random_state : int, RandomState or None
         Shuffles the rows into folds (K-fold only).
+    fallback : callable, optional
+        Another engine (same signature) for a fold where ``fit_rows`` fails with a
+        :class:`numpy.linalg.LinAlgError` (a degenerate subset of rows); such folds are
+        counted in ``n_fallback`` and reported in one warning. Without it the error propagates.
 
     Returns
     -------
@@ -111,13 +119,19 @@ def refit_loo(
         else KFold(n_folds, shuffle=True, random_state=random_state).split(Phi)
     )
     out = np.empty(N)
-    unconverged = 0
+    unconverged = failed = 0
     start = time.perf_counter()
     for train, test in splits:
         with warnings.catch_warnings():
             # Counted and reported once below rather than once per refit.
             warnings.simplefilter("ignore", ConvergenceWarning)
-            fit = fit_rows(Phi[train], T[train])
+            try:
+                fit = fit_rows(Phi[train], T[train])
+            except np.linalg.LinAlgError:
+                if fallback is None:
+                    raise
+                failed += 1
+                fit = fallback(Phi[train], T[train])
         unconverged += not fit.converged
         out[test] = gaussian_log_predictive(fit, Phi[test], T[test])
     if unconverged:
@@ -127,4 +141,13 @@ def refit_loo(
             ConvergenceWarning,
             stacklevel=2,
         )
-    return RefitLOO(out, int(n_folds), exact, time.perf_counter() - start, unconverged)
+    if failed:
+        warnings.warn(
+            f"the engine failed on {failed} of {n_folds} cross-validation refits (a linear "
+            "algebra error on a degenerate subset of rows); those were refitted by the "
+            "fallback engine.",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    seconds = time.perf_counter() - start
+    return RefitLOO(out, int(n_folds), exact, seconds, unconverged, failed)
