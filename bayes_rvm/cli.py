@@ -5,7 +5,7 @@ sd 0.1) by type-II maximum likelihood, prints the fit and writes a plot of the p
 the relevance vectors marked, a text summary and the saved model (with its ArviZ DataTree) into
 ``--output``. ``--data file.csv --target column`` fits a table instead; ``--inference mcmc``
 samples the hyperparameters by NUTS. ``bayes-rvm compare`` fits the default problem four ways
-(type-II and MCMC, ARD and Student-t priors) and writes ArviZ's PSIS-LOO comparison table and plots.
+(type-II and MCMC, ARD and Student-t priors) and writes the elpd comparison table (type-II by leave-one-out refits, MCMC by PSIS-LOO) and plots.
 ``bayes-rvm study config.toml [--scheduler ADDRESS]`` runs a model comparison study described in a
 TOML file (:func:`bayes_rvm.study.read_config`), locally or on a Dask cluster.
 
@@ -114,7 +114,7 @@ def _parser() -> argparse.ArgumentParser:
     _common(fit)
     cmp = sub.add_parser(
         "compare",
-        help="type-II vs MCMC, ARD vs Student-t, by PSIS-LOO",
+        help="type-II vs MCMC, ARD vs Student-t, by elpd (type-II: LOO refits; MCMC: PSIS-LOO)",
         description="Fit the sinc problem with both priors by type-II and by "
         "MCMC and write ArviZ's comparison table (compare.csv) and plots.",
     )
@@ -410,7 +410,7 @@ def _compare(args) -> int:
     table = compare(fits)
     args.output.mkdir(parents=True, exist_ok=True)
     table.to_csv(args.output / "compare.csv")
-    print(f"PSIS-LOO comparison on {label}:")
+    print(f"elpd comparison on {label} (type-II by leave-one-out refits, MCMC by PSIS-LOO):")
     print(table.to_string())
     written = [args.output / "compare.csv"]
     if not args.no_plot:
