@@ -5,7 +5,8 @@ sd 0.1) by type-II maximum likelihood, prints the fit and writes a plot of the p
 the relevance vectors marked, a text summary and the saved model (with its ArviZ DataTree) into
 ``--output``. ``--data file.csv --target column`` fits a table instead; ``--inference mcmc``
 samples the hyperparameters by NUTS. ``bayes-rvm compare`` fits the default problem four ways
-(type-II and MCMC, ARD and Student-t priors) and writes the elpd comparison table (type-II by leave-one-out refits, MCMC by PSIS-LOO) and plots.
+(type-II and MCMC, ARD and Student-t priors) and writes the elpd comparison table (type-II by
+leave-one-out refits, MCMC by PSIS-LOO) and plots.
 ``bayes-rvm study config.toml [--scheduler ADDRESS]`` runs a model comparison study described in a
 TOML file (:func:`bayes_rvm.study.read_config`), locally or on a Dask cluster.
 

@@ -758,9 +758,10 @@ array-like, default="evidence_shared"
         The type-II predictive conditions on hyperparameters tuned to the training targets and
         ignores their uncertainty, so its intervals under-cover: nominal 90% intervals covered
         87.4% of new targets on average over 20 sinc data sets (N = 100, noise sd 0.1, width 2;
-        79-94% on single sets) and 86.4% at width 1. That is the method, not a defect; ``inference="mcmc"`` averages
-        over the hyperparameters, and ``predictive="rvm*"`` restores the variance away from the
-        data (notebook 08, ``benchmarks/bench_predictive.py``).
+        79-94% on single sets) and 86.4% at width 1. That is the method, not a defect;
+        ``inference="mcmc"`` averages over the hyperparameters, and ``predictive="rvm*"``
+        restores the variance away from the data (notebook 08,
+        ``benchmarks/bench_predictive.py``).
 
         Parameters
         ----------
