@@ -14,6 +14,7 @@ import json
 from typing import NamedTuple
 
 import numpy as np
+import xarray as xr
 from scipy import linalg
 from sklearn.base import RegressorMixin, _fit_context, clone
 from sklearn.utils import check_random_state
@@ -25,6 +26,7 @@ from bayes_rvm._base import (
     DEFAULT_GAMMA,
     BaseRVM,
     check_number,
+    column_scale,
     normalise_columns,
     path_from_json,
     path_to_json,
@@ -653,7 +655,29 @@ array-like, default="evidence_shared"
                 },
                 loo=self.refit_loo(random_state=seed),
             )
+            self._idata["posterior"] = self._free_variables(self._idata["posterior"].dataset)
         return self._idata
+
+    def _free_variables(self, post):
+        """The type-II posterior with the free variables of :meth:`make_model`'s graphs.
+
+        ``alpha_rel = alpha rms(y)^2 / ||phi_i||^2``, ``sigma_rel = sigma / rms(y)`` and the
+        joint form's ``z = w sqrt(alpha)``, over the retained columns: PyMC's own calls on a
+        model of those columns (``mcmc_basis="relevant"``) then use the type-II posterior rather
+        than drawing them from their priors; on a model of all columns the shapes differ and
+        PyMC stops.
+        """
+        y_scale = target_scale(self._train["y"])
+        norms = column_scale(self._train["phi_active"])
+        alpha = post["alpha"]
+        out = post.assign(
+            alpha_rel=alpha * y_scale**2 / norms**2,
+            sigma_rel=post["sigma"] / y_scale,
+            z=post["w"] * np.sqrt(alpha),
+        )
+        if self.noise_variance is not None:
+            out = out.drop_vars("sigma_rel")  # the noise is data in the model, not a variable
+        return xr.DataTree(out)
 
     def refit_loo(self, n_folds: int | None = None, random_state=None):
         """Cross-validated log predictive densities of the type-II fit, hyperparameters refitted.

@@ -169,3 +169,32 @@ def test_pymc_calls_on_the_models(mcmc_small):
     with pytest.raises(ValueError, match="complete_posterior"):
         pm.compute_log_likelihood(est.idata_.copy(), model=est.model_, progressbar=False)
     assert est.idata_["log_likelihood"]["y"].sizes["obs"] == 40
+
+
+def test_pymc_predictive_on_a_type2_tree():
+    X, y = make_sinc(40, random=True, random_state=8)
+    est = RVR(gamma=0.25, mcmc_basis="relevant").fit(X, y)
+    post = est.idata_["posterior"].dataset
+    # the model's free variables, from the type-II optimum: alpha_rel on unit-norm columns and
+    # unit-RMS targets, as the engine fitted them
+    Phi = est._train["phi_active"]
+    rms2 = np.mean(y**2)
+    np.testing.assert_allclose(
+        post["alpha_rel"].values[0, 0], est.alpha_ * rms2 / np.sum(Phi**2, axis=0), rtol=1e-10
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pp = pm.sample_posterior_predictive(
+            est.idata_, model=est.make_model(form="joint"), progressbar=False, random_seed=0
+        )
+    _, sd = est.predict(X, return_std=True)
+    pp_sd = pp["posterior_predictive"]["y"].std(("chain", "draw")).values
+    assert np.mean(pp_sd) == pytest.approx(np.mean(sd), rel=0.1)
+    # on a model of all the columns the pruned ones have no value: PyMC stops, never draws them
+    # from the prior
+    full = RVR(gamma=0.25).fit(X, y)
+    with pytest.raises(ValueError, match="incompatible shape"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pm.sample_posterior_predictive(
+            full.idata_, model=full.make_model(form="joint"), progressbar=False
+        )
