@@ -14,9 +14,9 @@ Type-II, regression (``RVR.idata_``)
     hyperparameters tuned on all the data, the left-out point included, and overstates the elpd:
     on sinc (N = 100, width 2, five data sets) by 8.5 nats against brute-force LOO, enough to rank
     type-II first every time where held-out data preferred MCMC on three sets of five.
-Type-II without a ``loo`` group (a classifier's, or :func:`bayes_rvm.inference.type2_datatree`
-without ``loo``)
-    PSIS-LOO at the fixed hyperparameters, labelled as such, with a warning: it is optimistic.
+Type-II without a ``loo`` group
+    A classifier's, or :func:`bayes_rvm.inference.type2_datatree` without ``loo``: PSIS-LOO at
+    the fixed hyperparameters, labelled as such, with a warning: it is optimistic.
 MCMC, classifiers
     PSIS-LOO on ``ln p(t_n | w)``, which factorise given the weights.
 """
