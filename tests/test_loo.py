@@ -16,7 +16,8 @@ from threadpoolctl import threadpool_limits
 from bayes_rvm.comparison import PSIS, PSIS_FIXED, compare, elpd, relevance_summary
 from bayes_rvm.datasets import make_sinc
 from bayes_rvm.estimators import RVR
-from bayes_rvm.inference import gaussian_loo_terms, pointwise_log_likelihood
+from bayes_rvm.evidence import fit_evidence
+from bayes_rvm.inference import gaussian_loo_terms, pointwise_log_likelihood, type2_datatree
 from bayes_rvm.marginal import loo_terms_lowrank, thin_svd
 
 
@@ -224,3 +225,19 @@ def test_pareto_k_at_width_1():
     assert int((res_cond.pareto_k > 0.5).sum()) >= 3
     # the same elpd either way, up to the conditional terms' importance-sampling noise
     assert res.elpd == pytest.approx(res_cond.elpd, abs=2.0)
+
+
+def test_relevance_summary_is_free_of_the_column_units():
+    # The same fit on a design whose columns are rescaled, one factor per column: the alphas in
+    # those units move by the factors squared, the normalised ones do not.
+    X, y = make_sinc(40, random=True, random_state=9)
+    Phi = np.exp(-0.25 * (X - X.T) ** 2)
+    d = np.exp(np.random.default_rng(0).uniform(-3, 3, Phi.shape[1]))
+    fits = [fit_evidence(P, y, solver="sequential") for P in (Phi, Phi * d)]
+    trees = [
+        type2_datatree(f, P, y, random_seed=0) for f, P in zip(fits, (Phi, Phi * d), strict=True)
+    ]
+    np.testing.assert_array_equal(fits[0].active, fits[1].active)
+    a, b = (relevance_summary(t).sort_index() for t in trees)
+    np.testing.assert_allclose(b["log10_alpha_median"], a["log10_alpha_median"], atol=1e-3)
+    np.testing.assert_array_equal(b["p_relevant"], a["p_relevant"])
