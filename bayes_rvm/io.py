@@ -551,9 +551,7 @@ def save_model(model, path: str | Path, *, overwrite: bool = True) -> Path:
         if _checksum(_read_tree(tmp)) != tree.attrs["checksum"]:  # pragma: no cover - a bug
             raise RuntimeError(f"the model written to {tmp} does not read back identically")
 
-    return atomic_write(
-        path, write, check=check, guard=lambda: _check_destination(path, overwrite)
-    )
+    return atomic_write(path, write, check=check, guard=lambda: _check_destination(path, overwrite))
 
 
 # -- reading -------------------------------------------------------------------------------------
