@@ -801,3 +801,20 @@ def test_a_fit_that_did_not_converge_says_so_everywhere(capsys):
     # An MCMC row names the diagnostics that failed.
     row = {"converged": False, "method": "mcmc", "max_rhat": 1.596, "min_ess_bulk": 6.9}
     assert "R-hat 1.596, bulk ESS 7, 0 divergences" in _convergence_note({**row, "divergences": 0})
+
+
+def test_a_store_of_the_first_format_loads_with_a_warning(small_study, tmp_path):
+    # Written before the checksums: plain rows, settings without a checksum. Still readable, and
+    # said to be unverifiable.
+    from bayes_rvm.study import load_study
+
+    store = _fresh_copy(small_study, tmp_path)
+    settings = json.loads((store / "study.json").read_text())
+    settings.pop("checksum")
+    settings["format"] = "bayes_rvm-study/1"
+    (store / "study.json").write_text(json.dumps(settings))
+    for path in (store / "rows").iterdir():
+        path.write_text(json.dumps(json.loads(path.read_text())["row"]))
+    with pytest.warns(UserWarning, match="older format 'bayes_rvm-study/1' without checksums"):
+        table = load_study(store)
+    assert table["elpd_loo"].tolist() == small_study[2]["elpd_loo"].tolist()
