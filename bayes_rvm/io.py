@@ -231,6 +231,7 @@ def _json_attr(attrs, key: str, where: str):
 def to_datatree(model) -> xr.DataTree:
     """The DataTree that :func:`save_model` writes (see the module docstring), with its checksum."""
     check_is_fitted(model, "fit_")
+    params = _params_json(model)  # first: it says how to save what JSON cannot hold
     state = model._persisted_state()
     basis: KernelBasis = state["basis"]
     basis_vars = {}
@@ -248,7 +249,7 @@ def to_datatree(model) -> xr.DataTree:
         attrs={
             "format": _FORMAT,
             "estimator": type(model).__name__,
-            "params": _params_json(model),
+            "params": params,
             "extras": json.dumps(state.get("extras", {}), sort_keys=True),
             "feature_names": json.dumps(None if names is None else [str(n) for n in names]),
         }
@@ -633,14 +634,30 @@ def _rebuild_state(tree: xr.DataTree, params: dict, path: Path) -> dict:
     """The estimator state of ``_persisted_state`` from the groups of a saved tree."""
     root = str(path)
     basis_ds = _group(tree, "basis", path)
+    # The model's parameters build the basis; only gamma may differ (a width the fit chose).
+    from bayes_rvm._base import WIDTH_RULES
+
+    own = {k: params.get(k) for k in _BASIS_PARAMS}
     if "params" in basis_ds.attrs:
-        own = decode_params(_json_attr(basis_ds.attrs, "params", f"{path}:/basis"))
-        if not isinstance(own, dict) or set(own) != set(_BASIS_PARAMS):
+        stored = decode_params(_json_attr(basis_ds.attrs, "params", f"{path}:/basis"))
+        if not isinstance(stored, dict) or set(stored) != set(_BASIS_PARAMS):
             raise ModelFileError(f"{path}:/basis: the stored parameters are not {_BASIS_PARAMS}")
-        if isinstance(own["gamma"], list):  # per-feature coefficients, an array when fitted
-            own["gamma"] = np.asarray(own["gamma"], dtype=np.float64)
-    else:  # written before the basis kept its own parameters
-        own = {k: params[k] for k in _BASIS_PARAMS}
+        # A width rule, a sampled width or a cross-validated twin (no gamma of its own).
+        chosen = (
+            "gamma" not in params
+            or isinstance(params["gamma"], Prior)
+            or (isinstance(params["gamma"], str) and params["gamma"] in WIDTH_RULES)
+        )
+        if not chosen and json.dumps(stored["gamma"], default=_json_default) != json.dumps(
+            params["gamma"], default=_json_default
+        ):
+            raise ModelFileError(
+                f"{path}: inconsistent stored model: the basis's gamma {stored['gamma']!r} is "
+                f"not the model's {params['gamma']!r}"
+            )
+        gamma = stored["gamma"]
+        # Per-feature coefficients are an array when fitted.
+        own["gamma"] = np.asarray(gamma, dtype=np.float64) if isinstance(gamma, list) else gamma
     basis = KernelBasis(**own)
     for key in _BASIS_FITTED:
         setattr(basis, key, _json_attr(basis_ds.attrs, key, f"{path}:/basis"))
