@@ -575,9 +575,12 @@ def load_model(path: str | Path):
         parameters (by another version).
     """
     path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"no saved model at {path}")
-    tree = _read_tree(path)
+    # Not while a save swaps a zarr folder (it is briefly elsewhere). A folder one may only read
+    # can still be locked; Windows cannot lock one, and reads without.
+    with _path_lock(path) if os.name != "nt" and path.parent.is_dir() else contextlib.nullcontext():
+        if not path.exists():
+            raise FileNotFoundError(f"no saved model at {path}")
+        tree = _read_tree(path)
     attrs = tree.attrs
     fmt = attrs.get("format")
     if fmt != _FORMAT and fmt not in _LEGACY_FORMATS:

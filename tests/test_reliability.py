@@ -526,9 +526,15 @@ def test_concurrent_saves_to_one_path_all_succeed_and_leave_a_whole_model(tmp_pa
     # fork where there is one: the children start with the package imported (seconds, not a
     # minute); the saves are the same either way.
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+    save_model(RVR(gamma=0.1).fit(*make_sinc(25, random_state=0)), path)
     with multiprocessing.get_context(method).Pool(3) as pool:
-        done = pool.map(_save_repeatedly, [(path, seed, 8) for seed in range(3)])
-    assert done == [0, 1, 2]
+        job = pool.map_async(_save_repeatedly, [(path, seed, 8) for seed in range(3)])
+        loads = 0
+        while not job.ready():  # and readers meanwhile always find a whole model
+            load_model(path)
+            loads += 1
+        done = job.get()
+    assert done == [0, 1, 2] and loads > 0
     loaded = load_model(path)  # whole, and one of the three writers' model
     X = np.linspace(-10, 10, 11)[:, None]
     expected = [RVR(gamma=0.1).fit(*make_sinc(25, random_state=s)).predict(X) for s in range(3)]
