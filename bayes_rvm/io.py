@@ -386,10 +386,11 @@ def atomic_write(
 
     Notes
     -----
-    Concurrent writers of one path (threads or processes) all succeed, the last one's content
-    wins, and a reader sees one complete content or the other: the renames take turns under a
-    lock on the path (:func:`_path_lock`). A folder cannot replace another in one rename; the old
-    one is moved aside first, and back if the second rename fails.
+    Concurrent writers of one path (threads or processes) all succeed and the last one's content
+    wins: the renames take turns under a lock on the path (:func:`_path_lock`). A file is
+    replaced in one rename; a folder is not, so its readers take the lock too (as
+    :func:`load_model` does) to see one complete content or the other: the old folder is moved
+    aside first, and back if the second rename fails.
     """
     path = Path(path)
     parent = path.parent
