@@ -440,6 +440,8 @@ def _study(args) -> int:
 
     try:
         config = read_config(args.config)
+        # Made before the first fit: a folder that cannot be made fails now, not after them.
+        config.output.mkdir(parents=True, exist_ok=True)
     except (OSError, ValueError) as exc:
         raise SystemExit(f"bayes-rvm: {exc}") from None
     client = None
@@ -464,11 +466,11 @@ def _study(args) -> int:
     finally:
         if client is not None:
             client.close()
-    config.output.mkdir(parents=True, exist_ok=True)
     written = [config.output / "study.csv"]
     table.to_csv(written[0], index=False)
     shown = ["dataset", "model", "elpd_loo", "elpd_loo_se", "n_pareto_k_high"]
     shown += [c for c in ("test_rmse", "test_error_rate") if table[c].notna().any()]
+    shown += ["converged"] if table["converged"].eq(False).any() else []
     with pd.option_context("display.width", 200, "display.max_rows", 500):
         print(table[shown].round(3).to_string(index=False))
     if not args.no_plot:

@@ -93,6 +93,34 @@ class _WidthCV(BaseEstimator):
         self.n_features_in_ = self.estimator_.n_features_in_
         self.selection_time_ = time.perf_counter() - start
 
+    def _persisted_state(self) -> dict:
+        """What :mod:`bayes_rvm.io` stores: the refitted estimator's state and the search's."""
+        check_is_fitted(self, "estimator_")
+        state = self.estimator_._persisted_state()
+        search = {
+            "gamma": self.estimator_.gamma,
+            "length_scale": self.length_scale_,
+            "best_score": self.best_score_,
+            "selection_time": self.selection_time_,
+            "cv_results": {k: v.tolist() for k, v in self.cv_results_.items()},
+        }
+        return {**state, "extras": {**state["extras"], "cv": search}}
+
+    def _restore_state(self, state: dict) -> None:
+        search = state["extras"]["cv"]
+        self.estimator_ = self._estimator(gamma=search["gamma"])
+        self.estimator_._restore_state(state)
+        self.cv_results_ = {
+            k: np.asarray(v, dtype=np.float64) for k, v in search["cv_results"].items()
+        }
+        self.best_score_ = search["best_score"]
+        self.length_scale_ = search["length_scale"]
+        self.selection_time_ = search["selection_time"]
+        self.gamma_ = self.estimator_.gamma_
+        self.n_features_in_ = self.estimator_.n_features_in_
+        if hasattr(self.estimator_, "classes_"):
+            self.classes_ = self.estimator_.classes_
+
     def __getattr__(self, name):
         # The refitted estimator's fitted attributes (relevance_vectors_, alpha_, ...).
         if name.endswith("_") and not name.startswith("__") and "estimator_" in self.__dict__:

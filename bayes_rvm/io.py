@@ -21,6 +21,7 @@ What a saved model guarantees:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import importlib
@@ -29,6 +30,7 @@ import os
 import shutil
 import uuid
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -38,7 +40,16 @@ from sklearn.utils.validation import check_is_fitted
 from bayes_rvm.kernels import KernelBasis, resolve_gamma
 from bayes_rvm.priors import Prior, decode_params, encode_params
 
-__all__ = ["ModelFileError", "load_model", "save_model", "to_datatree"]
+__all__ = [
+    "ModelFileError",
+    "atomic_write",
+    "json_checksum",
+    "load_model",
+    "read_tree",
+    "save_model",
+    "to_datatree",
+    "write_tree",
+]
 
 _FORMAT = "bayes_rvm-model/2"
 #: Files of the first format carry no checksum; they still load, with a warning.
@@ -63,6 +74,9 @@ def _estimators() -> dict:
     except ImportError:  # pragma: no cover - classification not installed
         return found
     found["RVC"] = classifier.RVC
+    from bayes_rvm import cv
+
+    found.update(RVRCV=cv.RVRCV, RVCCV=cv.RVCCV)
     return found
 
 
@@ -151,7 +165,7 @@ def _dataclass_to_dataset(obj, class_key: str = "class") -> xr.Dataset:
             data.update(inner.data_vars)
             attrs.update(inner.attrs)
         elif isinstance(value, np.ndarray):
-            data[f.name] = ([f"{f.name}_{k}" for k in range(value.ndim)], value)
+            data[f.name] = _array_variable(f.name, value)
         elif isinstance(value, bool | np.bool_):
             attrs[f.name] = json.dumps(bool(value))
         elif isinstance(value, int | float | np.integer | np.floating):
@@ -159,6 +173,25 @@ def _dataclass_to_dataset(obj, class_key: str = "class") -> xr.Dataset:
         else:
             attrs[f.name] = json.dumps(value)
     return xr.Dataset(data, attrs=attrs)
+
+
+def _array_variable(name: str, value: np.ndarray) -> xr.Variable:
+    """An array as a variable that remembers a Fortran memory order.
+
+    netCDF and zarr hand arrays back in C order, but BLAS sums a product in another order for a
+    Fortran-ordered operand (a Cholesky factor from LAPACK, a design sliced by columns): without
+    the order, a loaded model could predict one ulp away from the fitted one.
+    """
+    fortran = value.ndim > 1 and value.flags.f_contiguous and not value.flags.c_contiguous
+    return xr.Variable(
+        [f"{name}_{k}" for k in range(value.ndim)], value, attrs={"order": "F"} if fortran else {}
+    )
+
+
+def _array_values(var: xr.DataArray | xr.Variable) -> np.ndarray:
+    """The values of a variable written by :func:`_array_variable`, in their memory order."""
+    values = var.values
+    return np.asfortranarray(values) if var.attrs.get("order") == "F" else values
 
 
 def _dataset_to_dataclass(ds: xr.Dataset, where: str, class_key: str = "class"):
@@ -175,7 +208,7 @@ def _dataset_to_dataclass(ds: xr.Dataset, where: str, class_key: str = "class"):
         if f"{f.name}.class" in ds.attrs:
             kwargs[f.name] = _dataset_to_dataclass(ds, where, f"{f.name}.class")
         elif f.name in ds.data_vars:
-            value = ds[f.name].values
+            value = _array_values(ds[f.name])
             kwargs[f.name] = value.item() if value.ndim == 0 else value
         elif f.name in ds.attrs:
             value = _json_attr(ds.attrs, f.name, where)
@@ -198,18 +231,25 @@ def _json_attr(attrs, key: str, where: str):
 def to_datatree(model) -> xr.DataTree:
     """The DataTree that :func:`save_model` writes (see the module docstring), with its checksum."""
     check_is_fitted(model, "fit_")
+    params = _params_json(model)  # first: it says how to save what JSON cannot hold
     state = model._persisted_state()
     basis: KernelBasis = state["basis"]
     basis_vars = {}
     if basis.centres_ is not None:
         basis_vars["centres"] = (("centre", "feature"), basis.centres_)
     basis_attrs = {k: json.dumps(getattr(basis, k)) for k in _BASIS_FITTED}
+    # The basis's own parameters: a width chosen by the evidence is its gamma, not the model's.
+    basis_attrs["params"] = json.dumps(
+        encode_params({k: getattr(basis, k) for k in _BASIS_PARAMS}),
+        sort_keys=True,
+        default=_json_default,
+    )
     names = getattr(model, "feature_names_in_", None)
     root = xr.Dataset(
         attrs={
             "format": _FORMAT,
             "estimator": type(model).__name__,
-            "params": _params_json(model),
+            "params": params,
             "extras": json.dumps(state.get("extras", {}), sort_keys=True),
             "feature_names": json.dumps(None if names is None else [str(n) for n in names]),
         }
@@ -220,9 +260,7 @@ def to_datatree(model) -> xr.DataTree:
         groups[f"/fit_{k}" if len(fits) > 1 else "/fit"] = _dataclass_to_dataset(fit)
     root.attrs["n_fits"] = len(fits)
     arrays = state.get("arrays") or {}
-    groups["/arrays"] = xr.Dataset(
-        {k: ([f"{k}_{i}" for i in range(v.ndim)], v) for k, v in arrays.items()}
-    )
+    groups["/arrays"] = xr.Dataset({k: _array_variable(k, v) for k, v in arrays.items()})
     idata = state.get("idata")
     if idata is not None:
         for node in idata.children.values():
@@ -258,14 +296,14 @@ def _engine(path: Path) -> str:
     return "h5netcdf" if path.suffix in (".nc", ".nc4", ".h5") else "zarr"
 
 
-def _read_tree(path: Path) -> xr.DataTree:
+def _read_tree(path: Path, what: str = "a bayes_rvm model") -> xr.DataTree:
     try:
         engine = _engine(path)
         kwargs = {"consolidated": False} if engine == "zarr" else {}
         tree = xr.load_datatree(path, engine=engine, **kwargs)  # read whole, file closed
     except Exception as exc:  # any reader failure means a damaged or foreign file
         detail = " ".join(str(exc).split()) or type(exc).__name__
-        raise ModelFileError(f"could not read a bayes_rvm model from {path}: {detail}") from exc
+        raise ModelFileError(f"could not read {what} from {path}: {detail}") from exc
     return tree
 
 
@@ -288,15 +326,199 @@ def _remove(path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
+@contextlib.contextmanager
+def _path_lock(path: Path):
+    """Hold an exclusive lock for replacing ``path``: on its folder (POSIX), else a lock file.
+
+    Writers of one path take turns at the moment they replace it, so that none of them sees
+    another's half-done swap (the critical section is a check and two renames). The operating
+    system releases the lock of a process that dies. Locking the folder leaves no lock file
+    beside the user's files; Windows cannot lock a folder and uses ``.<name>.lock``.
+    """
+    if os.name == "nt":  # pragma: no cover - Windows
+        import msvcrt
+
+        with open(path.parent / f".{path.name}.lock", "a+b") as handle:
+            while True:
+                try:  # LK_LOCK gives up after 10 s while the other writer is still busy
+                    msvcrt.locking(handle.fileno(), msvcrt.LK_LOCK, 1)
+                    break
+                except OSError:
+                    continue
+            try:
+                yield
+            finally:
+                msvcrt.locking(handle.fileno(), msvcrt.LK_UNLCK, 1)
+        return
+    import fcntl
+
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def atomic_write(
+    path: str | Path,
+    write: Callable[[Path], None],
+    *,
+    check: Callable[[Path], None] | None = None,
+    guard: Callable[[], None] | None = None,
+) -> Path:
+    """Write ``path`` through a temporary path beside it and a rename: never half a file.
+
+    Parameters
+    ----------
+    path : str or Path
+        Destination: a file, or a folder (zarr). An existing one is replaced.
+    write : callable
+        ``write(tmp)`` writes the content to the temporary path ``tmp`` (same suffix as ``path``).
+    check : callable, optional
+        ``check(tmp)`` runs after ``write``: raise to abandon the write (``path`` untouched).
+    guard : callable, optional
+        Runs under the lock just before the rename: raise to keep what is at ``path``.
+
+    Returns
+    -------
+    Path
+
+    Notes
+    -----
+    Concurrent writers of one path (threads or processes) all succeed and the last one's content
+    wins: the renames take turns under a lock on the path (:func:`_path_lock`). A file is
+    replaced in one rename; a folder is not, so its readers take the lock too (as
+    :func:`load_model` does) to see one complete content or the other: the old folder is moved
+    aside first, and back if the second rename fails.
+    """
+    path = Path(path)
+    parent = path.parent
+    if not parent.is_dir():
+        raise FileNotFoundError(f"cannot write {path}: folder {parent} does not exist.")
+    # Same suffix, hence the same format; a dot name keeps it out of listings.
+    tmp = parent / f".{path.stem}.tmp-{uuid.uuid4().hex[:12]}{path.suffix}"
+    try:
+        write(tmp)
+        if check is not None:
+            check(tmp)
+        with _path_lock(path):
+            if guard is not None:
+                guard()
+            if tmp.is_dir() and path.exists():
+                old = parent / f".{path.name}.old-{uuid.uuid4().hex[:12]}"
+                os.replace(path, old)
+                try:
+                    os.replace(tmp, path)
+                except BaseException:
+                    os.replace(old, path)
+                    raise
+                _remove(old)
+            else:
+                if path.is_dir() and not path.is_symlink():
+                    _remove(path)  # an earlier zarr model saved under a netCDF name
+                os.replace(tmp, path)
+    finally:
+        _remove(tmp)
+    return path
+
+
+def json_checksum(obj) -> str:
+    """SHA-256 of a JSON-able object in canonical form (sorted keys): what a stored row carries."""
+    return "sha256:" + hashlib.sha256(_canonical_attrs(obj)).hexdigest()
+
+
+def write_tree(tree: xr.DataTree, path: str | Path) -> str:
+    """Write a DataTree with its checksum (netCDF for ``.nc``, else zarr), atomically.
+
+    The tree is written with a ``checksum`` root attribute (:func:`_checksum`), read back and
+    compared before it is renamed into place (:func:`atomic_write`). ``tree`` is not modified.
+
+    Returns
+    -------
+    str
+        The checksum, which :func:`read_tree` checks.
+    """
+    path = Path(path)
+    groups = {node.path: _text_as_str(node.to_dataset(inherit=False)) for node in tree.subtree}
+    out = xr.DataTree.from_dict(groups)
+    out.attrs = {k: v for k, v in tree.attrs.items() if k != "checksum"}
+    out.attrs["checksum"] = checksum = _checksum(out)
+
+    def write(tmp: Path) -> None:
+        if _engine(path) == "zarr":
+            out.to_zarr(tmp, mode="w-", consolidated=False)
+        else:
+            out.to_netcdf(tmp, engine="h5netcdf")
+
+    def check(tmp: Path) -> None:
+        if _checksum(_read_tree(tmp)) != checksum:  # pragma: no cover - a bug of ours
+            raise RuntimeError(f"the DataTree written to {tmp} does not read back identically")
+
+    atomic_write(path, write, check=check)
+    return checksum
+
+
+def read_tree(path: str | Path, checksum: str | None = None) -> xr.DataTree:
+    """Read a DataTree written by :func:`write_tree`, checked against its checksum.
+
+    Parameters
+    ----------
+    path : str or Path
+    checksum : str, optional
+        The checksum the tree must have (recorded elsewhere, e.g. in a study's row); by default
+        the one in its own ``checksum`` attribute.
+
+    Returns
+    -------
+    xarray.DataTree
+        Without the ``checksum`` attribute.
+
+    Raises
+    ------
+    FileNotFoundError
+        If ``path`` does not exist.
+    ModelFileError
+        Naming ``path``: unreadable, truncated, or its content does not match the checksum.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"no stored DataTree at {path}")
+    tree = _read_tree(path, "a stored DataTree")
+    stored = tree.attrs.pop("checksum", None)
+    if stored is None:
+        raise ModelFileError(f"{path}: the checksum attribute is missing")
+    actual = _checksum(tree)
+    if actual != stored or (checksum is not None and actual != checksum):
+        raise ModelFileError(
+            f"{path} is damaged: its content does not match its checksum (changed or missing "
+            "data, e.g. a flipped byte or an edited attribute)"
+        )
+    return tree
+
+
+def _check_destination(path: Path, overwrite: bool) -> None:
+    if path.exists() or path.is_symlink():
+        if not _is_saved_model(path):
+            raise FileExistsError(
+                f"{path} exists and is not a bayes_rvm model; refusing to write over it. "
+                "Choose a new path (a name ending in .nc for netCDF, any other for zarr)."
+            )
+        if not overwrite:
+            raise FileExistsError(f"{path} already holds a saved model and overwrite=False.")
+
+
 def save_model(model, path: str | Path, *, overwrite: bool = True) -> Path:
     """Write a fitted estimator to ``path``: netCDF for ``.nc``, otherwise a zarr store.
 
     The model is written to a temporary path beside ``path``, read back and checked against its
     checksum, and only then renamed to ``path``; an interrupted save leaves the old file whole.
+    Concurrent saves to one path (from threads or processes) all succeed and the last one wins;
+    none leaves a broken model (:func:`atomic_write`).
 
     Parameters
     ----------
-    model : RVR or RVC
+    model : RVR, RVC, RVRCV or RVCCV
         A fitted estimator whose parameters are JSON-serialisable (named kernels, numbers).
     path : str or Path
         Destination. An existing path is replaced only if it holds a model written by
@@ -316,46 +538,22 @@ def save_model(model, path: str | Path, *, overwrite: bool = True) -> Path:
         If a constructor parameter (a callable kernel, say) cannot be stored.
     """
     path = Path(path)
-    if path.exists() or path.is_symlink():
-        if not _is_saved_model(path):
-            raise FileExistsError(
-                f"{path} exists and is not a bayes_rvm model; refusing to write over it. "
-                "Choose a new path (a name ending in .nc for netCDF, any other for zarr)."
-            )
-        if not overwrite:
-            raise FileExistsError(f"{path} already holds a saved model and overwrite=False.")
+    if path.parent.is_dir():
+        with _path_lock(path):  # not while another save swaps it: its folder may be mid-move
+            _check_destination(path, overwrite)
     tree = to_datatree(model)
-    parent = path.parent
-    if not parent.is_dir():
-        raise FileNotFoundError(f"cannot save to {path}: folder {parent} does not exist.")
-    # Same suffix, hence the same format; a dot name keeps it out of listings.
-    tmp = parent / f".{path.stem}.tmp-{uuid.uuid4().hex[:12]}{path.suffix}"
-    try:
+
+    def write(tmp: Path) -> None:
         if _engine(path) == "zarr":
             tree.to_zarr(tmp, mode="w-", consolidated=False)
         else:
             tree.to_netcdf(tmp, engine="h5netcdf")
-        written = _read_tree(tmp)
-        if _checksum(written) != tree.attrs["checksum"]:  # pragma: no cover - a bug of ours
+
+    def check(tmp: Path) -> None:
+        if _checksum(_read_tree(tmp)) != tree.attrs["checksum"]:  # pragma: no cover - a bug
             raise RuntimeError(f"the model written to {tmp} does not read back identically")
-        if tmp.is_dir() and path.exists():
-            # A directory cannot replace another in one rename: move the old one aside first,
-            # and back if the second rename fails.
-            old = parent / f".{path.name}.old-{uuid.uuid4().hex[:12]}"
-            os.replace(path, old)
-            try:
-                os.replace(tmp, path)
-            except BaseException:
-                os.replace(old, path)
-                raise
-            _remove(old)
-        else:
-            if path.is_dir():
-                _remove(path)  # an earlier zarr model saved under a netCDF name
-            os.replace(tmp, path)
-    finally:
-        _remove(tmp)
-    return path
+
+    return atomic_write(path, write, check=check, guard=lambda: _check_destination(path, overwrite))
 
 
 # -- reading -------------------------------------------------------------------------------------
@@ -378,9 +576,12 @@ def load_model(path: str | Path):
         parameters (by another version).
     """
     path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"no saved model at {path}")
-    tree = _read_tree(path)
+    # Not while a save swaps a zarr folder (it is briefly elsewhere). A folder one may only read
+    # can still be locked; Windows cannot lock one, and reads without.
+    with _path_lock(path) if os.name != "nt" and path.parent.is_dir() else contextlib.nullcontext():
+        if not path.exists():
+            raise FileNotFoundError(f"no saved model at {path}")
+        tree = _read_tree(path)
     attrs = tree.attrs
     fmt = attrs.get("format")
     if fmt != _FORMAT and fmt not in _LEGACY_FORMATS:
@@ -420,7 +621,8 @@ def load_model(path: str | Path):
     try:
         model = cls(**params)
         state = _rebuild_state(tree, params, path)
-        _check_state(state, params, type(model).__name__, path)
+        # A cross-validated twin holds the state of the estimator it refitted.
+        _check_state(state, params, getattr(cls, "_template", cls).__name__, path)
         model._restore_state(state)
     except ModelFileError:
         raise
@@ -436,7 +638,31 @@ def _rebuild_state(tree: xr.DataTree, params: dict, path: Path) -> dict:
     """The estimator state of ``_persisted_state`` from the groups of a saved tree."""
     root = str(path)
     basis_ds = _group(tree, "basis", path)
-    basis = KernelBasis(**{k: params[k] for k in _BASIS_PARAMS})
+    # The model's parameters build the basis; only gamma may differ (a width the fit chose).
+    from bayes_rvm._base import WIDTH_RULES
+
+    own = {k: params.get(k) for k in _BASIS_PARAMS}
+    if "params" in basis_ds.attrs:
+        stored = decode_params(_json_attr(basis_ds.attrs, "params", f"{path}:/basis"))
+        if not isinstance(stored, dict) or set(stored) != set(_BASIS_PARAMS):
+            raise ModelFileError(f"{path}:/basis: the stored parameters are not {_BASIS_PARAMS}")
+        # A width rule, a sampled width or a cross-validated twin (no gamma of its own).
+        chosen = (
+            "gamma" not in params
+            or isinstance(params["gamma"], Prior)
+            or (isinstance(params["gamma"], str) and params["gamma"] in WIDTH_RULES)
+        )
+        if not chosen and json.dumps(stored["gamma"], default=_json_default) != json.dumps(
+            params["gamma"], default=_json_default
+        ):
+            raise ModelFileError(
+                f"{path}: inconsistent stored model: the basis's gamma {stored['gamma']!r} is "
+                f"not the model's {params['gamma']!r}"
+            )
+        gamma = stored["gamma"]
+        # Per-feature coefficients are an array when fitted.
+        own["gamma"] = np.asarray(gamma, dtype=np.float64) if isinstance(gamma, list) else gamma
+    basis = KernelBasis(**own)
     for key in _BASIS_FITTED:
         setattr(basis, key, _json_attr(basis_ds.attrs, key, f"{path}:/basis"))
     basis.centres_ = basis_ds["centres"].values if "centres" in basis_ds else None
@@ -454,7 +680,7 @@ def _rebuild_state(tree: xr.DataTree, params: dict, path: Path) -> dict:
         "basis": basis,
         "fit": fits[0] if n_fits == 1 else fits,
         "extras": _json_attr(tree.attrs, "extras", root),
-        "arrays": {k: v.values for k, v in _group(tree, "arrays", path).data_vars.items()},
+        "arrays": {k: _array_values(v) for k, v in _group(tree, "arrays", path).data_vars.items()},
         "feature_names": feature_names,
     }
     reserved = {"basis", "arrays", *names}

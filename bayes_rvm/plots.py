@@ -108,7 +108,8 @@ def plot_study(table, *, n_se: float = 1.0, axes=None):
     -----
     The elpd of different data sets are not on one scale (they sum over different points), hence
     one panel each. Within a panel the best model is marked; models whose fits have Pareto k
-    above 0.7 are drawn hollow, as their elpd is not reliable.
+    above 0.7 are drawn hollow, as their elpd is not reliable, and fits that failed a convergence
+    check (the table's ``converged`` is False) are crossed in red.
     """
     import matplotlib.pyplot as plt
 
@@ -149,6 +150,20 @@ def plot_study(table, *, n_se: float = 1.0, axes=None):
                 **style,
                 label=("Pareto k ≤ 0.7" if ok else "Pareto k > 0.7") if sel.any() else None,
             )
+        if "converged" in rows:
+            # A failed convergence check (R-hat, ESS, divergences, the iteration cap): the elpd
+            # of a fit that did not converge is not to be trusted.
+            failed = rows["converged"].eq(False).to_numpy()
+            if failed.any():
+                ax.plot(
+                    elpd[failed],
+                    pos[failed],
+                    "x",
+                    color="C3",
+                    ms=10,
+                    mew=2,
+                    label="not converged",
+                )
         if np.isfinite(elpd).any():
             best = int(np.nanargmax(elpd))
             ax.axvline(elpd[best], color="0.6", ls="--", lw=1)

@@ -15,6 +15,12 @@ system and an interrupted study loses only the fits that were still running::
       study.json          settings: seed entropy, every task's estimator and data digest
       fits/<key>.nc       the fit's DataTree (ArviZ groups), written atomically
       rows/<key>.json     the fit's row of the table, written last: its presence marks the fit done
+
+Every file carries a SHA-256 checksum (:func:`bayes_rvm.io.json_checksum`,
+:func:`bayes_rvm.io.write_tree`), and a row also the checksum of its fit's DataTree: an edited,
+truncated or damaged file is never read as a result. :func:`load_study` and :func:`load_fit`
+raise :class:`StudyStoreError` naming the file; a resumed :func:`run_study` warns and fits that
+task again.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import os
 import re
 import socket
 import sys
+import threading
 import time
 import warnings
 from collections.abc import Callable, Mapping
@@ -39,6 +46,7 @@ import pandas as pd
 __all__ = [
     "COLUMNS",
     "StudyConfig",
+    "StudyStoreError",
     "load_fit",
     "load_study",
     "read_config",
@@ -46,10 +54,13 @@ __all__ = [
     "task_seed",
 ]
 
-_FORMAT = "bayes_rvm-study/1"
+_FORMAT = "bayes_rvm-study/2"
+#: Stores of the first format carry no checksums; they still load, with a warning.
+_LEGACY_FORMATS = ("bayes_rvm-study/1",)
 
 #: Columns of a study table, in order. ``fit_time``, ``worker`` and ``warnings`` describe the run;
-#: every other column depends only on the estimator, the data and the study's seed.
+#: every other column depends only on the estimator, the data and the study's seed. ``converged``
+#: is False where the fit failed a convergence check (MCMC diagnostics, the type-II iteration cap).
 COLUMNS = (
     "dataset",
     "model",
@@ -72,6 +83,7 @@ COLUMNS = (
     "max_rhat",
     "min_ess_bulk",
     "divergences",
+    "converged",
     "seed",
     "fit_time",
     "worker",
@@ -210,6 +222,12 @@ def _check_datasets(datasets) -> dict[str, _Data]:
         for x, t, what in ((data.X, data.y, ""), (data.X_test, data.y_test, "test ")):
             if x is None and t is None and what:
                 continue
+            for a, label in ((x, f"{what}X"), (t, f"{what}y")):
+                if a is None or isinstance(a, str | bytes) or not hasattr(a, "__len__"):
+                    raise TypeError(
+                        f"datasets[{name!r}]: {label} must be an array-like of samples, got "
+                        f"{type(a).__name__}."
+                    )
             if len(x) != len(t):
                 raise ValueError(
                     f"datasets[{name!r}]: {what}X has {len(x)} rows but {what}y has {len(t)}."
@@ -317,17 +335,31 @@ def _method(est, dt) -> str:
     return str(getattr(est, "inference", "type2"))
 
 
+#: One fit at a time per process. A worker that runs tasks in threads (a Dask worker with
+#: ``nthreads > 1``) would otherwise interleave them, and the BLAS thread limit and the warnings
+#: filters are process-wide: one fit leaving ``threadpool_limits`` gave BLAS its threads back in the
+#: middle of another (whose sums then came out in another order), and caught the other's warnings.
+_FIT_LOCK = threading.Lock()
+
+
 def _fit_task(task: _Task, estimator, data: _Data) -> tuple[dict, object]:
     """Fit one model on one data set; return its row and DataTree (None without ``idata_``)."""
     from sklearn.base import clone
+    from sklearn.exceptions import ConvergenceWarning
     from threadpoolctl import threadpool_limits
+
+    from bayes_rvm.inference import SamplingDiagnosticsWarning
 
     est = clone(estimator)
     if "random_state" in est.get_params(deep=False):
         est.set_params(random_state=task.seed)
     # One BLAS thread wherever the fit runs: the parallelism is across fits, and the sums come
     # out in the same order in every process.
-    with threadpool_limits(1), warnings.catch_warnings(record=True) as caught:
+    with (
+        _FIT_LOCK,
+        threadpool_limits(1),
+        warnings.catch_warnings(record=True) as caught,
+    ):
         warnings.simplefilter("always")
         try:
             start = time.perf_counter()
@@ -350,7 +382,10 @@ def _fit_task(task: _Task, estimator, data: _Data) -> tuple[dict, object]:
             exc.add_note(f"(study fit of model {task.model!r} on data set {task.dataset!r})")
             raise
     messages = dict.fromkeys(f"{w.category.__name__}: {str(w.message)[:300]}" for w in caught)
+    failed = (ConvergenceWarning, SamplingDiagnosticsWarning)
     row.update(
+        converged=getattr(est, "converged_", True) is not False
+        and not any(issubclass(w.category, failed) for w in caught),
         seed=task.seed,
         fit_time=fit_time,
         worker=f"{socket.gethostname()}:{os.getpid()}",
@@ -366,23 +401,52 @@ def _complete_row(row: Mapping) -> dict:
 # ---------------------------------------------------------------------------------------------
 # The store
 # ---------------------------------------------------------------------------------------------
-def _atomic_write(path: Path, write: Callable[[Path], None]) -> None:
-    """Write through a temporary name in the same folder, then rename: never a half file."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+class StudyStoreError(ValueError):
+    """A file of a study store that is not what :func:`run_study` wrote: unreadable, truncated,
+    edited or damaged. The message names the file."""
+
+
+def _read_json(path: Path, what: str) -> dict:
     try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise StudyStoreError(f"cannot read the {what} {path}: {exc}") from exc
+    if not isinstance(data, dict):
+        raise StudyStoreError(f"{path}: the {what} is not a JSON object")
+    return data
+
+
+def _check_sum(path: Path, what: str, data: dict, checksum) -> None:
+    from bayes_rvm.io import json_checksum
+
+    if checksum != json_checksum(data):
+        raise StudyStoreError(
+            f"{path}: the {what} does not match its checksum (edited or damaged); delete it to "
+            "fit that task again"
+        )
+
+
+def _write_json(path: Path, data: dict) -> None:
+    from bayes_rvm.io import atomic_write, json_checksum
+
+    text = json.dumps({**data, "checksum": json_checksum(data)}, indent=1, sort_keys=True)
+    atomic_write(path, lambda tmp: tmp.write_text(text))
+
+
+_TASK_FIELDS = {"dataset": str, "model": str, "seed": int, "spec": str, "data_digest": str}
 
 
 class _Store:
     """The study folder (see the module docstring)."""
 
     def __init__(self, path):
+        if not isinstance(path, str | os.PathLike):
+            raise TypeError(f"store must be a path (str or os.PathLike), got {path!r}.")
         self.path = Path(path)
+        if self.path.exists() and not self.path.is_dir():
+            raise ValueError(f"store={str(self.path)!r} is a file, not a study folder.")
         self.settings_path = self.path / "study.json"
+        self.legacy = False
 
     # settings -----------------------------------------------------------------------------
     def read_settings(self) -> dict | None:
@@ -393,22 +457,45 @@ class _Store:
                     "Give a new or empty folder."
                 )
             return None
-        try:
-            settings = json.loads(self.settings_path.read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise ValueError(f"cannot read the study settings {self.settings_path}: {exc}") from exc
-        if settings.get("format") != _FORMAT:
-            raise ValueError(
-                f"{self.settings_path} is not a bayes_rvm study "
-                f"(format {settings.get('format')!r})."
+        path = self.settings_path
+        settings = _read_json(path, "study settings")
+        fmt = settings.get("format")
+        if fmt != _FORMAT and fmt not in _LEGACY_FORMATS:
+            raise StudyStoreError(f"{path} is not a bayes_rvm study (format {fmt!r}).")
+        self.legacy = fmt in _LEGACY_FORMATS
+        if self.legacy:
+            warnings.warn(
+                f"the study at {self.path} was written in the older format {fmt!r} without "
+                "checksums: the integrity of its results cannot be verified. Rerun it into a new "
+                "store to add them.",
+                UserWarning,
+                stacklevel=3,
             )
+        checksum = settings.pop("checksum", None)
+        if not self.legacy:
+            _check_sum(path, "study settings", settings, checksum)
+        tasks, order = settings.get("tasks"), settings.get("order")
+        entropy = settings.get("entropy")
+        if not isinstance(tasks, dict) or not isinstance(order, list):
+            raise StudyStoreError(f"{path}: the study settings lack their tasks and order")
+        if entropy is not None and (not isinstance(entropy, int) or entropy < 0):
+            raise StudyStoreError(f"{path}: the seed entropy {entropy!r} is not an int >= 0")
+        for key in order:
+            task = tasks.get(key)
+            if not isinstance(task, dict) or any(
+                not isinstance(task.get(f), t) for f, t in _TASK_FIELDS.items()
+            ):
+                raise StudyStoreError(f"{path}: task {key!r} is missing or incomplete")
+            if key != _key(task["dataset"], task["model"]):
+                raise StudyStoreError(f"{path}: task {key!r} does not match its names")
         return settings
 
     def write_settings(self, settings: dict) -> None:
         (self.path / "fits").mkdir(parents=True, exist_ok=True)
         (self.path / "rows").mkdir(exist_ok=True)
-        text = json.dumps(settings, indent=1, sort_keys=True)
-        _atomic_write(self.settings_path, lambda p: p.write_text(text))
+        # A store of the first format stays one: its rows have no checksums to check.
+        fmt = settings["format"] if self.legacy else _FORMAT
+        _write_json(self.settings_path, {**settings, "format": fmt})
 
     # fits -------------------------------------------------------------------------------------
     def fit_path(self, key: str) -> Path:
@@ -421,22 +508,47 @@ class _Store:
         return self.row_path(key).exists()
 
     def write(self, key: str, row: dict, dt) -> None:
-        if dt is not None:
-            _atomic_write(self.fit_path(key), lambda p: dt.to_netcdf(p, engine="h5netcdf"))
-        text = json.dumps(row, sort_keys=True)
-        _atomic_write(self.row_path(key), lambda p: p.write_text(text))
+        from bayes_rvm.io import write_tree
+
+        fit_checksum = None if dt is None else write_tree(dt, self.fit_path(key))
+        # Written last: its presence marks the fit done, its checksum vouches for both files.
+        _write_json(self.row_path(key), {"row": row, "fit_checksum": fit_checksum})
+
+    def read_entry(self, key: str) -> dict:
+        """The stored ``{"row", "fit_checksum"}`` of a finished fit, checked."""
+        path = self.row_path(key)
+        data = _read_json(path, "study row")
+        if self.legacy and "row" not in data:
+            return {"row": _complete_row(data), "fit_checksum": None}
+        _check_sum(path, "study row", data, data.pop("checksum", None))
+        row = data.get("row")
+        if not isinstance(row, dict) or not set(row) <= set(COLUMNS):
+            raise StudyStoreError(f"{path}: not a row of a study table")
+        if key != _key(str(row.get("dataset")), str(row.get("model"))):
+            raise StudyStoreError(f"{path}: the row is of another task")
+        if data.get("fit_checksum") is not None and not self.fit_path(key).exists():
+            raise StudyStoreError(f"{path}: its fit's DataTree {self.fit_path(key)} is missing")
+        return {"row": _complete_row(row), "fit_checksum": data.get("fit_checksum")}
 
     def read_row(self, key: str) -> dict:
-        return _complete_row(json.loads(self.row_path(key).read_text()))
+        return self.read_entry(key)["row"]
 
     def read_fit(self, key: str):
-        import xarray as xr
+        from bayes_rvm.io import ModelFileError, read_tree
 
         path = self.fit_path(key)
+        checksum = self.read_entry(key)["fit_checksum"]
         if not path.exists():
             raise FileNotFoundError(f"no stored DataTree at {path}")
-        with xr.open_datatree(path, engine="h5netcdf") as tree:
-            return tree.load()
+        if checksum is None:  # a row of the first format
+            import xarray as xr
+
+            with xr.open_datatree(path, engine="h5netcdf") as tree:
+                return tree.load()
+        try:
+            return read_tree(path, checksum)
+        except ModelFileError as exc:
+            raise StudyStoreError(f"{exc}; delete {self.row_path(key)} to fit it again") from exc
 
 
 def _merge_settings(store: _Store, entropy: int | None) -> tuple[int | None, dict]:
@@ -470,20 +582,61 @@ def _check_against_store(settings: dict, tasks: list[_Task], store: _Store) -> N
 # ---------------------------------------------------------------------------------------------
 # Execution
 # ---------------------------------------------------------------------------------------------
-def _backend(client):
-    """The joblib configuration: the Dask backend on ``client``, or whatever is configured."""
-    if client is None:
-        return contextlib.nullcontext()
+def _read_stored_row(store: _Store, key: str) -> dict | None:
+    """A finished fit's row, or None (with a warning) where its files are damaged: fit it again."""
     try:
-        import distributed  # noqa: F401
+        return store.read_row(key)
+    except StudyStoreError as exc:
+        warnings.warn(f"{exc}. Fitting that task again.", UserWarning, stacklevel=3)
+        return None
+
+
+def _check_client(client) -> None:
+    if client is None:
+        return
+    try:
+        from distributed import Client
     except ImportError as exc:  # pragma: no cover - depends on the installation
         raise ImportError(
             "client= runs the study on Dask, which is not installed: "
             "pip install 'bayes-rvm[study]' (or 'dask[distributed]')."
         ) from exc
+    if not isinstance(client, Client):
+        raise TypeError(
+            f"client must be a dask.distributed.Client, got {type(client).__name__}; for local "
+            "processes leave it None (and set n_jobs)."
+        )
+    threads = client.nthreads()
+    if any(n > 1 for n in threads.values()):
+        warnings.warn(
+            f"the Dask workers run {max(threads.values())} threads each, but a process fits one "
+            "model at a time (the BLAS thread limit and warnings are process-wide, and results "
+            "must not depend on the neighbours): start single-threaded workers "
+            "(LocalCluster(threads_per_worker=1), dask worker --nthreads 1) and more of them.",
+            UserWarning,
+            stacklevel=3,
+        )
+
+
+def _backend(client):
+    """The joblib configuration: the Dask backend on ``client``, or whatever is configured."""
+    if client is None:
+        return contextlib.nullcontext()
     from joblib import parallel_config
 
     return parallel_config(backend="dask", client=client)
+
+
+def _convergence_note(row: Mapping) -> str:
+    """``", NOT CONVERGED (R-hat 1.596, bulk ESS 7, 0 divergences)"`` for a failed check."""
+    if row.get("converged") is not False:
+        return ""
+    if row.get("method") == "mcmc" and np.isfinite(row.get("max_rhat", math.nan)):
+        return (
+            f", NOT CONVERGED (R-hat {row['max_rhat']:.3f}, bulk ESS {row['min_ess_bulk']:.0f}, "
+            f"{row['divergences']:.0f} divergences; see the warnings column)"
+        )
+    return ", NOT CONVERGED (see the warnings column)"
 
 
 def _progress_printer(stream=None) -> Callable[[int, int, dict], None]:
@@ -491,8 +644,8 @@ def _progress_printer(stream=None) -> Callable[[int, int, dict], None]:
         elpd = row["elpd_loo"]
         elpd = f"elpd {elpd:.2f} ± {row['elpd_loo_se']:.2f}" if np.isfinite(elpd) else "no LOO"
         print(
-            f"[{done}/{total}] {row['dataset']} / {row['model']}: {elpd} "
-            f"({row['fit_time']:.1f} s on {row['worker']})",
+            f"[{done}/{total}] {row['dataset']} / {row['model']}: {elpd}"
+            f"{_convergence_note(row)} ({row['fit_time']:.1f} s on {row['worker']})",
             file=stream or sys.stderr,
             flush=True,
         )
@@ -576,9 +729,17 @@ def run_study(
     models = _check_models(models)
     datasets = _check_datasets(datasets)
     entropy = _entropy(random_state) if random_state is not None else None
-    if n_jobs is not None and (not isinstance(n_jobs, int) or n_jobs == 0):
+    if n_jobs is not None and (
+        not isinstance(n_jobs, int | np.integer) or isinstance(n_jobs, bool) or n_jobs == 0
+    ):
         raise ValueError(f"n_jobs must be a nonzero int or None, got {n_jobs!r}.")
+    if not (progress is None or isinstance(progress, bool) or callable(progress)):
+        raise TypeError(
+            "progress must be True, False or a callable progress(n_done, n_total, row), got "
+            f"{type(progress).__name__}."
+        )
     report = _progress_printer() if progress is True else (progress or None)
+    _check_client(client)
 
     pairs = [(d, m) for d in datasets for m in models]
     data_digest = {
@@ -605,6 +766,7 @@ def run_study(
     ]
     rows: dict[str, dict] = {}
     if db is not None:
+        stored = {t.key: _read_stored_row(db, t.key) for t in tasks if db.is_done(t.key)}
         _check_against_store(settings, tasks, db)
         settings["entropy"] = entropy
         for t in tasks:
@@ -624,7 +786,7 @@ def run_study(
         except Exception:  # pragma: no cover - running from a source tree
             settings["bayes_rvm_version"] = "unknown"
         db.write_settings(settings)
-        rows = {t.key: db.read_row(t.key) for t in tasks if db.is_done(t.key)}
+        rows = {key: row for key, row in stored.items() if row is not None}
     pending = [t for t in tasks if t.key not in rows]
 
     total, done = len(tasks), len(rows)
@@ -705,6 +867,8 @@ def load_fit(store: str | os.PathLike, dataset: str, model: str):
         If that fit has not finished, or its estimator had no ``idata_``.
     """
     db = _Store(store)
+    if db.read_settings() is None:
+        raise FileNotFoundError(f"no study at {db.path} (no study.json)")
     key = _key(dataset, model)
     if not db.is_done(key):
         raise FileNotFoundError(
@@ -740,6 +904,12 @@ class StudyConfig:
 
 
 _STUDY_KEYS = {"random_state", "store", "output", "n_jobs"}
+_STUDY_TYPES = (
+    ("random_state", int, "an int >= 0"),
+    ("store", str, "a folder name (a string)"),
+    ("output", str, "a folder name (a string)"),
+    ("n_jobs", int, "a nonzero int"),
+)
 _ESTIMATORS = ("RVR", "RVC")
 
 
@@ -869,18 +1039,35 @@ def read_config(path: str | os.PathLike) -> StudyConfig:
     if unknown:
         raise ValueError(f"{path}: unknown tables {unknown} (expected study, datasets, models)")
     study = config.get("study", {})
+    if not isinstance(study, dict):
+        raise ValueError(f"{path}: study must be a table ([study]), got {study!r}")
     bad = sorted(set(study) - _STUDY_KEYS)
     if bad:
         raise _config_error(path, "study", f"unknown keys {bad}; expected {sorted(_STUDY_KEYS)}")
+    for key, kind, what in _STUDY_TYPES:
+        if key in study and (not isinstance(study[key], kind) or isinstance(study[key], bool)):
+            raise _config_error(path, "study", f"{key} must be {what}, got {study[key]!r}")
     for table in ("datasets", "models"):
-        if not config.get(table):
+        entries = config.get(table)
+        if not entries:
             raise ValueError(f"{path}: no [{table}.NAME] tables")
+        if not isinstance(entries, dict):
+            raise ValueError(f"{path}: {table} must be [{table}.NAME] tables, got {entries!r}")
+        for name, spec in entries.items():
+            if not isinstance(spec, dict):
+                raise _config_error(path, f"{table}.{name}", f"must be a table, got {spec!r}")
     base = path.parent
+    output = base / study.get("output", f"{path.stem}_output")
+    store = base / study["store"] if "store" in study else None
+    # Checked now, not after the fits: a study without a place for its results is lost.
+    for key, folder in (("output", output), ("store", store)):
+        if folder is not None and folder.exists() and not folder.is_dir():
+            raise _config_error(path, "study", f"{key} {folder} is a file, not a folder")
     return StudyConfig(
         models={k: _config_model(path, k, v) for k, v in config["models"].items()},
         datasets={k: _config_dataset(path, k, v) for k, v in config["datasets"].items()},
-        store=base / study["store"] if "store" in study else None,
-        output=base / study.get("output", f"{path.stem}_output"),
+        store=store,
+        output=output,
         n_jobs=study.get("n_jobs"),
         random_state=study.get("random_state"),
     )
