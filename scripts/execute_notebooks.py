@@ -7,12 +7,12 @@ Usage (from the repository root)::
     .venv/bin/python scripts/execute_notebooks.py --fast 02       # CI's reduced settings
     .venv/bin/python scripts/execute_notebooks.py --check         # only check the stored outputs
 
-Each notebook runs top to bottom in a fresh ``python3`` kernel, with its folder as the working
-directory and matplotlib's inline backend, so every figure is stored as ``image/png``. The
-outputs are then normalised (no timing metadata, no widget state, no absolute paths in warnings)
-and checked by :func:`problems`, the same check ``tests/test_notebooks.py`` runs on the committed
-notebooks. The notebook is written back only when it executed without an error; the exit status
-is 1 when any notebook failed or has problems.
+Each notebook runs top to bottom in a fresh ``python3`` kernel that imports this checkout's
+``bayes_rvm``, with its folder as the working directory and matplotlib's inline backend, so every
+figure is stored as ``image/png``. The outputs are then normalised (no timing metadata, no widget
+state, no absolute paths in warnings) and checked by :func:`problems`, the same check
+``tests/test_notebooks.py`` runs on the committed notebooks. The notebook is written back only
+when it executed without an error; the exit status is 1 when any notebook failed or has problems.
 """
 
 from __future__ import annotations
@@ -51,8 +51,10 @@ _WARNING_SOURCE = re.compile(r"^\s+warnings\.warn\([^\n]*\n", re.MULTILINE)
 
 
 def kernel_env(*, fast: bool) -> dict[str, str]:
-    """Environment of the kernel: inline figures, no progress widgets, chosen settings."""
+    """Environment of the kernel: this checkout's package, inline figures, chosen settings."""
     env = dict(os.environ)
+    # the package of this checkout, not whichever one the environment has installed
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     env.pop("MPLBACKEND", None)  # a non-inline backend (Agg) would keep the figures out
     env.pop("BAYES_RVM_NOTEBOOK_FAST", None)
     if fast:
