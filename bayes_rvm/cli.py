@@ -428,7 +428,7 @@ def _compare(args) -> int:
         for inference in ("type2", "mcmc"):
             name = f"{'type-II' if inference == 'type2' else 'MCMC'} {prior}"
             extra = _mcmc_params(args) if inference == "mcmc" else {}
-            print(f"fitting {name} ...", flush=True)
+            print(f"fitting {name} ...", file=sys.stderr, flush=True)  # progress, not results
             model = RVR(
                 kernel=args.kernel,
                 gamma=gamma,
