@@ -13,6 +13,9 @@ figure is stored as ``image/png``. The outputs are then normalised (no timing me
 state, no absolute paths in warnings) and checked by :func:`problems`, the same check
 ``tests/test_notebooks.py`` runs on the committed notebooks. The notebook is written back only
 when it executed without an error; the exit status is 1 when any notebook failed or has problems.
+BLAS runs one thread per process unless ``OMP_NUM_THREADS`` / ``OPENBLAS_NUM_THREADS`` say
+otherwise: nutpie's chains already take the cores, and the timings the notebooks print are
+measured that way.
 """
 
 from __future__ import annotations
