@@ -28,11 +28,7 @@ _spec.loader.exec_module(execute_notebooks)
 #: Notebooks whose stored outputs predate scripts/execute_notebooks.py (missing figures, rich's
 #: ipywidgets warning, Pareto-k warnings with library paths). They pass once re-executed with
 #: ``python scripts/execute_notebooks.py``; the strict xfail then fails, to have them removed here.
-NOT_YET_REEXECUTED = {
-    "03_diagnostics",
-    "04_model_comparison",
-    "07_choosing_the_width",
-}
+NOT_YET_REEXECUTED: set[str] = set()
 
 
 def _stored(path):
