@@ -11,15 +11,19 @@ leave-one-out refits, MCMC by PSIS-LOO) and plots.
 TOML file (:func:`bayes_rvm.study.read_config`), locally or on a Dask cluster.
 
 Every failure (a bad option, an unreadable table, a fit that cannot run) ends the command with one
-line on stderr and exit status 1; ``--traceback`` shows the full Python traceback instead.
+line on stderr and exit status 1; ``--traceback`` shows the full Python traceback instead. Warnings
+are one line each on stderr (``bayes-rvm: warning: ...``), and so are the progress bars (drawn only
+when stderr is a terminal, never with ``--quiet``): stdout carries the results alone.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -254,9 +258,24 @@ def _mcmc_params(args) -> dict:
         **tune,
         "chains": args.chains,
         "sampler": args.sampler,
-        "verbose": not args.quiet,
         "random_state": args.seed,
     }
+
+
+def _fit_model(model: RVR, X, y, args) -> RVR:
+    """``model.fit`` with its progress bars on stderr, so that ``> file`` keeps the results only.
+
+    The bars are rich's (PyMC's sampling bar among them), which write to whatever ``sys.stdout``
+    is when they draw; they are shown where stderr is a terminal (``progressbar="auto"``).
+    """
+    options = {"progressbar": False} if args.quiet and model.inference == "mcmc" else {}
+    with contextlib.redirect_stdout(sys.stderr):
+        return model.fit(X, y, **options)
+
+
+def _n_sampled_basis(model: RVR) -> int:
+    """Basis functions the MCMC fit sampled (all candidates, or the type-II relevant ones)."""
+    return model.idata_["posterior"]["w"].sizes["basis"]
 
 
 def _write_plot(model, X, y, truth, path: Path, title: str) -> None:
@@ -278,15 +297,15 @@ def _write_plot(model, X, y, truth, path: Path, title: str) -> None:
         ax.set(xlabel="observed", ylabel="predicted")
         ax.legend()
     ax.set_title(title)
-    ax.figure.savefig(path, dpi=120, bbox_inches="tight")
+    ax.figure.savefig(path, dpi=120, bbox_inches="tight", metadata={"Title": title})
     plt.close(ax.figure)
 
 
-def _mcmc_report(model) -> list[str]:
+def _mcmc_report(model: RVR, n_obs: int) -> list[str]:
     """The MCMC fit itself: draws, basis, posterior of the noise and weights, diagnostics."""
     import json
 
-    import arviz as az
+    from bayes_rvm.study import PARETO_K_HIGH, _loo_columns
 
     dt = model.idata_
     post = dt["posterior"].dataset
@@ -295,16 +314,24 @@ def _mcmc_report(model) -> list[str]:
     w = post["w"]
     mean = w.mean(("chain", "draw")).values
     sd = w.std(("chain", "draw")).values
-    n_basis = w.sizes["basis"]
-    loo = az.loo(dt)
+    with warnings.catch_warnings():
+        # ArviZ's warning of large Pareto k would only repeat the count reported below
+        warnings.filterwarnings("ignore", "Estimated shape parameter of Pareto", UserWarning)
+        loo = _loo_columns(dt)
+    n_high = int(loo["n_pareto_k_high"])
+    reliability = (
+        f"{n_high} of {n_obs} points with Pareto k > {PARETO_K_HIGH}: not reliable"
+        if n_high
+        else f"every Pareto k <= {PARETO_K_HIGH}"
+    )
     return [
         f"MCMC ({dt.attrs['sampler']}): {post.sizes['chain']} chains x {post.sizes['draw']} draws"
-        f" over {n_basis} basis functions (mcmc_basis={model._mcmc_basis()!r})",
+        f" over {_n_sampled_basis(model)} basis functions (mcmc_basis={model._mcmc_basis()!r})",
         f"  noise sd          : {float(sigma.mean()):.4f} ± {float(sigma.std()):.4f} (posterior)",
         # weights whose posterior keeps clear of zero: the sampled counterpart of relevance
         f"  weights           : {int(np.sum(np.abs(mean) > 2 * sd))} of {mean.size} beyond two "
         "posterior sd of zero",
-        f"  LOO elpd          : {loo.elpd:.2f} ± {loo.se:.2f}",
+        f"  LOO elpd          : {loo['elpd_loo']:.2f} ± {loo['elpd_loo_se']:.2f} ({reliability})",
         f"  divergences       : {diag['divergences']}",
         f"  max R-hat         : {diag['max_rhat']:.4f} (hyperparameters)",
         f"  min bulk ESS      : {diag['min_ess_bulk']:.0f}",
@@ -327,7 +354,7 @@ def _fit(args) -> int:
         params.update(_mcmc_params(args))
     model = RVR(**params)
     start = time.perf_counter()
-    model.fit(X, y)
+    _fit_model(model, X, y, args)
     elapsed = time.perf_counter() - start
 
     bias = "kept" if model.bias and model.active_[-1] == model.basis_.n_centres_ else "pruned"
@@ -337,7 +364,7 @@ def _fit(args) -> int:
         f"  kernel={args.kernel}, prior={args.prior}, inference={args.inference}",
     ]
     if mcmc:
-        lines += _mcmc_report(model)
+        lines += _mcmc_report(model, len(y))
         lines.append("type-II fit (the sampler's seed):")
     lines.append(f"  relevance vectors : {model.n_relevance_vectors_} of {len(y)}  (bias {bias})")
     if X.shape[1] == 1:
@@ -374,7 +401,11 @@ def _fit(args) -> int:
             y,
             sinc if X_test is not None else None,
             plot,
-            f"RVR ({args.inference}): {model.n_relevance_vectors_} relevance vectors",
+            f"RVR by MCMC ({args.sampler}): {model.idata_['posterior'].sizes['chain']} chains x "
+            f"{model.idata_['posterior'].sizes['draw']} draws over {_n_sampled_basis(model)} "
+            "basis functions"
+            if mcmc
+            else f"RVR (type-II): {model.n_relevance_vectors_} relevance vectors",
         )
         written.append(plot)
     lines.append("  wrote             : " + ", ".join(str(p) for p in written))
@@ -398,7 +429,7 @@ def _compare(args) -> int:
         for inference in ("type2", "mcmc"):
             name = f"{'type-II' if inference == 'type2' else 'MCMC'} {prior}"
             extra = _mcmc_params(args) if inference == "mcmc" else {}
-            print(f"fitting {name} ...", flush=True)
+            print(f"fitting {name} ...", file=sys.stderr, flush=True)  # progress, not results
             model = RVR(
                 kernel=args.kernel,
                 gamma=gamma,
@@ -406,7 +437,8 @@ def _compare(args) -> int:
                 nu=args.nu,
                 inference=inference,
                 **extra,
-            ).fit(X, y)
+            )
+            _fit_model(model, X, y, args)
             fits[name] = model.idata_
     table = compare(fits)
     args.output.mkdir(parents=True, exist_ok=True)
@@ -489,6 +521,13 @@ def _study(args) -> int:
     return 0
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    # One line per warning, without the source location: a user of the command has no use for
+    # the path of the library (or of this script) that raised it.
+    text = " ".join(str(message).split())
+    print(f"bayes-rvm: warning: {text}", file=sys.stderr if file is None else file, flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -497,7 +536,9 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     command = {"compare": _compare, "study": _study}.get(args.command, _fit)
     try:
-        return command(args)
+        with warnings.catch_warnings():
+            warnings.showwarning = _show_warning
+            return command(args)
     except SystemExit as exc:
         if isinstance(exc.code, str):  # our own messages: keep them on one line
             raise SystemExit(" ".join(exc.code.split())) from None

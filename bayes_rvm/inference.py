@@ -297,12 +297,17 @@ def _model_offset(model, post: xr.Dataset, shape: tuple[int, ...]) -> np.ndarray
 
 
 def _interactive() -> bool:
-    """Whether a person is watching: a Jupyter kernel, or standard error on a terminal."""
+    """Whether a person is watching: a Jupyter kernel, or standard error on a terminal.
+
+    In a Jupyter kernel the progress bar is live only through ipywidgets; without them rich
+    draws nothing but a warning to install them, so the bar is left out there.
+    """
+    import importlib.util
     import sys
 
     shell = getattr(sys.modules.get("IPython"), "get_ipython", lambda: None)()
     if shell is not None and "IPKernelApp" in getattr(shell, "config", {}):
-        return True
+        return importlib.util.find_spec("ipywidgets") is not None
     stream = sys.stderr
     return bool(getattr(stream, "isatty", lambda: False)())
 

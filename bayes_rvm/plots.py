@@ -33,7 +33,8 @@ def plot_regression(
     Parameters
     ----------
     model : fitted RVR
-        A regressor with ``predict(X, return_std=True)`` and ``relevance_`` indices into ``X``.
+        A regressor with ``predict(X, return_std=True)`` and ``relevance_`` indices into ``X``
+        (for an MCMC fit those of the type-II fit that seeded it, and labelled so).
     X : ndarray of shape (n_samples, 1)
         Training inputs (the relevance vectors are looked up among them).
     y : ndarray of shape (n_samples,)
@@ -59,13 +60,16 @@ def plot_regression(
         _, ax = plt.subplots(figsize=(8, 4.5))
     grid = np.linspace(X.min(), X.max(), n_grid)[:, None]
     mean, std = model.predict(grid, return_std=True)
+    # An MCMC fit predicts by its posterior over every sampled basis function; its relevance_
+    # are those of the type-II fit that seeded the sampler.
+    mcmc = getattr(model, "inference", "type2") == "mcmc"
     ax.fill_between(
         grid[:, 0],
         mean - n_sd * std,
         mean + n_sd * std,
         color="C0",
         alpha=0.2,
-        label=f"predictive ±{n_sd:g} sd",
+        label=f"{'posterior ' if mcmc else ''}predictive ±{n_sd:g} sd",
     )
     ax.plot(grid[:, 0], mean, color="C0", label="predictive mean")
     if truth is not None:
@@ -79,7 +83,7 @@ def plot_regression(
         mfc="none",
         mec="C3",
         ms=9,
-        label=f"relevance vectors ({rv.size})",
+        label=f"{'type-II ' if mcmc else ''}relevance vectors ({rv.size})",
     )
     ax.set_xlabel("x")
     ax.set_ylabel("y")

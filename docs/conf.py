@@ -22,3 +22,9 @@ html_theme = "pydata_sphinx_theme"
 html_title = "bayes_rvm"
 intersphinx_mapping = {}
 suppress_warnings = ["mystnb.unknown_mime_type"]
+html_static_path = ["_static"]
+# The equations must render without a network: MathJax is served from the built site (MathJax
+# 3.2.2, Apache-2.0, see docs/_static/mathjax/LICENSE and README.txt: es5/tex-chtml-full.js,
+# which carries every TeX extension, and its woff-v2 fonts, from the npm package "mathjax"). The
+# notebooks' maths goes through the same Sphinx math nodes (myst-nb).
+mathjax_path = "mathjax/tex-chtml-full.js"

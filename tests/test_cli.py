@@ -3,6 +3,7 @@
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -213,3 +214,74 @@ def test_the_installed_command_prints_one_line_and_exits_1(tmp_path):
         "bayes-rvm: --gamma must be one of 'evidence_shared', 'evidence', 'evidence_ard', "
         "'scale', 'auto' or a positive number, got '-1'"
     ]
+
+
+def _run_with_stderr_on_a_terminal(args, cwd) -> tuple[int, str, str]:
+    """Run the command with stdout to a pipe (as ``> file``) and stderr to a terminal (a pty)."""
+    import os
+    import pty
+    import threading
+
+    master, slave = pty.openpty()
+    chunks = []
+
+    def read():
+        while True:
+            try:
+                data = os.read(master, 65536)
+            except OSError:  # the terminal closed
+                return
+            if not data:
+                return
+            chunks.append(data)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    import bayes_rvm
+
+    # the package under test, whatever the working directory
+    tree = str(Path(bayes_rvm.__file__).resolve().parents[1])
+    env = dict(os.environ, PYTHONPATH=tree, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    proc = subprocess.run(
+        [sys.executable, "-m", "bayes_rvm.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=slave,
+        cwd=cwd,
+        env=env,
+        check=False,
+    )
+    os.close(slave)
+    reader.join(timeout=10)
+    os.close(master)
+    terminal = b"".join(chunks).decode(errors="replace")
+    return proc.returncode, proc.stdout.decode(), re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", terminal)
+
+
+@pytest.mark.slow
+def test_mcmc_output_results_on_stdout_one_line_warnings_and_progress_on_stderr(tmp_path):
+    from PIL import Image
+
+    mcmc = ["--inference", "mcmc", "--draws", "100", "--tune", "100", "--chains", "2"]
+    rc, out, err = _run_with_stderr_on_a_terminal(
+        ["fit", *mcmc, "--n-samples", "30", "--output", "out"], cwd=tmp_path
+    )
+    assert rc == 0, err
+    # stdout: the results and nothing else, as summary.txt holds them (plus the files written)
+    summary = (tmp_path / "out" / "summary.txt").read_text()
+    assert out.startswith(summary) and out[len(summary) :].lstrip().startswith("wrote")
+    # stderr: NUTS's progress bar (2 chains of 100 draws) ...
+    assert "Draw" in err and "━" in err
+    # ... and the warnings one line each, without a path: 2 x 100 draws cannot reach a bulk ESS
+    # of 400, so the ESS warning must be there
+    warnings = [line for line in err.splitlines() if "warning" in line.lower()]
+    assert any("min bulk ESS of the hyperparameters" in line for line in warnings), err
+    assert all(line.startswith("bayes-rvm: warning: ") for line in warnings), warnings
+    for noise in (".py:", "<frozen", "warnings.warn", "sys.exit", "site-packages"):
+        assert noise not in err
+    # the report counts the points whose Pareto k is too large instead of ArviZ's warning
+    assert re.search(r"LOO elpd\s+: [-0-9.]+ ± [0-9.]+ \((every Pareto k|\d+ of 30 points)", out)
+    # the figure is titled by the MCMC fit: draws and the basis functions it sampled
+    title = Image.open(tmp_path / "out" / "fit.png").text["Title"]
+    n_basis = int(re.search(r"over (\d+) basis functions", summary).group(1))
+    assert n_basis == 31  # mcmc_basis="all": every training point and the bias
+    assert title == f"RVR by MCMC (nutpie): 2 chains x 100 draws over {n_basis} basis functions"

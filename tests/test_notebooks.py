@@ -1,6 +1,13 @@
-"""Every notebook executes top to bottom (reduced settings), and the docs build without warnings."""
+"""The notebooks as a reader sees them: executed in order, every figure stored, no clutter.
 
+The stored outputs are what the docs show. ``scripts/execute_notebooks.py`` executes the notebooks
+and holds the check (:func:`problems`) that runs here on the committed files and, in the slow test,
+on a fresh execution with reduced settings.
+"""
+
+import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -8,37 +15,103 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 
+_spec = importlib.util.spec_from_file_location(
+    "execute_notebooks", ROOT / "scripts" / "execute_notebooks.py"
+)
+execute_notebooks = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(execute_notebooks)
+
+#: Notebooks whose stored outputs predate scripts/execute_notebooks.py (missing figures, rich's
+#: ipywidgets warning, Pareto-k warnings with library paths). They pass once re-executed with
+#: ``python scripts/execute_notebooks.py``; the strict xfail then fails, to have them removed here.
+NOT_YET_REEXECUTED: set[str] = set()
+
+
+def _stored(path):
+    marks = ()
+    if path.stem in NOT_YET_REEXECUTED:
+        marks = pytest.mark.xfail(
+            strict=True,
+            reason="stored outputs predate scripts/execute_notebooks.py; re-execute it, then "
+            "remove the notebook from NOT_YET_REEXECUTED",
+        )
+    return pytest.param(path, id=path.stem, marks=marks)
+
+
+@pytest.mark.parametrize("path", [_stored(p) for p in NOTEBOOKS])
+def test_stored_notebook_shows_what_a_reader_needs(path):
+    nb = nbformat.read(path, as_version=4)
+    assert execute_notebooks.problems(nb) == []
+
+
+def _code_cell(source, outputs, count):
+    return nbformat.v4.new_code_cell(source, outputs=outputs, execution_count=count)
+
+
+def test_problems_finds_missing_figures_paths_noise_and_order():
+    stream = nbformat.v4.new_output
+    png = stream("display_data", data={"image/png": "iVBOR", "text/plain": "<Figure>"})
+    nb = nbformat.v4.new_notebook(
+        cells=[
+            _code_cell("import matplotlib.pyplot as plt", [], 1),
+            _code_cell("fig, ax = plt.subplots()\nax.plot([1, 2])", [png], 2),
+            _code_cell("az.plot_forest(fits);", [], 4),  # no figure, and out of order
+            _code_cell(
+                "compare(fits)",
+                [stream("stream", name="stderr", text="/home/u/x.py:3: UserWarning: k\n")],
+                5,
+            ),
+            _code_cell(
+                "idata = ppc(idata)", [stream("stream", name="stderr", text="Sampling: [y]")], 6
+            ),
+        ]
+    )
+    found = execute_notebooks.problems(nb)
+    assert found[0] == "execution counts are [1, 2, 4, 5, 6], not 1..5 in order"
+    assert found[1] == "cell 2 ('az.plot_forest(fits);') plots but has no image/png output"
+    assert found[2:] == [
+        "cell 3 ('compare(fits)') shows '/home/'",
+        "cell 4 ('idata = ppc(idata)') shows 'Sampling: ['",
+    ]
+    nb.cells = nb.cells[:2]
+    assert execute_notebooks.problems(nb) == []
+
+
+def test_normalise_strips_warning_locations_timings_and_empty_outputs():
+    site = "/opt/env/lib/python3.12/site-packages/arviz_stats/loo/loo_helper.py"
+    text = (
+        f"{site}:1169: UserWarning: Estimated shape parameter of Pareto distribution\n"
+        "  warnings.warn(\n"
+        "elpd 90.1\n"
+        f"{execute_notebooks.ROOT}/notebooks/data.csv\n"
+    )
+    out = nbformat.v4.new_output("stream", name="stderr", text=text)
+    # rich's final render of a live display in a kernel
+    empty = nbformat.v4.new_output(
+        "display_data",
+        data={"text/html": "<pre style='white-space:pre'></pre>\n", "text/plain": ""},
+    )
+    cell = _code_cell("x", [out, empty], 1)
+    cell.metadata["execution"] = {"iopub.status.busy": "2026-11-24T19:00:00Z"}
+    nb = execute_notebooks.normalise(nbformat.v4.new_notebook(cells=[cell]))
+    (only,) = nb.cells[0].outputs
+    assert only.text == (
+        "UserWarning: Estimated shape parameter of Pareto distribution\n"
+        "elpd 90.1\n"
+        "notebooks/data.csv\n"
+    )
+    assert "execution" not in nb.cells[0].metadata
+
 
 @pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
-def test_notebook_executes(path, monkeypatch):
-    monkeypatch.setenv("BAYES_RVM_NOTEBOOK_FAST", "1")
-    monkeypatch.setenv("MPLBACKEND", "Agg")
-    nb = nbformat.read(path, as_version=4)
-    NotebookClient(
-        nb, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
-    ).execute()
-    errors = [
-        o
-        for c in nb.cells
-        if c.cell_type == "code"
-        for o in c.get("outputs", [])
-        if o.get("output_type") == "error"
-    ]
-    assert not errors
-
-
-def test_notebooks_are_committed_executed():
-    assert NOTEBOOKS, "no notebooks found"
-    for path in NOTEBOOKS:
-        nb = nbformat.read(path, as_version=4)
-        code = [c for c in nb.cells if c.cell_type == "code"]
-        assert all(c.get("execution_count") for c in code), f"{path.name} is not executed"
+def test_notebook_executes_with_its_figures(path):
+    nb = execute_notebooks.execute(path, fast=True, timeout=900)
+    assert execute_notebooks.problems(nb) == []
 
 
 @pytest.mark.slow
@@ -62,3 +135,16 @@ def test_docs_build_without_warnings(tmp_path):
         text=True,
     )
     assert result.returncode == 0, result.stderr[-5000:]
+    html = tmp_path / "html"
+    # the equations render offline: MathJax is served from the site, not a CDN
+    theory = (html / "theory.html").read_text()
+    assert "_static/mathjax/tex-chtml-full.js" in theory and "cdn.jsdelivr" not in theory
+    assert (html / "_static" / "mathjax" / "output" / "chtml" / "fonts" / "woff-v2").is_dir()
+    # a browser tab cannot typeset: no LaTeX in any page's title
+    titles = {
+        page.name: re.search(r"<title>(.*?)</title>", page.read_text(), re.S)
+        for page in html.rglob("*.html")
+    }
+    titles = {name: m.group(1) for name, m in titles.items() if m}
+    assert "theory.html" in titles
+    assert not {name: t for name, t in titles.items() if "\\(" in t or "$" in t}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pymc as pm
 import pytest
@@ -166,6 +168,26 @@ def test_progressbar_auto_is_silent_in_non_interactive_output(capfd):
     inference.sample_mcmc(model, draws=10, tune=10, chains=2, random_seed=0, warn=False)
     out, err = capfd.readouterr()
     assert out == "" and err == ""
+
+
+@pytest.mark.parametrize("has_ipywidgets", [True, False])
+def test_progressbar_auto_in_jupyter_needs_ipywidgets(monkeypatch, has_ipywidgets):
+    # Without ipywidgets rich cannot draw a live bar in a kernel, only a warning to install them
+    # (with the library's path) and an empty output: "auto" leaves the bar out there.
+    import importlib.util
+    import types
+
+    shell = types.SimpleNamespace(config={"IPKernelApp": {}})
+    monkeypatch.setitem(sys.modules, "IPython", types.SimpleNamespace(get_ipython=lambda: shell))
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: (
+            (object() if has_ipywidgets else None) if name == "ipywidgets" else find_spec(name, *a)
+        ),
+    )
+    assert inference._interactive() is has_ipywidgets
 
 
 @pytest.mark.parametrize("value", [True, False])
