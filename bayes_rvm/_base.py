@@ -504,6 +504,7 @@ class BaseRVM(BaseEstimator):
                     f"gamma given as a Prior samples the width of the kernels {WIDTH_KERNELS}; "
                     f"got kernel={self.kernel!r}."
                 )
+            as_prior(self.gamma, "gamma", positive=True)
         if isinstance(self.nu, Prior) and self.inference != "mcmc":
             raise ValueError(
                 "nu given as a Prior is sampled, which needs inference='mcmc'; give a number for "
@@ -511,7 +512,9 @@ class BaseRVM(BaseEstimator):
             )
         if self.alpha_prior is not None and self.prior != "ard":
             raise ValueError("alpha_prior sets the ARD hyperprior; use it with prior='ard'.")
-        as_prior(self.alpha_prior, "alpha_prior")
+        as_prior(self.alpha_prior, "alpha_prior", positive=True)
+        if isinstance(self.nu, Prior):
+            as_prior(self.nu, "nu", positive=True)
 
     def _type2_nu(self) -> float:
         # A sampled nu has no single value; the type-II fit that seeds MCMC uses the default.

@@ -394,7 +394,7 @@ array-like, default="evidence_shared"
         self._check_predictive()
         self._check_priors()
         self._keep_sample_kwargs(sample_kwargs)
-        as_prior(self.noise_prior, "noise_prior")
+        as_prior(self.noise_prior, "noise_prior", positive=True)
         T = y[:, None] if y.ndim == 1 else y
         n, d = T.shape
 

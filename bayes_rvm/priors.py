@@ -61,12 +61,16 @@ from __future__ import annotations
 import inspect
 import json
 from collections.abc import Mapping, Sequence
-from numbers import Real
 from typing import Any
 
 import numpy as np
 import pymc as pm
+import pytensor
 import pytensor.tensor as pt
+from pymc.distributions.dist_math import check_parameters
+from pymc.distributions.distribution import support_point
+from pymc.distributions.shape_utils import rv_size_is_none
+from pymc.logprob.utils import ParameterValueError
 
 __all__ = [
     "DEFAULT_GAMMA_PRIOR",
@@ -94,13 +98,14 @@ DEFAULT_SLAB = 2.0
 def _halfcauchy_precision_logp(value, beta):
     # alpha = s^-2 with s ~ HalfCauchy(beta):
     # p(alpha) = 2 / (pi beta (1 + 1/(alpha beta^2))) * alpha^(-3/2) / 2
-    return -pt.log(np.pi * beta) - pt.log1p(1.0 / (value * beta**2)) - 1.5 * pt.log(value)
+    logp = -pt.log(np.pi * beta) - pt.log1p(1.0 / (value * beta**2)) - 1.5 * pt.log(value)
+    return check_parameters(logp, beta > 0, msg="beta > 0")
 
 
 def _halfcauchy_precision_support_point(rv, size, beta):
     # The median of alpha; also the start of NUTS before jitter.
     med = beta**-2.0
-    return pt.full(size, med) if size is not None else med
+    return med if rv_size_is_none(size) else pt.full(size, med)
 
 
 def _halfcauchy_precision_random(beta, rng=None, size=None):
@@ -139,8 +144,20 @@ def halfcauchy_precision(name: str, beta=1.0, *, dims=None, **kwargs):
     )
 
 
-#: Distributions known by name besides PyMC's own: name -> (factory, parameter names).
-_EXTRA_DISTRIBUTIONS = {"HalfCauchyPrecision": (halfcauchy_precision, ("beta",))}
+def _halfcauchy_precision_dist(beta=1.0):
+    return pm.CustomDist.dist(
+        beta,
+        logp=_halfcauchy_precision_logp,
+        random=_halfcauchy_precision_random,
+        support_point=_halfcauchy_precision_support_point,
+    )
+
+
+#: Distributions known by name besides PyMC's own: name -> (factory, parameter names, the
+#: factory of an unnamed variable).
+_EXTRA_DISTRIBUTIONS = {
+    "HalfCauchyPrecision": (halfcauchy_precision, ("beta",), _halfcauchy_precision_dist)
+}
 
 
 def _pymc_parameters(dist: str) -> set[str] | None:
@@ -158,6 +175,34 @@ def _pymc_parameters(dist: str) -> set[str] | None:
 # ---------------------------------------------------------------------------------------------
 # Prior objects
 # ---------------------------------------------------------------------------------------------
+#: A compile mode for evaluating a few scalars once (no graph rewriting, Python linker).
+_QUICK = pytensor.compile.mode.Mode(linker="py", optimizer=None)
+
+
+def _clean_parameter(distribution: str, key: str, value):
+    """A parameter as a Prior, a float or a float array; anything else is refused by name."""
+    if isinstance(value, Prior):
+        return value
+    arr = None if isinstance(value, str | bytes) else np.asarray(value)
+    if arr is None or arr.dtype.kind not in "iuf" or arr.size == 0:
+        raise TypeError(
+            f"{distribution} parameter {key} must be a number, an array of numbers or a Prior, "
+            f"got {value!r}."
+        )
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{distribution} parameter {key}={value!r} must be finite.")
+    return float(arr) if arr.ndim == 0 else arr.astype(np.float64)
+
+
+def _clean_dims(dims) -> tuple[str, ...] | None:
+    if dims is None:
+        return None
+    names = (dims,) if isinstance(dims, str) else dims
+    if not isinstance(names, Sequence) or not all(isinstance(d, str) for d in names):
+        raise TypeError(f"dims must be a dimension name or a sequence of names, got {dims!r}.")
+    return tuple(names)
+
+
 class Prior:
     """A distribution with parameters (numbers, arrays or other priors) and dims.
 
@@ -193,20 +238,52 @@ class Prior:
             raise ValueError(
                 f"{distribution} has no parameter(s) {sorted(unknown)}; it takes {sorted(known)}."
             )
-        clean = {}
-        for key, value in parameters.items():
-            if isinstance(value, Prior):
-                clean[key] = value
-            elif isinstance(value, Real) and not isinstance(value, bool):
-                clean[key] = float(value)
-            else:
-                arr = np.asarray(value, dtype=np.float64)
-                if arr.dtype == object or not np.all(np.isfinite(arr)):
-                    raise ValueError(f"parameter {key}={value!r} must be finite numbers.")
-                clean[key] = arr
         self.distribution = distribution
-        self.parameters = clean
-        self.dims = (dims,) if isinstance(dims, str) else (None if dims is None else tuple(dims))
+        self.parameters = {k: _clean_parameter(distribution, k, v) for k, v in parameters.items()}
+        self.dims = _clean_dims(dims)
+        self._check_support()
+
+    def _dist(self, params: Mapping[str, Any]) -> pt.TensorVariable:
+        """An unnamed random variable of this distribution with the given parameter values."""
+        if self.distribution in _EXTRA_DISTRIBUTIONS:
+            return _EXTRA_DISTRIBUTIONS[self.distribution][2](**params)
+        return getattr(pm, self.distribution).dist(**params)
+
+    def _typical_value(self) -> np.ndarray:
+        """The distribution's support point (where NUTS starts), as numbers."""
+        params = {
+            k: v._typical_value() if isinstance(v, Prior) else v for k, v in self.parameters.items()
+        }
+        return np.asarray(support_point(self._dist(params)).eval(mode=_QUICK))
+
+    def _check_support(self) -> None:
+        # The distribution's own logp states which parameter values it admits (PyMC's
+        # check_parameters): evaluate it once at its support point, with every parameter that is
+        # itself a Prior at that prior's support point. Impossible parameters (Gamma(0, 0), a
+        # negative scale) are refused here, not by a sampler that finds no finite start.
+        params = {
+            k: v._typical_value() if isinstance(v, Prior) else v for k, v in self.parameters.items()
+        }
+        try:
+            rv = self._dist(params)
+            logp = np.asarray(pm.logp(rv, support_point(rv)).eval(mode=_QUICK))
+        except ParameterValueError as err:
+            raise ValueError(
+                f"{self!r} is not a proper distribution: its parameters must satisfy {err}."
+            ) from None
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"{self!r} cannot be built: {err}") from None
+        if not np.all(np.isfinite(logp)):
+            raise ValueError(
+                f"{self!r} has no finite density at its own support point; check its parameters."
+            )
+
+    def has_positive_support(self) -> bool:
+        """Whether the distribution lives on the positive reals (PyMC samples it in logs)."""
+        with pm.Model() as model:
+            var = self.create_variable("x")
+        transform = model.rvs_to_transforms.get(var)
+        return isinstance(transform, pm.distributions.transforms.LogTransform)
 
     # -- construction of the PyMC variable ----------------------------------------------------
     def create_variable(self, name: str, dims: str | Sequence[str] | None = None, **kwargs):
@@ -250,14 +327,25 @@ class Prior:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Prior:
         """Inverse of :meth:`to_dict`."""
-        if not isinstance(data, Mapping) or "dist" not in data:
-            raise ValueError(f"not a Prior dictionary: {data!r}")
+        if not isinstance(data, Mapping):
+            raise TypeError(
+                f"Prior.from_dict takes a dict {{'dist': name, 'kwargs': {{...}}}}, got "
+                f"{type(data).__name__} {data!r}."
+            )
+        extra = set(data) - {"dist", "kwargs", "dims"}
+        if "dist" not in data or extra:
+            raise ValueError(
+                f"a Prior dict has the keys 'dist', 'kwargs' and 'dims' (only 'dist' required), "
+                f"got {sorted(map(str, data))}."
+            )
+        kwargs = data.get("kwargs", {})
+        if not isinstance(kwargs, Mapping):
+            raise TypeError(f"a Prior dict's 'kwargs' must be a dict, got {kwargs!r}.")
 
         def dec(v):
             return cls.from_dict(v) if isinstance(v, Mapping) else v
 
-        kwargs = {k: dec(v) for k, v in dict(data.get("kwargs", {})).items()}
-        return cls(data["dist"], dims=data.get("dims"), **kwargs)
+        return cls(data["dist"], dims=data.get("dims"), **{k: dec(v) for k, v in kwargs.items()})
 
     def to_json(self) -> str:
         """:meth:`to_dict` as sorted JSON (a stable key for caches and files)."""
@@ -309,15 +397,24 @@ DEFAULT_NOISE_PRIOR = Prior("HalfNormal", sigma=1.0)
 DEFAULT_GAMMA_PRIOR = Prior("LogNormal", mu=0.0, sigma=2.0)
 
 
-def as_prior(value, name: str) -> Prior | None:
-    """Accept None, a :class:`Prior` or its dict form; anything else is a clear error."""
-    if value is None or isinstance(value, Prior):
-        return value
-    if isinstance(value, Mapping):
-        return Prior.from_dict(value)
-    raise TypeError(
-        f"{name} must be a bayes_rvm.priors.Prior (or its to_dict() form), got {value!r}."
-    )
+def as_prior(value, name: str, *, positive: bool = False) -> Prior | None:
+    """Accept None, a :class:`Prior` or its dict form; anything else is a clear error.
+
+    ``positive=True``: the prior of a scale or a precision, which must live on the positive reals
+    (a ``Normal`` there would give NaN densities at every negative draw).
+    """
+    if value is not None and not isinstance(value, Prior):
+        if not isinstance(value, Mapping):
+            raise TypeError(
+                f"{name} must be a bayes_rvm.priors.Prior (or its to_dict() form), got {value!r}."
+            )
+        value = Prior.from_dict(value)
+    if positive and value is not None and not value.has_positive_support():
+        raise ValueError(
+            f"{name} must be a distribution on the positive reals (Gamma, LogNormal, HalfNormal, "
+            f"HalfCauchyPrecision, ...), got {value!r}."
+        )
+    return value
 
 
 #: Key that marks a Prior among an estimator's JSON-encoded parameters.
