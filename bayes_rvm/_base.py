@@ -33,7 +33,7 @@ from bayes_rvm.evidence.width import (
     width_to_gamma,
 )
 from bayes_rvm.kernels import KernelBasis
-from bayes_rvm.priors import DEFAULT_NU, Prior, as_prior
+from bayes_rvm.priors import DEFAULT_MCMC_NU, DEFAULT_NU, Prior, as_prior
 
 __all__ = [
     "BaseRVM",
@@ -233,7 +233,7 @@ class BaseRVM(BaseEstimator):
         "kernel_params": [dict, None],
         "bias": ["boolean"],
         "prior": [StrOptions(set(PRIORS))],
-        "nu": [_POSITIVE, Prior],
+        "nu": [_POSITIVE, Prior, StrOptions({"auto"})],
         "alpha_prior": [Prior, dict, None],
         "max_iter": [Interval(Integral, 1, None, closed="left")],
         "tol": [_POSITIVE],
@@ -518,7 +518,14 @@ class BaseRVM(BaseEstimator):
 
     def _type2_nu(self) -> float:
         # A sampled nu has no single value; the type-II fit that seeds MCMC uses the default.
-        return DEFAULT_NU if isinstance(self.nu, Prior) else float(self.nu)
+        return DEFAULT_NU if isinstance(self.nu, Prior | str) else float(self.nu)
+
+    def _mcmc_student_t(self) -> tuple[float | Prior, float | None]:
+        """``(nu, s)`` of the Student-t prior that MCMC samples (``s`` None: the model's default
+        scale, :func:`bayes_rvm.priors.default_weight_scale` of its basis size)."""
+        if isinstance(self.nu, str):
+            return DEFAULT_MCMC_NU, None
+        return self.nu, 1.0
 
     def _alpha_prior(self) -> tuple[float, float]:
         nu = self._type2_nu()

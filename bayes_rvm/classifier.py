@@ -39,7 +39,7 @@ from bayes_rvm.evidence.options import FREE_LATENT_SD
 from bayes_rvm.evidence.result import moderation
 from bayes_rvm.evidence.width import shared_laplace_evidence
 from bayes_rvm.kernels import KernelBasis
-from bayes_rvm.priors import DEFAULT_NU, DEFAULT_SLAB, as_prior
+from bayes_rvm.priors import DEFAULT_SLAB, as_prior
 
 __all__ = ["RVC"]
 
@@ -254,7 +254,7 @@ default="evidence_shared"
         kernel_params=None,
         bias=True,
         prior="ard",
-        nu=DEFAULT_NU,
+        nu="auto",
         alpha_prior=None,
         solver="sequential",
         multi_class="multinomial",
@@ -445,13 +445,15 @@ default="evidence_shared"
         check_is_fitted(self, "fit_")
         Phi, norms, cols = self._mcmc_design()
         binary = self.classes_.size == 2
+        nu, s = self._mcmc_student_t()
         return rvm_classification_model(
             Phi,
             self._train["y_index"],
             likelihood="bernoulli" if binary else "softmax",
             prior=self.prior,
             alpha_prior=as_prior(self.alpha_prior, "alpha_prior"),
-            nu=self.nu,
+            nu=nu,
+            s=s,
             phi_scale=norms,
             offset=offset,
             # Binary and softmax alike (measured on Ripley's data at the default width): the

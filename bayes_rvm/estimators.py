@@ -35,7 +35,7 @@ from bayes_rvm.dims import BASIS
 from bayes_rvm.evidence import EvidenceFit, fit_evidence
 from bayes_rvm.evidence.width import shared_evidence
 from bayes_rvm.kernels import KernelBasis
-from bayes_rvm.priors import DEFAULT_NU, Prior, as_prior, default_alpha_prior
+from bayes_rvm.priors import Prior, as_prior, default_alpha_prior, default_weight_scale
 
 __all__ = ["RVR"]
 
@@ -292,7 +292,7 @@ array-like, default="evidence_shared"
         kernel_params=None,
         bias=True,
         prior="ard",
-        nu=DEFAULT_NU,
+        nu="auto",
         alpha_prior=None,
         noise_prior=None,
         solver="auto",
@@ -494,13 +494,15 @@ array-like, default="evidence_shared"
             return self._width_model(form, offset)
         Phi, norms, cols = self._mcmc_design()
         y = self._train["y"]
+        nu, s = self._mcmc_student_t()
         return rvm_regression_model(
             Phi,
             y,
             prior=self.prior,
             form=form,
             alpha_prior=as_prior(self.alpha_prior, "alpha_prior"),
-            nu=self.nu,
+            nu=nu,
+            s=s,
             noise_prior=as_prior(self.noise_prior, "noise_prior"),
             noise_sd=None if self.noise_variance is None else float(self.noise_variance) ** 0.5,
             phi_scale=norms,
@@ -522,9 +524,11 @@ array-like, default="evidence_shared"
             alpha_prior = as_prior(self.alpha_prior, "alpha_prior")
         elif isinstance(self.nu, Prior):
             raise ValueError("a sampled kernel width takes a fixed nu under prior='student_t'.")
-        else:
-            alpha_prior = default_alpha_prior("student_t", self.nu)
         cols = np.sort(self._mcmc_columns())
+        if self.prior == "student_t":
+            nu, s = self._mcmc_student_t()
+            s = default_weight_scale(cols.size) if s is None else s
+            alpha_prior = default_alpha_prior("student_t", nu, s)
         n_centres = self.basis_.n_centres_
         y = self._train["y"]
         return rvm_width_model(

@@ -46,6 +46,7 @@ variables with priors of their own), in both forms; see :func:`rvm_regression_mo
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -64,11 +65,13 @@ from bayes_rvm.marginal import (
 )
 from bayes_rvm.priors import (
     DEFAULT_GAMMA_PRIOR,
+    DEFAULT_MCMC_NU,
     DEFAULT_NOISE_PRIOR,
     DEFAULT_NU,
     Prior,
     as_prior,
     default_alpha_prior,
+    default_weight_scale,
 )
 
 __all__ = [
@@ -193,9 +196,13 @@ def _check_design(Phi, phi_scale, basis, basis_names):
 
 
 def _weight_precision(prior, alpha_prior, nu, s, phi_scale, y_scale):
-    """``alpha_rel`` from its hyperprior, and ``alpha`` in the units of the design and targets."""
+    """``alpha_rel`` from its hyperprior, and ``alpha`` in the units of the design and targets.
+
+    ``s`` is the Student-t scale already resolved (:func:`_student_t_scale`).
+    """
     if prior == "ard":
-        alpha_rel = (alpha_prior or default_alpha_prior("ard")).create_variable(
+        n_basis = int(phi_scale.get_value().shape[0])
+        alpha_rel = (alpha_prior or default_alpha_prior("ard", n_basis=n_basis)).create_variable(
             "alpha_rel", dims=BASIS
         )
     else:
@@ -204,6 +211,13 @@ def _weight_precision(prior, alpha_prior, nu, s, phi_scale, y_scale):
     # w_rel = w * phi_scale / y_scale has prior precision alpha_rel, hence
     # alpha = alpha_rel * phi_scale^2 / y_scale^2.
     return pm.Deterministic("alpha", alpha_rel * phi_scale**2 / y_scale**2, dims=BASIS)
+
+
+def _spec_alpha_prior(prior, alpha_prior, n_basis):
+    """The ARD hyperprior a model was built with, as its :class:`RVMSpec` records it."""
+    if prior != "ard":
+        return None
+    return alpha_prior or default_alpha_prior("ard", n_basis=n_basis)
 
 
 def _check_priors(prior, form, alpha_prior, nu, s, forms=("marginal", "joint")):
@@ -221,9 +235,35 @@ def _check_priors(prior, form, alpha_prior, nu, s, forms=("marginal", "joint")):
         as_prior(nu, "nu", positive=True)
     elif not (np.isfinite(nu) and nu > 0):
         raise ValueError(f"nu must be positive or a Prior, got {nu!r}.")
-    if not (np.isfinite(s) and s > 0):
-        raise ValueError(f"s must be positive, got {s!r}.")
+    if s is not None and not (np.isfinite(s) and s > 0):
+        raise ValueError(f"s must be positive or None, got {s!r}.")
     return alpha_prior
+
+
+def _student_t_scale(prior, nu, s, n_basis: int) -> float | None:
+    """The Student-t scale (None under ARD): ``s``, or the default weight scale for None.
+
+    Warns where a fixed ``nu`` makes ``Gamma(nu/2, nu s^2/2)`` a prior NUTS cannot sample: with
+    a shape of ``nu / 2`` the probability of ``alpha_rel < x`` is about ``x^(nu/2)``, so at the
+    type-II default ``nu = 1e-4`` most of the mass lies below 1e-300, beyond float64.
+    """
+    if prior != "student_t":
+        return None
+    s = default_weight_scale(n_basis) if s is None else float(s)
+    if not isinstance(nu, Prior):
+        from scipy.special import gammainc
+
+        tiny = float(gammainc(nu / 2.0, 1e-300 * nu * s**2 / 2.0))
+        if tiny > 0.01:
+            warnings.warn(
+                f"the Student-t hyperprior Gamma(nu/2, nu s^2/2) at nu={nu:g} puts {tiny:.0%} of "
+                f"its mass below alpha = 1e-300, outside float64: NUTS will wander over hundreds "
+                f"of decades of log alpha and diverge. Sample with nu of 0.1 or more (the "
+                f"estimators' nu='auto' samples nu={DEFAULT_MCMC_NU:g}); nu=1e-4 suits type-II.",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+    return s
 
 
 def _offset_term(offset, y_dims, shape):
@@ -281,7 +321,7 @@ def rvm_regression_model(
     form: Literal["marginal", "joint"] = "marginal",
     alpha_prior: Prior | None = None,
     nu: float | Prior = DEFAULT_NU,
-    s: float = 1.0,
+    s: float | None = 1.0,
     noise_prior: Prior | None = None,
     noise_sd: float | None = None,
     phi_scale: np.ndarray | None = None,
@@ -317,8 +357,11 @@ def rvm_regression_model(
     nu : float or Prior, default=1e-4
         Degrees of freedom of the Student-t prior, fixed or sampled (a :class:`Prior`, created as
         the variable ``nu``).
-    s : float, default=1.0
-        Scale of the Student-t prior on the relative weights.
+    s : float or None, default=1.0
+        Scale of the Student-t prior on the relative weights; None: the scale of the default ARD
+        hyperprior, :func:`bayes_rvm.priors.default_weight_scale` of the basis size (what the
+        estimators sample with ``nu="auto"``). Use it with ``nu`` of 0.1 or more: at
+        ``nu = 1e-4`` the Gamma hyperprior lies mostly below float64's range (a warning says so).
     noise_prior : Prior, optional
         Prior of ``sigma_rel = sigma / y_scale``; default
         :data:`bayes_rvm.priors.DEFAULT_NOISE_PRIOR` (``HalfNormal(1)``).
@@ -381,6 +424,7 @@ def rvm_regression_model(
     if not (np.isfinite(y_scale) and y_scale > 0):
         raise ValueError(f"y_scale must be positive, got {y_scale!r}.")
     alpha_prior = _check_priors(prior, form, alpha_prior, nu, s)
+    s = _student_t_scale(prior, nu, s, cols.size)
     noise_prior = as_prior(noise_prior, "noise_prior", positive=True)
     if noise_sd is not None and not (np.isfinite(noise_sd) and noise_sd > 0):
         raise ValueError(f"noise_sd must be positive, got {noise_sd!r}.")
@@ -446,9 +490,9 @@ def rvm_regression_model(
         likelihood="gaussian",
         prior=prior,
         form=form,
-        alpha_prior=(alpha_prior or default_alpha_prior("ard")) if prior == "ard" else None,
+        alpha_prior=_spec_alpha_prior(prior, alpha_prior, cols.size),
         nu=(nu if isinstance(nu, Prior) else float(nu)) if prior == "student_t" else None,
-        s=float(s) if prior == "student_t" else None,
+        s=s,
         noise_prior=(noise_prior or DEFAULT_NOISE_PRIOR) if noise_sd is None else None,
         noise_sd=None if noise_sd is None else float(noise_sd),
         basis=tuple(int(c) for c in cols),
@@ -499,7 +543,7 @@ def rvm_classification_model(
     prior: Literal["ard", "student_t"] = "ard",
     alpha_prior: Prior | None = None,
     nu: float | Prior = DEFAULT_NU,
-    s: float = 1.0,
+    s: float | None = 1.0,
     phi_scale: np.ndarray | None = None,
     offset: np.ndarray | Callable[[pm.Model], pt.TensorVariable] | None = None,
     centred: bool = False,
@@ -577,6 +621,7 @@ def rvm_classification_model(
             f"likelihood must be 'auto', 'bernoulli' or 'softmax', got {likelihood!r}."
         )
     alpha_prior = _check_priors(prior, "joint", alpha_prior, nu, s, forms=("joint",))
+    s = _student_t_scale(prior, nu, s, cols.size)
     for name, value in (("slab", slab), ("intercept_sd", intercept_sd)):
         if value is not None and not (np.isfinite(value) and value > 0):
             raise ValueError(f"{name} must be a positive number or None, got {value!r}.")
@@ -614,9 +659,9 @@ def rvm_classification_model(
         likelihood=likelihood,
         prior=prior,
         form="centred" if centred else "joint",
-        alpha_prior=(alpha_prior or default_alpha_prior("ard")) if prior == "ard" else None,
+        alpha_prior=_spec_alpha_prior(prior, alpha_prior, cols.size),
         nu=(nu if isinstance(nu, Prior) else float(nu)) if prior == "student_t" else None,
-        s=float(s) if prior == "student_t" else None,
+        s=s,
         noise_prior=None,
         noise_sd=None,
         basis=tuple(int(c) for c in cols),
@@ -783,7 +828,9 @@ def rvm_width_model(
         raise ValueError("the model needs at least one basis function (a centre or the bias).")
     dist = stationary_distances(X, centres, kernel)
     gamma_prior = as_prior(gamma_prior, "gamma_prior", positive=True) or DEFAULT_GAMMA_PRIOR
-    alpha_prior = as_prior(alpha_prior, "alpha_prior", positive=True) or default_alpha_prior("ard")
+    alpha_prior = as_prior(alpha_prior, "alpha_prior", positive=True) or default_alpha_prior(
+        "ard", n_basis=centres.shape[0] + int(bool(bias))
+    )
     noise_prior = as_prior(noise_prior, "noise_prior", positive=True)
     if gamma_ref is None:
         from bayes_rvm.kernels import reference_gamma
