@@ -28,16 +28,20 @@ Two forms of the same posterior over ``(alpha, sigma)``:
 Priors on the weights:
 
 ``prior="ard"``
-    ``w_i | alpha_i ~ N(0, 1/alpha_i)``. The default hyperprior puts a half-Cauchy(1) on the
-    relative prior *scale* ``alpha_rel_i^(-1/2)`` (Gelman 2006; the horseshoe's local scale). In
-    ``log alpha`` its density is a hyperbolic secant with exponential tails ``exp(-|log alpha|/2)``:
-    proper, weak enough that an irrelevant ``alpha_i`` runs far above the relevant ones (as
-    type-II pruning does) and smooth enough that NUTS meets no walls. A Gamma hyperprior on
-    ``alpha`` (Tipping's choice) with small shape and rate puts a double-exponential wall in
-    ``log alpha`` and makes NUTS diverge; it is available through ``alpha_prior``.
+    ``w_i | alpha_i ~ N(0, 1/alpha_i)``. The default hyperprior puts a half-Cauchy on the
+    relative prior *scale* ``alpha_rel_i^(-1/2)`` (the horseshoe's local scale), of scale
+    :func:`bayes_rvm.priors.default_weight_scale`: ``1 / (M - 1)`` for a regression (Piironen and
+    Vehtari's global scale, fixed), 1 for a classifier. In ``log alpha`` its density is a
+    hyperbolic secant with exponential tails ``exp(-|log alpha|/2)``, smooth enough that NUTS
+    meets no walls. At the regression's scale most of its mass switches a basis function off, and
+    the posterior is sparse draw by draw; which of nearly collinear neighbours is switched on
+    varies between draws, so single alphas' posterior medians stay near the prior's (see
+    :mod:`bayes_rvm.priors`). A Gamma hyperprior on ``alpha`` (Tipping's choice) with small
+    shape and rate is available through ``alpha_prior``; NUTS wanders over its flat ``log alpha``.
 ``prior="student_t"``
     ``alpha_rel_i ~ Gamma(nu/2, nu s^2 / 2)``, which integrates to relative weights
-    ``StudentT(nu, 0, s)`` (reference document 002). ``nu`` is fixed or a :class:`Prior`.
+    ``StudentT(nu, 0, s)`` (reference document 002). ``nu`` is fixed or a :class:`Prior`; ``s``
+    None takes the default weight scale. A ``nu`` whose Gamma lies below float64 warns.
 
 Terms of the user's own join the mean through ``offset`` (a fixed array, or a callable that creates
 variables with priors of their own), in both forms; see :func:`rvm_regression_model`.
@@ -198,13 +202,10 @@ def _check_design(Phi, phi_scale, basis, basis_names):
 def _weight_precision(prior, alpha_prior, nu, s, phi_scale, y_scale):
     """``alpha_rel`` from its hyperprior, and ``alpha`` in the units of the design and targets.
 
-    ``s`` is the Student-t scale already resolved (:func:`_student_t_scale`).
+    ``alpha_prior`` and ``s`` are resolved (:func:`_resolve_priors`).
     """
     if prior == "ard":
-        n_basis = int(phi_scale.get_value().shape[0])
-        alpha_rel = (alpha_prior or default_alpha_prior("ard", n_basis=n_basis)).create_variable(
-            "alpha_rel", dims=BASIS
-        )
+        alpha_rel = alpha_prior.create_variable("alpha_rel", dims=BASIS)
     else:
         nu_var = nu.create_variable("nu") if isinstance(nu, Prior) else float(nu)
         alpha_rel = pm.Gamma("alpha_rel", alpha=nu_var / 2.0, beta=nu_var * s**2 / 2.0, dims=BASIS)
@@ -213,11 +214,14 @@ def _weight_precision(prior, alpha_prior, nu, s, phi_scale, y_scale):
     return pm.Deterministic("alpha", alpha_rel * phi_scale**2 / y_scale**2, dims=BASIS)
 
 
-def _spec_alpha_prior(prior, alpha_prior, n_basis):
-    """The ARD hyperprior a model was built with, as its :class:`RVMSpec` records it."""
-    if prior != "ard":
-        return None
-    return alpha_prior or default_alpha_prior("ard", n_basis=n_basis)
+def _resolve_priors(prior, alpha_prior, nu, s, n_basis: int, likelihood: str):
+    """The ARD hyperprior (None under Student-t) and the Student-t scale (None under ARD) that a
+    model is built with: the given ones, or the defaults for its basis size and likelihood."""
+    if prior == "ard":
+        return alpha_prior or default_alpha_prior(
+            "ard", n_basis=n_basis, likelihood=likelihood
+        ), None
+    return None, _student_t_scale(nu, s, n_basis, likelihood)
 
 
 def _check_priors(prior, form, alpha_prior, nu, s, forms=("marginal", "joint")):
@@ -240,16 +244,14 @@ def _check_priors(prior, form, alpha_prior, nu, s, forms=("marginal", "joint")):
     return alpha_prior
 
 
-def _student_t_scale(prior, nu, s, n_basis: int) -> float | None:
-    """The Student-t scale (None under ARD): ``s``, or the default weight scale for None.
+def _student_t_scale(nu, s, n_basis: int, likelihood: str) -> float:
+    """The Student-t scale: ``s``, or the default weight scale for None.
 
     Warns where a fixed ``nu`` makes ``Gamma(nu/2, nu s^2/2)`` a prior NUTS cannot sample: with
     a shape of ``nu / 2`` the probability of ``alpha_rel < x`` is about ``x^(nu/2)``, so at the
     type-II default ``nu = 1e-4`` most of the mass lies below 1e-300, beyond float64.
     """
-    if prior != "student_t":
-        return None
-    s = default_weight_scale(n_basis) if s is None else float(s)
+    s = default_weight_scale(n_basis, likelihood) if s is None else float(s)
     if not isinstance(nu, Prior):
         from scipy.special import gammainc
 
@@ -261,7 +263,7 @@ def _student_t_scale(prior, nu, s, n_basis: int) -> float | None:
                 f"of decades of log alpha and diverge. Sample with nu of 0.1 or more (the "
                 f"estimators' nu='auto' samples nu={DEFAULT_MCMC_NU:g}); nu=1e-4 suits type-II.",
                 RuntimeWarning,
-                stacklevel=3,
+                stacklevel=4,
             )
     return s
 
@@ -424,7 +426,7 @@ def rvm_regression_model(
     if not (np.isfinite(y_scale) and y_scale > 0):
         raise ValueError(f"y_scale must be positive, got {y_scale!r}.")
     alpha_prior = _check_priors(prior, form, alpha_prior, nu, s)
-    s = _student_t_scale(prior, nu, s, cols.size)
+    alpha_prior, s = _resolve_priors(prior, alpha_prior, nu, s, cols.size, "gaussian")
     noise_prior = as_prior(noise_prior, "noise_prior", positive=True)
     if noise_sd is not None and not (np.isfinite(noise_sd) and noise_sd > 0):
         raise ValueError(f"noise_sd must be positive, got {noise_sd!r}.")
@@ -490,7 +492,7 @@ def rvm_regression_model(
         likelihood="gaussian",
         prior=prior,
         form=form,
-        alpha_prior=_spec_alpha_prior(prior, alpha_prior, cols.size),
+        alpha_prior=alpha_prior,
         nu=(nu if isinstance(nu, Prior) else float(nu)) if prior == "student_t" else None,
         s=s,
         noise_prior=(noise_prior or DEFAULT_NOISE_PRIOR) if noise_sd is None else None,
@@ -621,7 +623,7 @@ def rvm_classification_model(
             f"likelihood must be 'auto', 'bernoulli' or 'softmax', got {likelihood!r}."
         )
     alpha_prior = _check_priors(prior, "joint", alpha_prior, nu, s, forms=("joint",))
-    s = _student_t_scale(prior, nu, s, cols.size)
+    alpha_prior, s = _resolve_priors(prior, alpha_prior, nu, s, cols.size, likelihood)
     for name, value in (("slab", slab), ("intercept_sd", intercept_sd)):
         if value is not None and not (np.isfinite(value) and value > 0):
             raise ValueError(f"{name} must be a positive number or None, got {value!r}.")
@@ -659,7 +661,7 @@ def rvm_classification_model(
         likelihood=likelihood,
         prior=prior,
         form="centred" if centred else "joint",
-        alpha_prior=_spec_alpha_prior(prior, alpha_prior, cols.size),
+        alpha_prior=alpha_prior,
         nu=(nu if isinstance(nu, Prior) else float(nu)) if prior == "student_t" else None,
         s=s,
         noise_prior=None,
