@@ -114,9 +114,10 @@ default="evidence_shared"
     prior : {"ard", "student_t"}, default="ard"
         ``"ard"``: flat hyperprior on ``log alpha``; ``"student_t"``: ``alpha_i ~ Gamma(nu/2,
         nu/2)`` on the unit-norm basis, whose marginal is ``w_i ~ t_nu(0, 1)``.
-    nu : float, default=1e-4
-        Degrees of freedom of the Student-t prior (ignored for ``"ard"``); the package-wide
-        default :data:`bayes_rvm.priors.DEFAULT_NU`.
+    nu : float, Prior or "auto", default="auto"
+        Degrees of freedom of the Student-t prior (ignored for ``"ard"``), as in
+        :class:`~bayes_rvm.estimators.RVR`: ``"auto"`` is :data:`bayes_rvm.priors.DEFAULT_NU`
+        for the type-II fit and :data:`bayes_rvm.priors.DEFAULT_MCMC_NU` under MCMC.
     solver : {"sequential", "mackay"}, default="sequential"
         ``"sequential"``: Tipping and Faul's add / re-estimate / delete algorithm on the problem
         linearised at the mode (starts from one basis function; the fast choice). ``"mackay"``:

@@ -123,9 +123,13 @@ array-like, default="evidence_shared"
         ``"student_t"``: ``alpha_i ~ Gamma(nu/2, nu/2)``, whose marginal is ``w_i ~ t_nu(0, 1)`` on
         the normalised basis (unit-norm columns, unit-RMS targets); the MAP-II update is
         ``alpha_i = (gamma_i + nu) / (m_i^2 + nu)``. Smaller ``nu`` gives sparser fits.
-    nu : float, default=1e-4
-        Degrees of freedom of the Student-t prior (ignored for ``"ard"``); the package-wide
-        default :data:`bayes_rvm.priors.DEFAULT_NU`, small enough to give a sparse fit. Under
+    nu : float, Prior or "auto", default="auto"
+        Degrees of freedom of the Student-t prior (ignored for ``"ard"``). ``"auto"``: for the
+        type-II fit :data:`bayes_rvm.priors.DEFAULT_NU` (1e-4), small enough to give a sparse
+        fit; under ``inference="mcmc"`` :data:`bayes_rvm.priors.DEFAULT_MCMC_NU` (1) with the
+        scale :func:`bayes_rvm.priors.default_weight_scale`, Cauchy weights that NUTS samples
+        without divergences (at 1e-4 the Gamma hyperprior lies below float64's range, and the
+        model warns). A number is used by both (with unit scale under MCMC). Under
         ``inference="mcmc"`` it may be a :class:`~bayes_rvm.priors.Prior`, and is then sampled
         (the type-II fit that seeds the sampler uses the default).
     alpha_prior : Prior, optional
