@@ -191,6 +191,9 @@ def _pymc_parameters(dist: str) -> set[str] | None:
 #: A compile mode for evaluating a few scalars once (no graph rewriting, Python linker).
 _QUICK = pytensor.compile.mode.Mode(linker="py", optimizer=None)
 
+#: The JSON of every Prior whose parameters passed :meth:`Prior._check_support`.
+_SUPPORT_CHECKED: set[str] = set()
+
 
 def _clean_parameter(distribution: str, key: str, value):
     """A parameter as a Prior, a float or a float array; anything else is refused by name."""
@@ -274,6 +277,9 @@ class Prior:
         # check_parameters): evaluate it once at its support point, with every parameter that is
         # itself a Prior at that prior's support point. Impossible parameters (Gamma(0, 0), a
         # negative scale) are refused here, not by a sampler that finds no finite start.
+        key = self.to_json()
+        if key in _SUPPORT_CHECKED:  # a copy (scikit-learn's clone) or a repeat: checked already
+            return
         params = {
             k: v._typical_value() if isinstance(v, Prior) else v for k, v in self.parameters.items()
         }
@@ -290,6 +296,7 @@ class Prior:
             raise ValueError(
                 f"{self!r} has no finite density at its own support point; check its parameters."
             )
+        _SUPPORT_CHECKED.add(key)
 
     def has_positive_support(self) -> bool:
         """Whether the distribution lives on the positive reals (PyMC samples it in logs)."""
