@@ -520,12 +520,9 @@ class BaseRVM(BaseEstimator):
         # A sampled nu has no single value; the type-II fit that seeds MCMC uses the default.
         return DEFAULT_NU if isinstance(self.nu, Prior | str) else float(self.nu)
 
-    def _mcmc_student_t(self) -> tuple[float | Prior, float | None]:
-        """``(nu, s)`` of the Student-t prior that MCMC samples (``s`` None: the model's default
-        scale, :func:`bayes_rvm.priors.default_weight_scale` of its basis size)."""
-        if isinstance(self.nu, str):
-            return DEFAULT_MCMC_NU, None
-        return self.nu, 1.0
+    def _mcmc_student_t(self) -> float | Prior:
+        """``nu`` of the Student-t prior that MCMC samples (``"auto"``: a proper Cauchy)."""
+        return DEFAULT_MCMC_NU if isinstance(self.nu, str) else self.nu
 
     def _alpha_prior(self) -> tuple[float, float]:
         nu = self._type2_nu()

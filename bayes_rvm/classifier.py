@@ -166,8 +166,8 @@ default="evidence_shared"
     inference : {"type2", "mcmc"}, default="type2"
         ``"mcmc"``: after the type-II fit (which seeds it), NUTS over the weights and their
         precisions of :attr:`model_` (:func:`bayes_rvm.models.rvm_classification_model`,
-        non-centred, ARD with the half-Cauchy of :func:`bayes_rvm.priors.default_weight_scale`
-        on each weight's scale), at a target acceptance of 0.95 (``fit(X, y, nuts={...})``
+        non-centred, ARD with a half-Cauchy of scale 1 on each weight's scale), at a target
+        acceptance of 0.95 (``fit(X, y, nuts={...})``
         overrides it);
         :meth:`predict_proba` then averages the class probabilities over the posterior draws.
         Binary and multinomial only. Nearly collinear relevance vectors make their relevance,
@@ -450,15 +450,13 @@ default="evidence_shared"
         check_is_fitted(self, "fit_")
         Phi, norms, cols = self._mcmc_design()
         binary = self.classes_.size == 2
-        nu, s = self._mcmc_student_t()
         return rvm_classification_model(
             Phi,
             self._train["y_index"],
             likelihood="bernoulli" if binary else "softmax",
             prior=self.prior,
             alpha_prior=as_prior(self.alpha_prior, "alpha_prior"),
-            nu=nu,
-            s=s,
+            nu=self._mcmc_student_t(),
             phi_scale=norms,
             offset=offset,
             # Binary and softmax alike (measured on Ripley's data at the default width): the

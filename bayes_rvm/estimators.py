@@ -35,7 +35,7 @@ from bayes_rvm.dims import BASIS
 from bayes_rvm.evidence import EvidenceFit, fit_evidence
 from bayes_rvm.evidence.width import shared_evidence
 from bayes_rvm.kernels import KernelBasis
-from bayes_rvm.priors import Prior, as_prior, default_alpha_prior, default_weight_scale
+from bayes_rvm.priors import Prior, as_prior, default_alpha_prior
 
 __all__ = ["RVR"]
 
@@ -126,10 +126,9 @@ array-like, default="evidence_shared"
     nu : float, Prior or "auto", default="auto"
         Degrees of freedom of the Student-t prior (ignored for ``"ard"``). ``"auto"``: for the
         type-II fit :data:`bayes_rvm.priors.DEFAULT_NU` (1e-4), small enough to give a sparse
-        fit; under ``inference="mcmc"`` :data:`bayes_rvm.priors.DEFAULT_MCMC_NU` (1) with the
-        scale :func:`bayes_rvm.priors.default_weight_scale`, Cauchy weights that NUTS samples
-        without divergences (at 1e-4 the Gamma hyperprior lies below float64's range, and the
-        model warns). A number is used by both (with unit scale under MCMC). Under
+        fit; under ``inference="mcmc"`` :data:`bayes_rvm.priors.DEFAULT_MCMC_NU` (1), Cauchy
+        weights that NUTS samples without divergences (at 1e-4 the Gamma hyperprior lies below
+        float64's range, and the model warns). A number is used by both. Under
         ``inference="mcmc"`` it may be a :class:`~bayes_rvm.priors.Prior`, and is then sampled
         (the type-II fit that seeds the sampler uses the default).
     alpha_prior : Prior, optional
@@ -498,15 +497,13 @@ array-like, default="evidence_shared"
             return self._width_model(form, offset)
         Phi, norms, cols = self._mcmc_design()
         y = self._train["y"]
-        nu, s = self._mcmc_student_t()
         return rvm_regression_model(
             Phi,
             y,
             prior=self.prior,
             form=form,
             alpha_prior=as_prior(self.alpha_prior, "alpha_prior"),
-            nu=nu,
-            s=s,
+            nu=self._mcmc_student_t(),
             noise_prior=as_prior(self.noise_prior, "noise_prior"),
             noise_sd=None if self.noise_variance is None else float(self.noise_variance) ** 0.5,
             phi_scale=norms,
@@ -530,9 +527,7 @@ array-like, default="evidence_shared"
             raise ValueError("a sampled kernel width takes a fixed nu under prior='student_t'.")
         cols = np.sort(self._mcmc_columns())
         if self.prior == "student_t":
-            nu, s = self._mcmc_student_t()
-            s = default_weight_scale(cols.size) if s is None else s
-            alpha_prior = default_alpha_prior("student_t", nu, s)
+            alpha_prior = default_alpha_prior("student_t", self._mcmc_student_t())
         n_centres = self.basis_.n_centres_
         y = self._train["y"]
         return rvm_width_model(

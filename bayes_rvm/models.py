@@ -28,20 +28,18 @@ Two forms of the same posterior over ``(alpha, sigma)``:
 Priors on the weights:
 
 ``prior="ard"``
-    ``w_i | alpha_i ~ N(0, 1/alpha_i)``. The default hyperprior puts a half-Cauchy on the
-    relative prior *scale* ``alpha_rel_i^(-1/2)`` (the horseshoe's local scale), of scale
-    :func:`bayes_rvm.priors.default_weight_scale`: ``1 / (M - 1)`` for a regression (Piironen and
-    Vehtari's global scale, fixed), 1 for a classifier. In ``log alpha`` its density is a
-    hyperbolic secant with exponential tails ``exp(-|log alpha|/2)``, smooth enough that NUTS
-    meets no walls. At the regression's scale most of its mass switches a basis function off, and
-    the posterior is sparse draw by draw; which of nearly collinear neighbours is switched on
-    varies between draws, so single alphas' posterior medians stay near the prior's (see
-    :mod:`bayes_rvm.priors`). A Gamma hyperprior on ``alpha`` (Tipping's choice) with small
+    ``w_i | alpha_i ~ N(0, 1/alpha_i)``. The default hyperprior puts a half-Cauchy(1) on the
+    relative prior *scale* ``alpha_rel_i^(-1/2)`` (Gelman 2006; the horseshoe's local scale). In
+    ``log alpha`` its density is a hyperbolic secant with exponential tails
+    ``exp(-|log alpha|/2)``, smooth enough that NUTS meets no walls. It does not determine
+    relevance: with a redundant basis each alpha's posterior stays near its prior (see
+    :mod:`bayes_rvm.priors`, which also offers :func:`bayes_rvm.priors.sparse_alpha_prior`, and
+    what it costs). A Gamma hyperprior on ``alpha`` (Tipping's choice) with small
     shape and rate is available through ``alpha_prior``; NUTS wanders over its flat ``log alpha``.
 ``prior="student_t"``
     ``alpha_rel_i ~ Gamma(nu/2, nu s^2 / 2)``, which integrates to relative weights
-    ``StudentT(nu, 0, s)`` (reference document 002). ``nu`` is fixed or a :class:`Prior`; ``s``
-    None takes the default weight scale. A ``nu`` whose Gamma lies below float64 warns.
+    ``StudentT(nu, 0, s)`` (reference document 002). ``nu`` is fixed or a :class:`Prior`. A
+    ``nu`` whose Gamma lies below float64 warns.
 
 Terms of the user's own join the mean through ``offset`` (a fixed array, or a callable that creates
 variables with priors of their own), in both forms; see :func:`rvm_regression_model`.
@@ -75,7 +73,6 @@ from bayes_rvm.priors import (
     Prior,
     as_prior,
     default_alpha_prior,
-    default_weight_scale,
 )
 
 __all__ = [
@@ -214,14 +211,28 @@ def _weight_precision(prior, alpha_prior, nu, s, phi_scale, y_scale):
     return pm.Deterministic("alpha", alpha_rel * phi_scale**2 / y_scale**2, dims=BASIS)
 
 
-def _resolve_priors(prior, alpha_prior, nu, s, n_basis: int, likelihood: str):
+def _resolve_priors(prior, alpha_prior, nu, s):
     """The ARD hyperprior (None under Student-t) and the Student-t scale (None under ARD) that a
-    model is built with: the given ones, or the defaults for its basis size and likelihood."""
+    model is built with; warns where a fixed ``nu`` makes ``Gamma(nu/2, nu s^2/2)`` a prior NUTS
+    cannot sample: with a shape of ``nu / 2`` the probability of ``alpha_rel < x`` is about
+    ``x^(nu/2)``, so at the type-II default ``nu = 1e-4`` most of the mass lies below 1e-300,
+    beyond float64."""
     if prior == "ard":
-        return alpha_prior or default_alpha_prior(
-            "ard", n_basis=n_basis, likelihood=likelihood
-        ), None
-    return None, _student_t_scale(nu, s, n_basis, likelihood)
+        return alpha_prior or default_alpha_prior("ard"), None
+    if not isinstance(nu, Prior):
+        from scipy.special import gammainc
+
+        tiny = float(gammainc(nu / 2.0, 1e-300 * nu * s**2 / 2.0))
+        if tiny > 0.01:
+            warnings.warn(
+                f"the Student-t hyperprior Gamma(nu/2, nu s^2/2) at nu={nu:g} puts {tiny:.0%} of "
+                f"its mass below alpha = 1e-300, outside float64: NUTS will wander over hundreds "
+                f"of decades of log alpha and diverge. Sample with nu of 0.1 or more (the "
+                f"estimators' nu='auto' samples nu={DEFAULT_MCMC_NU:g}); nu=1e-4 suits type-II.",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+    return None, float(s)
 
 
 def _check_priors(prior, form, alpha_prior, nu, s, forms=("marginal", "joint")):
@@ -239,33 +250,9 @@ def _check_priors(prior, form, alpha_prior, nu, s, forms=("marginal", "joint")):
         as_prior(nu, "nu", positive=True)
     elif not (np.isfinite(nu) and nu > 0):
         raise ValueError(f"nu must be positive or a Prior, got {nu!r}.")
-    if s is not None and not (np.isfinite(s) and s > 0):
-        raise ValueError(f"s must be positive or None, got {s!r}.")
+    if not (np.isfinite(s) and s > 0):
+        raise ValueError(f"s must be positive, got {s!r}.")
     return alpha_prior
-
-
-def _student_t_scale(nu, s, n_basis: int, likelihood: str) -> float:
-    """The Student-t scale: ``s``, or the default weight scale for None.
-
-    Warns where a fixed ``nu`` makes ``Gamma(nu/2, nu s^2/2)`` a prior NUTS cannot sample: with
-    a shape of ``nu / 2`` the probability of ``alpha_rel < x`` is about ``x^(nu/2)``, so at the
-    type-II default ``nu = 1e-4`` most of the mass lies below 1e-300, beyond float64.
-    """
-    s = default_weight_scale(n_basis, likelihood) if s is None else float(s)
-    if not isinstance(nu, Prior):
-        from scipy.special import gammainc
-
-        tiny = float(gammainc(nu / 2.0, 1e-300 * nu * s**2 / 2.0))
-        if tiny > 0.01:
-            warnings.warn(
-                f"the Student-t hyperprior Gamma(nu/2, nu s^2/2) at nu={nu:g} puts {tiny:.0%} of "
-                f"its mass below alpha = 1e-300, outside float64: NUTS will wander over hundreds "
-                f"of decades of log alpha and diverge. Sample with nu of 0.1 or more (the "
-                f"estimators' nu='auto' samples nu={DEFAULT_MCMC_NU:g}); nu=1e-4 suits type-II.",
-                RuntimeWarning,
-                stacklevel=4,
-            )
-    return s
 
 
 def _offset_term(offset, y_dims, shape):
@@ -323,7 +310,7 @@ def rvm_regression_model(
     form: Literal["marginal", "joint"] = "marginal",
     alpha_prior: Prior | None = None,
     nu: float | Prior = DEFAULT_NU,
-    s: float | None = 1.0,
+    s: float = 1.0,
     noise_prior: Prior | None = None,
     noise_sd: float | None = None,
     phi_scale: np.ndarray | None = None,
@@ -359,11 +346,10 @@ def rvm_regression_model(
     nu : float or Prior, default=1e-4
         Degrees of freedom of the Student-t prior, fixed or sampled (a :class:`Prior`, created as
         the variable ``nu``).
-    s : float or None, default=1.0
-        Scale of the Student-t prior on the relative weights; None: the scale of the default ARD
-        hyperprior, :func:`bayes_rvm.priors.default_weight_scale` of the basis size (what the
-        estimators sample with ``nu="auto"``). Use it with ``nu`` of 0.1 or more: at
-        ``nu = 1e-4`` the Gamma hyperprior lies mostly below float64's range (a warning says so).
+    s : float, default=1.0
+        Scale of the Student-t prior on the relative weights. Sample with ``nu`` of 0.1 or more:
+        at ``nu = 1e-4`` the Gamma hyperprior lies mostly below float64's range (a warning says
+        so).
     noise_prior : Prior, optional
         Prior of ``sigma_rel = sigma / y_scale``; default
         :data:`bayes_rvm.priors.DEFAULT_NOISE_PRIOR` (``HalfNormal(1)``).
@@ -426,7 +412,7 @@ def rvm_regression_model(
     if not (np.isfinite(y_scale) and y_scale > 0):
         raise ValueError(f"y_scale must be positive, got {y_scale!r}.")
     alpha_prior = _check_priors(prior, form, alpha_prior, nu, s)
-    alpha_prior, s = _resolve_priors(prior, alpha_prior, nu, s, cols.size, "gaussian")
+    alpha_prior, s = _resolve_priors(prior, alpha_prior, nu, s)
     noise_prior = as_prior(noise_prior, "noise_prior", positive=True)
     if noise_sd is not None and not (np.isfinite(noise_sd) and noise_sd > 0):
         raise ValueError(f"noise_sd must be positive, got {noise_sd!r}.")
@@ -545,7 +531,7 @@ def rvm_classification_model(
     prior: Literal["ard", "student_t"] = "ard",
     alpha_prior: Prior | None = None,
     nu: float | Prior = DEFAULT_NU,
-    s: float | None = 1.0,
+    s: float = 1.0,
     phi_scale: np.ndarray | None = None,
     offset: np.ndarray | Callable[[pm.Model], pt.TensorVariable] | None = None,
     centred: bool = False,
@@ -588,8 +574,10 @@ def rvm_classification_model(
         however small ``alpha_i`` is. ``alpha_i`` keeps its ARD hyperprior and its role (small:
         relevant; large: pruned). Without a slab (``None``) the half-Cauchy's tail lets weights
         that the labels leave undetermined (nearly collinear relevance vectors, separable class
-        pairs) run to hundreds, where NUTS diverges. :class:`~bayes_rvm.classifier.RVC` passes
-        :data:`bayes_rvm.priors.DEFAULT_SLAB`; default no slab.
+        pairs) run to hundreds, where NUTS diverges. A slab is a different model from the one
+        the Laplace fit approximates (with ``c = 2`` it shrank a weight the labels determine from
+        -21.8 +- 5.4 to -14.3 +- 3.5), so :class:`~bayes_rvm.classifier.RVC` passes none; default
+        no slab.
     intercept_sd : float, optional
         A free intercept outside the ARD columns: ``intercept ~ N(0, intercept_sd^2)`` in
         logits, one per class for the softmax (``RVC(bias="free")`` passes
@@ -623,7 +611,7 @@ def rvm_classification_model(
             f"likelihood must be 'auto', 'bernoulli' or 'softmax', got {likelihood!r}."
         )
     alpha_prior = _check_priors(prior, "joint", alpha_prior, nu, s, forms=("joint",))
-    alpha_prior, s = _resolve_priors(prior, alpha_prior, nu, s, cols.size, likelihood)
+    alpha_prior, s = _resolve_priors(prior, alpha_prior, nu, s)
     for name, value in (("slab", slab), ("intercept_sd", intercept_sd)):
         if value is not None and not (np.isfinite(value) and value > 0):
             raise ValueError(f"{name} must be a positive number or None, got {value!r}.")
@@ -830,9 +818,7 @@ def rvm_width_model(
         raise ValueError("the model needs at least one basis function (a centre or the bias).")
     dist = stationary_distances(X, centres, kernel)
     gamma_prior = as_prior(gamma_prior, "gamma_prior", positive=True) or DEFAULT_GAMMA_PRIOR
-    alpha_prior = as_prior(alpha_prior, "alpha_prior", positive=True) or default_alpha_prior(
-        "ard", n_basis=centres.shape[0] + int(bool(bias))
-    )
+    alpha_prior = as_prior(alpha_prior, "alpha_prior", positive=True) or default_alpha_prior("ard")
     noise_prior = as_prior(noise_prior, "noise_prior", positive=True)
     if gamma_ref is None:
         from bayes_rvm.kernels import reference_gamma

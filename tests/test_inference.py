@@ -241,9 +241,8 @@ def test_relevance_summary_lists_type2_relevance_vectors(mcmc_ard, sinc60):
     assert np.all(np.abs(table.loc[fit.active, "type2_w"] - fit.mean[:, 0]) < 5 * se)
     # With 61 strongly overlapping RBF columns the data fix combinations of weights, not which
     # column carries them: unlike type-II, the posterior of each alpha stays close to its prior.
-    # P(alpha < 10) under the default half-Cauchy scale prior, tau0 = 1 / (M - 1) = 1/60, is
-    # P(s > 10^-1/2):
-    prior_p = stats.halfcauchy(scale=1.0 / 60.0).sf(10**-0.5)
+    # P(alpha < 10) under the half-Cauchy(1) scale prior is P(s > 10^-1/2):
+    prior_p = stats.halfcauchy(scale=1.0).sf(10**-0.5)
     assert abs(table["p_relevant"].mean() - prior_p) < 0.1
 
 

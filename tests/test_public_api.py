@@ -60,8 +60,8 @@ def test_one_nu_default_everywhere():
     # "auto": the type-II default, and a Student-t that NUTS can sample under MCMC.
     assert RVR().nu == RVC().nu == "auto"
     assert RVR()._type2_nu() == RVC()._type2_nu() == DEFAULT_NU
-    assert RVR()._mcmc_student_t() == RVC()._mcmc_student_t() == (DEFAULT_MCMC_NU, None)
-    assert RVR(nu=3.0)._mcmc_student_t() == (3.0, 1.0)
+    assert RVR()._mcmc_student_t() == RVC()._mcmc_student_t() == DEFAULT_MCMC_NU
+    assert RVR(nu=3.0)._mcmc_student_t() == 3.0
     assert _parser().parse_args(["fit"]).nu is None
 
 

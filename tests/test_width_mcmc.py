@@ -63,8 +63,7 @@ def test_width_model_log_density_equals_dense_reference(kernel, ref_kernel, mult
         T = Y.reshape(40, -1)
         ref = sum(stats.multivariate_normal(np.zeros(40), cov).logpdf(t) for t in T.T)
         ref += stats.lognorm(s=2.0).logpdf(g_rel)  # DEFAULT_GAMMA_PRIOR
-        # The default ARD hyperprior's scale for 4 + bias basis functions: 1 / (M - 1).
-        ref += _halfcauchy_precision_logpdf(a_rel, beta=1.0 / (3 + bias)).sum()
+        ref += _halfcauchy_precision_logpdf(a_rel).sum()
         ref += stats.halfnorm().logpdf(s_rel)
         assert logp(point) == pytest.approx(ref, rel=0, abs=1e-8)
 
