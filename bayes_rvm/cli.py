@@ -59,7 +59,7 @@ def _common(p: argparse.ArgumentParser) -> None:
         type=float,
         default=None,
         help=f"Student-t degrees of freedom (default: {DEFAULT_NU:g} for type-II, "
-        f"{DEFAULT_MCMC_NU:g} with the scale of the ARD default for MCMC)",
+        f"{DEFAULT_MCMC_NU:g} for MCMC)",
     )
     s = p.add_argument_group("MCMC (with --inference mcmc, and for compare)")
     s.add_argument("--draws", type=int, default=1000, help="draws per chain (default 1000)")
