@@ -23,10 +23,12 @@ from bayes_rvm.priors import Prior
 
 GAMMA = {"binary": 4.0}  # Tipping's Gaussian kernel of width 0.5
 MCMC = {"chains": 4, "random_state": 0}
-# Divergences allowed in 4000 draws: 0.1%. The binary fit met 0-1 over 4 seeds, the three-class
-# fit none over 3 (each seed of it takes 16-40 s); at the sampler's default target acceptance of
-# 0.8 instead of the estimator's 0.95, the binary fit met 20-30.
-DIVERGENCES = 4
+# Divergences allowed in 4000 draws: 1%. Over the type-II relevance vectors with a slab of c = 2
+# the binary fit met 0-1 over 4 seeds; the model the Laplace fit approximates (all 251 basis
+# functions, no slab, issue 25) met 27 at the estimator's target acceptance of 0.95 and still 21
+# at 0.99 (seed 0; max R-hat 1.0097, test error 9.8% against type-II's 9.7%): the half-Cauchy's
+# funnel for weights the labels leave loose. The three-class fit is not yet measured on it.
+DIVERGENCES = 40
 
 
 @pytest.fixture(autouse=True, scope="module")
