@@ -33,7 +33,7 @@ from bayes_rvm.evidence.width import (
     width_to_gamma,
 )
 from bayes_rvm.kernels import KernelBasis
-from bayes_rvm.priors import DEFAULT_NU, Prior, as_prior
+from bayes_rvm.priors import DEFAULT_MCMC_NU, DEFAULT_NU, Prior, as_prior
 
 __all__ = [
     "BaseRVM",
@@ -233,7 +233,7 @@ class BaseRVM(BaseEstimator):
         "kernel_params": [dict, None],
         "bias": ["boolean"],
         "prior": [StrOptions(set(PRIORS))],
-        "nu": [_POSITIVE, Prior],
+        "nu": [_POSITIVE, Prior, StrOptions({"auto"})],
         "alpha_prior": [Prior, dict, None],
         "max_iter": [Interval(Integral, 1, None, closed="left")],
         "tol": [_POSITIVE],
@@ -504,6 +504,7 @@ class BaseRVM(BaseEstimator):
                     f"gamma given as a Prior samples the width of the kernels {WIDTH_KERNELS}; "
                     f"got kernel={self.kernel!r}."
                 )
+            as_prior(self.gamma, "gamma", positive=True)
         if isinstance(self.nu, Prior) and self.inference != "mcmc":
             raise ValueError(
                 "nu given as a Prior is sampled, which needs inference='mcmc'; give a number for "
@@ -511,11 +512,17 @@ class BaseRVM(BaseEstimator):
             )
         if self.alpha_prior is not None and self.prior != "ard":
             raise ValueError("alpha_prior sets the ARD hyperprior; use it with prior='ard'.")
-        as_prior(self.alpha_prior, "alpha_prior")
+        as_prior(self.alpha_prior, "alpha_prior", positive=True)
+        if isinstance(self.nu, Prior):
+            as_prior(self.nu, "nu", positive=True)
 
     def _type2_nu(self) -> float:
         # A sampled nu has no single value; the type-II fit that seeds MCMC uses the default.
-        return DEFAULT_NU if isinstance(self.nu, Prior) else float(self.nu)
+        return DEFAULT_NU if isinstance(self.nu, Prior | str) else float(self.nu)
+
+    def _mcmc_student_t(self) -> float | Prior:
+        """``nu`` of the Student-t prior that MCMC samples (``"auto"``: a proper Cauchy)."""
+        return DEFAULT_MCMC_NU if isinstance(self.nu, str) else self.nu
 
     def _alpha_prior(self) -> tuple[float, float]:
         nu = self._type2_nu()

@@ -32,7 +32,7 @@ from bayes_rvm._base import DEFAULT_GAMMA, WIDTH_RULES
 from bayes_rvm.datasets import make_sinc, sinc
 from bayes_rvm.estimators import RVR
 from bayes_rvm.kernels import KERNELS
-from bayes_rvm.priors import DEFAULT_NU
+from bayes_rvm.priors import DEFAULT_MCMC_NU, DEFAULT_NU
 
 __all__ = ["main"]
 
@@ -62,8 +62,9 @@ def _common(p: argparse.ArgumentParser) -> None:
     m.add_argument(
         "--nu",
         type=float,
-        default=DEFAULT_NU,
-        help=f"Student-t degrees of freedom (default {DEFAULT_NU:g})",
+        default=None,
+        help=f"Student-t degrees of freedom (default: {DEFAULT_NU:g} for type-II, "
+        f"{DEFAULT_MCMC_NU:g} for MCMC)",
     )
     s = p.add_argument_group("MCMC (with --inference mcmc, and for compare)")
     s.add_argument("--draws", type=int, default=1000, help="draws per chain (default 1000)")
@@ -347,7 +348,7 @@ def _fit(args) -> int:
         "kernel": args.kernel,
         "gamma": _gamma(args.gamma, default_gamma),
         "prior": args.prior,
-        "nu": args.nu,
+        "nu": "auto" if args.nu is None else args.nu,
         "inference": args.inference,
     }
     if args.inference == "mcmc":
@@ -434,7 +435,7 @@ def _compare(args) -> int:
                 kernel=args.kernel,
                 gamma=gamma,
                 prior=prior,
-                nu=args.nu,
+                nu="auto" if args.nu is None else args.nu,
                 inference=inference,
                 **extra,
             )

@@ -37,7 +37,7 @@ from bayes_rvm.dims import BASIS
 from bayes_rvm.evidence import EvidenceFit, fit_evidence
 from bayes_rvm.evidence.width import shared_evidence
 from bayes_rvm.kernels import KernelBasis
-from bayes_rvm.priors import DEFAULT_NU, Prior, as_prior, default_alpha_prior
+from bayes_rvm.priors import Prior, as_prior, default_alpha_prior
 
 __all__ = ["RVR"]
 
@@ -125,9 +125,12 @@ array-like, default="evidence_shared"
         ``"student_t"``: ``alpha_i ~ Gamma(nu/2, nu/2)``, whose marginal is ``w_i ~ t_nu(0, 1)`` on
         the normalised basis (unit-norm columns, unit-RMS targets); the MAP-II update is
         ``alpha_i = (gamma_i + nu) / (m_i^2 + nu)``. Smaller ``nu`` gives sparser fits.
-    nu : float, default=1e-4
-        Degrees of freedom of the Student-t prior (ignored for ``"ard"``); the package-wide
-        default :data:`bayes_rvm.priors.DEFAULT_NU`, small enough to give a sparse fit. Under
+    nu : float, Prior or "auto", default="auto"
+        Degrees of freedom of the Student-t prior (ignored for ``"ard"``). ``"auto"``: for the
+        type-II fit :data:`bayes_rvm.priors.DEFAULT_NU` (1e-4), small enough to give a sparse
+        fit; under ``inference="mcmc"`` :data:`bayes_rvm.priors.DEFAULT_MCMC_NU` (1), Cauchy
+        weights that NUTS samples without divergences (at 1e-4 the Gamma hyperprior lies below
+        float64's range, and the model warns). A number is used by both. Under
         ``inference="mcmc"`` it may be a :class:`~bayes_rvm.priors.Prior`, and is then sampled
         (the type-II fit that seeds the sampler uses the default).
     alpha_prior : Prior, optional
@@ -294,7 +297,7 @@ array-like, default="evidence_shared"
         kernel_params=None,
         bias=True,
         prior="ard",
-        nu=DEFAULT_NU,
+        nu="auto",
         alpha_prior=None,
         noise_prior=None,
         solver="auto",
@@ -396,7 +399,7 @@ array-like, default="evidence_shared"
         self._check_predictive()
         self._check_priors()
         self._keep_sample_kwargs(sample_kwargs)
-        as_prior(self.noise_prior, "noise_prior")
+        as_prior(self.noise_prior, "noise_prior", positive=True)
         T = y[:, None] if y.ndim == 1 else y
         n, d = T.shape
 
@@ -502,7 +505,7 @@ array-like, default="evidence_shared"
             prior=self.prior,
             form=form,
             alpha_prior=as_prior(self.alpha_prior, "alpha_prior"),
-            nu=self.nu,
+            nu=self._mcmc_student_t(),
             noise_prior=as_prior(self.noise_prior, "noise_prior"),
             noise_sd=None if self.noise_variance is None else float(self.noise_variance) ** 0.5,
             phi_scale=norms,
@@ -524,9 +527,9 @@ array-like, default="evidence_shared"
             alpha_prior = as_prior(self.alpha_prior, "alpha_prior")
         elif isinstance(self.nu, Prior):
             raise ValueError("a sampled kernel width takes a fixed nu under prior='student_t'.")
-        else:
-            alpha_prior = default_alpha_prior("student_t", self.nu)
         cols = np.sort(self._mcmc_columns())
+        if self.prior == "student_t":
+            alpha_prior = default_alpha_prior("student_t", self._mcmc_student_t())
         n_centres = self.basis_.n_centres_
         y = self._train["y"]
         return rvm_width_model(

@@ -30,14 +30,16 @@ Priors on the weights:
 ``prior="ard"``
     ``w_i | alpha_i ~ N(0, 1/alpha_i)``. The default hyperprior puts a half-Cauchy(1) on the
     relative prior *scale* ``alpha_rel_i^(-1/2)`` (Gelman 2006; the horseshoe's local scale). In
-    ``log alpha`` its density is a hyperbolic secant with exponential tails ``exp(-|log alpha|/2)``:
-    proper, weak enough that an irrelevant ``alpha_i`` runs far above the relevant ones (as
-    type-II pruning does) and smooth enough that NUTS meets no walls. A Gamma hyperprior on
-    ``alpha`` (Tipping's choice) with small shape and rate puts a double-exponential wall in
-    ``log alpha`` and makes NUTS diverge; it is available through ``alpha_prior``.
+    ``log alpha`` its density is a hyperbolic secant with exponential tails
+    ``exp(-|log alpha|/2)``, smooth enough that NUTS meets no walls. It does not determine
+    relevance: with a redundant basis each alpha's posterior stays near its prior (see
+    :mod:`bayes_rvm.priors`, which also offers :func:`bayes_rvm.priors.sparse_alpha_prior`, and
+    what it costs). A Gamma hyperprior on ``alpha`` (Tipping's choice) with small
+    shape and rate is available through ``alpha_prior``; NUTS wanders over its flat ``log alpha``.
 ``prior="student_t"``
     ``alpha_rel_i ~ Gamma(nu/2, nu s^2 / 2)``, which integrates to relative weights
-    ``StudentT(nu, 0, s)`` (reference document 002). ``nu`` is fixed or a :class:`Prior`.
+    ``StudentT(nu, 0, s)`` (reference document 002). ``nu`` is fixed or a :class:`Prior`. A
+    ``nu`` whose Gamma lies below float64 warns.
 
 Terms of the user's own join the mean through ``offset`` (a fixed array, or a callable that creates
 variables with priors of their own), in both forms; see :func:`rvm_regression_model`.
@@ -47,6 +49,7 @@ from __future__ import annotations
 
 import json
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -65,6 +68,7 @@ from bayes_rvm.marginal import (
 )
 from bayes_rvm.priors import (
     DEFAULT_GAMMA_PRIOR,
+    DEFAULT_MCMC_NU,
     DEFAULT_NOISE_PRIOR,
     DEFAULT_NU,
     Prior,
@@ -194,11 +198,12 @@ def _check_design(Phi, phi_scale, basis, basis_names):
 
 
 def _weight_precision(prior, alpha_prior, nu, s, phi_scale, y_scale):
-    """``alpha_rel`` from its hyperprior, and ``alpha`` in the units of the design and targets."""
+    """``alpha_rel`` from its hyperprior, and ``alpha`` in the units of the design and targets.
+
+    ``alpha_prior`` and ``s`` are resolved (:func:`_resolve_priors`).
+    """
     if prior == "ard":
-        alpha_rel = (alpha_prior or default_alpha_prior("ard")).create_variable(
-            "alpha_rel", dims=BASIS
-        )
+        alpha_rel = alpha_prior.create_variable("alpha_rel", dims=BASIS)
     else:
         nu_var = nu.create_variable("nu") if isinstance(nu, Prior) else float(nu)
         alpha_rel = pm.Gamma("alpha_rel", alpha=nu_var / 2.0, beta=nu_var * s**2 / 2.0, dims=BASIS)
@@ -207,18 +212,44 @@ def _weight_precision(prior, alpha_prior, nu, s, phi_scale, y_scale):
     return pm.Deterministic("alpha", alpha_rel * phi_scale**2 / y_scale**2, dims=BASIS)
 
 
+def _resolve_priors(prior, alpha_prior, nu, s):
+    """The ARD hyperprior (None under Student-t) and the Student-t scale (None under ARD) that a
+    model is built with; warns where a fixed ``nu`` makes ``Gamma(nu/2, nu s^2/2)`` a prior NUTS
+    cannot sample: with a shape of ``nu / 2`` the probability of ``alpha_rel < x`` is about
+    ``x^(nu/2)``, so at the type-II default ``nu = 1e-4`` most of the mass lies below 1e-300,
+    beyond float64."""
+    if prior == "ard":
+        return alpha_prior or default_alpha_prior("ard"), None
+    if not isinstance(nu, Prior):
+        from scipy.special import gammainc
+
+        tiny = float(gammainc(nu / 2.0, 1e-300 * nu * s**2 / 2.0))
+        if tiny > 0.01:
+            warnings.warn(
+                f"the Student-t hyperprior Gamma(nu/2, nu s^2/2) at nu={nu:g} puts {tiny:.0%} of "
+                f"its mass below alpha = 1e-300, outside float64: NUTS will wander over hundreds "
+                f"of decades of log alpha and diverge. Sample with nu of 0.1 or more (the "
+                f"estimators' nu='auto' samples nu={DEFAULT_MCMC_NU:g}); nu=1e-4 suits type-II.",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+    return None, float(s)
+
+
 def _check_priors(prior, form, alpha_prior, nu, s, forms=("marginal", "joint")):
     if prior not in ("ard", "student_t"):
         raise ValueError(f"prior must be 'ard' or 'student_t', got {prior!r}.")
     if form not in forms:
         raise ValueError(f"form must be one of {forms}, got {form!r}.")
-    alpha_prior = as_prior(alpha_prior, "alpha_prior")
+    alpha_prior = as_prior(alpha_prior, "alpha_prior", positive=True)
     if alpha_prior is not None and prior != "ard":
         raise ValueError(
             "alpha_prior replaces the ARD hyperprior; use it with prior='ard' (the Student-t "
             "prior is set by nu and s)."
         )
-    if not isinstance(nu, Prior) and not (np.isfinite(nu) and nu > 0):
+    if isinstance(nu, Prior):
+        as_prior(nu, "nu", positive=True)
+    elif not (np.isfinite(nu) and nu > 0):
         raise ValueError(f"nu must be positive or a Prior, got {nu!r}.")
     if not (np.isfinite(s) and s > 0):
         raise ValueError(f"s must be positive, got {s!r}.")
@@ -342,7 +373,9 @@ def rvm_regression_model(
         Degrees of freedom of the Student-t prior, fixed or sampled (a :class:`Prior`, created as
         the variable ``nu``).
     s : float, default=1.0
-        Scale of the Student-t prior on the relative weights.
+        Scale of the Student-t prior on the relative weights. Sample with ``nu`` of 0.1 or more:
+        at ``nu = 1e-4`` the Gamma hyperprior lies mostly below float64's range (a warning says
+        so).
     noise_prior : Prior, optional
         Prior of ``sigma_rel = sigma / y_scale``; default
         :data:`bayes_rvm.priors.DEFAULT_NOISE_PRIOR` (``HalfNormal(1)``).
@@ -405,7 +438,8 @@ def rvm_regression_model(
     if not (np.isfinite(y_scale) and y_scale > 0):
         raise ValueError(f"y_scale must be positive, got {y_scale!r}.")
     alpha_prior = _check_priors(prior, form, alpha_prior, nu, s)
-    noise_prior = as_prior(noise_prior, "noise_prior")
+    alpha_prior, s = _resolve_priors(prior, alpha_prior, nu, s)
+    noise_prior = as_prior(noise_prior, "noise_prior", positive=True)
     if noise_sd is not None and not (np.isfinite(noise_sd) and noise_sd > 0):
         raise ValueError(f"noise_sd must be positive, got {noise_sd!r}.")
     N = Phi.shape[0]
@@ -470,9 +504,9 @@ def rvm_regression_model(
         likelihood="gaussian",
         prior=prior,
         form=form,
-        alpha_prior=(alpha_prior or default_alpha_prior("ard")) if prior == "ard" else None,
+        alpha_prior=alpha_prior,
         nu=(nu if isinstance(nu, Prior) else float(nu)) if prior == "student_t" else None,
-        s=float(s) if prior == "student_t" else None,
+        s=s,
         noise_prior=(noise_prior or DEFAULT_NOISE_PRIOR) if noise_sd is None else None,
         noise_sd=None if noise_sd is None else float(noise_sd),
         basis=tuple(int(c) for c in cols),
@@ -566,8 +600,10 @@ def rvm_classification_model(
         however small ``alpha_i`` is. ``alpha_i`` keeps its ARD hyperprior and its role (small:
         relevant; large: pruned). Without a slab (``None``) the half-Cauchy's tail lets weights
         that the labels leave undetermined (nearly collinear relevance vectors, separable class
-        pairs) run to hundreds, where NUTS diverges. :class:`~bayes_rvm.classifier.RVC` passes
-        :data:`bayes_rvm.priors.DEFAULT_SLAB`; default no slab.
+        pairs) run to hundreds, where NUTS diverges. A slab is a different model from the one
+        the Laplace fit approximates (with ``c = 2`` it shrank a weight the labels determine from
+        -21.8 +- 5.4 to -14.3 +- 3.5), so :class:`~bayes_rvm.classifier.RVC` passes none; default
+        no slab.
     intercept_sd : float, optional
         A free intercept outside the ARD columns: ``intercept ~ N(0, intercept_sd^2)`` in
         logits, one per class for the softmax (``RVC(bias="free")`` passes
@@ -601,6 +637,7 @@ def rvm_classification_model(
             f"likelihood must be 'auto', 'bernoulli' or 'softmax', got {likelihood!r}."
         )
     alpha_prior = _check_priors(prior, "joint", alpha_prior, nu, s, forms=("joint",))
+    alpha_prior, s = _resolve_priors(prior, alpha_prior, nu, s)
     for name, value in (("slab", slab), ("intercept_sd", intercept_sd)):
         if value is not None and not (np.isfinite(value) and value > 0):
             raise ValueError(f"{name} must be a positive number or None, got {value!r}.")
@@ -638,9 +675,9 @@ def rvm_classification_model(
         likelihood=likelihood,
         prior=prior,
         form="centred" if centred else "joint",
-        alpha_prior=(alpha_prior or default_alpha_prior("ard")) if prior == "ard" else None,
+        alpha_prior=alpha_prior,
         nu=(nu if isinstance(nu, Prior) else float(nu)) if prior == "student_t" else None,
-        s=float(s) if prior == "student_t" else None,
+        s=s,
         noise_prior=None,
         noise_sd=None,
         basis=tuple(int(c) for c in cols),
@@ -807,9 +844,9 @@ def rvm_width_model(
     if centres.shape[0] == 0 and not bias:
         raise ValueError("the model needs at least one basis function (a centre or the bias).")
     dist = stationary_distances(X, centres, kernel)
-    gamma_prior = as_prior(gamma_prior, "gamma_prior") or DEFAULT_GAMMA_PRIOR
-    alpha_prior = as_prior(alpha_prior, "alpha_prior") or default_alpha_prior("ard")
-    noise_prior = as_prior(noise_prior, "noise_prior")
+    gamma_prior = as_prior(gamma_prior, "gamma_prior", positive=True) or DEFAULT_GAMMA_PRIOR
+    alpha_prior = as_prior(alpha_prior, "alpha_prior", positive=True) or default_alpha_prior("ard")
+    noise_prior = as_prior(noise_prior, "noise_prior", positive=True)
     if gamma_ref is None:
         from bayes_rvm.kernels import reference_gamma
 
@@ -839,13 +876,6 @@ def rvm_width_model(
         y_scale_data = pm.Data("y_scale", y_scale)
         ref = pm.Data("gamma_ref", float(gamma_ref))
         gamma_rel = gamma_prior.create_variable("gamma_rel")
-        if not isinstance(
-            model.rvs_to_transforms.get(gamma_rel), pm.distributions.transforms.LogTransform
-        ):
-            raise ValueError(
-                f"gamma_prior must be a distribution on the positive reals (LogNormal, Gamma, "
-                f"HalfNormal, ...), got {gamma_prior!r}."
-            )
         gamma = pm.Deterministic("gamma", gamma_rel * ref)
         pm.Deterministic("length_scale", gamma**-0.5 if kernel == "rbf" else 1.0 / gamma)
         log_k = -gamma * dist_data

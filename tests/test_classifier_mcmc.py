@@ -5,7 +5,7 @@ tuning steps), as a user runs them. The three-class problem is Ripley's data wit
 split off class 0 (see :func:`_three_class`). What made these fits fail before (R-hat up to 1.6,
 hundreds of divergences): two nearly collinear relevance vectors that each chain kept one of (a
 bimodal posterior; the type-II fit now probes such pairs), a loose bias weight in the centred form
-(a funnel), and the hyperprior's tail without the slab.
+(a funnel).
 """
 
 from __future__ import annotations
@@ -19,14 +19,16 @@ from threadpoolctl import threadpool_limits
 
 from bayes_rvm import RVC, compare, load_model, save_model
 from bayes_rvm.datasets import load_ripley
-from bayes_rvm.priors import DEFAULT_SLAB
+from bayes_rvm.priors import Prior
 
 GAMMA = {"binary": 4.0}  # Tipping's Gaussian kernel of width 0.5
 MCMC = {"chains": 4, "random_state": 0}
-# Divergences allowed in 4000 draws: 0.1%. The binary fit met 0-1 over 4 seeds, the three-class
-# fit none over 3 (each seed of it takes 16-40 s); at the sampler's default target acceptance of
-# 0.8 instead of the estimator's 0.95, the binary fit met 20-30.
-DIVERGENCES = 4
+# Divergences allowed in 4000 draws: 1%. Over the type-II relevance vectors with a slab of c = 2
+# the binary fit met 0-1 over 4 seeds; the model the Laplace fit approximates (all 251 basis
+# functions, no slab, issue 25) met 27 at the estimator's target acceptance of 0.95 and still 21
+# at 0.99 (seed 0; max R-hat 1.0097, test error 9.8% against type-II's 9.7%): the half-Cauchy's
+# funnel for weights the labels leave loose. The three-class fit is not yet measured on it.
+DIVERGENCES = 40
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -97,7 +99,7 @@ def test_mcmc_classifier_datatree_is_shaped_like_rvr(fits):
         assert post["alpha"].dims == ("chain", "draw", "basis")
         assert dt["log_likelihood"]["y"].dims == ("chain", "draw", "obs")
         assert dt["observed_data"]["y"].shape == (250,)
-    np.testing.assert_array_equal(mc.idata_["posterior"]["basis"].values, t2.active_)
+    np.testing.assert_array_equal(mc.idata_["posterior"]["basis"].values, np.arange(251))
     table = compare({"type-II": t2.idata_, "MCMC": mc.idata_})
     assert set(table.index) == {"type-II", "MCMC"}
     pp = mc.sample_posterior_predictive(Xte[:20], random_state=0)
@@ -128,14 +130,16 @@ def test_classifier_model_is_in_the_users_units(ripley):
     X, y = Xtr[idx], ytr[idx]
     clf = RVC(gamma=GAMMA["binary"]).fit(X, y)
     model = clf.model_
-    Phi = clf.basis_.transform(X, columns=clf.active_)
+    Phi = clf.basis_.transform(X)
     np.testing.assert_allclose(model["Phi"].get_value(), Phi)
     np.testing.assert_allclose(model["phi_scale"].get_value(), np.linalg.norm(Phi, axis=0))
-    assert list(model.coords["basis"]) == list(clf.active_)
-    # What RVC samples: the non-centred weights with their slab, binary and softmax alike.
-    assert model.rvm_spec.form == "joint" and model.rvm_spec.slab == DEFAULT_SLAB
-    full = RVC(gamma=GAMMA["binary"], mcmc_basis="all").fit(X, y).model_
-    assert full["Phi"].get_value().shape == (100, 101)
+    # What RVC samples: the full candidate basis, bias column included, non-centred, no slab,
+    # the unit half-Cauchy on each weight's scale: the model the Laplace fit approximates.
+    assert list(model.coords["basis"]) == list(range(101))
+    assert model.rvm_spec.form == "joint" and model.rvm_spec.slab is None
+    assert model.rvm_spec.alpha_prior == Prior("HalfCauchyPrecision", beta=1.0)
+    relevant = RVC(gamma=GAMMA["binary"], mcmc_basis="relevant").fit(X, y).model_
+    assert list(relevant.coords["basis"]) == list(clf.active_)
     with pytest.raises(ValueError, match="multinomial"):
         RVC(inference="mcmc", multi_class="ovr").fit(X, _three_class(X, y, 0))
 
@@ -243,6 +247,24 @@ def test_free_bias_alone_asks_for_all_columns():
     y = (rng.random(200) < 0.5).astype(int)
     clf = RVC(kernel="linear", bias="free").fit(X, y)
     np.testing.assert_array_equal(clf.active_, [200])
+    assert clf.make_model()["Phi"].get_value().shape == (200, 200)  # the default: all columns
     with pytest.raises(ValueError, match="mcmc_basis='all'"):
-        clf.make_model()
-    assert clf.set_params(mcmc_basis="all").make_model()["Phi"].get_value().shape == (200, 200)
+        clf.set_params(mcmc_basis="relevant").make_model()
+
+
+@pytest.mark.slow
+def test_mcmc_predicts_as_the_laplace_fit_it_samples_the_model_of():
+    """Issue 25: RVC(inference="mcmc") samples the model the Laplace fit approximates (every
+    candidate basis function and the bias column under ARD, no slab), so its posterior predictive
+    is as good as the Laplace fit's on held-out data: test log loss within 0.008 on make_moons
+    (measured: 0.2373 against 0.2424; over the type-II relevance vectors only, 0.2598)."""
+    from sklearn.datasets import make_moons
+    from sklearn.metrics import log_loss
+
+    X, y = make_moons(250, noise=0.3, random_state=0)
+    Xt, yt = make_moons(2000, noise=0.3, random_state=1)
+    laplace = RVC().fit(X, y)
+    mc = RVC(inference="mcmc", draws=500, tune=500, chains=2, random_state=1)
+    mc.fit(X, y, progressbar=False)
+    assert mc.idata_["posterior"].sizes["basis"] == 251
+    assert abs(log_loss(yt, mc.predict_proba(Xt)) - log_loss(yt, laplace.predict_proba(Xt))) < 0.008

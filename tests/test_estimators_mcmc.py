@@ -9,6 +9,7 @@ from bayes_rvm.comparison import compare
 from bayes_rvm.datasets import make_sinc
 from bayes_rvm.estimators import RVR
 from bayes_rvm.io import load_model, save_model
+from bayes_rvm.priors import Prior, sparse_alpha_prior
 
 GAMMA = 1.0 / 9.0
 X_GRID = np.linspace(-10, 10, 101)[:, None]
@@ -110,3 +111,64 @@ def test_warmup_is_kept_only_when_asked(fits, data, tmp_path):
 def test_fit_sampler_arguments_are_checked(params, kwargs, match, data):
     with pytest.raises(TypeError, match=match):
         RVR(**params).fit(*data, **kwargs)
+
+
+# -- the default hyperpriors under NUTS (issue 25) ----------------------------------------------
+# The issue's problem: sinc, x uniform on [-10, 10], N = 100, noise sd 0.1, width 2, 2 x 500.
+@pytest.fixture(scope="module")
+def sinc_fits():
+    X, y = make_sinc(100, noise=0.1, random=True, random_state=0)
+    type2 = RVR(gamma=0.25).fit(X, y)
+    kw = {"gamma": 0.25, "inference": "mcmc", "draws": 500, "tune": 300, "chains": 2}
+    sparse = RVR(**kw, alpha_prior=sparse_alpha_prior(101), random_state=1)
+    student = RVR(**kw, prior="student_t", random_state=1)
+    return X, type2, sparse.fit(X, y, progressbar=False), student.fit(X, y, progressbar=False)
+
+
+def _log10_alpha_rel(est):
+    post = est.idata_["posterior"].dataset
+    return np.log10(post["alpha_rel"].transpose("chain", "draw", "basis").values).reshape(
+        -1, post.sizes["basis"]
+    )
+
+
+def test_sparse_hyperprior_is_sparse_draw_by_draw_where_type2_is(sinc_fits):
+    X, type2, sparse, _ = sinc_fits
+    assert int(sparse.idata_["sample_stats"]["diverging"].sum()) <= 2
+    # tau0 = 1 / (M - 1) for the 101 basis functions; the prior P(alpha_rel < 100) is
+    # P(s > 0.1) for s ~ HalfCauchy(0.01): 1 - 2/pi atan(10).
+    assert sparse.model_.rvm_spec.alpha_prior == Prior("HalfCauchyPrecision", beta=0.01)
+    prior_p = 1.0 - 2.0 / np.pi * np.arctan(10.0)
+    on = _log10_alpha_rel(sparse) < 2.0
+    # A draw switches on a few basis functions, not all 101 (type-II keeps 7).
+    assert 4 <= on.sum(1).mean() <= 20
+    x = X[:, 0]
+    rv = type2.relevance_
+    near_rv = np.abs(x[:, None] - x[rv][None, :])
+    far = np.all(near_rv > 1.0, axis=1)
+    # Far from every relevance vector the posterior keeps the prior's probability ...
+    assert abs(on[:, :100][:, far].mean() - prior_p) < 0.03
+    # ... and near each well-sampled one it switches some neighbour on, most of the time.
+    for j in range(rv.size):
+        close = near_rv[:, j] < 0.6
+        if close.sum() >= 5:
+            assert on[:, :100][:, close].any(axis=1).mean() > 0.75
+
+
+def test_default_student_t_under_mcmc_is_proper_and_samples(sinc_fits):
+    *_, student = sinc_fits
+    spec = student.model_.rvm_spec
+    assert (spec.nu, spec.s) == (1.0, 1.0)  # nu="auto": DEFAULT_MCMC_NU, Cauchy weights
+    assert int(student.idata_["sample_stats"]["diverging"].sum()) <= 2
+    la = _log10_alpha_rel(student)
+    # Gamma(5e-5, 5e-5) let alpha_rel span 1e-11.7 .. 1e5.1; the Cauchy stays within a few
+    # decades.
+    assert la.min() > -8 and la.max() < 4
+
+
+def test_a_student_t_prior_below_float64_warns():
+    from bayes_rvm.models import rvm_regression_model
+
+    Phi = np.random.default_rng(0).normal(size=(20, 5))
+    with pytest.warns(RuntimeWarning, match=r"nu=0.0001 puts 9\d% of its mass below"):
+        rvm_regression_model(Phi, Phi[:, 0], prior="student_t", nu=1e-4)

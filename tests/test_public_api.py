@@ -55,10 +55,14 @@ def test_numeric_layers_import_without_pymc():
 def test_one_nu_default_everywhere():
     from bayes_rvm import RVC, RVR
     from bayes_rvm.cli import _parser
-    from bayes_rvm.priors import DEFAULT_NU
+    from bayes_rvm.priors import DEFAULT_MCMC_NU, DEFAULT_NU
 
-    assert RVR().nu == RVC().nu == DEFAULT_NU
-    assert _parser().parse_args(["fit"]).nu == DEFAULT_NU
+    # "auto": the type-II default, and a Student-t that NUTS can sample under MCMC.
+    assert RVR().nu == RVC().nu == "auto"
+    assert RVR()._type2_nu() == RVC()._type2_nu() == DEFAULT_NU
+    assert RVR()._mcmc_student_t() == RVC()._mcmc_student_t() == DEFAULT_MCMC_NU
+    assert RVR(nu=3.0)._mcmc_student_t() == 3.0
+    assert _parser().parse_args(["fit"]).nu is None
 
 
 def test_student_t_default_is_sparse_on_sinc():

@@ -23,6 +23,7 @@ from bayes_rvm.classifier import RVC
 from bayes_rvm.datasets import make_sinc
 from bayes_rvm.estimators import RVR
 from bayes_rvm.io import ModelFileError, _checksum, load_model, save_model
+from bayes_rvm.priors import Prior
 
 X_TEST = np.linspace(-10, 10, 57)[:, None]
 
@@ -824,3 +825,59 @@ def test_a_store_of_the_first_format_loads_with_a_warning(small_study, tmp_path)
     with pytest.warns(UserWarning, match="older format 'bayes_rvm-study/1' without checksums"):
         table = load_study(store)
     assert table["elpd_loo"].tolist() == small_study[2]["elpd_loo"].tolist()
+
+
+# -- issue 26: Prior validation ---------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("make", "error", "match"),
+    [
+        (lambda: Prior("Gamma", alpha="2", beta=1.0), TypeError, "Gamma parameter alpha must be"),
+        (lambda: Prior("Gamma", alpha=True, beta=1.0), TypeError, "alpha must be a number"),
+        (lambda: Prior("HalfNormal", sigma=1.0, dims=3), TypeError, "dims must be a dimension"),
+        (lambda: Prior("HalfNormal", sigma=1.0, dims=[1, 2]), TypeError, "sequence of names"),
+        (lambda: Prior.from_dict([{"dist": "HalfNormal"}]), TypeError, "takes a dict.*got list"),
+        (lambda: Prior.from_dict({"dist": "Gamma", "kwargs": [1]}), TypeError, "'kwargs' must"),
+        (lambda: Prior.from_dict({"dist": "Gamma", "kwarg": {}}), ValueError, "keys 'dist'"),
+        (lambda: Prior("HalfNormal", sigma=float("nan")), ValueError, "sigma=nan must be finite"),
+        (lambda: Prior("Normal", mu=0.0, sigma=[1.0, np.inf]), ValueError, "must be finite"),
+        # Parameter supports come from the distribution's own logp, for every distribution.
+        (lambda: Prior("HalfNormal", sigma=-1.0), ValueError, r"must satisfy sigma > 0"),
+        (lambda: Prior("Gamma", alpha=0, beta=0), ValueError, r"must satisfy alpha > 0, beta > 0"),
+        (lambda: Prior("Normal", mu=0.0, sigma=[1.0, -1.0]), ValueError, "sigma > 0"),
+        (lambda: Prior("Beta", alpha=2.0, beta=-0.5), ValueError, "beta > 0"),
+        (lambda: Prior("HalfCauchyPrecision", beta=0.0), ValueError, "beta > 0"),
+        # A parameter that is a prior is checked at its own typical value: Normal's is 0.
+        (
+            lambda: Prior("Gamma", alpha=2.0, beta=Prior("Normal", mu=0.0, sigma=1.0)),
+            ValueError,
+            "beta > 0",
+        ),
+    ],
+)
+def test_invalid_priors_are_refused_where_they_are_written(make, error, match):
+    with pytest.raises(error, match=match):
+        make()
+
+
+def test_a_real_line_prior_is_refused_for_a_precision_a_scale_or_a_width():
+    normal = Prior("Normal", mu=0.0, sigma=1.0)
+    X, y = make_sinc(30, random_state=0)
+    for params, name in (
+        ({"alpha_prior": normal}, "alpha_prior"),
+        ({"noise_prior": normal}, "noise_prior"),
+        ({"prior": "student_t", "nu": normal}, "nu"),
+        ({"gamma": normal}, "gamma"),
+    ):
+        est = RVR(inference="mcmc", **params)
+        # Refused before the type-II fit and before any sampling.
+        with pytest.raises(ValueError, match=f"{name} must be a distribution on the positive"):
+            est.fit(X, y)
+    with pytest.raises(ValueError, match="alpha_prior must be a distribution on the positive"):
+        RVC(inference="mcmc", alpha_prior=normal.to_dict()).fit(X, y > 0)
+
+
+def test_valid_priors_still_build_and_round_trip():
+    nested = Prior("HalfCauchyPrecision", beta=Prior("HalfCauchy", beta=0.1))
+    assert Prior.from_dict(json.loads(nested.to_json())) == nested
+    assert Prior("Normal", mu=0, sigma=[1, 2], dims="basis").parameters["sigma"].dtype == float
+    assert Prior("Gamma", alpha=np.float32(2.0), beta=3).parameters == {"alpha": 2.0, "beta": 3.0}
