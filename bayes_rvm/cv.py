@@ -20,8 +20,9 @@ import time
 from numbers import Integral
 
 import numpy as np
-from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, _fit_context
 from sklearn.model_selection import KFold, StratifiedKFold
+from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
@@ -35,10 +36,30 @@ from bayes_rvm.priors import DEFAULT_NU
 __all__ = ["RVCCV", "RVRCV"]
 
 
+def _constraints(template: type, names: tuple[str, ...]) -> dict:
+    """The parameter constraints of a cross-validated twin: its own and the template's.
+
+    The template's parameters are declared as the template declares them, so that scikit-learn's
+    ``_fit_context`` checks them all (with the same messages, under the twin's name) before a
+    fold is fitted.
+    """
+    return {
+        "widths": ["array-like", None],
+        "cv": [Interval(Integral, 2, None, closed="left")],
+        **{name: template._parameter_constraints[name] for name in names},
+    }
+
+
 class _WidthCV(BaseEstimator):
     """What the two cross-validated estimators share: the grid, the folds, the refit."""
 
     _template: type
+
+    def _validate_params(self) -> None:
+        # The declared constraints, then what only the template's fit can say about the
+        # combination (the estimator refitted at the chosen width is built from these).
+        super()._validate_params()
+        self._estimator()._check_priors()
 
     def _check(self, X) -> np.ndarray:
         if self.kernel not in WIDTH_KERNELS:
@@ -147,6 +168,25 @@ class RVRCV(RegressorMixin, _WidthCV):
     """
 
     _template = RVR
+    _parameter_constraints: dict = {  # noqa: RUF012 - scikit-learn's convention
+        **_constraints(
+            RVR,
+            (
+                "kernel",
+                "bias",
+                "prior",
+                "nu",
+                "solver",
+                "noise_variance",
+                "max_iter",
+                "tol",
+                "threshold_alpha",
+                "random_state",
+            ),
+        ),
+        "kernel": [StrOptions(set(WIDTH_KERNELS))],
+        "warm_start": ["boolean"],
+    }
 
     def __init__(
         self,
@@ -179,6 +219,7 @@ class RVRCV(RegressorMixin, _WidthCV):
         self.threshold_alpha = threshold_alpha
         self.random_state = random_state
 
+    @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y) -> RVRCV:
         """Choose the width by cross-validation, then fit on all the data."""
         X, y = validate_data(
@@ -230,6 +271,24 @@ class RVCCV(ClassifierMixin, _WidthCV):
     """
 
     _template = RVC
+    _parameter_constraints: dict = {  # noqa: RUF012 - scikit-learn's convention
+        **_constraints(
+            RVC,
+            (
+                "kernel",
+                "bias",
+                "prior",
+                "nu",
+                "solver",
+                "multi_class",
+                "max_iter",
+                "tol",
+                "threshold_alpha",
+                "random_state",
+            ),
+        ),
+        "kernel": [StrOptions(set(WIDTH_KERNELS))],
+    }
 
     def __init__(
         self,
@@ -260,6 +319,7 @@ class RVCCV(ClassifierMixin, _WidthCV):
         self.threshold_alpha = threshold_alpha
         self.random_state = random_state
 
+    @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y) -> RVCCV:
         """Choose the width by cross-validation, then fit on all the data."""
         X, y = validate_data(self, X, y, ensure_min_samples=4, dtype=np.float64)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import warnings
 from typing import NamedTuple
 
 import numpy as np
@@ -48,6 +49,23 @@ def _unscale_fit(fit: EvidenceFit, norms: np.ndarray, scale: float, n_values: in
     """
     out = fit.rescaled(norms, scale, n_values)
     return dataclasses.replace(out, alpha=unscale_alpha(fit.alpha, norms / scale))
+
+
+def distinct_rows(X: np.ndarray, T: np.ndarray) -> np.ndarray:
+    """Indices of the first of each group of identical ``(x, t)`` rows, in their order.
+
+    Parameters
+    ----------
+    X : ndarray of shape (N, P)
+    T : ndarray of shape (N, D)
+
+    Returns
+    -------
+    ndarray of int
+        ``arange(N)`` when no row repeats another.
+    """
+    _, first = np.unique(np.hstack([X, T]), axis=0, return_index=True)
+    return np.sort(first)
 
 
 class _StarDraws(NamedTuple):
@@ -222,7 +240,8 @@ array-like, default="evidence_shared"
         Indices of the retained basis functions (``n_centres`` is the bias).
     relevance_ : ndarray of int
         Indices of the training samples that are relevance vectors (of ``basis_.centres_`` when
-        ``centres`` selects a subset).
+        ``centres`` selects a subset, or when rows that repeat others exactly were fitted once:
+        see ``fit``).
     relevance_vectors_ : ndarray of shape (n_relevance, n_features) or None
         The relevance vectors themselves (None for a precomputed kernel).
     coef_ : ndarray of shape (n_relevance,) or (n_relevance, n_outputs)
@@ -372,6 +391,13 @@ array-like, default="evidence_shared"
             Training inputs (the square training kernel matrix for ``kernel="precomputed"``).
         y : array-like of shape (n_samples,) or (n_samples, n_outputs)
             Targets; several outputs share the relevance vectors and the noise level.
+
+            Rows that repeat another exactly (the same inputs and the same targets) are fitted
+            once, with a warning, when the noise is estimated: two draws with continuous noise
+            do not coincide, and with them the evidence grows without bound as the noise goes to
+            0 wherever the basis can interpolate the distinct rows (the width rules ran to
+            narrow widths, a noise sd of 4e-7 and a test error twice the de-duplicated fit's).
+            With ``noise_variance`` given they count as repeated measurements.
         **sample_kwargs
             Under ``inference="mcmc"``, passed to :func:`bayes_rvm.inference.sample_mcmc` for
             this fit, for example ``keep_warmup=True`` (keep the warmup groups in ``idata_`` and
@@ -396,6 +422,20 @@ array-like, default="evidence_shared"
         self._keep_sample_kwargs(sample_kwargs)
         as_prior(self.noise_prior, "noise_prior")
         T = y[:, None] if y.ndim == 1 else y
+        if self.noise_variance is None and self.kernel != "precomputed":
+            keep = distinct_rows(X, T)
+            if keep.size < X.shape[0]:
+                warnings.warn(
+                    f"{X.shape[0] - keep.size} of the {X.shape[0]} training rows repeat "
+                    "another row exactly (inputs and targets): with them the evidence is "
+                    "unbounded as the noise goes to 0 (interpolating the distinct rows), so each "
+                    "distinct row is fitted once and relevance_ indexes basis_.centres_, the "
+                    f"{keep.size} distinct inputs. If they are repeated measurements, give "
+                    "noise_variance.",
+                    UserWarning,
+                    stacklevel=2,
+                )
+                X, y, T = X[keep], y[keep], T[keep]
         n, d = T.shape
 
         scale = target_scale(T)

@@ -7,6 +7,7 @@ of a saved file either loads bit-identically or raises :class:`~bayes_rvm.io.Mod
 """
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from hypothesis import strategies as st
 
 from bayes_rvm._base import MEMORY_ENV, memory_limit, normalise_columns
 from bayes_rvm.classifier import RVC
-from bayes_rvm.datasets import make_sinc
+from bayes_rvm.datasets import make_sinc, sinc
 from bayes_rvm.estimators import RVR
 from bayes_rvm.io import ModelFileError, _checksum, load_model, save_model
 
@@ -415,3 +416,139 @@ def test_regression_on_text_targets_says_so():
     X = np.arange(10.0)[:, None]
     with pytest.raises(ValueError, match=r"RVR needs numeric targets y; got dtype <U1.*use RVC"):
         RVR().fit(X, np.array(list("abcdefghij")))
+
+
+# -- Issue 26, estimator side: offsets, duplicated rows, ARD widths, CV parameters, memory ------
+def _sinc_fit(n=30, **params):
+    X, y = make_sinc(n, random_state=0)
+    return X, y, RVR(gamma=1.0, **params).fit(X, y)
+
+
+@pytest.mark.parametrize("outputs", [1, 2])
+def test_offsets_of_the_wrong_kind_are_refused_before_the_graph(outputs):
+    import pymc as pm
+    import pytensor.tensor as pt
+
+    X, y = make_sinc(30, random_state=0)
+    Y = y if outputs == 1 else np.c_[y, 2 * y]
+    est = RVR(gamma=1.0).fit(X, Y)
+    shape = Y.shape
+    wrong = [
+        np.zeros(29),  # one row short
+        np.zeros((30, 1, 1)),  # one dimension too many
+        np.zeros((30, 3)),  # the wrong number of outputs
+        np.zeros(30) if outputs == 2 else np.zeros((30, 1)),  # ambiguous / 2-D for one output
+        lambda m: pt.zeros(29),  # a callable's tensor of another static shape
+        lambda m: m["Phi"][:29, 0],  # ... or of another symbolic shape
+        lambda m: pm.Normal("b", 0.0, 1.0, shape=3),
+    ]
+    for offset in wrong:
+        with pytest.raises(
+            ValueError, match=rf"offset: .* mean it joins has shape {re.escape(str(shape))}"
+        ):
+            est.make_model(offset=offset)
+    with pytest.raises(ValueError, match="offset must be numbers"):
+        est.make_model(offset=["a"] * 30)
+    with pytest.raises(ValueError, match="offset: the callable returned None"):
+        est.make_model(offset=lambda m: None)
+    with pytest.raises(ValueError, match="offset: the callable returned str"):
+        est.make_model(offset=lambda m: "x")
+    # Every shape that broadcasts unambiguously is taken, with the values it means.
+    good = [2.0, np.full(shape, 2.0)] + (
+        [np.full((30, 1), 2.0), np.full((1, 2), 2.0)] * (outputs - 1)
+    )
+    for offset in good:
+        np.testing.assert_array_equal(est.make_model(offset=offset)["offset"].get_value(), 2.0)
+    cols = 0 if outputs == 1 else slice(0, 2)  # a term of the mean's own shape
+    model = est.make_model(offset=lambda m: pm.Normal("b", 0.0, 1.0) * m["Phi"][:, cols])
+    expected = 2.0 * model["Phi"].get_value()[:, cols]
+    np.testing.assert_allclose(model["offset"].eval({model["b"]: np.array(2.0)}), expected)
+
+
+def test_exact_duplicate_rows_are_fitted_once_not_to_zero_noise():
+    # Every row twice: the RVM's evidence grows without bound as the noise goes to 0 once the
+    # basis interpolates the 100 distinct rows; gamma="evidence" ran there (noise sd 4e-7, 99
+    # relevance vectors, twice the test error). The fit must be the one on the distinct rows.
+    X, y = make_sinc(100, random_state=0)
+    order = np.random.default_rng(0).permutation(200)  # duplicates not next to each other
+    X2, y2 = np.vstack([X, X])[order], np.r_[y, y][order]
+    once = RVR(gamma="evidence").fit(X, y)
+    with pytest.warns(UserWarning, match="100 of the 200 training rows repeat another row exactly"):
+        twice = RVR(gamma="evidence").fit(X2, y2)
+    # The distinct rows in another order: the engine's path may differ, not the fit.
+    assert twice.noise_variance_ == pytest.approx(once.noise_variance_, rel=0.05)
+    assert twice.noise_variance_ > 0.05**2
+    truth = sinc(X_TEST[:, 0])
+    errors = [np.sqrt(np.mean((m.predict(X_TEST) - truth) ** 2)) for m in (once, twice)]
+    assert errors[1] < 1.1 * errors[0] < 0.06
+    np.testing.assert_array_equal(twice.relevance_vectors_, twice.basis_.centres_[twice.relevance_])
+    # Repeated inputs with other targets are measurements, and a given noise level makes
+    # duplicates repeated measurements: nothing is dropped (the posterior counts them twice,
+    # as a fit with the noise variance halved on the distinct rows does).
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        replicate = RVR(gamma=1.0).fit(np.vstack([X, X]), np.r_[y, y + 0.1])
+        assert replicate.basis_.centres_.shape[0] == 200
+        fixed = RVR(gamma=1.0, noise_variance=0.02).fit(X2, y2)
+    half = RVR(gamma=1.0, noise_variance=0.01, solver="mackay").fit(X, y)
+    fixed_m = RVR(gamma=1.0, noise_variance=0.02, solver="mackay").fit(X2, y2)
+    np.testing.assert_allclose(fixed_m.predict(X_TEST), half.predict(X_TEST), atol=1e-3)
+    assert fixed.basis_.centres_.shape[0] == 200
+
+
+def test_per_feature_widths_follow_a_feature_rescaled_by_1e12():
+    # gamma="evidence_ard" searched in absolute units: a feature of values near 1e12 set the grid
+    # and the bounds of the others, whose length scales collapsed (test RMSE 0.06 -> 0.87 here).
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-3, 3, (120, 3))
+    f = lambda X: np.sin(X[:, 0]) + X[:, 1] ** 2 / 6  # noqa: E731 - the third feature is noise
+    y = f(X) + 0.05 * rng.standard_normal(120)
+    Xt = rng.uniform(-3, 3, (200, 3))
+    ref = RVR(gamma="evidence_ard").fit(X, y)
+    rmse = np.sqrt(np.mean((ref.predict(Xt) - f(Xt)) ** 2))
+    assert rmse < 0.1 and ref.length_scale_[2] > 3 * max(ref.length_scale_[:2])
+    for c in (1e12, 1e-8):
+        s = np.array([1.0, c, 1.0])
+        model = RVR(gamma="evidence_ard").fit(X * s, y)
+        np.testing.assert_allclose(model.length_scale_ / s, ref.length_scale_, rtol=1e-3)
+        np.testing.assert_allclose(model.predict(Xt * s), ref.predict(Xt), atol=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("cls", "param", "value"),
+    [
+        ("RVRCV", "noise_variance", 0),
+        ("RVRCV", "noise_variance", -1.0),
+        ("RVRCV", "nu", -1.0),
+        ("RVRCV", "tol", 0.0),
+        ("RVRCV", "threshold_alpha", -1),
+        ("RVRCV", "warm_start", "yes"),
+        ("RVRCV", "cv", 1),
+        ("RVRCV", "kernel", "poly"),
+        ("RVCCV", "nu", -1.0),
+        ("RVCCV", "solver", "newton"),
+        ("RVCCV", "max_iter", 0),
+        ("RVCCV", "threshold_alpha", 0),
+    ],
+)
+def test_cv_estimators_check_their_parameters_as_rvr_and_rvc_do(cls, param, value, monkeypatch):
+    from sklearn.utils._param_validation import InvalidParameterError
+
+    from bayes_rvm import cv
+
+    est = getattr(cv, cls)(**{param: value})
+    template = est._template
+    # Nothing reaches a fold: the search would raise its own error.
+    monkeypatch.setattr(cv._WidthCV, "_search", lambda *a: pytest.fail("a fold was fitted"))
+    X, y = make_sinc(20, random_state=0)
+    with pytest.raises(InvalidParameterError, match=f"The '{param}' parameter of {cls} must be"):
+        est.fit(X, y if cls == "RVRCV" else y > 0.2)
+    if param in template._parameter_constraints and param != "kernel":
+        # The same check as the estimator's own (the message names the other class).
+        with pytest.raises(InvalidParameterError) as own:
+            template(**{param: value}).fit(X, y if cls == "RVRCV" else y > 0.2)
+        with pytest.raises(InvalidParameterError) as twin:
+            est.fit(X, y if cls == "RVRCV" else y > 0.2)
+        assert str(twin.value) == str(own.value).replace(template.__name__, cls, 1)
