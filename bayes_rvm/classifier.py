@@ -589,6 +589,10 @@ default="evidence_shared"
         """Class probabilities averaged over the MCMC draws of the weights, (n_samples, C)."""
         X = validate_data(self, X, reset=False, dtype=np.float64)
         w = self._idata["posterior"]["w"].transpose("chain", "draw", "basis", ...)
+        n_draws = w.shape[0] * w.shape[1]
+        # Probabilities per draw: one latent column for two classes, one per class beyond.
+        n_latent = 1 if self.classes_.size == 2 else self.classes_.size
+        self._check_output_memory("predict_proba", X.shape[0], n_latent, draws=n_draws)
         cols = np.asarray(w["basis"].values, dtype=int)
         phi = self.basis_.transform(X, columns=cols)
         W = w.values.reshape(-1, cols.size, *w.shape[3:])

@@ -762,6 +762,9 @@ array-like, default="evidence_shared"
             raise RuntimeError("At most one of return_std or return_cov can be requested.")
         check_is_fitted(self, "fit_")
         X = validate_data(self, X, reset=False, dtype=np.float64)
+        self._check_output_memory(
+            "predict", X.shape[0], self._n_outputs(), draws=self._n_draws(), cov=return_cov
+        )
         if self.inference == "mcmc":
             return self._predict_mcmc(X, return_std, return_cov)
         star = self.predictive == "rvm*"
@@ -796,6 +799,16 @@ array-like, default="evidence_shared"
         std = np.sqrt(var)
         return mean, (std if self._single_output else np.repeat(std[:, None], mean.shape[1], 1))
 
+    def _n_outputs(self) -> int:
+        return 1 if self._single_output else int(self.fit_.mean.shape[1])
+
+    def _n_draws(self) -> int:
+        """Posterior draws predictions average over (0 for a type-II fit)."""
+        if self.inference != "mcmc":
+            return 0
+        post = self._idata["posterior"]
+        return int(post.sizes["chain"] * post.sizes["draw"])
+
     def sample_y(self, X, n_samples: int = 1, random_state=0) -> np.ndarray:
         """Draws of new targets from the predictive distribution at ``X`` (noise included).
 
@@ -820,8 +833,17 @@ array-like, default="evidence_shared"
         check_number("n_samples", n_samples, integer=True)
         rng = check_random_state(random_state)
         check_is_fitted(self, "fit_")
+        X = validate_data(self, X, reset=False, dtype=np.float64)
+        joint = self.inference != "mcmc" or self.predictive == "rvm*"
+        self._check_output_memory(
+            "sample_y",
+            X.shape[0],
+            self._n_outputs(),
+            draws=self._n_draws(),
+            cov=joint,
+            n_samples=n_samples,
+        )
         if self.inference == "mcmc" and self.predictive == "rvm*":
-            X = validate_data(self, X, reset=False, dtype=np.float64)
             star = self._mcmc_star(X)
             pick = rng.randint(star.var.shape[0], size=n_samples)
             mean = star.mean if star.mean.ndim == 3 else star.mean[..., None]
@@ -833,7 +855,6 @@ array-like, default="evidence_shared"
                     out[:, d, where] = rng.multivariate_normal(mean[s, :, d], cov, where.size).T
             return out[:, 0] if self._single_output else out
         if self.inference == "mcmc":
-            X = validate_data(self, X, reset=False, dtype=np.float64)
             f, sigma = self._mcmc_draws(X)
             pick = rng.randint(f.shape[0], size=n_samples)
             draws = f[pick] + sigma[pick].reshape(

@@ -419,11 +419,6 @@ def test_regression_on_text_targets_says_so():
 
 
 # -- Issue 26, estimator side: offsets, duplicated rows, ARD widths, CV parameters, memory ------
-def _sinc_fit(n=30, **params):
-    X, y = make_sinc(n, random_state=0)
-    return X, y, RVR(gamma=1.0, **params).fit(X, y)
-
-
 @pytest.mark.parametrize("outputs", [1, 2])
 def test_offsets_of_the_wrong_kind_are_refused_before_the_graph(outputs):
     import pymc as pm
@@ -552,3 +547,41 @@ def test_cv_estimators_check_their_parameters_as_rvr_and_rvc_do(cls, param, valu
         with pytest.raises(InvalidParameterError) as twin:
             est.fit(X, y if cls == "RVRCV" else y > 0.2)
         assert str(twin.value) == str(own.value).replace(template.__name__, cls, 1)
+
+
+def test_predictions_too_large_for_memory_stop_before_allocating(eight_gib):
+    # sample_y(n_samples=10**12) died in NumPy ("Unable to allocate 36.4 TiB"), and a request
+    # between free memory and memory plus swap met the OOM killer; the joint covariance of
+    # predict(return_cov=True) and posterior predictive draws at many inputs are its siblings.
+    X, y = make_sinc(30, random_state=0)
+    est = RVR(gamma=1.0).fit(X, y)
+    with pytest.raises(
+        MemoryError,
+        match=r"RVR\.sample_y: 3 inputs x 1000000000000 samples.*"
+        r"limit of 8\.0 GiB.*fewer samples",
+    ):
+        est.sample_y(X[:3], n_samples=10**12)
+    # The estimate is never below what the draws alone hold: a limit of exactly their size stops.
+    n_samples = 2**20
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(MEMORY_ENV, str(8 * 3 * n_samples))
+        with pytest.raises(MemoryError, match="sample_y"):
+            est.sample_y(X[:3], n_samples=n_samples)
+    assert est.sample_y(X[:3], n_samples=1000).shape == (3, 1000)
+    big = np.linspace(-10, 10, 40_000)[:, None]  # a 40000 x 40000 covariance: 11.9 GiB
+    with pytest.raises(
+        MemoryError,
+        match=r"RVR\.predict: 40000 inputs with their joint cov.*"
+        r"return_std=True",
+    ):
+        est.predict(big, return_cov=True)
+    with pytest.raises(MemoryError, match=r"RVR\.sample_y: 40000 inputs"):
+        est.sample_y(big)
+    # What the advice offers works, and agrees with the covariance where that fits.
+    _, std = est.predict(big, return_std=True)
+    _, cov = est.predict(big[:50], return_cov=True)
+    np.testing.assert_allclose(std[:50], np.sqrt(np.diag(cov)), rtol=1e-10)
+    n_draws = est.idata_["posterior"].sizes["draw"] * est.idata_["posterior"].sizes["chain"]
+    n_rows = int(8 * 2**30 / (8 * 2 * n_draws)) + 1  # the draws and their normals alone exceed it
+    with pytest.raises(MemoryError, match=rf"RVR\.sample_posterior_predictive: {n_rows} inputs"):
+        est.sample_posterior_predictive(np.zeros((n_rows, 1)))
