@@ -585,3 +585,24 @@ def test_predictions_too_large_for_memory_stop_before_allocating(eight_gib):
     n_rows = int(8 * 2**30 / (8 * 2 * n_draws)) + 1  # the draws and their normals alone exceed it
     with pytest.raises(MemoryError, match=rf"RVR\.sample_posterior_predictive: {n_rows} inputs"):
         est.sample_posterior_predictive(np.zeros((n_rows, 1)))
+
+
+def test_posterior_predictive_offsets_of_another_shape_are_refused():
+    # A reshape took an (n * D,) vector or a transposed (D, n) offset and added each value to
+    # another row.
+    from bayes_rvm.inference import sample_posterior_predictive
+
+    X, y = make_sinc(30, random_state=0)
+    est = RVR(gamma=1.0).fit(X, np.c_[y, 2 * y])
+    dt = est.idata_
+    phi = est.basis_.transform(X[:4], columns=est.active_)
+    for offset in (np.zeros((2, 4)), np.zeros(8), np.zeros((4, 3)), np.zeros(4)):
+        with pytest.raises(ValueError, match=r"offset must have shape \(4, 2\)"):
+            sample_posterior_predictive(dt, phi, offset=offset)
+    with pytest.raises(ValueError, match="offset must be finite"):
+        sample_posterior_predictive(dt, phi, offset=np.full((4, 2), np.nan))
+    # A per-row, per-output offset shifts each draw by exactly its value.
+    off = np.arange(8.0).reshape(4, 2)
+    a = sample_posterior_predictive(dt, phi, offset=off, random_seed=1)["predictions"]["y"]
+    b = sample_posterior_predictive(dt, phi, random_seed=1)["predictions"]["y"]
+    np.testing.assert_allclose((a - b).values, np.broadcast_to(off, a.shape), atol=1e-12)
