@@ -28,7 +28,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from bayes_rvm._base import normalise_columns
 from bayes_rvm.classifier import RVC, _OneVsRestFit
-from bayes_rvm.estimators import RVR
+from bayes_rvm.estimators import RVR, drop_duplicate_rows
 from bayes_rvm.evidence.width import WIDTH_KERNELS, default_width_grid, width_to_gamma
 from bayes_rvm.kernels import KernelBasis
 from bayes_rvm.priors import DEFAULT_NU
@@ -225,6 +225,9 @@ class RVRCV(RegressorMixin, _WidthCV):
         X, y = validate_data(
             self, X, y, multi_output=True, y_numeric=True, ensure_min_samples=4, dtype=np.float64
         )
+        if self.noise_variance is None:
+            # As RVR does; here a row's copies would also sit in a fold's training and test rows.
+            X, y = drop_duplicate_rows(X, y)
         self._check(X)
         T = y[:, None] if y.ndim == 1 else y
         folds = KFold(self.cv, shuffle=True, random_state=self.random_state)

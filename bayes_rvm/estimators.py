@@ -38,7 +38,7 @@ from bayes_rvm.evidence.width import shared_evidence
 from bayes_rvm.kernels import KernelBasis
 from bayes_rvm.priors import DEFAULT_NU, Prior, as_prior, default_alpha_prior
 
-__all__ = ["RVR"]
+__all__ = ["RVR", "distinct_rows", "drop_duplicate_rows"]
 
 
 def _unscale_fit(fit: EvidenceFit, norms: np.ndarray, scale: float, n_values: int) -> EvidenceFit:
@@ -66,6 +66,28 @@ def distinct_rows(X: np.ndarray, T: np.ndarray) -> np.ndarray:
     """
     _, first = np.unique(np.hstack([X, T]), axis=0, return_index=True)
     return np.sort(first)
+
+
+def drop_duplicate_rows(X: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``X`` and ``y`` with each group of identical rows kept once, with a warning if any.
+
+    For the regressors whose noise is estimated: with rows that repeat others exactly, the
+    evidence (and the posterior density) grows without bound as the noise goes to 0 wherever the
+    basis can interpolate the distinct rows, and cross-validation folds share rows between
+    training and test.
+    """
+    keep = distinct_rows(X, y[:, None] if y.ndim == 1 else y)
+    if keep.size < X.shape[0]:
+        warnings.warn(
+            f"{X.shape[0] - keep.size} of the {X.shape[0]} training rows repeat another row "
+            "exactly (inputs and targets): with them the evidence is unbounded as the noise goes "
+            "to 0 (interpolating the distinct rows), so each distinct row is fitted once and "
+            f"relevance_ indexes basis_.centres_, the {keep.size} distinct inputs. If they are "
+            "repeated measurements, give noise_variance.",
+            UserWarning,
+            stacklevel=4,  # the user's call, through fit and scikit-learn's _fit_context
+        )
+    return X[keep], y[keep]
 
 
 class _StarDraws(NamedTuple):
@@ -423,19 +445,8 @@ array-like, default="evidence_shared"
         as_prior(self.noise_prior, "noise_prior")
         T = y[:, None] if y.ndim == 1 else y
         if self.noise_variance is None and self.kernel != "precomputed":
-            keep = distinct_rows(X, T)
-            if keep.size < X.shape[0]:
-                warnings.warn(
-                    f"{X.shape[0] - keep.size} of the {X.shape[0]} training rows repeat "
-                    "another row exactly (inputs and targets): with them the evidence is "
-                    "unbounded as the noise goes to 0 (interpolating the distinct rows), so each "
-                    "distinct row is fitted once and relevance_ indexes basis_.centres_, the "
-                    f"{keep.size} distinct inputs. If they are repeated measurements, give "
-                    "noise_variance.",
-                    UserWarning,
-                    stacklevel=2,
-                )
-                X, y, T = X[keep], y[keep], T[keep]
+            X, y = drop_duplicate_rows(X, y)
+            T = y[:, None] if y.ndim == 1 else y
         n, d = T.shape
 
         scale = target_scale(T)
