@@ -756,6 +756,24 @@ class BaseRVM(BaseEstimator):
             lambda limit: advice,
         )
 
+    #: Float64 temporaries a block of rows may hold in :meth:`_in_row_blocks` (128 MiB).
+    _BLOCK_FLOATS = 2**24
+
+    @staticmethod
+    def _in_row_blocks(fn, X: np.ndarray, floats_per_row: float):
+        """``fn(X)`` computed on blocks of rows and concatenated (a tuple of arrays for a tuple).
+
+        A block holds at most about :attr:`_BLOCK_FLOATS` of the ``floats_per_row`` temporaries,
+        for functions whose rows do not interact (per-row moments over posterior draws).
+        """
+        step = max(1, int(BaseRVM._BLOCK_FLOATS // max(floats_per_row, 1)))
+        if X.shape[0] <= step:
+            return fn(X)
+        parts = [fn(X[i : i + step]) for i in range(0, X.shape[0], step)]
+        if isinstance(parts[0], tuple):
+            return tuple(np.concatenate(p) for p in zip(*parts, strict=True))
+        return np.concatenate(parts)
+
     def _design_draws(self, X: np.ndarray, cols: np.ndarray) -> np.ndarray:
         """Design rows of ``X`` over the posterior's columns: (n, M), or one per draw
         (chain, draw, n, M) when the width was sampled (the kernel at each draw's ``gamma``)."""

@@ -643,16 +643,24 @@ array-like, default="evidence_shared"
         """Moments of the mixture over MCMC draws (per draw: the RVM or RVM* predictive)."""
         from bayes_rvm.predictive import mixture_moments
 
+        if not return_cov:
+            # Each row's moments need only its own draws: in blocks of rows, the S draws at
+            # each stay a bounded temporary however many rows are asked for.
+            def moments(rows):
+                if self.predictive == "rvm*":
+                    star = self._mcmc_star(rows)
+                    f, sd = star.mean, np.sqrt(star.var)
+                else:
+                    f, sd = self._mcmc_draws(rows)
+                mean, var = mixture_moments(f, sd)
+                return mean, np.sqrt(var)
+
+            mean, std = self._in_row_blocks(moments, X, 2 * self._n_draws() * self._n_outputs())
+            return (mean, std) if return_std else mean
         if self.predictive != "rvm*":
             f, sigma = self._mcmc_draws(X)
-            mean, spread = mixture_moments(f, sigma, return_cov=return_cov)
-            if return_cov:
-                return mean, spread
-            return (mean, np.sqrt(spread)) if return_std else mean
+            return mixture_moments(f, sigma, return_cov=True)
         star = self._mcmc_star(X)
-        if not return_cov:
-            mean, var = mixture_moments(star.mean, np.sqrt(star.var))
-            return (mean, np.sqrt(var)) if return_std else mean
         # Law of total covariance: the draws' joint RVM* covariances (one n x n factorisation
         # per draw), averaged, plus the covariance of the draws' means.
         mean, between = mixture_moments(star.mean, np.zeros(star.var.shape), return_cov=True)
@@ -773,8 +781,10 @@ array-like, default="evidence_shared"
             raise RuntimeError("At most one of return_std or return_cov can be requested.")
         check_is_fitted(self, "fit_")
         X = validate_data(self, X, reset=False, dtype=np.float64)
+        # Without a covariance, the draws are taken in blocks of rows (_predict_mcmc).
+        draws = self._n_draws() if return_cov else 0
         self._check_output_memory(
-            "predict", X.shape[0], self._n_outputs(), draws=self._n_draws(), cov=return_cov
+            "predict", X.shape[0], self._n_outputs(), draws=draws, cov=return_cov
         )
         if self.inference == "mcmc":
             return self._predict_mcmc(X, return_std, return_cov)

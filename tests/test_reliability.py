@@ -620,3 +620,29 @@ def test_posterior_predictive_offsets_of_another_shape_are_refused():
     a = sample_posterior_predictive(dt, phi, offset=off, random_seed=1)["predictions"]["y"]
     b = sample_posterior_predictive(dt, phi, random_seed=1)["predictions"]["y"]
     np.testing.assert_allclose((a - b).values, np.broadcast_to(off, a.shape), atol=1e-12)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # short chains: diagnostics warn
+@pytest.mark.parametrize("predictive", ["rvm", "rvm*"])
+def test_mcmc_predictions_are_made_in_blocks_of_rows_with_the_same_result(
+    predictive, monkeypatch, eight_gib
+):
+    # The mixture's per-row moments held every draw at every input at once (4000 draws x 10^6
+    # inputs: 32 GB for a plain predict); blocks of rows give the same moments.
+    from bayes_rvm._base import BaseRVM
+
+    X, y = make_sinc(30, random_state=0)
+    est = RVR(gamma=1.0, inference="mcmc", draws=100, tune=100, chains=2, random_state=0)
+    est.set_params(predictive=predictive).fit(X, y, progressbar=False)
+    whole = est.predict(X_TEST, return_std=True)
+    monkeypatch.setattr(BaseRVM, "_BLOCK_FLOATS", 2 * 200 * 7)  # blocks of 7 rows
+    blocked = est.predict(X_TEST, return_std=True)
+    for a, b in zip(whole, blocked, strict=True):
+        np.testing.assert_allclose(b, a, rtol=1e-12, atol=1e-15)
+    # 200 draws at 5001 inputs, with their deviations, would exceed a limit of 8 MiB at once
+    # (15 MiB); in blocks they fit. The joint covariance cannot.
+    monkeypatch.setenv(MEMORY_ENV, "8MiB")
+    many = np.linspace(-10, 10, 5001)[:, None]
+    np.testing.assert_allclose(est.predict(many)[::1000], est.predict(many[::1000]), rtol=1e-12)
+    with pytest.raises(MemoryError, match=r"RVR\.predict: 5001 inputs x 200 posterior draws with"):
+        est.predict(many, return_cov=True)
