@@ -447,6 +447,18 @@ array-like, default="evidence_shared"
         if self.noise_variance is None and self.kernel != "precomputed":
             X, y = drop_duplicate_rows(X, y)
             T = y[:, None] if y.ndim == 1 else y
+        elif self.noise_variance is None and distinct_rows(X, T).size < X.shape[0]:
+            # The kernel matrix's columns are the training inputs too: a row dropped here
+            # would leave predict's kernel with a column too many.
+            warnings.warn(
+                "some training samples repeat others exactly (identical kernel rows and "
+                "targets): with them the evidence is unbounded as the noise goes to 0. With "
+                "kernel='precomputed' they cannot be dropped here: drop them from the rows and "
+                "columns of the training kernel (and the columns of the test kernels), or give "
+                "noise_variance.",
+                UserWarning,
+                stacklevel=3,
+            )
         n, d = T.shape
 
         scale = target_scale(T)

@@ -487,6 +487,10 @@ def test_exact_duplicate_rows_are_fitted_once_not_to_zero_noise():
         replicate = RVR(gamma=1.0).fit(np.vstack([X, X]), np.r_[y, y + 0.1])
         assert replicate.basis_.centres_.shape[0] == 200
         fixed = RVR(gamma=1.0, noise_variance=0.02).fit(X2, y2)
+    # A precomputed kernel's columns are the training samples too: a warning says what to do.
+    K = np.exp(-((X2 - X2.T) ** 2))
+    with pytest.warns(UserWarning, match="kernel='precomputed' they cannot be dropped"):
+        RVR(kernel="precomputed").fit(K, y2)
     # Cross-validation drops them too: copies of a row in a fold's training and test rows
     # made held-out error reward interpolation (RVRCV chose 0.37 over 3.0, test RMSE 0.075 for
     # 0.044).
