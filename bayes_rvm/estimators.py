@@ -667,7 +667,12 @@ array-like, default="evidence_shared"
                 mean, var = mixture_moments(f, sd)
                 return mean, np.sqrt(var)
 
-            mean, std = self._in_row_blocks(moments, X, 2 * self._n_draws() * self._n_outputs())
+            # Per draw and row: the function values and deviations (and, with the width
+            # sampled, the draw's design row).
+            per_draw = 2 * self._n_outputs()
+            if self._samples_width():
+                per_draw += self._idata["posterior"].sizes[BASIS]
+            mean, std = self._in_row_blocks(moments, X, self._n_draws() * per_draw)
             return (mean, std) if return_std else mean
         if self.predictive != "rvm*":
             f, sigma = self._mcmc_draws(X)
