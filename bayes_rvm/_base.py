@@ -13,7 +13,7 @@ import os
 import re
 import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from numbers import Integral, Real
 
 import numpy as np
@@ -38,6 +38,7 @@ from bayes_rvm.priors import DEFAULT_MCMC_NU, DEFAULT_NU, Prior, as_prior
 __all__ = [
     "BaseRVM",
     "check_fit_memory",
+    "check_memory",
     "check_number",
     "column_scale",
     "memory_limit",
@@ -160,32 +161,60 @@ def memory_limit() -> tuple[float | None, str]:
     return 0.5 * available, f"half the {available / 2**30:.1f} GiB available"
 
 
-def check_fit_memory(who: str, n_samples: int, n_basis: int, *, squares: int = 0) -> None:
+def check_memory(who: str, what: str, n_floats: float, advice: Callable[[float], str]) -> None:
     """Stop with a MemoryError that says what to do before an allocation that cannot fit.
+
+    Parameters
+    ----------
+    who : str
+        The call, as the message names it (``"RVR"``, ``"RVR.sample_y"``).
+    what : str
+        What needs the memory (``"a 50000 x 50001 design matrix"``).
+    n_floats : float
+        The float64 values it holds (a float: counts can leave the integers' range).
+    advice : callable
+        ``advice(limit) -> str``: what to do instead, given the limit in bytes.
+    """
+    need = 8.0 * n_floats
+    limit, source = memory_limit()
+    if limit is None or need <= limit:
+        return
+    raise MemoryError(
+        f"{who}: {what}, {need / 2**30:.1f} GiB, more than the limit of {limit / 2**30:.1f} GiB "
+        f"({source}). {advice(limit)} Set the environment variable {MEMORY_ENV} (e.g. 64GiB) to "
+        "change the limit."
+    )
+
+
+def check_fit_memory(who: str, n_samples: int, n_basis: int, *, squares: int = 0) -> None:
+    """:func:`check_memory` of a fit, with a subset of centres that fits as the advice.
 
     The estimate is the N x M float64 design matrix plus ``squares`` M x M float64 matrices (the
     MacKay engines' Gram matrix or Hessian, the marginal MCMC model's Gram matrix); everything
     else a fit allocates is O(N K) in the K retained basis functions.
     """
-    need = 8.0 * (n_samples * n_basis + squares * n_basis**2)
-    limit, source = memory_limit()
-    if limit is None or need <= limit:
-        return
-    sizes = [n for n in (2000, 1000, 500, 200, 100) if n < n_samples]
-    fits = [n for n in sizes if 8.0 * (n_samples * (n + 1) + squares * (n + 1) ** 2) <= limit / 2]
-    hint = (
-        f"{who}(centres='kmeans', n_centres={fits[0]}) (or centres='random') needs "
-        f"{8.0 * (n_samples * (fits[0] + 1) + squares * (fits[0] + 1) ** 2) / 2**30:.2f} GiB"
-        if fits
-        else f"even {who}(centres='random', n_centres=100) does not fit: subsample the data"
-    )
-    raise MemoryError(
-        f"{who}: a fit on {n_samples} samples with {n_basis} basis functions needs a "
+
+    def floats(m: int) -> float:
+        return float(n_samples) * m + squares * float(m) ** 2
+
+    def advice(limit: float) -> str:
+        sizes = [n for n in (2000, 1000, 500, 200, 100) if n < n_samples]
+        fits = [n for n in sizes if 8.0 * floats(n + 1) <= limit / 2]
+        hint = (
+            f"{who}(centres='kmeans', n_centres={fits[0]}) (or centres='random') needs "
+            f"{8.0 * floats(fits[0] + 1) / 2**30:.2f} GiB"
+            if fits
+            else f"even {who}(centres='random', n_centres=100) does not fit: subsample the data"
+        )
+        return f"Place the basis functions on a subset of the inputs: {hint}."
+
+    check_memory(
+        who,
+        f"a fit on {n_samples} samples with {n_basis} basis functions needs a "
         f"{n_samples} x {n_basis} design matrix"
-        + (f" and {squares} more of {n_basis} x {n_basis}" if squares else "")
-        + f", {need / 2**30:.1f} GiB, more than the limit of {limit / 2**30:.1f} GiB ({source}). "
-        f"Place the basis functions on a subset of the inputs: {hint}. Set the environment "
-        f"variable {MEMORY_ENV} (e.g. 64GiB) to change the limit."
+        + (f" and {squares} more of {n_basis} x {n_basis}" if squares else ""),
+        floats(n_basis),
+        advice,
     )
 
 
@@ -670,11 +699,87 @@ class BaseRVM(BaseEstimator):
         Phi_new = None
         if X is not None:
             X = validate_data(self, X, reset=False, dtype=np.float64)
+        w = dt["posterior"]["w"]
+        n_draws = w.sizes["chain"] * w.sizes["draw"]
+        self._check_output_memory(
+            "sample_posterior_predictive",
+            len(dt["observed_data"]["y"]) if X is None else X.shape[0],
+            w.size // (n_draws * w.sizes[BASIS]),
+            draws=n_draws,
+        )
+        if X is not None:
             cols = np.asarray(dt["posterior"][BASIS].values, dtype=int)
             Phi_new = self._design_draws(X, cols)
         seed = check_random_state(random_state).randint(2**31 - 1)
         offset = None if X is None else self._intercept_draws(X.shape[0])
         return sample_posterior_predictive(dt, Phi_new, offset=offset, random_seed=seed)
+
+    def _check_output_memory(
+        self,
+        call: str,
+        n: int,
+        n_outputs: int,
+        *,
+        draws: int = 0,
+        cov: bool = False,
+        n_samples: int = 0,
+    ) -> None:
+        """:func:`check_memory` of a prediction at ``n`` inputs, before anything is allocated.
+
+        The estimate counts the design rows over the retained (or sampled) basis functions, one
+        per draw when the width was sampled; per posterior draw, the function values and their
+        deviations (or draws) at each input and output; RVM*'s kernel block against the training
+        inputs; ``n_samples`` draws of new targets with their standard normals; and, for a
+        joint covariance, the ``n x n`` matrix per output and the factorisations a joint draw
+        from it makes.
+        """
+        post = self._idata["posterior"].dataset if self._idata is not None else None
+        n_basis = post.sizes[BASIS] if post is not None and BASIS in post.sizes else None
+        n_basis = self.active_.size if n_basis is None else n_basis
+        per_draw_design = draws and self._samples_width()
+        floats = float(n) * n_basis * (draws if per_draw_design else 1)
+        floats += 2.0 * draws * n * n_outputs + 2.0 * n_samples * n * n_outputs
+        if self.predictive == "rvm*":
+            floats += float(n) * len(self._train.get("x_train", ()))
+        if cov:
+            floats += float(n) * n * (4 + n_outputs)
+        if n_samples:
+            advice = "Ask for fewer samples, or draw at fewer inputs at a time."
+        elif cov:
+            advice = (
+                "Ask for return_std=True (the marginal standard deviations need O(n) memory), "
+                "or for the covariance of fewer inputs at a time."
+            )
+        else:
+            advice = "Predict fewer inputs at a time (in batches of rows)."
+        check_memory(
+            f"{type(self).__name__}.{call}",
+            f"{n} inputs"
+            + (f" x {n_samples} samples" if n_samples else "")
+            + (f" x {draws} posterior draws" if draws else "")
+            + (" with their joint covariance" if cov else "")
+            + " need",
+            floats,
+            lambda limit: advice,
+        )
+
+    #: Float64 temporaries a block of rows may hold in :meth:`_in_row_blocks` (128 MiB).
+    _BLOCK_FLOATS = 2**24
+
+    @staticmethod
+    def _in_row_blocks(fn, X: np.ndarray, floats_per_row: float):
+        """``fn(X)`` computed on blocks of rows and concatenated (a tuple of arrays for a tuple).
+
+        A block holds at most about :attr:`_BLOCK_FLOATS` of the ``floats_per_row`` temporaries,
+        for functions whose rows do not interact (per-row moments over posterior draws).
+        """
+        step = max(1, int(BaseRVM._BLOCK_FLOATS // max(floats_per_row, 1)))
+        if X.shape[0] <= step:
+            return fn(X)
+        parts = [fn(X[i : i + step]) for i in range(0, X.shape[0], step)]
+        if isinstance(parts[0], tuple):
+            return tuple(np.concatenate(p) for p in zip(*parts, strict=True))
+        return np.concatenate(parts)
 
     def _design_draws(self, X: np.ndarray, cols: np.ndarray) -> np.ndarray:
         """Design rows of ``X`` over the posterior's columns: (n, M), or one per draw

@@ -597,18 +597,24 @@ default="evidence_shared"
         X = validate_data(self, X, reset=False, dtype=np.float64)
         w = self._idata["posterior"]["w"].transpose("chain", "draw", "basis", ...)
         cols = np.asarray(w["basis"].values, dtype=int)
-        phi = self.basis_.transform(X, columns=cols)
         W = w.values.reshape(-1, cols.size, *w.shape[3:])
-        eta = np.einsum("nm,sm...->sn...", phi, W)
-        intercept = self._intercept_draws(X.shape[0])
-        if intercept is not None:
-            eta += intercept.reshape(eta.shape)
-        if eta.ndim == 2:
-            p1 = expit(eta).mean(axis=0)
-            return np.column_stack([1.0 - p1, p1])
-        z = eta - eta.max(axis=2, keepdims=True)
-        p = np.exp(z)
-        return (p / p.sum(axis=2, keepdims=True)).mean(axis=0)
+
+        def proba(rows):
+            eta = np.einsum("nm,sm...->sn...", self.basis_.transform(rows, columns=cols), W)
+            intercept = self._intercept_draws(rows.shape[0])
+            if intercept is not None:
+                eta += intercept.reshape(eta.shape)
+            if eta.ndim == 2:
+                p1 = expit(eta).mean(axis=0)
+                return np.column_stack([1.0 - p1, p1])
+            z = eta - eta.max(axis=2, keepdims=True)
+            p = np.exp(z)
+            return (p / p.sum(axis=2, keepdims=True)).mean(axis=0)
+
+        # Each row's probabilities need only its own draws: blocks of rows bound the S draws'
+        # latent values (S x rows x classes, three temporaries of it for the softmax).
+        n_latent = 1 if self.classes_.size == 2 else self.classes_.size
+        return self._in_row_blocks(proba, X, 3 * W.shape[0] * n_latent)
 
     def _latent(self, X) -> tuple[np.ndarray, np.ndarray]:
         """Posterior mean and variance of the latent function(s), each (n_samples, n_outputs)."""

@@ -20,14 +20,15 @@ import time
 from numbers import Integral
 
 import numpy as np
-from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, _fit_context
 from sklearn.model_selection import KFold, StratifiedKFold
+from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from bayes_rvm._base import normalise_columns
 from bayes_rvm.classifier import RVC, _OneVsRestFit
-from bayes_rvm.estimators import RVR
+from bayes_rvm.estimators import RVR, drop_duplicate_rows
 from bayes_rvm.evidence.width import WIDTH_KERNELS, default_width_grid, width_to_gamma
 from bayes_rvm.kernels import KernelBasis
 from bayes_rvm.priors import DEFAULT_NU
@@ -35,10 +36,30 @@ from bayes_rvm.priors import DEFAULT_NU
 __all__ = ["RVCCV", "RVRCV"]
 
 
+def _constraints(template: type, names: tuple[str, ...]) -> dict:
+    """The parameter constraints of a cross-validated twin: its own and the template's.
+
+    The template's parameters are declared as the template declares them, so that scikit-learn's
+    ``_fit_context`` checks them all (with the same messages, under the twin's name) before a
+    fold is fitted.
+    """
+    return {
+        "widths": ["array-like", None],
+        "cv": [Interval(Integral, 2, None, closed="left")],
+        **{name: template._parameter_constraints[name] for name in names},
+    }
+
+
 class _WidthCV(BaseEstimator):
     """What the two cross-validated estimators share: the grid, the folds, the refit."""
 
     _template: type
+
+    def _validate_params(self) -> None:
+        # The declared constraints, then what only the template's fit can say about the
+        # combination (the estimator refitted at the chosen width is built from these).
+        super()._validate_params()
+        self._estimator()._check_priors()
 
     def _check(self, X) -> np.ndarray:
         if self.kernel not in WIDTH_KERNELS:
@@ -175,6 +196,25 @@ class RVRCV(RegressorMixin, _WidthCV):
     """
 
     _template = RVR
+    _parameter_constraints: dict = {  # noqa: RUF012 - scikit-learn's convention
+        **_constraints(
+            RVR,
+            (
+                "kernel",
+                "bias",
+                "prior",
+                "nu",
+                "solver",
+                "noise_variance",
+                "max_iter",
+                "tol",
+                "threshold_alpha",
+                "random_state",
+            ),
+        ),
+        "kernel": [StrOptions(set(WIDTH_KERNELS))],
+        "warm_start": ["boolean"],
+    }
 
     def __init__(
         self,
@@ -207,11 +247,15 @@ class RVRCV(RegressorMixin, _WidthCV):
         self.threshold_alpha = threshold_alpha
         self.random_state = random_state
 
+    @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y) -> RVRCV:
         """Choose the width by cross-validation, then fit on all the data."""
         X, y = validate_data(
             self, X, y, multi_output=True, y_numeric=True, ensure_min_samples=4, dtype=np.float64
         )
+        if self.noise_variance is None:
+            # As RVR does; here a row's copies would also sit in a fold's training and test rows.
+            X, y = drop_duplicate_rows(X, y)
         self._check(X)
         T = y[:, None] if y.ndim == 1 else y
         folds = KFold(self.cv, shuffle=True, random_state=self.random_state)
@@ -258,6 +302,24 @@ class RVCCV(ClassifierMixin, _WidthCV):
     """
 
     _template = RVC
+    _parameter_constraints: dict = {  # noqa: RUF012 - scikit-learn's convention
+        **_constraints(
+            RVC,
+            (
+                "kernel",
+                "bias",
+                "prior",
+                "nu",
+                "solver",
+                "multi_class",
+                "max_iter",
+                "tol",
+                "threshold_alpha",
+                "random_state",
+            ),
+        ),
+        "kernel": [StrOptions(set(WIDTH_KERNELS))],
+    }
 
     def __init__(
         self,
@@ -288,6 +350,7 @@ class RVCCV(ClassifierMixin, _WidthCV):
         self.threshold_alpha = threshold_alpha
         self.random_state = random_state
 
+    @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y) -> RVCCV:
         """Choose the width by cross-validation, then fit on all the data."""
         X, y = validate_data(self, X, y, ensure_min_samples=4, dtype=np.float64)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import warnings
 from typing import NamedTuple
 
 import numpy as np
@@ -39,7 +40,7 @@ from bayes_rvm.evidence.width import shared_evidence
 from bayes_rvm.kernels import KernelBasis
 from bayes_rvm.priors import Prior, as_prior, default_alpha_prior
 
-__all__ = ["RVR"]
+__all__ = ["RVR", "distinct_rows", "drop_duplicate_rows"]
 
 
 def _unscale_fit(fit: EvidenceFit, norms: np.ndarray, scale: float, n_values: int) -> EvidenceFit:
@@ -50,6 +51,45 @@ def _unscale_fit(fit: EvidenceFit, norms: np.ndarray, scale: float, n_values: in
     """
     out = fit.rescaled(norms, scale, n_values)
     return dataclasses.replace(out, alpha=unscale_alpha(fit.alpha, norms / scale))
+
+
+def distinct_rows(X: np.ndarray, T: np.ndarray) -> np.ndarray:
+    """Indices of the first of each group of identical ``(x, t)`` rows, in their order.
+
+    Parameters
+    ----------
+    X : ndarray of shape (N, P)
+    T : ndarray of shape (N, D)
+
+    Returns
+    -------
+    ndarray of int
+        ``arange(N)`` when no row repeats another.
+    """
+    _, first = np.unique(np.hstack([X, T]), axis=0, return_index=True)
+    return np.sort(first)
+
+
+def drop_duplicate_rows(X: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``X`` and ``y`` with each group of identical rows kept once, with a warning if any.
+
+    For the regressors whose noise is estimated: with rows that repeat others exactly, the
+    evidence (and the posterior density) grows without bound as the noise goes to 0 wherever the
+    basis can interpolate the distinct rows, and cross-validation folds share rows between
+    training and test.
+    """
+    keep = distinct_rows(X, y[:, None] if y.ndim == 1 else y)
+    if keep.size < X.shape[0]:
+        warnings.warn(
+            f"{X.shape[0] - keep.size} of the {X.shape[0]} training rows repeat another row "
+            "exactly (inputs and targets): with them the evidence is unbounded as the noise goes "
+            "to 0 (interpolating the distinct rows), so each distinct row is fitted once and "
+            f"relevance_ indexes basis_.centres_, the {keep.size} distinct inputs. If they are "
+            "repeated measurements, give noise_variance.",
+            UserWarning,
+            stacklevel=4,  # the user's call, through fit and scikit-learn's _fit_context
+        )
+    return X[keep], y[keep]
 
 
 class _StarDraws(NamedTuple):
@@ -227,7 +267,8 @@ array-like, default="evidence_shared"
         Indices of the retained basis functions (``n_centres`` is the bias).
     relevance_ : ndarray of int
         Indices of the training samples that are relevance vectors (of ``basis_.centres_`` when
-        ``centres`` selects a subset).
+        ``centres`` selects a subset, or when rows that repeat others exactly were fitted once:
+        see ``fit``).
     relevance_vectors_ : ndarray of shape (n_relevance, n_features) or None
         The relevance vectors themselves (None for a precomputed kernel).
     coef_ : ndarray of shape (n_relevance,) or (n_relevance, n_outputs)
@@ -377,6 +418,13 @@ array-like, default="evidence_shared"
             Training inputs (the square training kernel matrix for ``kernel="precomputed"``).
         y : array-like of shape (n_samples,) or (n_samples, n_outputs)
             Targets; several outputs share the relevance vectors and the noise level.
+
+            Rows that repeat another exactly (the same inputs and the same targets) are fitted
+            once, with a warning, when the noise is estimated: two draws with continuous noise
+            do not coincide, and with them the evidence grows without bound as the noise goes to
+            0 wherever the basis can interpolate the distinct rows (the width rules ran to
+            narrow widths, a noise sd of 4e-7 and a test error twice the de-duplicated fit's).
+            With ``noise_variance`` given they count as repeated measurements.
         **sample_kwargs
             Under ``inference="mcmc"``, passed to :func:`bayes_rvm.inference.sample_mcmc` for
             this fit, for example ``keep_warmup=True`` (keep the warmup groups in ``idata_`` and
@@ -401,6 +449,21 @@ array-like, default="evidence_shared"
         self._keep_sample_kwargs(sample_kwargs)
         as_prior(self.noise_prior, "noise_prior", positive=True)
         T = y[:, None] if y.ndim == 1 else y
+        if self.noise_variance is None and self.kernel != "precomputed":
+            X, y = drop_duplicate_rows(X, y)
+            T = y[:, None] if y.ndim == 1 else y
+        elif self.noise_variance is None and distinct_rows(X, T).size < X.shape[0]:
+            # The kernel matrix's columns are the training inputs too: a row dropped here
+            # would leave predict's kernel with a column too many.
+            warnings.warn(
+                "some training samples repeat others exactly (identical kernel rows and "
+                "targets): with them the evidence is unbounded as the noise goes to 0. With "
+                "kernel='precomputed' they cannot be dropped here: drop them from the rows and "
+                "columns of the training kernel (and the columns of the test kernels), or give "
+                "noise_variance.",
+                UserWarning,
+                stacklevel=3,
+            )
         n, d = T.shape
 
         scale = target_scale(T)
@@ -597,16 +660,29 @@ array-like, default="evidence_shared"
         """Moments of the mixture over MCMC draws (per draw: the RVM or RVM* predictive)."""
         from bayes_rvm.predictive import mixture_moments
 
+        if not return_cov:
+            # Each row's moments need only its own draws: in blocks of rows, the S draws at
+            # each stay a bounded temporary however many rows are asked for.
+            def moments(rows):
+                if self.predictive == "rvm*":
+                    star = self._mcmc_star(rows)
+                    f, sd = star.mean, np.sqrt(star.var)
+                else:
+                    f, sd = self._mcmc_draws(rows)
+                mean, var = mixture_moments(f, sd)
+                return mean, np.sqrt(var)
+
+            # Per draw and row: the function values and deviations (and, with the width
+            # sampled, the draw's design row).
+            per_draw = 2 * self._n_outputs()
+            if self._samples_width():
+                per_draw += self._idata["posterior"].sizes[BASIS]
+            mean, std = self._in_row_blocks(moments, X, self._n_draws() * per_draw)
+            return (mean, std) if return_std else mean
         if self.predictive != "rvm*":
             f, sigma = self._mcmc_draws(X)
-            mean, spread = mixture_moments(f, sigma, return_cov=return_cov)
-            if return_cov:
-                return mean, spread
-            return (mean, np.sqrt(spread)) if return_std else mean
+            return mixture_moments(f, sigma, return_cov=True)
         star = self._mcmc_star(X)
-        if not return_cov:
-            mean, var = mixture_moments(star.mean, np.sqrt(star.var))
-            return (mean, np.sqrt(var)) if return_std else mean
         # Law of total covariance: the draws' joint RVM* covariances (one n x n factorisation
         # per draw), averaged, plus the covariance of the draws' means.
         mean, between = mixture_moments(star.mean, np.zeros(star.var.shape), return_cov=True)
@@ -814,6 +890,11 @@ array-like, default="evidence_shared"
             raise RuntimeError("At most one of return_std or return_cov can be requested.")
         check_is_fitted(self, "fit_")
         X = validate_data(self, X, reset=False, dtype=np.float64)
+        # Without a covariance, the draws are taken in blocks of rows (_predict_mcmc).
+        draws = self._n_draws() if return_cov else 0
+        self._check_output_memory(
+            "predict", X.shape[0], self._n_outputs(), draws=draws, cov=return_cov
+        )
         if self.inference == "mcmc":
             return self._predict_mcmc(X, return_std, return_cov)
         star = self.predictive == "rvm*"
@@ -848,6 +929,16 @@ array-like, default="evidence_shared"
         std = np.sqrt(var)
         return mean, (std if self._single_output else np.repeat(std[:, None], mean.shape[1], 1))
 
+    def _n_outputs(self) -> int:
+        return 1 if self._single_output else int(self.fit_.mean.shape[1])
+
+    def _n_draws(self) -> int:
+        """Posterior draws predictions average over (0 for a type-II fit)."""
+        if self.inference != "mcmc":
+            return 0
+        post = self._idata["posterior"]
+        return int(post.sizes["chain"] * post.sizes["draw"])
+
     def sample_y(self, X, n_samples: int = 1, random_state=0) -> np.ndarray:
         """Draws of new targets from the predictive distribution at ``X`` (noise included).
 
@@ -872,8 +963,17 @@ array-like, default="evidence_shared"
         check_number("n_samples", n_samples, integer=True)
         rng = check_random_state(random_state)
         check_is_fitted(self, "fit_")
+        X = validate_data(self, X, reset=False, dtype=np.float64)
+        joint = self.inference != "mcmc" or self.predictive == "rvm*"
+        self._check_output_memory(
+            "sample_y",
+            X.shape[0],
+            self._n_outputs(),
+            draws=self._n_draws(),
+            cov=joint,
+            n_samples=n_samples,
+        )
         if self.inference == "mcmc" and self.predictive == "rvm*":
-            X = validate_data(self, X, reset=False, dtype=np.float64)
             star = self._mcmc_star(X)
             pick = rng.randint(star.var.shape[0], size=n_samples)
             mean = star.mean if star.mean.ndim == 3 else star.mean[..., None]
@@ -885,7 +985,6 @@ array-like, default="evidence_shared"
                     out[:, d, where] = rng.multivariate_normal(mean[s, :, d], cov, where.size).T
             return out[:, 0] if self._single_output else out
         if self.inference == "mcmc":
-            X = validate_data(self, X, reset=False, dtype=np.float64)
             f, sigma = self._mcmc_draws(X)
             pick = rng.randint(f.shape[0], size=n_samples)
             draws = f[pick] + sigma[pick].reshape(

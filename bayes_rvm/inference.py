@@ -1120,6 +1120,16 @@ def sample_posterior_predictive(
     off = None
     if offset is not None:
         off = np.asarray(offset, dtype=np.float64)
+        # Exact shapes only: a reshape would take an (n * D,) vector or a transposed (D, n)
+        # array without a word and add each value to another row.
+        rows = (n,) if D == 1 else (n, D)
+        if off.shape not in (rows, (n, D), (C, S, *rows), (C, S, n, D)):
+            raise ValueError(
+                f"offset must have shape {rows} (the mean's terms at the {n} rows) or one per "
+                f"draw {(C, S, *rows)}; got {off.shape}."
+            )
+        if not np.all(np.isfinite(off)):
+            raise ValueError("offset must be finite.")
         per_draw = off.ndim >= 3  # (chain, draw, n[, D]) against (n[, D])
         off = off.reshape(C * S, n, D) if per_draw else off.reshape(n, D)
     eta = latent(Phi, W, off)

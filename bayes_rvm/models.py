@@ -256,14 +256,72 @@ def _check_priors(prior, form, alpha_prior, nu, s, forms=("marginal", "joint")):
     return alpha_prior
 
 
+def _check_offset_shape(got: tuple, shape: tuple, what: str) -> None:
+    """Raise unless an offset of shape ``got`` broadcasts onto the mean's ``shape`` unambiguously.
+
+    A scalar, or the mean's own number of dimensions with each size either the mean's or 1 (a
+    row-wise ``(N, 1)`` or output-wise ``(1, D)`` term of several outputs). NumPy would also align
+    a 1-D ``(D,)`` with the outputs of ``(N, D)``: a per-row offset of that length (``N == D``)
+    would be added along the wrong axis without a word, so 1-D offsets of several outputs are
+    refused. Unknown sizes (None) pass.
+    """
+    ok = len(got) == 0 or (
+        len(got) == len(shape)
+        and all(g is None or g in (1, n) for g, n in zip(got, shape, strict=True))
+    )
+    if not ok:
+        rows = "(N,)" if len(shape) == 1 else "(N, D), (N, 1) or (1, D)"
+        raise ValueError(
+            f"offset: {what} has shape {tuple(got)}, but the mean it joins has shape {shape}; "
+            f"give a scalar or an array of shape {rows} with N = {shape[0]} training rows"
+            + (f" and D = {shape[1]} outputs or classes." if len(shape) == 2 else ".")
+        )
+
+
 def _offset_term(offset, y_dims, shape):
-    """The user's terms of the mean: None, a fixed array (``pm.Data``) or a callable's tensor."""
+    """The user's terms of the mean: None, a fixed array (``pm.Data``) or a callable's tensor.
+
+    Checked before it joins the graph: a number array (or a tensor) of a shape that broadcasts
+    onto the mean's (:func:`_check_offset_shape`), finite values, a callable that returns one.
+    """
+    shape = tuple(int(n) for n in shape)
     if offset is None:
         return pt.zeros(shape), None
     if callable(offset):
-        term = pt.as_tensor_variable(offset(pm.modelcontext(None)))
+        value = offset(pm.modelcontext(None))
+        if value is None:
+            raise ValueError(
+                f"offset: the callable returned None; it must return the term of the mean, a "
+                f"tensor (or array) of shape {shape} or one that broadcasts onto it."
+            )
+        try:
+            term = pt.as_tensor_variable(value)
+        except (TypeError, ValueError, NotImplementedError) as err:
+            raise ValueError(
+                f"offset: the callable returned {type(value).__name__}, which is not a tensor "
+                f"({err})."
+            ) from err
+        if term.dtype.startswith("complex"):
+            raise ValueError(f"offset: the callable returned a tensor of dtype {term.dtype}.")
+        _check_offset_shape(term.type.shape, shape, "the callable's tensor")
+        if any(n is None for n in term.type.shape):
+            # Sizes unknown to the graph's types (a variable of symbolic size): ask the graph.
+            try:
+                actual = tuple(int(n) for n in term.shape.eval())
+            except Exception:  # shapes that need values: broadcast_to checks them at run time
+                actual = None
+            if actual is not None:
+                _check_offset_shape(actual, shape, "the callable's tensor")
         return pm.Deterministic("offset", pt.broadcast_to(term, shape), dims=y_dims), "custom"
-    value = np.broadcast_to(np.asarray(offset, dtype=np.float64), shape)
+    try:
+        value = np.asarray(offset, dtype=np.float64)
+    except (TypeError, ValueError) as err:
+        raise ValueError(
+            f"offset must be numbers (an array, or a callable returning a tensor); got "
+            f"{type(offset).__name__} ({err})."
+        ) from err
+    _check_offset_shape(value.shape, shape, "the array")
+    value = np.broadcast_to(value, shape)
     if not np.all(np.isfinite(value)):
         raise ValueError("offset must be finite.")
     return pm.Data("offset", value.copy(), dims=y_dims), "data"

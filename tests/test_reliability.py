@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from bayes_rvm._base import MEMORY_ENV, memory_limit, normalise_columns
 from bayes_rvm.classifier import RVC
-from bayes_rvm.datasets import make_sinc
+from bayes_rvm.datasets import make_sinc, sinc
 from bayes_rvm.estimators import RVR
 from bayes_rvm.io import ModelFileError, _checksum, load_model, save_model
 from bayes_rvm.priors import Prior
@@ -881,3 +881,237 @@ def test_valid_priors_still_build_and_round_trip():
     assert Prior.from_dict(json.loads(nested.to_json())) == nested
     assert Prior("Normal", mu=0, sigma=[1, 2], dims="basis").parameters["sigma"].dtype == float
     assert Prior("Gamma", alpha=np.float32(2.0), beta=3).parameters == {"alpha": 2.0, "beta": 3.0}
+
+
+# -- Issue 26, estimator side: offsets, duplicated rows, ARD widths, CV parameters, memory ------
+@pytest.mark.parametrize("outputs", [1, 2])
+def test_offsets_of_the_wrong_kind_are_refused_before_the_graph(outputs):
+    import pymc as pm
+    import pytensor.tensor as pt
+
+    X, y = make_sinc(30, random_state=0)
+    Y = y if outputs == 1 else np.c_[y, 2 * y]
+    est = RVR(gamma=1.0).fit(X, Y)
+    shape = Y.shape
+    wrong = [
+        np.zeros(29),  # one row short
+        np.zeros((30, 1, 1)),  # one dimension too many
+        np.zeros((30, 3)),  # the wrong number of outputs
+        np.zeros(30) if outputs == 2 else np.zeros((30, 1)),  # ambiguous / 2-D for one output
+        lambda m: pt.zeros(29),  # a callable's tensor of another static shape
+        lambda m: m["Phi"][:29, 0],  # ... or of another symbolic shape
+        lambda m: pm.Normal("b", 0.0, 1.0, shape=3),
+    ]
+    for offset in wrong:
+        with pytest.raises(
+            ValueError, match=rf"offset: .* mean it joins has shape {re.escape(str(shape))}"
+        ):
+            est.make_model(offset=offset)
+    with pytest.raises(ValueError, match="offset must be numbers"):
+        est.make_model(offset=["a"] * 30)
+    with pytest.raises(ValueError, match="offset: the callable returned None"):
+        est.make_model(offset=lambda m: None)
+    with pytest.raises(ValueError, match="offset: the callable returned str"):
+        est.make_model(offset=lambda m: "x")
+    # Every shape that broadcasts unambiguously is taken, with the values it means.
+    good = [2.0, np.full(shape, 2.0)] + (
+        [np.full((30, 1), 2.0), np.full((1, 2), 2.0)] * (outputs - 1)
+    )
+    for offset in good:
+        np.testing.assert_array_equal(est.make_model(offset=offset)["offset"].get_value(), 2.0)
+    cols = 0 if outputs == 1 else slice(0, 2)  # a term of the mean's own shape
+    model = est.make_model(offset=lambda m: pm.Normal("b", 0.0, 1.0) * m["Phi"][:, cols])
+    expected = 2.0 * model["Phi"].get_value()[:, cols]
+    np.testing.assert_allclose(model["offset"].eval({model["b"]: np.array(2.0)}), expected)
+
+
+def test_exact_duplicate_rows_are_fitted_once_not_to_zero_noise():
+    # Every row twice: the RVM's evidence grows without bound as the noise goes to 0 once the
+    # basis interpolates the 100 distinct rows; gamma="evidence" ran there (noise sd 4e-7, 99
+    # relevance vectors, twice the test error). The fit must be the one on the distinct rows.
+    X, y = make_sinc(100, random_state=0)
+    order = np.random.default_rng(0).permutation(200)  # duplicates not next to each other
+    X2, y2 = np.vstack([X, X])[order], np.r_[y, y][order]
+    once = RVR(gamma="evidence").fit(X, y)
+    with pytest.warns(UserWarning, match="100 of the 200 training rows repeat another row exactly"):
+        twice = RVR(gamma="evidence").fit(X2, y2)
+    # The distinct rows in another order: the engine's path may differ, not the fit.
+    assert twice.noise_variance_ == pytest.approx(once.noise_variance_, rel=0.05)
+    assert twice.noise_variance_ > 0.05**2
+    truth = sinc(X_TEST[:, 0])
+    errors = [np.sqrt(np.mean((m.predict(X_TEST) - truth) ** 2)) for m in (once, twice)]
+    assert errors[1] < 1.1 * errors[0] < 0.06
+    np.testing.assert_array_equal(twice.relevance_vectors_, twice.basis_.centres_[twice.relevance_])
+    # Repeated inputs with other targets are measurements, and a given noise level makes
+    # duplicates repeated measurements: nothing is dropped (the posterior counts them twice,
+    # as a fit with the noise variance halved on the distinct rows does).
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        replicate = RVR(gamma=1.0).fit(np.vstack([X, X]), np.r_[y, y + 0.1])
+        assert replicate.basis_.centres_.shape[0] == 200
+        fixed = RVR(gamma=1.0, noise_variance=0.02).fit(X2, y2)
+    # A precomputed kernel's columns are the training samples too: a warning says what to do.
+    K = np.exp(-((X2 - X2.T) ** 2))
+    with pytest.warns(UserWarning, match="kernel='precomputed' they cannot be dropped"):
+        RVR(kernel="precomputed").fit(K, y2)
+    # Cross-validation drops them too: copies of a row in a fold's training and test rows
+    # made held-out error reward interpolation (RVRCV chose 0.37 over 3.0, test RMSE 0.075 for
+    # 0.044).
+    from bayes_rvm.cv import RVRCV
+
+    cv = RVRCV(widths=[3.0, 0.37], cv=3, random_state=0)
+    with pytest.warns(UserWarning, match="100 of the 200 training rows") as record:
+        cv.fit(np.vstack([X, X]), np.r_[y, y])
+    assert record[0].filename == __file__  # the warning points at the user's call
+    ref = RVRCV(widths=[3.0, 0.37], cv=3, random_state=0).fit(X, y)
+    assert cv.length_scale_ == ref.length_scale_ == 3.0
+    np.testing.assert_array_equal(
+        cv.cv_results_["split_test_scores"], ref.cv_results_["split_test_scores"]
+    )
+    half = RVR(gamma=1.0, noise_variance=0.01, solver="mackay").fit(X, y)
+    fixed_m = RVR(gamma=1.0, noise_variance=0.02, solver="mackay").fit(X2, y2)
+    np.testing.assert_allclose(fixed_m.predict(X_TEST), half.predict(X_TEST), atol=1e-3)
+    assert fixed.basis_.centres_.shape[0] == 200
+
+
+def test_per_feature_widths_follow_a_feature_rescaled_by_1e12():
+    # gamma="evidence_ard" searched in absolute units: a feature of values near 1e12 set the grid
+    # and the bounds of the others, whose length scales collapsed (test RMSE 0.06 -> 0.87 here).
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-3, 3, (120, 3))
+    f = lambda X: np.sin(X[:, 0]) + X[:, 1] ** 2 / 6  # noqa: E731 - the third feature is noise
+    y = f(X) + 0.05 * rng.standard_normal(120)
+    Xt = rng.uniform(-3, 3, (200, 3))
+    ref = RVR(gamma="evidence_ard").fit(X, y)
+    rmse = np.sqrt(np.mean((ref.predict(Xt) - f(Xt)) ** 2))
+    assert rmse < 0.1 and ref.length_scale_[2] > 3 * max(ref.length_scale_[:2])
+    for c in (1e12, 1e-8):
+        s = np.array([1.0, c, 1.0])
+        model = RVR(gamma="evidence_ard").fit(X * s, y)
+        np.testing.assert_allclose(model.length_scale_ / s, ref.length_scale_, rtol=1e-3)
+        np.testing.assert_allclose(model.predict(Xt * s), ref.predict(Xt), atol=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("cls", "param", "value"),
+    [
+        ("RVRCV", "noise_variance", 0),
+        ("RVRCV", "noise_variance", -1.0),
+        ("RVRCV", "nu", -1.0),
+        ("RVRCV", "tol", 0.0),
+        ("RVRCV", "threshold_alpha", -1),
+        ("RVRCV", "warm_start", "yes"),
+        ("RVRCV", "cv", 1),
+        ("RVRCV", "kernel", "poly"),
+        ("RVCCV", "nu", -1.0),
+        ("RVCCV", "solver", "newton"),
+        ("RVCCV", "max_iter", 0),
+        ("RVCCV", "threshold_alpha", 0),
+    ],
+)
+def test_cv_estimators_check_their_parameters_as_rvr_and_rvc_do(cls, param, value, monkeypatch):
+    from sklearn.utils._param_validation import InvalidParameterError
+
+    from bayes_rvm import cv
+
+    est = getattr(cv, cls)(**{param: value})
+    template = est._template
+    # Nothing reaches a fold: the search would raise its own error.
+    monkeypatch.setattr(cv._WidthCV, "_search", lambda *a: pytest.fail("a fold was fitted"))
+    X, y = make_sinc(20, random_state=0)
+    with pytest.raises(InvalidParameterError, match=f"The '{param}' parameter of {cls} must be"):
+        est.fit(X, y if cls == "RVRCV" else y > 0.2)
+    if param in template._parameter_constraints and param != "kernel":
+        # The same check as the estimator's own (the message names the other class).
+        with pytest.raises(InvalidParameterError) as own:
+            template(**{param: value}).fit(X, y if cls == "RVRCV" else y > 0.2)
+        with pytest.raises(InvalidParameterError) as twin:
+            est.fit(X, y if cls == "RVRCV" else y > 0.2)
+        assert str(twin.value) == str(own.value).replace(template.__name__, cls, 1)
+
+
+def test_predictions_too_large_for_memory_stop_before_allocating(eight_gib):
+    # sample_y(n_samples=10**12) died in NumPy ("Unable to allocate 36.4 TiB"), and a request
+    # between free memory and memory plus swap met the OOM killer; the joint covariance of
+    # predict(return_cov=True) and posterior predictive draws at many inputs are its siblings.
+    X, y = make_sinc(30, random_state=0)
+    est = RVR(gamma=1.0).fit(X, y)
+    with pytest.raises(
+        MemoryError,
+        match=r"RVR\.sample_y: 3 inputs x 1000000000000 samples.*"
+        r"limit of 8\.0 GiB.*fewer samples",
+    ):
+        est.sample_y(X[:3], n_samples=10**12)
+    # The estimate is never below what the draws alone hold: a limit of exactly their size stops.
+    n_samples = 2**20
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(MEMORY_ENV, str(8 * 3 * n_samples))
+        with pytest.raises(MemoryError, match="sample_y"):
+            est.sample_y(X[:3], n_samples=n_samples)
+    assert est.sample_y(X[:3], n_samples=1000).shape == (3, 1000)
+    big = np.linspace(-10, 10, 40_000)[:, None]  # a 40000 x 40000 covariance: 11.9 GiB
+    with pytest.raises(
+        MemoryError,
+        match=r"RVR\.predict: 40000 inputs with their joint cov.*"
+        r"return_std=True",
+    ):
+        est.predict(big, return_cov=True)
+    with pytest.raises(MemoryError, match=r"RVR\.sample_y: 40000 inputs"):
+        est.sample_y(big)
+    # What the advice offers works, and agrees with the covariance where that fits.
+    _, std = est.predict(big, return_std=True)
+    _, cov = est.predict(big[:50], return_cov=True)
+    np.testing.assert_allclose(std[:50], np.sqrt(np.diag(cov)), rtol=1e-10)
+    n_draws = est.idata_["posterior"].sizes["draw"] * est.idata_["posterior"].sizes["chain"]
+    n_rows = int(8 * 2**30 / (8 * 2 * n_draws)) + 1  # the draws and their normals alone exceed it
+    with pytest.raises(MemoryError, match=rf"RVR\.sample_posterior_predictive: {n_rows} inputs"):
+        est.sample_posterior_predictive(np.zeros((n_rows, 1)))
+
+
+def test_posterior_predictive_offsets_of_another_shape_are_refused():
+    # A reshape took an (n * D,) vector or a transposed (D, n) offset and added each value to
+    # another row.
+    from bayes_rvm.inference import sample_posterior_predictive
+
+    X, y = make_sinc(30, random_state=0)
+    est = RVR(gamma=1.0).fit(X, np.c_[y, 2 * y])
+    dt = est.idata_
+    phi = est.basis_.transform(X[:4], columns=est.active_)
+    for offset in (np.zeros((2, 4)), np.zeros(8), np.zeros((4, 3)), np.zeros(4)):
+        with pytest.raises(ValueError, match=r"offset must have shape \(4, 2\)"):
+            sample_posterior_predictive(dt, phi, offset=offset)
+    with pytest.raises(ValueError, match="offset must be finite"):
+        sample_posterior_predictive(dt, phi, offset=np.full((4, 2), np.nan))
+    # A per-row, per-output offset shifts each draw by exactly its value.
+    off = np.arange(8.0).reshape(4, 2)
+    a = sample_posterior_predictive(dt, phi, offset=off, random_seed=1)["predictions"]["y"]
+    b = sample_posterior_predictive(dt, phi, random_seed=1)["predictions"]["y"]
+    np.testing.assert_allclose((a - b).values, np.broadcast_to(off, a.shape), atol=1e-12)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # short chains: diagnostics warn
+@pytest.mark.parametrize("predictive", ["rvm", "rvm*"])
+def test_mcmc_predictions_are_made_in_blocks_of_rows_with_the_same_result(
+    predictive, monkeypatch, eight_gib
+):
+    # The mixture's per-row moments held every draw at every input at once (4000 draws x 10^6
+    # inputs: 32 GB for a plain predict); blocks of rows give the same moments.
+    from bayes_rvm._base import BaseRVM
+
+    X, y = make_sinc(30, random_state=0)
+    est = RVR(gamma=1.0, inference="mcmc", draws=100, tune=100, chains=2, random_state=0)
+    est.set_params(predictive=predictive).fit(X, y, progressbar=False)
+    whole = est.predict(X_TEST, return_std=True)
+    monkeypatch.setattr(BaseRVM, "_BLOCK_FLOATS", 2 * 200 * 7)  # blocks of 7 rows
+    blocked = est.predict(X_TEST, return_std=True)
+    for a, b in zip(whole, blocked, strict=True):
+        np.testing.assert_allclose(b, a, rtol=1e-12, atol=1e-15)
+    # 200 draws at 5001 inputs, with their deviations, would exceed a limit of 8 MiB at once
+    # (15 MiB); in blocks they fit. The joint covariance cannot.
+    monkeypatch.setenv(MEMORY_ENV, "8MiB")
+    many = np.linspace(-10, 10, 5001)[:, None]
+    np.testing.assert_allclose(est.predict(many)[::1000], est.predict(many[::1000]), rtol=1e-12)
+    with pytest.raises(MemoryError, match=r"RVR\.predict: 5001 inputs x 200 posterior draws with"):
+        est.predict(many, return_cov=True)

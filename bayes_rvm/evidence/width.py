@@ -195,7 +195,8 @@ class WidthPath:
     Attributes
     ----------
     length_scale : ndarray of shape (n_grid,)
-        The grid, from wide to narrow.
+        The grid, from wide to narrow (for per-feature widths, in units of each feature's
+        standard deviation: all features at that many standard deviations).
     log_evidence : ndarray of shape (n_grid,)
         Log evidence (plus log hyperprior, the engine's objective) at its optimum over the alphas
         and the noise, on the problem the engine saw.
@@ -250,17 +251,23 @@ class WidthFit:
 
 
 class _Search:
-    """Engine runs and the bookkeeping of the best one (warm starts, counts)."""
+    """Engine runs and the bookkeeping of the best one (warm starts, counts).
 
-    def __init__(self, design, engine, X, centres, T, kernel, bias_col):
+    The search moves relative length scales ``u``: the kernel's are ``u * unit``, with ``unit``
+    ones or, for per-feature widths, each feature's spread (so that the search is the same
+    whatever units each feature is measured in).
+    """
+
+    def __init__(self, design, engine, X, centres, T, kernel, bias_col, unit):
         self.design, self.engine = design, engine
         self.X, self.centres, self.T, self.kernel = X, centres, T, kernel
         self.bias_col = bias_col
+        self.unit = unit
         self.n_fits = 0
         self.best: tuple[float, np.ndarray, EvidenceFit, np.ndarray] | None = None
 
     def fit_at(self, ls: np.ndarray, warm: EvidenceFit | None) -> tuple[EvidenceFit, np.ndarray]:
-        Phi = self.design(ls)
+        Phi = self.design(ls * self.unit)
         fit = self.engine(Phi, self.T, warm)
         self.n_fits += 1
         if self.best is None or fit.log_evidence > self.best[0]:
@@ -276,10 +283,12 @@ class _Search:
     def gradient(self, fit: EvidenceFit, ls: np.ndarray) -> np.ndarray:
         """d log evidence / d log l at the fit (the profile gradient at an alpha optimum)."""
         act = fit.active
-        Phi_a = self.design(ls, columns=act)
-        return evidence_width_gradient(
-            self.X, self.active_centres(act), Phi_a, self.T, fit, ls, kernel=self.kernel
+        Phi_a = self.design(ls * self.unit, columns=act)
+        g = evidence_width_gradient(
+            self.X, self.active_centres(act), Phi_a, self.T, fit, ls * self.unit, kernel=self.kernel
         )
+        # d/dlog u_d = d/dlog l_d; one relative width for all features moves them all.
+        return np.array([g.sum()]) if ls.size < g.size else g
 
     def refine(self, log_ls, fit, bounds, *, max_iter: int, step: float, tol: float):
         """Gradient ascent on the profile evidence, the engine warm-started at each step.
@@ -387,9 +396,13 @@ def maximise_width(
     bias : bool, default=True
         Whether the design's last column is a bias.
     ard : bool, default=False
-        One length scale per input feature instead of one in all.
+        One length scale per input feature instead of one in all. The search is then made in
+        units of each feature's standard deviation (the grid, the bounds, ``path``), so that
+        multiplying a feature by a constant multiplies its length scale by it and leaves the
+        fit unchanged.
     grid : ndarray, optional
-        Start widths (default :func:`default_width_grid`); used from wide to narrow.
+        Start widths (default :func:`default_width_grid`, of ``X`` divided by each feature's
+        standard deviation with ``ard``); used from wide to narrow.
     n_starts : int, default=2
         Local maxima of the curve to refine from.
     refine : {"gradient", "bounded"} or None, default="gradient"
@@ -419,7 +432,15 @@ def maximise_width(
     start = time.perf_counter()
     X = np.asarray(X, dtype=np.float64)
     centres = X if centres is None else np.asarray(centres, dtype=np.float64)
-    grid = default_width_grid(X) if grid is None else np.sort(np.asarray(grid, float))[::-1]
+    # Per-feature widths are searched relative to each feature's standard deviation, so that
+    # rescaling a feature rescales its length scale and changes nothing else (measured in
+    # absolute units, a feature of values near 1e12 set the grid and the bounds of all the
+    # others, and their length scales collapsed). Constant features keep unit 1.
+    unit = np.ones(1)
+    if ard:
+        unit = np.std(X, axis=0)
+        unit[~(np.isfinite(unit) & (unit > 0))] = 1.0
+    grid = default_width_grid(X / unit) if grid is None else np.sort(np.asarray(grid, float))[::-1]
     if grid.ndim != 1 or grid.size < 1 or not np.all(np.isfinite(grid) & (grid > 0)):
         raise ValueError("grid must be a non-empty 1-D array of positive length scales.")
     if refine not in ("gradient", "bounded", None):
@@ -434,7 +455,7 @@ def maximise_width(
         raise ValueError(f"n_starts must be a positive integer, got {n_starts!r}.")
     T = np.asarray(T, dtype=np.float64)
     T2 = T[:, None] if T.ndim == 1 else T
-    search = _Search(design, engine, X, centres, T2, kernel, centres.shape[0] if bias else -1)
+    search = _Search(design, engine, X, centres, T2, kernel, centres.shape[0] if bias else -1, unit)
 
     fits, warm = [], None
     for ls in grid:
@@ -490,8 +511,7 @@ def maximise_width(
                 x0, fit_best, bounds, max_iter=6 * max_refine_iter, step=2 * step, tol=tol
             )
     _, ls, fit, Phi = search.best
-    if ard and ls.size == 1:
-        ls = np.full(X.shape[1], float(ls[0]))
+    ls = ls * unit if ard else ls
     return WidthFit(
         length_scale=ls,
         fit=fit,
