@@ -65,12 +65,10 @@ from numbers import Real
 from typing import Any
 
 import numpy as np
-import pymc as pm
-import pytensor.tensor as pt
 
 __all__ = [
-    "DEFAULT_GAMMA_PRIOR",
-    "DEFAULT_NOISE_PRIOR",
+    "DEFAULT_GAMMA_PRIOR",  # noqa: F822 - built on first use by __getattr__
+    "DEFAULT_NOISE_PRIOR",  # noqa: F822
     "DEFAULT_NU",
     "DEFAULT_SLAB",
     "Prior",
@@ -92,12 +90,16 @@ DEFAULT_SLAB = 2.0
 # The half-Cauchy prior on a weight's prior scale, written as a prior on its precision
 # ---------------------------------------------------------------------------------------------
 def _halfcauchy_precision_logp(value, beta):
+    import pytensor.tensor as pt
+
     # alpha = s^-2 with s ~ HalfCauchy(beta):
     # p(alpha) = 2 / (pi beta (1 + 1/(alpha beta^2))) * alpha^(-3/2) / 2
     return -pt.log(np.pi * beta) - pt.log1p(1.0 / (value * beta**2)) - 1.5 * pt.log(value)
 
 
 def _halfcauchy_precision_support_point(rv, size, beta):
+    import pytensor.tensor as pt
+
     # The median of alpha; also the start of NUTS before jitter.
     med = beta**-2.0
     return pt.full(size, med) if size is not None else med
@@ -127,6 +129,8 @@ def halfcauchy_precision(name: str, beta=1.0, *, dims=None, **kwargs):
     **kwargs
         Passed to :class:`pymc.CustomDist` (``shape``, ``initval``, ...).
     """
+    import pymc as pm
+
     return pm.CustomDist(
         name,
         beta,
@@ -144,6 +148,9 @@ _EXTRA_DISTRIBUTIONS = {"HalfCauchyPrecision": (halfcauchy_precision, ("beta",))
 
 
 def _pymc_parameters(dist: str) -> set[str] | None:
+    # PyMC is imported here, not at the top: a type-II fit never builds a PyMC variable.
+    import pymc as pm
+
     cls = getattr(pm, dist, None)
     if cls is None or not isinstance(cls, type) or not issubclass(cls, pm.Distribution):
         return None
@@ -228,6 +235,8 @@ class Prior:
         if self.distribution in _EXTRA_DISTRIBUTIONS:
             factory = _EXTRA_DISTRIBUTIONS[self.distribution][0]
             return factory(name, **params, dims=dims, **kwargs)
+        import pymc as pm
+
         return getattr(pm, self.distribution)(name, **params, dims=dims, **kwargs)
 
     # -- serialisation -----------------------------------------------------------------------
@@ -302,11 +311,22 @@ def default_alpha_prior(prior: str = "ard", nu: float | Prior = DEFAULT_NU, s: f
     raise ValueError(f"prior must be 'ard' or 'student_t', got {prior!r}.")
 
 
-#: Default prior of the relative noise sd ``sigma / y_scale``.
-DEFAULT_NOISE_PRIOR = Prior("HalfNormal", sigma=1.0)
+#: The default priors built on first use (PEP 562): a Prior of a PyMC distribution checks its
+#: parameters against PyMC, which a type-II fit never imports.
+_LAZY_DEFAULTS = {
+    # Default prior of the relative noise sd ``sigma / y_scale``.
+    "DEFAULT_NOISE_PRIOR": ("HalfNormal", {"sigma": 1.0}),
+    # Default prior of a sampled kernel width, on ``gamma_rel = gamma / reference_gamma(X)``.
+    "DEFAULT_GAMMA_PRIOR": ("LogNormal", {"mu": 0.0, "sigma": 2.0}),
+}
 
-#: Default prior of a sampled kernel width, on ``gamma_rel = gamma / reference_gamma(X)``.
-DEFAULT_GAMMA_PRIOR = Prior("LogNormal", mu=0.0, sigma=2.0)
+
+def __getattr__(name: str) -> Prior:
+    if name in _LAZY_DEFAULTS:
+        dist, params = _LAZY_DEFAULTS[name]
+        globals()[name] = value = Prior(dist, **params)
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def as_prior(value, name: str) -> Prior | None:

@@ -52,6 +52,42 @@ def test_numeric_layers_import_without_pymc():
         bayes_rvm.RVMX
 
 
+_TYPE2_FIT = """
+import sys
+import numpy as np
+from bayes_rvm import RVC, RVR
+
+X = np.linspace(-5, 5, 40)[:, None]
+y = np.sinc(X[:, 0] / np.pi)
+RVR().fit(X, y).predict(X, return_std=True)
+RVC().fit(X, y > 0.2).predict_proba(X)
+print(sorted(m for m in ("pymc", "pytensor") if m in sys.modules))
+"""
+
+
+def _run(code: str) -> list[str]:
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
+    )
+    return out.stdout.strip().splitlines()
+
+
+def test_type2_fit_imports_no_pymc():
+    # A type-II user pays for neither PyMC nor PyTensor (2-3 s of imports).
+    assert _run(_TYPE2_FIT) == ["[]"]
+
+
+@pytest.mark.slow
+def test_mcmc_imports_pymc_on_demand_after_a_type2_fit():
+    code = _TYPE2_FIT + textwrap.dedent(
+        """
+        est = RVR(inference="mcmc", draws=60, tune=60, chains=1, random_state=0).fit(X, y)
+        print(dict(est.idata_["posterior"].sizes)["draw"], "pymc" in sys.modules)
+        """
+    )
+    assert _run(code) == ["[]", "60 True"]
+
+
 def test_one_nu_default_everywhere():
     from bayes_rvm import RVC, RVR
     from bayes_rvm.cli import _parser
