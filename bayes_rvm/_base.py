@@ -640,7 +640,7 @@ class BaseRVM(BaseEstimator):
         )
         return dt
 
-    def sample_posterior_predictive(self, X=None, random_state=None):
+    def sample_posterior_predictive(self, X=None, random_state=None, *, extend_idata=True):
         """Posterior predictive draws, with the weights from their posterior (either engine).
 
         Parameters
@@ -648,13 +648,19 @@ class BaseRVM(BaseEstimator):
         X : array-like of shape (n_samples, n_features), optional
             New inputs; default the training inputs.
         random_state : int, RandomState or None, default=None
+        extend_idata : bool, default=True
+            Add the draws to :attr:`idata_` in place and return it (the convention of
+            pymc-marketing's models), so that ``az.plot_ppc_dist(est.idata_)`` and
+            ``az.loo_pit(est.idata_)`` see them; a later call replaces them. With False,
+            :attr:`idata_` is left as it is and a copy holding the draws is returned.
 
         Returns
         -------
         xarray.DataTree
-            :attr:`idata_` with ``posterior_predictive`` (``y[obs]`` at the training inputs,
-            beside ``observed_data``: ready for ``az.plot_ppc`` and ``az.loo_pit``) or, for new
-            ``X``, ``predictions`` and ``predictions_constant_data`` (their design rows).
+            :attr:`idata_` (or its copy) with ``posterior_predictive`` (``y[obs]`` at the
+            training inputs, beside ``observed_data``: ready for ``az.plot_ppc_dist`` and
+            ``az.loo_pit``) or, for new ``X``, ``predictions`` and
+            ``predictions_constant_data`` (their design rows).
         """
         from bayes_rvm.inference import sample_posterior_predictive
 
@@ -662,12 +668,23 @@ class BaseRVM(BaseEstimator):
         dt = self.idata_
         Phi_new = None
         if X is not None:
-            X = validate_data(self, X, reset=False, dtype=np.float64)
+            X = validate_data(self, X, reset=False, dtype=np.float64, accept_sparse="csr")
             cols = np.asarray(dt["posterior"][BASIS].values, dtype=int)
             Phi_new = self._design_draws(X, cols)
         seed = check_random_state(random_state).randint(2**31 - 1)
         offset = None if X is None else self._intercept_draws(X.shape[0])
-        return sample_posterior_predictive(dt, Phi_new, offset=offset, random_seed=seed)
+        out = sample_posterior_predictive(dt, Phi_new, offset=offset, random_seed=seed)
+        if not extend_idata:
+            return out
+        groups = (
+            ("posterior_predictive",) if X is None else ("predictions", "predictions_constant_data")
+        )
+        for name in groups:
+            if name in out.children:
+                dt[name] = out[name]
+            elif name in dt.children:  # left by an earlier call with another design
+                del dt[name]
+        return dt
 
     def _design_draws(self, X: np.ndarray, cols: np.ndarray) -> np.ndarray:
         """Design rows of ``X`` over the posterior's columns: (n, M), or one per draw
