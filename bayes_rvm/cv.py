@@ -99,10 +99,20 @@ class _WidthCV(BaseEstimator):
             return getattr(self.__dict__["estimator_"], name)
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
-    def predict(self, X):
-        """Predictions of the estimator refitted on all the data at the chosen width."""
+    def _refitted(self):
         check_is_fitted(self, "estimator_")
-        return self.estimator_.predict(X)
+        return self.estimator_
+
+    # What the plain estimator offers, delegated to the refit, as scikit-learn's search CVs do.
+    def make_model(self, **kwargs):
+        """The refitted estimator's :meth:`make_model` (its PyMC model, in the user's units)."""
+        return self._refitted().make_model(**kwargs)
+
+    def sample_posterior_predictive(self, X=None, random_state=None, *, extend_idata=True):
+        """The refitted estimator's :meth:`sample_posterior_predictive` (see there)."""
+        return self._refitted().sample_posterior_predictive(
+            X, random_state, extend_idata=extend_idata
+        )
 
 
 class RVRCV(RegressorMixin, _WidthCV):
@@ -147,6 +157,20 @@ class RVRCV(RegressorMixin, _WidthCV):
     """
 
     _template = RVR
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.multi_output = True  # as RVR: one output or several sharing the alphas
+        tags.target_tags.single_output = True
+        return tags
+
+    def predict(self, X, return_std: bool = False, return_cov: bool = False):
+        """:meth:`RVR.predict <bayes_rvm.estimators.RVR.predict>` of the refitted estimator."""
+        return self._refitted().predict(X, return_std=return_std, return_cov=return_cov)
+
+    def sample_y(self, X, n_samples: int = 1, random_state=0) -> np.ndarray:
+        """:meth:`RVR.sample_y <bayes_rvm.estimators.RVR.sample_y>` of the refitted estimator."""
+        return self._refitted().sample_y(X, n_samples=n_samples, random_state=random_state)
 
     def __init__(
         self,
@@ -292,7 +316,19 @@ class RVCCV(ClassifierMixin, _WidthCV):
         self.classes_ = self.estimator_.classes_
         return self
 
-    def predict_proba(self, X):
+    def predict(self, X) -> np.ndarray:
+        """Class labels of the refitted classifier."""
+        return self._refitted().predict(X)
+
+    def predict_proba(self, X) -> np.ndarray:
         """Class probabilities of the refitted classifier."""
-        check_is_fitted(self, "estimator_")
-        return self.estimator_.predict_proba(X)
+        return self._refitted().predict_proba(X)
+
+    def predict_log_proba(self, X) -> np.ndarray:
+        """Log class probabilities of the refitted classifier."""
+        return self._refitted().predict_log_proba(X)
+
+    def decision_function(self, X) -> np.ndarray:
+        """:meth:`RVC.decision_function <bayes_rvm.classifier.RVC.decision_function>` of the
+        refitted classifier."""
+        return self._refitted().decision_function(X)
