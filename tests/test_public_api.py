@@ -161,3 +161,20 @@ def test_shipped_data_load_from_an_installed_wheel(tmp_path):
     where, shapes = run.stdout.split("\n")[:2]
     assert Path(where).is_relative_to(site)
     assert shapes == "(250, 2) (332, 7)"
+
+
+@pytest.mark.slow
+def test_readme_quick_start_runs_as_written():
+    # A fresh process, the block exactly as the README shows it; then what its comments claim.
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("## Quick start", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    claims = textwrap.dedent(
+        """
+        import arviz as az
+        import matplotlib
+        matplotlib.use("Agg")
+        az.plot_ppc_dist(mcmc.idata_)
+        print(az.loo_pit(mcmc.idata_)["y"].shape, clf.score(Xr_test, yr_test) > 0.88)
+        """
+    )
+    assert _run(block + claims)[-1] == "(100,) True"
