@@ -24,6 +24,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from bayes_rvm.dims import BASIS
+from bayes_rvm.evidence.gaussian import one_blas_thread
 from bayes_rvm.evidence.width import (
     WIDTH_KERNELS,
     WidthFit,
@@ -640,6 +641,7 @@ class BaseRVM(BaseEstimator):
         )
         return dt
 
+    @one_blas_thread
     def sample_posterior_predictive(self, X=None, random_state=None, *, extend_idata=True):
         """Posterior predictive draws, with the weights from their posterior (either engine).
 

@@ -33,6 +33,7 @@ from bayes_rvm._base import (
     unscale_alpha,
 )
 from bayes_rvm.evidence import SOLVERS, EvidenceFit, fit_evidence, importance_draws
+from bayes_rvm.evidence.gaussian import one_blas_thread
 from bayes_rvm.evidence.importance import MIN_ESS
 from bayes_rvm.evidence.log_evidence import WARN_SKIP
 from bayes_rvm.evidence.options import FREE_LATENT_SD
@@ -308,6 +309,7 @@ default="evidence_shared"
         return coupled**2 if self.solver == "mackay" else 0
 
     @_fit_context(prefer_skip_nested_validation=True)
+    @one_blas_thread
     def fit(self, X, y, **sample_kwargs) -> RVC:
         """Fit the classifier by maximising the Laplace evidence.
 
@@ -748,6 +750,7 @@ default="evidence_shared"
         lp = draws[0].log_predictive(phi)
         return lp[:, 1:] - lp[:, :1] if self.classes_.size == 2 else lp
 
+    @one_blas_thread
     def decision_function(self, X) -> np.ndarray:
         """Latent scores: the log-odds (binary) or softmax logits behind :meth:`predict_proba`.
 
@@ -779,6 +782,7 @@ default="evidence_shared"
             score = mean * moderation(var) if self.moderated else mean
         return score[:, 0] if score.shape[1] == 1 else score
 
+    @one_blas_thread
     def predict_proba(self, X) -> np.ndarray:
         """Class probabilities, averaged over the posterior uncertainty unless ``moderated=False``.
 
@@ -806,11 +810,13 @@ default="evidence_shared"
         p = np.exp(z)
         return p / p.sum(axis=1, keepdims=True)
 
+    @one_blas_thread
     def predict_log_proba(self, X) -> np.ndarray:
         """Logarithm of :meth:`predict_proba`."""
         with np.errstate(divide="ignore"):
             return np.log(self.predict_proba(X))
 
+    @one_blas_thread
     def predict(self, X) -> np.ndarray:
         """Most probable class of each sample (the largest score of :meth:`decision_function`).
 

@@ -28,6 +28,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from bayes_rvm._base import normalise_columns
 from bayes_rvm.classifier import RVC, _OneVsRestFit
 from bayes_rvm.estimators import RVR
+from bayes_rvm.evidence.gaussian import one_blas_thread
 from bayes_rvm.evidence.width import WIDTH_KERNELS, default_width_grid, width_to_gamma
 from bayes_rvm.kernels import KernelBasis
 from bayes_rvm.priors import DEFAULT_NU
@@ -203,6 +204,7 @@ class RVRCV(RegressorMixin, _WidthCV):
         self.threshold_alpha = threshold_alpha
         self.random_state = random_state
 
+    @one_blas_thread
     def fit(self, X, y) -> RVRCV:
         """Choose the width by cross-validation, then fit on all the data."""
         X, y = validate_data(
@@ -284,6 +286,7 @@ class RVCCV(ClassifierMixin, _WidthCV):
         self.threshold_alpha = threshold_alpha
         self.random_state = random_state
 
+    @one_blas_thread
     def fit(self, X, y) -> RVCCV:
         """Choose the width by cross-validation, then fit on all the data."""
         X, y = validate_data(self, X, y, ensure_min_samples=4, dtype=np.float64)

@@ -33,6 +33,7 @@ from bayes_rvm._base import (
 )
 from bayes_rvm.dims import BASIS
 from bayes_rvm.evidence import EvidenceFit, fit_evidence
+from bayes_rvm.evidence.gaussian import one_blas_thread
 from bayes_rvm.evidence.width import shared_evidence
 from bayes_rvm.kernels import KernelBasis
 from bayes_rvm.priors import DEFAULT_NU, Prior, as_prior, default_alpha_prior
@@ -363,6 +364,7 @@ array-like, default="evidence_shared"
         return tags
 
     @_fit_context(prefer_skip_nested_validation=True)
+    @one_blas_thread
     def fit(self, X, y, **sample_kwargs) -> RVR:
         """Fit the RVM by maximising the evidence.
 
@@ -691,6 +693,7 @@ array-like, default="evidence_shared"
         self._idata = state.get("idata")
         self._model = None
 
+    @one_blas_thread
     def predict(self, X, return_std: bool = False, return_cov: bool = False):
         """Predictive mean, and optionally its standard deviation or covariance.
 
@@ -756,6 +759,7 @@ array-like, default="evidence_shared"
         std = np.sqrt(var)
         return mean, (std if self._single_output else np.repeat(std[:, None], mean.shape[1], 1))
 
+    @one_blas_thread
     def sample_y(self, X, n_samples: int = 1, random_state=0) -> np.ndarray:
         """Draws of new targets from the predictive distribution at ``X`` (noise included).
 

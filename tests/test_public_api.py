@@ -178,3 +178,31 @@ def test_readme_quick_start_runs_as_written():
         """
     )
     assert _run(block + claims)[-1] == "(100,) True"
+
+
+def test_public_entry_points_run_with_one_blas_thread():
+    # One guard (evidence.gaussian.one_blas_thread) on fit / predict / sample_y / the
+    # classifier's probabilities: a kernel of our own records BLAS's thread count
+    # where the estimators evaluate it, with two threads allowed outside.
+    from sklearn.metrics.pairwise import rbf_kernel
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    from bayes_rvm import RVC, RVR
+
+    seen = []
+
+    def kernel(a, b):
+        seen.append(max(p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"))
+        return rbf_kernel(a, b, gamma=0.5)
+
+    X = np.linspace(-5, 5, 30)[:, None]
+    y = np.sinc(X[:, 0] / np.pi)
+    with threadpool_limits(limits=2, user_api="blas"):
+        kernel(X, X)
+        if seen.pop() < 2:
+            pytest.skip("BLAS runs one thread here whatever the limit")
+        RVR(kernel=kernel).fit(X, y).sample_y(X, 2)
+        clf = RVC(kernel=kernel).fit(X, y > 0.2)
+        clf.predict_proba(X)
+        clf.predict(X)
+    assert seen and set(seen) == {1}
