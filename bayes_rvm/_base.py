@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from numbers import Integral, Real
 
 import numpy as np
+import scipy.sparse as sp
 from sklearn.base import BaseEstimator
 from sklearn.cluster import MiniBatchKMeans
 from sklearn.utils import check_random_state
@@ -214,6 +215,32 @@ def target_scale(T: np.ndarray) -> float:
     return rms if rms > 0 else 1.0
 
 
+def dense_input(X):
+    """``X`` as a dense float64 array: a SciPy sparse matrix is densified once, at the door.
+
+    The RVM's design matrix ``Phi`` (N x M kernel values) is dense whatever ``X`` is, so a dense
+    copy of an N x d ``X`` costs no more than the design when d <= M; the kernels then take it as
+    they take dense input, with the same results. A copy that would not fit stops here with a
+    MemoryError that says so, before any kernel is evaluated.
+    """
+    if not sp.issparse(X):
+        return X
+    need = 8.0 * X.shape[0] * X.shape[1]
+    limit, source = memory_limit()
+    if limit is not None and need > limit:
+        raise MemoryError(
+            f"X is a sparse {X.shape[0]} x {X.shape[1]} matrix, whose dense copy needs "
+            f"{need / 2**30:.1f} GiB, more than the limit of {limit / 2**30:.1f} GiB ({source}). "
+            "Reduce its features first (for example with scikit-learn's TruncatedSVD)."
+        )
+    return X.toarray()
+
+
+#: What the estimators' ``validate_data`` accepts besides dense arrays (densified by
+#: :func:`dense_input`).
+ACCEPT_SPARSE = ("csr", "csc", "coo")
+
+
 # Sampler settings that are estimator parameters, so that get_params / clone see them.
 _OWNED_SAMPLE_KWARGS = {"draws", "tune", "chains", "sampler", "random_seed", "initvals", "model"}
 
@@ -304,6 +331,7 @@ class BaseRVM(BaseEstimator):
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.input_tags.pairwise = self.kernel == "precomputed"
+        tags.input_tags.sparse = self.kernel != "precomputed"
         return tags
 
     # -- RVM* (bayes_rvm.predictive) -------------------------------------------------------------
@@ -670,7 +698,9 @@ class BaseRVM(BaseEstimator):
         dt = self.idata_
         Phi_new = None
         if X is not None:
-            X = validate_data(self, X, reset=False, dtype=np.float64, accept_sparse="csr")
+            X = dense_input(
+                validate_data(self, X, reset=False, dtype=np.float64, accept_sparse=ACCEPT_SPARSE)
+            )
             cols = np.asarray(dt["posterior"][BASIS].values, dtype=int)
             Phi_new = self._design_draws(X, cols)
         seed = check_random_state(random_state).randint(2**31 - 1)

@@ -25,8 +25,10 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from bayes_rvm._base import (
     _POSITIVE,
+    ACCEPT_SPARSE,
     DEFAULT_GAMMA,
     BaseRVM,
+    dense_input,
     normalise_columns,
     path_from_json,
     path_to_json,
@@ -329,7 +331,10 @@ default="evidence_shared"
         -------
         self : RVC
         """
-        X, y = validate_data(self, X, y, ensure_min_samples=2, dtype=np.float64)
+        X, y = validate_data(
+            self, X, y, ensure_min_samples=2, dtype=np.float64, accept_sparse=ACCEPT_SPARSE
+        )
+        X = dense_input(X)
         check_classification_targets(y)
         self._check_predictive()
         self._check_priors()
@@ -589,7 +594,9 @@ default="evidence_shared"
 
     def _posterior_proba(self, X) -> np.ndarray:
         """Class probabilities averaged over the MCMC draws of the weights, (n_samples, C)."""
-        X = validate_data(self, X, reset=False, dtype=np.float64)
+        X = dense_input(
+            validate_data(self, X, reset=False, dtype=np.float64, accept_sparse=ACCEPT_SPARSE)
+        )
         w = self._idata["posterior"]["w"].transpose("chain", "draw", "basis", ...)
         cols = np.asarray(w["basis"].values, dtype=int)
         phi = self.basis_.transform(X, columns=cols)
@@ -608,7 +615,9 @@ default="evidence_shared"
     def _latent(self, X) -> tuple[np.ndarray, np.ndarray]:
         """Posterior mean and variance of the latent function(s), each (n_samples, n_outputs)."""
         check_is_fitted(self, "fit_")
-        X = validate_data(self, X, reset=False, dtype=np.float64)
+        X = dense_input(
+            validate_data(self, X, reset=False, dtype=np.float64, accept_sparse=ACCEPT_SPARSE)
+        )
         star = self._rvm_star_inputs(X) if self.predictive == "rvm*" else None
         if star is None:
             phi = self.basis_.transform(X, columns=self.active_)
@@ -740,7 +749,9 @@ default="evidence_shared"
     def _importance_scores(self, X, draws: list) -> np.ndarray:
         """Log-odds (binary, one-vs-rest) or log probabilities (softmax) of the importance-sampled
         posterior predictive, (n_samples, n_outputs)."""
-        X = validate_data(self, X, reset=False, dtype=np.float64)
+        X = dense_input(
+            validate_data(self, X, reset=False, dtype=np.float64, accept_sparse=ACCEPT_SPARSE)
+        )
         phi = self.basis_.transform(X, columns=self.active_) / self._normalising_norms()
         if isinstance(self.fit_, tuple):
             cols = [

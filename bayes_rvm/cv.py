@@ -25,7 +25,7 @@ from sklearn.model_selection import KFold, StratifiedKFold
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from bayes_rvm._base import normalise_columns
+from bayes_rvm._base import ACCEPT_SPARSE, dense_input, normalise_columns
 from bayes_rvm.classifier import RVC, _OneVsRestFit
 from bayes_rvm.estimators import RVR
 from bayes_rvm.evidence.gaussian import one_blas_thread
@@ -208,8 +208,16 @@ class RVRCV(RegressorMixin, _WidthCV):
     def fit(self, X, y) -> RVRCV:
         """Choose the width by cross-validation, then fit on all the data."""
         X, y = validate_data(
-            self, X, y, multi_output=True, y_numeric=True, ensure_min_samples=4, dtype=np.float64
+            self,
+            X,
+            y,
+            multi_output=True,
+            y_numeric=True,
+            ensure_min_samples=4,
+            dtype=np.float64,
+            accept_sparse=ACCEPT_SPARSE,
         )
+        X = dense_input(X)
         self._check(X)
         T = y[:, None] if y.ndim == 1 else y
         folds = KFold(self.cv, shuffle=True, random_state=self.random_state)
@@ -289,7 +297,10 @@ class RVCCV(ClassifierMixin, _WidthCV):
     @one_blas_thread
     def fit(self, X, y) -> RVCCV:
         """Choose the width by cross-validation, then fit on all the data."""
-        X, y = validate_data(self, X, y, ensure_min_samples=4, dtype=np.float64)
+        X, y = validate_data(
+            self, X, y, ensure_min_samples=4, dtype=np.float64, accept_sparse=ACCEPT_SPARSE
+        )
+        X = dense_input(X)
         check_classification_targets(y)
         self._check(X)
         classes, yi = np.unique(y, return_inverse=True)

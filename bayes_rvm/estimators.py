@@ -22,9 +22,11 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from bayes_rvm._base import (
     _POSITIVE,
+    ACCEPT_SPARSE,
     DEFAULT_GAMMA,
     BaseRVM,
     check_number,
+    dense_input,
     normalise_columns,
     path_from_json,
     path_to_json,
@@ -385,8 +387,16 @@ array-like, default="evidence_shared"
         self : RVR
         """
         X, y = validate_data(
-            self, X, y, multi_output=True, y_numeric=True, ensure_min_samples=2, dtype=np.float64
+            self,
+            X,
+            y,
+            multi_output=True,
+            y_numeric=True,
+            ensure_min_samples=2,
+            dtype=np.float64,
+            accept_sparse=ACCEPT_SPARSE,
         )
+        X = dense_input(X)
         if y.dtype.kind not in "biuf":
             # scikit-learn converts object arrays but leaves text as text (it failed in T**2).
             raise ValueError(
@@ -724,7 +734,9 @@ array-like, default="evidence_shared"
         if return_std and return_cov:
             raise RuntimeError("At most one of return_std or return_cov can be requested.")
         check_is_fitted(self, "fit_")
-        X = validate_data(self, X, reset=False, dtype=np.float64)
+        X = dense_input(
+            validate_data(self, X, reset=False, dtype=np.float64, accept_sparse=ACCEPT_SPARSE)
+        )
         if self.inference == "mcmc":
             return self._predict_mcmc(X, return_std, return_cov)
         star = self.predictive == "rvm*"
@@ -785,7 +797,9 @@ array-like, default="evidence_shared"
         rng = check_random_state(random_state)
         check_is_fitted(self, "fit_")
         if self.inference == "mcmc" and self.predictive == "rvm*":
-            X = validate_data(self, X, reset=False, dtype=np.float64)
+            X = dense_input(
+                validate_data(self, X, reset=False, dtype=np.float64, accept_sparse=ACCEPT_SPARSE)
+            )
             star = self._mcmc_star(X)
             pick = rng.randint(star.var.shape[0], size=n_samples)
             mean = star.mean if star.mean.ndim == 3 else star.mean[..., None]
@@ -797,7 +811,9 @@ array-like, default="evidence_shared"
                     out[:, d, where] = rng.multivariate_normal(mean[s, :, d], cov, where.size).T
             return out[:, 0] if self._single_output else out
         if self.inference == "mcmc":
-            X = validate_data(self, X, reset=False, dtype=np.float64)
+            X = dense_input(
+                validate_data(self, X, reset=False, dtype=np.float64, accept_sparse=ACCEPT_SPARSE)
+            )
             f, sigma = self._mcmc_draws(X)
             pick = rng.randint(f.shape[0], size=n_samples)
             draws = f[pick] + sigma[pick].reshape(
