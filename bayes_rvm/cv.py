@@ -100,6 +100,11 @@ class _WidthCV(BaseEstimator):
             return getattr(self.__dict__["estimator_"], name)
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True  # densified at the door, as RVR and RVC do
+        return tags
+
     def _refitted(self):
         check_is_fitted(self, "estimator_")
         return self.estimator_
