@@ -387,3 +387,22 @@ def test_mode_at_the_rounding_floor_of_a_large_gradient_is_converged(scale):
     unit = posterior_mode(Phi, t, alpha)
     assert big.converged
     np.testing.assert_allclose(big.mean * scale, unit.mean, rtol=1e-9)
+
+
+def test_softmax_fit_does_not_cycle_through_rejected_additions():
+    # An iris fold at a narrow width: after two additions the Laplace evidence rejected, an
+    # accepted MacKay step that gained nothing cleared their bans, and the engine cycled
+    # (add, undo, add, undo, MacKay) for all 10,000 steps at a flat evidence of -83.6901 (60 s,
+    # "did not converge"). Now it stops on the stalled MacKay step, at that evidence.
+    from sklearn.datasets import load_iris
+    from sklearn.model_selection import StratifiedKFold
+
+    from bayes_rvm import RVC
+
+    X, y = load_iris(return_X_y=True)
+    tr, _ = next(StratifiedKFold(5, shuffle=True, random_state=4).split(X, y))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        fit = RVC(gamma=1 / 0.1475**2, max_iter=3000).fit(X[tr], y[tr]).fit_
+    assert len(fit.actions) < 1000
+    assert abs(fit.trace[-1] - -83.6901) < 0.01
