@@ -2,7 +2,8 @@
 
 The public face::
 
-    from bayes_rvm import RVR, RVC, KernelBasis, Prior, compare, save_model, load_model
+    from bayes_rvm import RVR, RVC, RVRCV, RVCCV, KernelBasis, Prior
+    from bayes_rvm import compare, save_model, load_model
 
 The names are resolved on first use (PEP 562), so that importing a NumPy-only layer such as
 ``bayes_rvm.evidence`` or ``bayes_rvm.kernels`` does not pay for importing PyMC.
@@ -19,6 +20,8 @@ except PackageNotFoundError:  # pragma: no cover - running from a source tree ne
 _EXPORTS = {
     "RVC": "bayes_rvm.classifier",
     "RVR": "bayes_rvm.estimators",
+    "RVCCV": "bayes_rvm.cv",
+    "RVRCV": "bayes_rvm.cv",
     "KernelBasis": "bayes_rvm.kernels",
     "Prior": "bayes_rvm.priors",
     "compare": "bayes_rvm.comparison",
@@ -28,7 +31,9 @@ _EXPORTS = {
 
 __all__ = [
     "RVC",
+    "RVCCV",
     "RVR",
+    "RVRCV",
     "KernelBasis",
     "Prior",
     "__version__",

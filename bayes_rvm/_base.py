@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from numbers import Integral, Real
 
 import numpy as np
+import scipy.sparse as sp
 from sklearn.base import BaseEstimator
 from sklearn.cluster import MiniBatchKMeans
 from sklearn.utils import check_random_state
@@ -24,6 +25,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from bayes_rvm.dims import BASIS
+from bayes_rvm.evidence.gaussian import one_blas_thread
 from bayes_rvm.evidence.width import (
     WIDTH_KERNELS,
     WidthFit,
@@ -242,6 +244,32 @@ def target_scale(T: np.ndarray) -> float:
     return rms if rms > 0 else 1.0
 
 
+def dense_input(X):
+    """``X`` as a dense float64 array: a SciPy sparse matrix is densified once, at the door.
+
+    The RVM's design matrix ``Phi`` (N x M kernel values) is dense whatever ``X`` is, so a dense
+    copy of an N x d ``X`` costs no more than the design when d <= M; the kernels then take it as
+    they take dense input, with the same results. A copy that would not fit stops here with a
+    MemoryError that says so, before any kernel is evaluated.
+    """
+    if not sp.issparse(X):
+        return X
+    need = 8.0 * X.shape[0] * X.shape[1]
+    limit, source = memory_limit()
+    if limit is not None and need > limit:
+        raise MemoryError(
+            f"X is a sparse {X.shape[0]} x {X.shape[1]} matrix, whose dense copy needs "
+            f"{need / 2**30:.1f} GiB, more than the limit of {limit / 2**30:.1f} GiB ({source}). "
+            "Reduce its features first (for example with scikit-learn's TruncatedSVD)."
+        )
+    return X.toarray()
+
+
+#: What the estimators' ``validate_data`` accepts besides dense arrays (densified by
+#: :func:`dense_input`).
+ACCEPT_SPARSE = ("csr", "csc", "coo")
+
+
 # Sampler settings that are estimator parameters, so that get_params / clone see them.
 _OWNED_SAMPLE_KWARGS = {"draws", "tune", "chains", "sampler", "random_seed", "initvals", "model"}
 
@@ -332,6 +360,7 @@ class BaseRVM(BaseEstimator):
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.input_tags.pairwise = self.kernel == "precomputed"
+        tags.input_tags.sparse = self.kernel != "precomputed"
         return tags
 
     # -- RVM* (bayes_rvm.predictive) -------------------------------------------------------------
@@ -676,7 +705,8 @@ class BaseRVM(BaseEstimator):
         )
         return dt
 
-    def sample_posterior_predictive(self, X=None, random_state=None):
+    @one_blas_thread
+    def sample_posterior_predictive(self, X=None, random_state=None, *, extend_idata=True):
         """Posterior predictive draws, with the weights from their posterior (either engine).
 
         Parameters
@@ -684,13 +714,19 @@ class BaseRVM(BaseEstimator):
         X : array-like of shape (n_samples, n_features), optional
             New inputs; default the training inputs.
         random_state : int, RandomState or None, default=None
+        extend_idata : bool, default=True
+            Add the draws to :attr:`idata_` in place and return it (the convention of
+            pymc-marketing's models), so that ``az.plot_ppc_dist(est.idata_)`` and
+            ``az.loo_pit(est.idata_)`` see them; a later call replaces them. With False,
+            :attr:`idata_` is left as it is and a copy holding the draws is returned.
 
         Returns
         -------
         xarray.DataTree
-            :attr:`idata_` with ``posterior_predictive`` (``y[obs]`` at the training inputs,
-            beside ``observed_data``: ready for ``az.plot_ppc`` and ``az.loo_pit``) or, for new
-            ``X``, ``predictions`` and ``predictions_constant_data`` (their design rows).
+            :attr:`idata_` (or its copy) with ``posterior_predictive`` (``y[obs]`` at the
+            training inputs, beside ``observed_data``: ready for ``az.plot_ppc_dist`` and
+            ``az.loo_pit``) or, for new ``X``, ``predictions`` and
+            ``predictions_constant_data`` (their design rows).
         """
         from bayes_rvm.inference import sample_posterior_predictive
 
@@ -698,7 +734,9 @@ class BaseRVM(BaseEstimator):
         dt = self.idata_
         Phi_new = None
         if X is not None:
-            X = validate_data(self, X, reset=False, dtype=np.float64)
+            X = dense_input(
+                validate_data(self, X, reset=False, dtype=np.float64, accept_sparse=ACCEPT_SPARSE)
+            )
         w = dt["posterior"]["w"]
         n_draws = w.sizes["chain"] * w.sizes["draw"]
         self._check_output_memory(
@@ -712,7 +750,18 @@ class BaseRVM(BaseEstimator):
             Phi_new = self._design_draws(X, cols)
         seed = check_random_state(random_state).randint(2**31 - 1)
         offset = None if X is None else self._intercept_draws(X.shape[0])
-        return sample_posterior_predictive(dt, Phi_new, offset=offset, random_seed=seed)
+        out = sample_posterior_predictive(dt, Phi_new, offset=offset, random_seed=seed)
+        if not extend_idata:
+            return out
+        groups = (
+            ("posterior_predictive",) if X is None else ("predictions", "predictions_constant_data")
+        )
+        for name in groups:
+            if name in out.children:
+                dt[name] = out[name]
+            elif name in dt.children:  # left by an earlier call with another design
+                del dt[name]
+        return dt
 
     def _check_output_memory(
         self,

@@ -25,14 +25,17 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from bayes_rvm._base import (
     _POSITIVE,
+    ACCEPT_SPARSE,
     DEFAULT_GAMMA,
     BaseRVM,
+    dense_input,
     normalise_columns,
     path_from_json,
     path_to_json,
     unscale_alpha,
 )
 from bayes_rvm.evidence import SOLVERS, EvidenceFit, fit_evidence, importance_draws
+from bayes_rvm.evidence.gaussian import one_blas_thread
 from bayes_rvm.evidence.importance import MIN_ESS
 from bayes_rvm.evidence.log_evidence import WARN_SKIP
 from bayes_rvm.evidence.options import FREE_LATENT_SD
@@ -315,6 +318,7 @@ default="evidence_shared"
         return coupled**2 if self.solver == "mackay" else 0
 
     @_fit_context(prefer_skip_nested_validation=True)
+    @one_blas_thread
     def fit(self, X, y, **sample_kwargs) -> RVC:
         """Fit the classifier by maximising the Laplace evidence.
 
@@ -334,7 +338,10 @@ default="evidence_shared"
         -------
         self : RVC
         """
-        X, y = validate_data(self, X, y, ensure_min_samples=2, dtype=np.float64)
+        X, y = validate_data(
+            self, X, y, ensure_min_samples=2, dtype=np.float64, accept_sparse=ACCEPT_SPARSE
+        )
+        X = dense_input(X)
         check_classification_targets(y)
         self._check_predictive()
         self._check_priors()
@@ -594,7 +601,9 @@ default="evidence_shared"
 
     def _posterior_proba(self, X) -> np.ndarray:
         """Class probabilities averaged over the MCMC draws of the weights, (n_samples, C)."""
-        X = validate_data(self, X, reset=False, dtype=np.float64)
+        X = dense_input(
+            validate_data(self, X, reset=False, dtype=np.float64, accept_sparse=ACCEPT_SPARSE)
+        )
         w = self._idata["posterior"]["w"].transpose("chain", "draw", "basis", ...)
         cols = np.asarray(w["basis"].values, dtype=int)
         W = w.values.reshape(-1, cols.size, *w.shape[3:])
@@ -619,7 +628,9 @@ default="evidence_shared"
     def _latent(self, X) -> tuple[np.ndarray, np.ndarray]:
         """Posterior mean and variance of the latent function(s), each (n_samples, n_outputs)."""
         check_is_fitted(self, "fit_")
-        X = validate_data(self, X, reset=False, dtype=np.float64)
+        X = dense_input(
+            validate_data(self, X, reset=False, dtype=np.float64, accept_sparse=ACCEPT_SPARSE)
+        )
         star = self._rvm_star_inputs(X) if self.predictive == "rvm*" else None
         if star is None:
             phi = self.basis_.transform(X, columns=self.active_)
@@ -751,7 +762,9 @@ default="evidence_shared"
     def _importance_scores(self, X, draws: list) -> np.ndarray:
         """Log-odds (binary, one-vs-rest) or log probabilities (softmax) of the importance-sampled
         posterior predictive, (n_samples, n_outputs)."""
-        X = validate_data(self, X, reset=False, dtype=np.float64)
+        X = dense_input(
+            validate_data(self, X, reset=False, dtype=np.float64, accept_sparse=ACCEPT_SPARSE)
+        )
         phi = self.basis_.transform(X, columns=self.active_) / self._normalising_norms()
         if isinstance(self.fit_, tuple):
             cols = [
@@ -761,6 +774,7 @@ default="evidence_shared"
         lp = draws[0].log_predictive(phi)
         return lp[:, 1:] - lp[:, :1] if self.classes_.size == 2 else lp
 
+    @one_blas_thread
     def decision_function(self, X) -> np.ndarray:
         """Latent scores: the log-odds (binary) or softmax logits behind :meth:`predict_proba`.
 
@@ -792,6 +806,7 @@ default="evidence_shared"
             score = mean * moderation(var) if self.moderated else mean
         return score[:, 0] if score.shape[1] == 1 else score
 
+    @one_blas_thread
     def predict_proba(self, X) -> np.ndarray:
         """Class probabilities, averaged over the posterior uncertainty unless ``moderated=False``.
 
@@ -819,11 +834,13 @@ default="evidence_shared"
         p = np.exp(z)
         return p / p.sum(axis=1, keepdims=True)
 
+    @one_blas_thread
     def predict_log_proba(self, X) -> np.ndarray:
         """Logarithm of :meth:`predict_proba`."""
         with np.errstate(divide="ignore"):
             return np.log(self.predict_proba(X))
 
+    @one_blas_thread
     def predict(self, X) -> np.ndarray:
         """Most probable class of each sample (the largest score of :meth:`decision_function`).
 

@@ -26,9 +26,10 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from bayes_rvm._base import normalise_columns
+from bayes_rvm._base import ACCEPT_SPARSE, dense_input, normalise_columns
 from bayes_rvm.classifier import RVC, _OneVsRestFit
 from bayes_rvm.estimators import RVR, drop_duplicate_rows
+from bayes_rvm.evidence.gaussian import one_blas_thread
 from bayes_rvm.evidence.width import WIDTH_KERNELS, default_width_grid, width_to_gamma
 from bayes_rvm.kernels import KernelBasis
 from bayes_rvm.priors import DEFAULT_NU
@@ -148,10 +149,25 @@ class _WidthCV(BaseEstimator):
             return getattr(self.__dict__["estimator_"], name)
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
-    def predict(self, X):
-        """Predictions of the estimator refitted on all the data at the chosen width."""
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True  # densified at the door, as RVR and RVC do
+        return tags
+
+    def _refitted(self):
         check_is_fitted(self, "estimator_")
-        return self.estimator_.predict(X)
+        return self.estimator_
+
+    # What the plain estimator offers, delegated to the refit, as scikit-learn's search CVs do.
+    def make_model(self, **kwargs):
+        """The refitted estimator's :meth:`make_model` (its PyMC model, in the user's units)."""
+        return self._refitted().make_model(**kwargs)
+
+    def sample_posterior_predictive(self, X=None, random_state=None, *, extend_idata=True):
+        """The refitted estimator's :meth:`sample_posterior_predictive` (see there)."""
+        return self._refitted().sample_posterior_predictive(
+            X, random_state, extend_idata=extend_idata
+        )
 
 
 class RVRCV(RegressorMixin, _WidthCV):
@@ -216,6 +232,20 @@ class RVRCV(RegressorMixin, _WidthCV):
         "warm_start": ["boolean"],
     }
 
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.multi_output = True  # as RVR: one output or several sharing the alphas
+        tags.target_tags.single_output = True
+        return tags
+
+    def predict(self, X, return_std: bool = False, return_cov: bool = False):
+        """:meth:`RVR.predict <bayes_rvm.estimators.RVR.predict>` of the refitted estimator."""
+        return self._refitted().predict(X, return_std=return_std, return_cov=return_cov)
+
+    def sample_y(self, X, n_samples: int = 1, random_state=0) -> np.ndarray:
+        """:meth:`RVR.sample_y <bayes_rvm.estimators.RVR.sample_y>` of the refitted estimator."""
+        return self._refitted().sample_y(X, n_samples=n_samples, random_state=random_state)
+
     def __init__(
         self,
         *,
@@ -248,11 +278,20 @@ class RVRCV(RegressorMixin, _WidthCV):
         self.random_state = random_state
 
     @_fit_context(prefer_skip_nested_validation=True)
+    @one_blas_thread
     def fit(self, X, y) -> RVRCV:
         """Choose the width by cross-validation, then fit on all the data."""
         X, y = validate_data(
-            self, X, y, multi_output=True, y_numeric=True, ensure_min_samples=4, dtype=np.float64
+            self,
+            X,
+            y,
+            multi_output=True,
+            y_numeric=True,
+            ensure_min_samples=4,
+            dtype=np.float64,
+            accept_sparse=ACCEPT_SPARSE,
         )
+        X = dense_input(X)
         if self.noise_variance is None:
             # As RVR does; here a row's copies would also sit in a fold's training and test rows.
             X, y = drop_duplicate_rows(X, y)
@@ -351,9 +390,13 @@ class RVCCV(ClassifierMixin, _WidthCV):
         self.random_state = random_state
 
     @_fit_context(prefer_skip_nested_validation=True)
+    @one_blas_thread
     def fit(self, X, y) -> RVCCV:
         """Choose the width by cross-validation, then fit on all the data."""
-        X, y = validate_data(self, X, y, ensure_min_samples=4, dtype=np.float64)
+        X, y = validate_data(
+            self, X, y, ensure_min_samples=4, dtype=np.float64, accept_sparse=ACCEPT_SPARSE
+        )
+        X = dense_input(X)
         check_classification_targets(y)
         self._check(X)
         classes, yi = np.unique(y, return_inverse=True)
@@ -383,7 +426,19 @@ class RVCCV(ClassifierMixin, _WidthCV):
         self.classes_ = self.estimator_.classes_
         return self
 
-    def predict_proba(self, X):
+    def predict(self, X) -> np.ndarray:
+        """Class labels of the refitted classifier."""
+        return self._refitted().predict(X)
+
+    def predict_proba(self, X) -> np.ndarray:
         """Class probabilities of the refitted classifier."""
-        check_is_fitted(self, "estimator_")
-        return self.estimator_.predict_proba(X)
+        return self._refitted().predict_proba(X)
+
+    def predict_log_proba(self, X) -> np.ndarray:
+        """Log class probabilities of the refitted classifier."""
+        return self._refitted().predict_log_proba(X)
+
+    def decision_function(self, X) -> np.ndarray:
+        """:meth:`RVC.decision_function <bayes_rvm.classifier.RVC.decision_function>` of the
+        refitted classifier."""
+        return self._refitted().decision_function(X)

@@ -24,10 +24,12 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from bayes_rvm._base import (
     _POSITIVE,
+    ACCEPT_SPARSE,
     DEFAULT_GAMMA,
     BaseRVM,
     check_number,
     column_scale,
+    dense_input,
     normalise_columns,
     path_from_json,
     path_to_json,
@@ -36,6 +38,7 @@ from bayes_rvm._base import (
 )
 from bayes_rvm.dims import BASIS
 from bayes_rvm.evidence import EvidenceFit, fit_evidence
+from bayes_rvm.evidence.gaussian import one_blas_thread
 from bayes_rvm.evidence.width import shared_evidence
 from bayes_rvm.kernels import KernelBasis
 from bayes_rvm.priors import Prior, as_prior, default_alpha_prior
@@ -409,6 +412,7 @@ array-like, default="evidence_shared"
         return tags
 
     @_fit_context(prefer_skip_nested_validation=True)
+    @one_blas_thread
     def fit(self, X, y, **sample_kwargs) -> RVR:
         """Fit the RVM by maximising the evidence.
 
@@ -436,8 +440,16 @@ array-like, default="evidence_shared"
         self : RVR
         """
         X, y = validate_data(
-            self, X, y, multi_output=True, y_numeric=True, ensure_min_samples=2, dtype=np.float64
+            self,
+            X,
+            y,
+            multi_output=True,
+            y_numeric=True,
+            ensure_min_samples=2,
+            dtype=np.float64,
+            accept_sparse=ACCEPT_SPARSE,
         )
+        X = dense_input(X)
         if y.dtype.kind not in "biuf":
             # scikit-learn converts object arrays but leaves text as text (it failed in T**2).
             raise ValueError(
@@ -851,6 +863,7 @@ array-like, default="evidence_shared"
         self._idata = state.get("idata")
         self._model = None
 
+    @one_blas_thread
     def predict(self, X, return_std: bool = False, return_cov: bool = False):
         """Predictive mean, and optionally its standard deviation or covariance.
 
@@ -889,7 +902,9 @@ array-like, default="evidence_shared"
         if return_std and return_cov:
             raise RuntimeError("At most one of return_std or return_cov can be requested.")
         check_is_fitted(self, "fit_")
-        X = validate_data(self, X, reset=False, dtype=np.float64)
+        X = dense_input(
+            validate_data(self, X, reset=False, dtype=np.float64, accept_sparse=ACCEPT_SPARSE)
+        )
         # Without a covariance, the draws are taken in blocks of rows (_predict_mcmc).
         draws = self._n_draws() if return_cov else 0
         self._check_output_memory(
@@ -939,6 +954,7 @@ array-like, default="evidence_shared"
         post = self._idata["posterior"]
         return int(post.sizes["chain"] * post.sizes["draw"])
 
+    @one_blas_thread
     def sample_y(self, X, n_samples: int = 1, random_state=0) -> np.ndarray:
         """Draws of new targets from the predictive distribution at ``X`` (noise included).
 
@@ -963,7 +979,9 @@ array-like, default="evidence_shared"
         check_number("n_samples", n_samples, integer=True)
         rng = check_random_state(random_state)
         check_is_fitted(self, "fit_")
-        X = validate_data(self, X, reset=False, dtype=np.float64)
+        X = dense_input(
+            validate_data(self, X, reset=False, dtype=np.float64, accept_sparse=ACCEPT_SPARSE)
+        )
         joint = self.inference != "mcmc" or self.predictive == "rvm*"
         self._check_output_memory(
             "sample_y",

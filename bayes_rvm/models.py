@@ -374,16 +374,55 @@ def _marginal_design(Phi: np.ndarray, marginal: str) -> tuple[bool, dict[str, np
     return False, {"gram": Phi.T @ Phi}
 
 
-def _marginal_y_random(*args, rng=None, size=None):
-    # A draw of y needs w; here w is integrated out, and only its prior is in the graph. PyMC's
-    # posterior predictive would draw w from that prior: a silently wrong answer. Refuse.
-    raise NotImplementedError(
-        "the weight-marginalised RVM likelihood has no random draw: pm.sample_posterior_"
-        "predictive would integrate w over its prior, not its posterior. Use "
-        "est.sample_posterior_predictive(X) on a fitted RVR, or "
-        "bayes_rvm.inference.sample_posterior_predictive(idata, model), which draw w from its "
-        "posterior; for prior predictive draws, build the model with form='joint'."
-    )
+def _in_pymc_posterior_predictive() -> bool:
+    """Whether ``pm.sample_posterior_predictive`` is on the call stack."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "sample_posterior_predictive" and "pymc" in code.co_filename:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _y_draw(Phi, log_alpha, log_beta, offset, rng, size) -> np.ndarray:
+    """A draw of ``y`` given the hyperparameters, with ``w`` drawn from its prior.
+
+    That is what the weight-marginalised model says (as ``pm.gp.Marginal`` does), and what
+    ``pm.sample_prior_predictive`` wants; PyMC's model graphs also draw ``y`` to learn its shape.
+    """
+    # PyMC's posterior predictive would draw w from that prior too, not from its posterior: a
+    # silently wrong answer, so it is refused by name (no other PyMC call draws y's posterior).
+    if _in_pymc_posterior_predictive():
+        raise NotImplementedError(
+            "the weight-marginalised RVM likelihood has no posterior draw: "
+            "pm.sample_posterior_predictive would integrate w over its prior, not its posterior. "
+            "Use est.sample_posterior_predictive(X) on a fitted RVR, or "
+            "bayes_rvm.inference.sample_posterior_predictive(idata, model), which draw w from "
+            "its posterior; pm.sample_prior_predictive draws y with w from its prior."
+        )
+    offset = np.asarray(offset)
+    core = offset.shape  # (n,) or (n, d)
+    batch = () if size is None else tuple(size)
+    if batch[len(batch) - len(core) :] == core:
+        batch = batch[: len(batch) - len(core)]
+    scale = np.exp(-0.5 * np.asarray(log_alpha))
+    w = rng.standard_normal((*batch, scale.shape[-1], *core[1:]))
+    w *= scale[:, None] if len(core) > 1 else scale
+    mean = np.einsum("nm,...m->...n" if len(core) == 1 else "nm,...md->...nd", Phi, w)
+    return offset + mean + np.exp(-0.5 * log_beta) * rng.standard_normal((*batch, *core))
+
+
+def _marginal_y_random(log_alpha, log_beta, Phi, gram, offset, rng=None, size=None):
+    return _y_draw(Phi, log_alpha, log_beta, offset, rng, size)
+
+
+def _lowrank_y_random(log_alpha, log_beta, U, VS, offset, rng=None, size=None):
+    return _y_draw(U @ VS.T, log_alpha, log_beta, offset, rng, size)
+
+
+def _width_y_random(log_alpha, log_beta, Phi, mean, rng=None, size=None):
+    return _y_draw(Phi, log_alpha, log_beta, mean, rng, size)
 
 
 def rvm_regression_model(
@@ -540,7 +579,7 @@ def rvm_regression_model(
                 *params,
                 off,
                 logp=_lowrank_y_logp if lowrank else _marginal_y_logp,
-                random=_marginal_y_random,
+                random=_lowrank_y_random if lowrank else _marginal_y_random,
                 signature=signature,
                 observed=y_data,
                 dims=y_dims,
@@ -960,7 +999,7 @@ def rvm_width_model(
             Phi,
             pt.zeros(y.shape),  # the mean, which also gives the signature the outputs' count
             logp=_width_y_logp,
-            random=_marginal_y_random,
+            random=_width_y_random,
             signature="(m),(),(n,m),(n,d)->(n,d)" if multi else "(m),(),(n,m),(n)->(n)",
             observed=y_data,
             dims=y_dims,

@@ -81,18 +81,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-import pymc as pm
-import pytensor
-import pytensor.tensor as pt
-from pymc.distributions.dist_math import check_parameters
-from pymc.distributions.distribution import support_point
-from pymc.distributions.shape_utils import rv_size_is_none
-from pymc.logprob.utils import ParameterValueError
 
 __all__ = [
-    "DEFAULT_GAMMA_PRIOR",
+    "DEFAULT_GAMMA_PRIOR",  # noqa: F822 - built on first use by __getattr__
     "DEFAULT_MCMC_NU",
-    "DEFAULT_NOISE_PRIOR",
+    "DEFAULT_NOISE_PRIOR",  # noqa: F822
     "DEFAULT_NU",
     "Prior",
     "as_prior",
@@ -114,6 +107,9 @@ DEFAULT_MCMC_NU = 1.0
 # The half-Cauchy prior on a weight's prior scale, written as a prior on its precision
 # ---------------------------------------------------------------------------------------------
 def _halfcauchy_precision_logp(value, beta):
+    import pytensor.tensor as pt
+    from pymc.distributions.dist_math import check_parameters
+
     # alpha = s^-2 with s ~ HalfCauchy(beta):
     # p(alpha) = 2 / (pi beta (1 + 1/(alpha beta^2))) * alpha^(-3/2) / 2
     logp = -pt.log(np.pi * beta) - pt.log1p(1.0 / (value * beta**2)) - 1.5 * pt.log(value)
@@ -121,6 +117,9 @@ def _halfcauchy_precision_logp(value, beta):
 
 
 def _halfcauchy_precision_support_point(rv, size, beta):
+    import pytensor.tensor as pt
+    from pymc.distributions.shape_utils import rv_size_is_none
+
     # The median of alpha; also the start of NUTS before jitter.
     med = beta**-2.0
     return med if rv_size_is_none(size) else pt.full(size, med)
@@ -150,6 +149,8 @@ def halfcauchy_precision(name: str, beta=1.0, *, dims=None, **kwargs):
     **kwargs
         Passed to :class:`pymc.CustomDist` (``shape``, ``initval``, ...).
     """
+    import pymc as pm
+
     return pm.CustomDist(
         name,
         beta,
@@ -163,6 +164,8 @@ def halfcauchy_precision(name: str, beta=1.0, *, dims=None, **kwargs):
 
 
 def _halfcauchy_precision_dist(beta=1.0):
+    import pymc as pm
+
     return pm.CustomDist.dist(
         beta,
         logp=_halfcauchy_precision_logp,
@@ -179,6 +182,9 @@ _EXTRA_DISTRIBUTIONS = {
 
 
 def _pymc_parameters(dist: str) -> set[str] | None:
+    # PyMC is imported here, not at the top: a type-II fit never builds a PyMC variable.
+    import pymc as pm
+
     cls = getattr(pm, dist, None)
     if cls is None or not isinstance(cls, type) or not issubclass(cls, pm.Distribution):
         return None
@@ -193,8 +199,11 @@ def _pymc_parameters(dist: str) -> set[str] | None:
 # ---------------------------------------------------------------------------------------------
 # Prior objects
 # ---------------------------------------------------------------------------------------------
-#: A compile mode for evaluating a few scalars once (no graph rewriting, Python linker).
-_QUICK = pytensor.compile.mode.Mode(linker="py", optimizer=None)
+def _quick_eval(var) -> np.ndarray:
+    """A few scalars evaluated once: no graph rewriting, Python linker (compiles nothing)."""
+    import pytensor
+
+    return np.asarray(var.eval(mode=pytensor.compile.mode.Mode(linker="py", optimizer=None)))
 
 #: The JSON of every Prior whose parameters passed :meth:`Prior._check_support`.
 _SUPPORT_CHECKED: set[str] = set()
@@ -264,8 +273,10 @@ class Prior:
         self.dims = _clean_dims(dims)
         self._check_support()
 
-    def _dist(self, params: Mapping[str, Any]) -> pt.TensorVariable:
+    def _dist(self, params: Mapping[str, Any]):
         """An unnamed random variable of this distribution with the given parameter values."""
+        import pymc as pm
+
         if self.distribution in _EXTRA_DISTRIBUTIONS:
             return _EXTRA_DISTRIBUTIONS[self.distribution][2](**params)
         return getattr(pm, self.distribution).dist(**params)
@@ -275,7 +286,9 @@ class Prior:
         params = {
             k: v._typical_value() if isinstance(v, Prior) else v for k, v in self.parameters.items()
         }
-        return np.asarray(support_point(self._dist(params)).eval(mode=_QUICK))
+        from pymc.distributions.distribution import support_point
+
+        return _quick_eval(support_point(self._dist(params)))
 
     def _check_support(self) -> None:
         # The distribution's own logp states which parameter values it admits (PyMC's
@@ -285,12 +298,16 @@ class Prior:
         key = self.to_json()
         if key in _SUPPORT_CHECKED:  # a copy (scikit-learn's clone) or a repeat: checked already
             return
+        import pymc as pm
+        from pymc.distributions.distribution import support_point
+        from pymc.logprob.utils import ParameterValueError
+
         params = {
             k: v._typical_value() if isinstance(v, Prior) else v for k, v in self.parameters.items()
         }
         try:
             rv = self._dist(params)
-            logp = np.asarray(pm.logp(rv, support_point(rv)).eval(mode=_QUICK))
+            logp = _quick_eval(pm.logp(rv, support_point(rv)))
         except ParameterValueError as err:
             raise ValueError(
                 f"{self!r} is not a proper distribution: its parameters must satisfy {err}."
@@ -305,6 +322,8 @@ class Prior:
 
     def has_positive_support(self) -> bool:
         """Whether the distribution lives on the positive reals (PyMC samples it in logs)."""
+        import pymc as pm
+
         with pm.Model() as model:
             var = self.create_variable("x")
         transform = model.rvs_to_transforms.get(var)
@@ -330,6 +349,8 @@ class Prior:
         if self.distribution in _EXTRA_DISTRIBUTIONS:
             factory = _EXTRA_DISTRIBUTIONS[self.distribution][0]
             return factory(name, **params, dims=dims, **kwargs)
+        import pymc as pm
+
         return getattr(pm, self.distribution)(name, **params, dims=dims, **kwargs)
 
     # -- serialisation -----------------------------------------------------------------------
@@ -432,11 +453,22 @@ def default_alpha_prior(prior: str = "ard", nu: float | Prior = DEFAULT_NU, s: f
     raise ValueError(f"prior must be 'ard' or 'student_t', got {prior!r}.")
 
 
-#: Default prior of the relative noise sd ``sigma / y_scale``.
-DEFAULT_NOISE_PRIOR = Prior("HalfNormal", sigma=1.0)
+#: The default priors built on first use (PEP 562): a Prior of a PyMC distribution checks its
+#: parameters against PyMC, which a type-II fit never imports.
+_LAZY_DEFAULTS = {
+    # Default prior of the relative noise sd ``sigma / y_scale``.
+    "DEFAULT_NOISE_PRIOR": ("HalfNormal", {"sigma": 1.0}),
+    # Default prior of a sampled kernel width, on ``gamma_rel = gamma / reference_gamma(X)``.
+    "DEFAULT_GAMMA_PRIOR": ("LogNormal", {"mu": 0.0, "sigma": 2.0}),
+}
 
-#: Default prior of a sampled kernel width, on ``gamma_rel = gamma / reference_gamma(X)``.
-DEFAULT_GAMMA_PRIOR = Prior("LogNormal", mu=0.0, sigma=2.0)
+
+def __getattr__(name: str) -> Prior:
+    if name in _LAZY_DEFAULTS:
+        dist, params = _LAZY_DEFAULTS[name]
+        globals()[name] = value = Prior(dist, **params)
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def as_prior(value, name: str, *, positive: bool = False) -> Prior | None:

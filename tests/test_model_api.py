@@ -170,6 +170,63 @@ def test_mcmc_posterior_predictive_sd_equals_dense_predictive_of_the_same_draws(
     assert pit["y"].shape == (60,)
 
 
+def _small_fit(kind, inference, sinc):
+    from bayes_rvm import RVC
+
+    X, y = sinc
+    if kind == "RVC":
+        est, target = RVC(random_state=0), y > 200.0
+    else:
+        est, target = RVR(gamma=GAMMA, random_state=0), y
+    if inference == "mcmc":
+        est.set_params(inference="mcmc", draws=200, tune=300, chains=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SamplingDiagnosticsWarning)
+        return est.fit(X, target)
+
+
+@pytest.mark.parametrize("kind", ["RVR", "RVC"])
+@pytest.mark.parametrize("inference", ["type2", pytest.param("mcmc", marks=pytest.mark.slow)])
+def test_posterior_predictive_extends_idata_for_arviz(kind, inference, sinc):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    X, _ = sinc
+    est = _small_fit(kind, inference, sinc)
+    copy = est.sample_posterior_predictive(random_state=1, extend_idata=False)
+    assert "posterior_predictive" in copy.children
+    assert "posterior_predictive" not in est.idata_.children
+    dt = est.sample_posterior_predictive(random_state=1)
+    assert dt is est.idata_
+    draws = dt["posterior_predictive"]["y"]
+    np.testing.assert_array_equal(draws.values, copy["posterior_predictive"]["y"].values)
+    # Independent truth: the draws' mean is the estimator's own predictive mean.
+    n_draws = draws.sizes["chain"] * draws.sizes["draw"]
+    mean = draws.mean(("chain", "draw")).values
+    if kind == "RVR":
+        pred, sd = est.predict(X, return_std=True)
+        assert np.all(np.abs(mean - pred) < 5 * sd / np.sqrt(n_draws))
+    else:
+        # The Bernoulli draws' mean is the mean over the weight draws of sigmoid(Phi w).
+        from scipy.special import expit
+
+        Phi = dt["constant_data"]["Phi"].values
+        w = dt["posterior"]["w"].transpose("chain", "draw", ...).values.reshape(n_draws, -1)
+        p = expit(w @ Phi.T).mean(axis=0)
+        assert np.all(np.abs(mean - p) < 5 * np.sqrt(p * (1 - p) / n_draws) + 1e-9)
+    pit = az.loo_pit(est.idata_)["y"].values
+    assert pit.shape == (60,) and np.all((pit >= 0) & (pit <= 1))
+    if kind == "RVR":  # a well-specified model: LOO-PIT is uniform
+        assert stats.kstest(pit, "uniform").pvalue > 1e-3
+    az.plot_ppc_dist(est.idata_)
+    # New inputs: predictions replace the last ones, and the training draws stay.
+    est.sample_posterior_predictive(X[:9], random_state=2)
+    est.sample_posterior_predictive(X[:4], random_state=2)
+    assert est.idata_["predictions"]["y"].shape[-1] == 4
+    assert est.idata_["predictions_constant_data"]["Phi"].shape[0] == 4
+    assert "posterior_predictive" in est.idata_.children
+
+
 def test_the_prior_draw_path_stops_with_an_error_naming_the_right_function(mcmc_fit):
     with pytest.raises(NotImplementedError, match="sample_posterior_predictive"):
         pm.sample_posterior_predictive(mcmc_fit.idata_, model=mcmc_fit.model_, progressbar=False)

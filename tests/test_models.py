@@ -127,6 +127,50 @@ def test_marginal_model_refuses_predictive_draws_that_would_use_the_prior_of_w()
         pm.sample_posterior_predictive(idata, model=model, progressbar=False)
 
 
+@pytest.mark.parametrize("marginal", ["dense", "lowrank"])
+@pytest.mark.parametrize("D", [1, 2])
+def test_marginal_prior_predictive_has_the_closed_form_covariance(marginal, D):
+    # y | alpha, sigma ~ N(0, Phi A^-1 Phi^T + sigma^2 I) per output: the marginal model's own
+    # draws (what pm.sample_prior_predictive and PyMC's model graphs take) against that form.
+    Phi, Y, _, _ = _problem(N=6, M=8, D=D)
+    alpha_rel = np.linspace(0.5, 4.0, 8)
+    model = rvm_regression_model(Phi, Y if D > 1 else Y[:, 0], marginal=marginal)
+    fixed = pm.do(model, {"alpha_rel": alpha_rel, "sigma_rel": 0.3})
+    draws = pm.draw(fixed["y"], draws=20_000, random_seed=4).reshape(20_000, 6, D)
+    alpha = pm.draw(fixed["alpha"])
+    sigma = pm.draw(fixed["sigma"])
+    want = Phi @ np.diag(1 / alpha) @ Phi.T + sigma**2 * np.eye(6)
+    for d in range(D):
+        got = np.cov(draws[:, :, d], rowvar=False)
+        assert np.abs(got - want).max() < 0.05 * np.abs(want).max()
+        assert np.abs(draws[:, :, d].mean(axis=0)).max() < 0.05 * np.sqrt(want.diagonal().max())
+
+
+def test_model_graphs_draw_without_sampling():
+    from pymc.model_graph import ModelGraph
+
+    from bayes_rvm import RVC
+    from bayes_rvm.datasets import make_sinc
+    from bayes_rvm.models import rvm_width_model
+
+    Phi, Y, _, _ = _problem(N=15, M=16, D=2)
+    X, y = make_sinc(20, noise=0.1, random_state=0)
+    models = {
+        "marginal": rvm_regression_model(Phi, Y[:, 0]),
+        "lowrank": rvm_regression_model(Phi, Y[:, 0], marginal="lowrank"),
+        "multi-output": rvm_regression_model(Phi, Y),
+        "joint": rvm_regression_model(Phi, Y[:, 0], form="joint"),
+        "width": rvm_width_model(X, y, X[::4], kernel="rbf", bias=True),
+        "binary": RVC().fit(X, y > 0.2).model_,
+        "softmax": RVC().fit(X, np.digitize(y, [0.0, 0.5])).model_,
+    }
+    for name, model in models.items():
+        plates = ModelGraph(model).get_plates()  # what graphviz, networkx and mermaid share
+        y_plate = next(p for p in plates if any(v.var.name == "y" for v in p.variables))
+        assert y_plate.dim_info.lengths[0] == model["y_obs"].get_value().shape[0], name
+        assert "y ~" in pm.model_to_mermaid(model), name
+
+
 def test_set_model_data_keeps_gram_consistent():
     Phi, Y, _, _ = _problem(N=15, M=16)
     model = rvm_regression_model(Phi, Y[:, 0])

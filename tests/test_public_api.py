@@ -52,6 +52,42 @@ def test_numeric_layers_import_without_pymc():
         bayes_rvm.RVMX
 
 
+_TYPE2_FIT = """
+import sys
+import numpy as np
+from bayes_rvm import RVC, RVR
+
+X = np.linspace(-5, 5, 40)[:, None]
+y = np.sinc(X[:, 0] / np.pi)
+RVR().fit(X, y).predict(X, return_std=True)
+RVC().fit(X, y > 0.2).predict_proba(X)
+print(sorted(m for m in ("pymc", "pytensor") if m in sys.modules))
+"""
+
+
+def _run(code: str) -> list[str]:
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
+    )
+    return out.stdout.strip().splitlines()
+
+
+def test_type2_fit_imports_no_pymc():
+    # A type-II user pays for neither PyMC nor PyTensor (2-3 s of imports).
+    assert _run(_TYPE2_FIT) == ["[]"]
+
+
+@pytest.mark.slow
+def test_mcmc_imports_pymc_on_demand_after_a_type2_fit():
+    code = _TYPE2_FIT + textwrap.dedent(
+        """
+        est = RVR(inference="mcmc", draws=60, tune=60, chains=1, random_state=0).fit(X, y)
+        print(dict(est.idata_["posterior"].sizes)["draw"], "pymc" in sys.modules)
+        """
+    )
+    assert _run(code) == ["[]", "60 True"]
+
+
 def test_one_nu_default_everywhere():
     from bayes_rvm import RVC, RVR
     from bayes_rvm.cli import _parser
@@ -129,3 +165,76 @@ def test_shipped_data_load_from_an_installed_wheel(tmp_path):
     where, shapes = run.stdout.split("\n")[:2]
     assert Path(where).is_relative_to(site)
     assert shapes == "(250, 2) (332, 7)"
+
+
+@pytest.mark.slow
+def test_readme_quick_start_runs_as_written():
+    # A fresh process, the block exactly as the README shows it; then what its comments claim.
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("## Quick start", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    claims = textwrap.dedent(
+        """
+        import arviz as az
+        import matplotlib
+        matplotlib.use("Agg")
+        az.plot_ppc_dist(mcmc.idata_)
+        print(az.loo_pit(mcmc.idata_)["y"].shape, clf.score(Xr_test, yr_test) > 0.88)
+        """
+    )
+    assert _run(block + claims)[-1] == "(100,) True"
+
+
+def test_public_entry_points_run_with_one_blas_thread():
+    # One guard (evidence.gaussian.one_blas_thread) on fit / predict / sample_y / the
+    # classifier's probabilities: a kernel of our own records BLAS's thread count
+    # where the estimators evaluate it, with two threads allowed outside.
+    from sklearn.metrics.pairwise import rbf_kernel
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    from bayes_rvm import RVC, RVR
+
+    seen = []
+
+    def kernel(a, b):
+        seen.append(max(p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"))
+        return rbf_kernel(a, b, gamma=0.5)
+
+    X = np.linspace(-5, 5, 30)[:, None]
+    y = np.sinc(X[:, 0] / np.pi)
+    with threadpool_limits(limits=2, user_api="blas"):
+        kernel(X, X)
+        if seen.pop() < 2:
+            pytest.skip("BLAS runs one thread here whatever the limit")
+        RVR(kernel=kernel).fit(X, y).sample_y(X, 2)
+        clf = RVC(kernel=kernel).fit(X, y > 0.2)
+        clf.predict_proba(X)
+        clf.predict(X)
+    assert seen and set(seen) == {1}
+
+
+@pytest.mark.parametrize("kernel", ["rbf", "linear", "poly"])
+def test_sparse_input_fits_and_predicts_as_dense(kernel):
+    # scikit-learn's SVR and kernels take CSR; so do the RVMs, with the dense fit's results.
+    import scipy.sparse as sp
+
+    from bayes_rvm import RVC, RVR
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(40, 5)) * (rng.random((40, 5)) < 0.4)  # 60% zeros
+    y = np.sin(X.sum(axis=1))
+    Xs, Xt = sp.csr_array(X), X[:7] + 0.1
+    for make, target in ((RVR, y), (RVC, y > 0)):
+        dense = make(kernel=kernel, random_state=0).fit(X, target)
+        sparse = make(kernel=kernel, random_state=0).fit(Xs, target)
+        np.testing.assert_array_equal(sparse.active_, dense.active_)
+        if make is RVR:
+            for got, want in zip(
+                sparse.predict(sp.csr_matrix(Xt), return_std=True),
+                dense.predict(Xt, return_std=True),
+                strict=True,
+            ):
+                np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+        else:
+            np.testing.assert_allclose(
+                sparse.predict_proba(sp.csc_array(Xt)), dense.predict_proba(Xt), rtol=1e-12
+            )

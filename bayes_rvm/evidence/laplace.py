@@ -276,7 +276,13 @@ def _newton(
             gmax = float(np.max(np.abs(G)))
             H = _hessian(Phi_a, Y, alpha, likelihood)
             L = cholesky(H)
-            converged = gmax <= max(tol, 1e-10)
+            # The Newton decrement G^T H^-1 G / 2, the rise of Psi a full step would bring, is
+            # the test that does not depend on the scale of the gradient's terms: below Psi's
+            # rounding, the mode is found (a fixed gradient floor refused 1.8e-10 on make_moons,
+            # where the terms are large).
+            d = linalg.cho_solve((L, True), G.T.ravel(), check_finite=False)
+            decrement = 0.5 * float(G.T.ravel() @ d)
+            converged = gmax <= max(tol, 1e-10) or decrement <= 1e-13 * (1.0 + abs(psi))
             break
     log_ev = laplace_log_evidence(L, alpha, psi, C)
     return LaplacePosterior(W, L, H, Y, ll, float(log_ev), gmax, it, converged)
@@ -791,6 +797,17 @@ class _LaplaceSequential:
         if isinstance(self.last_key, int) and self.was_reest:
             self.tries.pop(self.last_key, None)
             self.stale = bool(self.banned)
+        elif (
+            self.last_key == "mackay"
+            and self.saved is not None
+            and self.saved.active == act.tolist()
+        ):
+            # A softmax MacKay step is accepted even when it gains nothing; clearing the bans
+            # after it when it pruned no column retried the same rejected additions forever
+            # (an iris fold at width 0.15: add 56, undo, add 46, undo, MacKay, ... for all
+            # 10,000 steps at a flat evidence). With the bans kept, the next MacKay step's gain
+            # decides convergence (evidence_tol).
+            self.stale = bool(self.banned)
         else:
             self.banned.clear()
             self.tries.clear()
@@ -856,7 +873,11 @@ class _LaplaceSequential:
         """Converged: nothing structural pays and the re-estimations have settled or stalled."""
         st, opt, trace = self.stats, self.opt, self.record.trace
         structural = np.isfinite(gain) & (st.add | st.delete)
-        if structural.any() or self.banned or self.partial:
+        if structural.any() or self.partial:
+            return False
+        # Bans are retried before the run stops, except after a softmax MacKay step, which keeps
+        # them (evaluate): its stalled evidence then ends the run.
+        if self.banned and not (self.C > 1 and self.last_key == "mackay"):
             return False
         if bool(np.all(st.dlog < opt.tol)):
             self.converged = True
