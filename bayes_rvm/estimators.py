@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import warnings
 from typing import NamedTuple
 
 import numpy as np
@@ -36,6 +35,7 @@ from bayes_rvm._base import (
     target_scale,
     unscale_alpha,
 )
+from bayes_rvm._warnings import warn_at_user
 from bayes_rvm.dims import BASIS
 from bayes_rvm.evidence import EvidenceFit, fit_evidence
 from bayes_rvm.evidence.gaussian import one_blas_thread
@@ -83,14 +83,12 @@ def drop_duplicate_rows(X: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.nd
     """
     keep = distinct_rows(X, y[:, None] if y.ndim == 1 else y)
     if keep.size < X.shape[0]:
-        warnings.warn(
+        warn_at_user(
             f"{X.shape[0] - keep.size} of the {X.shape[0]} training rows repeat another row "
             "exactly (inputs and targets): with them the evidence is unbounded as the noise goes "
             "to 0 (interpolating the distinct rows), so each distinct row is fitted once and "
             f"relevance_ indexes basis_.centres_, the {keep.size} distinct inputs. If they are "
-            "repeated measurements, give noise_variance.",
-            UserWarning,
-            stacklevel=4,  # the user's call, through fit and scikit-learn's _fit_context
+            "repeated measurements, give noise_variance."
         )
     return X[keep], y[keep]
 
@@ -467,14 +465,12 @@ array-like, default="evidence_shared"
         elif self.noise_variance is None and distinct_rows(X, T).size < X.shape[0]:
             # The kernel matrix's columns are the training inputs too: a row dropped here
             # would leave predict's kernel with a column too many.
-            warnings.warn(
+            warn_at_user(
                 "some training samples repeat others exactly (identical kernel rows and "
                 "targets): with them the evidence is unbounded as the noise goes to 0. With "
                 "kernel='precomputed' they cannot be dropped here: drop them from the rows and "
                 "columns of the training kernel (and the columns of the test kernels), or give "
-                "noise_variance.",
-                UserWarning,
-                stacklevel=3,
+                "noise_variance."
             )
         n, d = T.shape
 

@@ -26,9 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import time
-import warnings
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -36,6 +34,7 @@ import xarray as xr
 from scipy import linalg
 from scipy.special import expit, log_expit, log_softmax, softmax
 
+from bayes_rvm._warnings import warn_at_user
 from bayes_rvm.dims import BASIS, CLASS, OBS, OUTPUT, variable_dims
 from bayes_rvm.evidence.gaussian import EvidenceFit
 from bayes_rvm.evidence.loo import RefitLOO
@@ -782,16 +781,8 @@ def _above(value: float, limit: float) -> str:
     return repr(value)
 
 
-def _user_frame_prefixes() -> tuple[str, ...]:
-    import sklearn
-
-    return (os.path.dirname(__file__), os.path.dirname(sklearn.__file__))
-
-
 def _warn(message: str) -> None:
-    # Point at the user's line: skip every frame of this package and of scikit-learn's fit
-    # wrapper, however deep the call that found the problem.
-    warnings.warn(message, SamplingDiagnosticsWarning, skip_file_prefixes=_user_frame_prefixes())
+    warn_at_user(message, SamplingDiagnosticsWarning)
 
 
 def type2_initvals(
