@@ -338,19 +338,15 @@ def _refuse_elementwise_logp() -> None:
     sees one observation. PyMC builds that graph through ``compute_log_density``; the sampler's
     graph never passes there.
     """
-    frame = sys._getframe(1)
-    while frame is not None:
-        code = frame.f_code
-        if code.co_name == "compute_log_density" and "pymc" in code.co_filename:
-            raise ValueError(
-                "pm.compute_log_likelihood cannot give pointwise terms for the weight-"
-                "marginalised RVM likelihood: with w integrated out the observations are "
-                "dependent and its log density is one joint term per draw. The fits of "
-                "bayes_rvm already hold the right pointwise terms (the exact leave-one-out "
-                "densities ln p(t_n | t_-n, alpha, sigma)) in log_likelihood; for a pm.sample "
-                "result, add them with bayes_rvm.inference.complete_posterior(idata, model)."
-            )
-        frame = frame.f_back
+    if _pymc_on_stack("compute_log_density"):
+        raise ValueError(
+            "pm.compute_log_likelihood cannot give pointwise terms for the weight-"
+            "marginalised RVM likelihood: with w integrated out the observations are "
+            "dependent and its log density is one joint term per draw. The fits of "
+            "bayes_rvm already hold the right pointwise terms (the exact leave-one-out "
+            "densities ln p(t_n | t_-n, alpha, sigma)) in log_likelihood; for a pm.sample "
+            "result, add them with bayes_rvm.inference.complete_posterior(idata, model)."
+        )
 
 
 def _marginal_y_logp(value, log_alpha, log_beta, Phi, gram, offset):
@@ -374,12 +370,17 @@ def _marginal_design(Phi: np.ndarray, marginal: str) -> tuple[bool, dict[str, np
     return False, {"gram": Phi.T @ Phi}
 
 
-def _in_pymc_posterior_predictive() -> bool:
-    """Whether ``pm.sample_posterior_predictive`` is on the call stack."""
+def _pymc_on_stack(function: str) -> bool:
+    """Whether PyMC's ``function`` is on the call stack.
+
+    PyMC offers no hook to tell a log density built for sampling from one built for
+    ``compute_log_likelihood``, nor a draw for a model graph from one for the posterior
+    predictive; the caller's name does.
+    """
     frame = sys._getframe(1)
     while frame is not None:
         code = frame.f_code
-        if code.co_name == "sample_posterior_predictive" and "pymc" in code.co_filename:
+        if code.co_name == function and "pymc" in code.co_filename:
             return True
         frame = frame.f_back
     return False
@@ -393,7 +394,7 @@ def _y_draw(Phi, log_alpha, log_beta, offset, rng, size) -> np.ndarray:
     """
     # PyMC's posterior predictive would draw w from that prior too, not from its posterior: a
     # silently wrong answer, so it is refused by name (no other PyMC call draws y's posterior).
-    if _in_pymc_posterior_predictive():
+    if _pymc_on_stack("sample_posterior_predictive"):
         raise NotImplementedError(
             "the weight-marginalised RVM likelihood has no posterior draw: "
             "pm.sample_posterior_predictive would integrate w over its prior, not its posterior. "
