@@ -1,9 +1,11 @@
 """What :class:`~bayes_rvm.estimators.RVR` and :class:`~bayes_rvm.classifier.RVC` share.
 
 The declared parameter constraints (scikit-learn's ``_parameter_constraints``, checked once at the
-start of ``fit``), the kernel basis and its candidate centres, the column normalisation the engines
-work on, the training arrays an estimator keeps to rebuild its PyMC model, and ``model_``: the exact
-:class:`pymc.Model` that ``inference="mcmc"`` samples, rebuilt on demand and never pickled.
+start of ``fit``), the kernel basis and its candidate centres, the width search (through the
+normalised :class:`~bayes_rvm.problem.Problem` and :class:`~bayes_rvm.problem.Engine`), the
+:class:`~bayes_rvm.problem.TrainingData` an estimator keeps to rebuild its PyMC model, and
+``model_``: the exact :class:`pymc.Model` that ``inference="mcmc"`` samples, rebuilt on demand and
+never pickled.
 """
 
 from __future__ import annotations

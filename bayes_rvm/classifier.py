@@ -193,6 +193,9 @@ default="evidence_shared"
         Engine result(s) in original units; a tuple of one fit per class for ``"ovr"``. For the
         multinomial fit, ``mean`` is (n_active, n_classes) and ``chol`` the Cholesky factor of the
         class-major (n_active * n_classes)-square Hessian.
+    training_ : bayes_rvm.problem.TrainingData
+        The training inputs (or kernel matrix), class indices, retained design columns with
+        their norms, and the normalised alphas that prediction, :attr:`model_` and saving use.
     active_ : ndarray of int
         Retained basis functions (the union over classes for ``"ovr"``; ``n_centres`` is the bias).
     relevance_ : ndarray of int

@@ -251,6 +251,11 @@ array-like, default="evidence_shared"
     fit_ : EvidenceFit
         The engine's result in original units (alphas of all basis functions, noise precision,
         posterior mean and precision Cholesky of the active weights, log-evidence trace, ...).
+        ``make_engine().fit(Problem.regression(Phi, y))`` is the same fit on the normalised
+        problem (:mod:`bayes_rvm.problem`).
+    training_ : bayes_rvm.problem.TrainingData
+        The training inputs (or kernel matrix), targets and retained design columns that
+        prediction, :attr:`model_`, :attr:`idata_` and saving use.
     active_ : ndarray of int
         Indices of the retained basis functions (``n_centres`` is the bias).
     relevance_ : ndarray of int
