@@ -1,9 +1,11 @@
 """What :class:`~bayes_rvm.estimators.RVR` and :class:`~bayes_rvm.classifier.RVC` share.
 
 The declared parameter constraints (scikit-learn's ``_parameter_constraints``, checked once at the
-start of ``fit``), the kernel basis and its candidate centres, the column normalisation the engines
-work on, the training arrays an estimator keeps to rebuild its PyMC model, and ``model_``: the exact
-:class:`pymc.Model` that ``inference="mcmc"`` samples, rebuilt on demand and never pickled.
+start of ``fit``), the kernel basis and its candidate centres, the width search (through the
+normalised :class:`~bayes_rvm.problem.Problem` and :class:`~bayes_rvm.problem.Engine`), the
+:class:`~bayes_rvm.problem.TrainingData` an estimator keeps to rebuild its PyMC model, and
+``model_``: the exact :class:`pymc.Model` that ``inference="mcmc"`` samples, rebuilt on demand and
+never pickled.
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ import dataclasses
 import os
 import re
 import time
-import warnings
 from collections.abc import Callable, Mapping
 from numbers import Integral, Real
 
@@ -36,17 +37,14 @@ from bayes_rvm.evidence.width import (
 )
 from bayes_rvm.kernels import KernelBasis
 from bayes_rvm.priors import DEFAULT_MCMC_NU, DEFAULT_NU, Prior, as_prior
+from bayes_rvm.problem import Engine, Problem, TrainingData, column_scale, normalise_columns
 
 __all__ = [
     "BaseRVM",
     "check_fit_memory",
     "check_memory",
     "check_number",
-    "column_scale",
     "memory_limit",
-    "normalise_columns",
-    "target_scale",
-    "unscale_alpha",
 ]
 
 PRIORS = ("ard", "student_t")
@@ -82,51 +80,6 @@ def check_number(name: str, value, *, low=0.0, integer=False, allow_none=False, 
         what = "an integer" if integer else "a finite number"
         rel = ">=" if inclusive else ">"
         raise ValueError(f"{name} must be {what} {rel} {low}, got {value!r}.")
-
-
-def normalise_columns(Phi: np.ndarray) -> np.ndarray:
-    """Scale the columns of ``Phi`` to unit norm in place; return the norms (1 for zero columns).
-
-    Each column is first divided by its largest magnitude, as LAPACK's ``dnrm2`` scales, so that
-    the sum of squares can neither overflow nor underflow: kernel values of 1e160 (a linear kernel
-    on inputs of 1e80) or 1e-200 normalise as exactly as values near one, where squaring them
-    directly gave inf or 0 and dropped every column.
-    """
-    # max and min reduce without the N x M temporary that np.abs(Phi) would allocate.
-    peak = np.maximum(Phi.max(axis=0, initial=0.0), -Phi.min(axis=0, initial=0.0))
-    peak[peak == 0] = 1.0
-    Phi /= peak
-    norms = np.sqrt(np.einsum("ij,ij->j", Phi, Phi))
-    norms[norms == 0] = 1.0
-    Phi /= norms
-    return peak * norms
-
-
-def unscale_alpha(alpha: np.ndarray, factor: np.ndarray) -> np.ndarray:
-    """``alpha * factor**2``: prior precisions of a normalised fit in the user's units.
-
-    Pruned basis functions (``alpha = inf``) stay pruned, also where ``factor**2`` underflows to 0
-    (``inf * 0`` would make them NaN). Where a retained alpha leaves float64's range (kernel values
-    near 1e160 or 1e-200), a warning says so: the fit and its predictions are computed on the
-    normalised columns and are exact, but ``alpha_`` and ``sigma_`` in those units are not
-    representable.
-    """
-    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
-        out = np.where(np.isinf(alpha), np.inf, alpha * factor * factor)
-    kept = np.isfinite(alpha)
-    lost = kept & ~((out >= np.finfo(np.float64).tiny) & np.isfinite(out))
-    if np.any(lost):
-        warnings.warn(
-            f"the basis columns have norms from {np.min(factor[kept]):.1e} to "
-            f"{np.max(factor[kept]):.1e}: the prior precisions alpha_ "
-            "and the posterior covariance sigma_ of the weights in these units leave float64's "
-            "range and are stored as inf or 0. The fit and its predictions are computed on "
-            "normalised columns and are not affected; scale X (for example with scikit-learn's "
-            "StandardScaler) to get finite values.",
-            RuntimeWarning,
-            stacklevel=3,
-        )
-    return out
 
 
 #: Environment variable that sets the memory a fit may plan for (bytes, or "16GiB", "500MB").
@@ -231,17 +184,6 @@ def path_from_json(data: dict | None) -> WidthPath | None:
     if data is None:
         return None
     return WidthPath(**{k: v if k == "criterion" else np.asarray(v) for k, v in data.items()})
-
-
-def column_scale(Phi: np.ndarray) -> np.ndarray:
-    """The norms :func:`normalise_columns` divides by, without touching ``Phi``."""
-    return normalise_columns(np.array(Phi, dtype=np.float64, copy=True))
-
-
-def target_scale(T: np.ndarray) -> float:
-    """The root-mean-square the regression targets are divided by (1 for all-zero targets)."""
-    rms = float(np.sqrt(np.mean(np.square(T))))
-    return rms if rms > 0 else 1.0
 
 
 def dense_input(X):
@@ -392,7 +334,7 @@ class BaseRVM(BaseEstimator):
 
     def _rvm_star_inputs(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``k(X, X_train)`` and ``k(x, x)`` of each row: RVM*'s added functions."""
-        x_train = self._train.get("x_train")
+        x_train = self.training_.x_train
         if x_train is None:
             raise ValueError(
                 "this fit holds no training inputs (saved by an older version?); refit it to "
@@ -414,7 +356,7 @@ class BaseRVM(BaseEstimator):
         the added functions. Otherwise the rows are built by the basis.
         """
         cols = np.asarray(columns, dtype=np.intp)
-        centres, x_train = self.basis_.centres_, self._train["x_train"]
+        centres, x_train = self.basis_.centres_, self.training_.x_train
         same = centres is x_train or (
             centres.shape == x_train.shape and np.array_equal(centres, x_train)
         )
@@ -473,9 +415,20 @@ class BaseRVM(BaseEstimator):
         return design
 
     def _select_width(
-        self, X, T, engine, *, criterion=None, log_scale: float = 0.0, gradient: bool = True
-    ):
-        """Maximise the evidence over the kernel width(s); the basis, design, norms and fit there.
+        self,
+        X,
+        problem: Problem,
+        engine: Engine,
+        *,
+        criterion=None,
+        log_scale: float = 0.0,
+        gradient: bool = True,
+    ) -> tuple[KernelBasis, Problem, object]:
+        """Maximise the evidence over the kernel width(s); the basis, problem and fit there.
+
+        ``problem`` holds the normalised targets (its design is replaced at each width);
+        ``engine`` fits it. The returned problem has the design at the chosen width, and the
+        fit is the engine's, of that normalised problem.
 
         ``log_scale`` is what the log evidence loses in the user's units (the Jacobian of the
         targets' scaling, over all rows), so that ``width_path_`` compares with
@@ -505,7 +458,7 @@ class BaseRVM(BaseEstimator):
                 self._width_design(X[rows], centres), X[rows], lambda Phi: criterion(Phi, rows)
             )
             Phi = self._width_design(X, centres)(ls)
-            fit = engine(Phi, T, None)
+            fit = engine.fit(problem.with_design(Phi, normalised=True))
             log_scale *= rows.size / n  # the curve's evidence is over these rows
             wf = WidthFit(ls, fit, Phi, path, n_fits=1, seconds=time.perf_counter() - start)
         else:
@@ -513,7 +466,7 @@ class BaseRVM(BaseEstimator):
                 self._width_design(X, centres),
                 engine,
                 X,
-                T,
+                problem,
                 centres=centres,
                 kernel=self.kernel,
                 bias=bool(self.bias),
@@ -525,12 +478,11 @@ class BaseRVM(BaseEstimator):
         basis = KernelBasis(
             self.kernel, gamma=float(g[0]) if ls.size == 1 else g, bias=bool(self.bias)
         ).fit(X, centres=centres)
-        Phi = basis.transform(X)
-        norms = normalise_columns(Phi)
+        problem = problem.with_design(basis.transform(X))
         path = dataclasses.replace(wf.path, log_evidence=wf.path.log_evidence - log_scale)
         self._set_width(basis, path)
         self.width_selection_ = wf
-        return basis, Phi, norms, wf.fit
+        return basis, problem, wf.fit
 
     def _set_width(self, basis: KernelBasis, path) -> None:
         """``gamma_``, ``length_scale_`` and ``width_path_`` from the fitted basis."""
@@ -620,16 +572,16 @@ class BaseRVM(BaseEstimator):
         b = post["intercept"].transpose("chain", "draw", ...).values
         return np.broadcast_to(b[:, :, None], (*b.shape[:2], n, *b.shape[2:]))
 
-    def _finish_fit(self, X: np.ndarray, train: dict, fit_n) -> None:
+    def _finish_fit(self, X: np.ndarray, training: TrainingData, fit_n) -> None:
         """Keep the training problem and, under ``inference="mcmc"``, sample :attr:`model_`.
 
-        ``train`` holds what predictions need; the inputs join it (RVM* places a basis function
-        on each test point, and ``model_`` rebuilds the training design from them: for a
-        precomputed kernel, the training kernel matrix). ``fit_n`` is the engine's fit of the
+        ``training`` holds what predictions need; the inputs join it (RVM* places a basis
+        function on each test point, and ``model_`` rebuilds the training design from them: for
+        a precomputed kernel, the training kernel matrix). ``fit_n`` is the engine's fit of the
         normalised problem, which seeds the sampler.
         """
-        train["x_train" if self.kernel != "precomputed" else "X"] = X
-        self._train = train
+        inputs = "x_train" if self.kernel != "precomputed" else "kernel_matrix"
+        self.training_ = dataclasses.replace(training, **{inputs: X})
         self._idata = None
         self._model = None
         if self.inference == "mcmc":
@@ -642,8 +594,7 @@ class BaseRVM(BaseEstimator):
     def _mcmc_design(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Training design of the MCMC columns, in the user's units, with its column norms."""
         cols = self._mcmc_columns()
-        X = self._train["x_train"] if "x_train" in self._train else self._train["X"]
-        Phi = self.basis_.transform(X, columns=cols)
+        Phi = self.basis_.transform(self.training_.inputs, columns=cols)
         return Phi, column_scale(Phi), cols
 
     @property
@@ -789,7 +740,8 @@ class BaseRVM(BaseEstimator):
         floats = float(n) * n_basis * (draws if per_draw_design else 1)
         floats += 2.0 * draws * n * n_outputs + 2.0 * n_samples * n * n_outputs
         if self.predictive == "rvm*":
-            floats += float(n) * len(self._train.get("x_train", ()))
+            x_train = self.training_.x_train
+            floats += float(n) * (0 if x_train is None else len(x_train))
         if cov:
             floats += float(n) * n * (4 + n_outputs)
         if n_samples:

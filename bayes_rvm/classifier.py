@@ -29,12 +29,10 @@ from bayes_rvm._base import (
     DEFAULT_GAMMA,
     BaseRVM,
     dense_input,
-    normalise_columns,
     path_from_json,
     path_to_json,
-    unscale_alpha,
 )
-from bayes_rvm.evidence import SOLVERS, EvidenceFit, fit_evidence, importance_draws
+from bayes_rvm.evidence import SOLVERS, importance_draws
 from bayes_rvm.evidence.gaussian import one_blas_thread
 from bayes_rvm.evidence.importance import MIN_ESS
 from bayes_rvm.evidence.log_evidence import WARN_SKIP
@@ -43,27 +41,13 @@ from bayes_rvm.evidence.result import moderation
 from bayes_rvm.evidence.width import shared_laplace_evidence
 from bayes_rvm.kernels import KernelBasis
 from bayes_rvm.priors import as_prior
+from bayes_rvm.problem import Engine, OneVsRestFit, Problem, TrainingData
 
 __all__ = ["RVC"]
 
 _MULTI_CLASS = ("multinomial", "ovr")
-
-
-class _OneVsRestFit:
-    """One-vs-rest fits seen as one by the width search: summed evidence, union of the actives."""
-
-    def __init__(self, fits: tuple) -> None:
-        self.fits = fits
-        self.log_evidence = float(sum(f.log_evidence for f in fits))
-        self.active = np.unique(np.concatenate([f.active for f in fits]))
-
-
-def _unscale(fit: EvidenceFit, norms: np.ndarray) -> EvidenceFit:
-    """Map a fit on unit-norm columns to the original basis (:meth:`EvidenceFit.rescaled`).
-
-    :func:`unscale_alpha` says when the alphas leave float64's range in these units.
-    """
-    return dataclasses.replace(fit.rescaled(norms), alpha=unscale_alpha(fit.alpha, norms))
+#: The one-vs-rest fits seen as one (its home is :mod:`bayes_rvm.problem`).
+_OneVsRestFit = OneVsRestFit
 
 
 class RVC(ClassifierMixin, BaseRVM):
@@ -209,6 +193,9 @@ default="evidence_shared"
         Engine result(s) in original units; a tuple of one fit per class for ``"ovr"``. For the
         multinomial fit, ``mean`` is (n_active, n_classes) and ``chol`` the Cholesky factor of the
         class-major (n_active * n_classes)-square Hessian.
+    training_ : bayes_rvm.problem.TrainingData
+        The training inputs (or kernel matrix), class indices, retained design columns with
+        their norms, and the normalised alphas that prediction, :attr:`model_` and saving use.
     active_ : ndarray of int
         Retained basis functions (the union over classes for ``"ovr"``; ``n_centres`` is the bias).
     relevance_ : ndarray of int
@@ -358,7 +345,9 @@ default="evidence_shared"
                 "multi_class='multinomial' with it."
             )
         self.classes_ = classes
-        engine = self._engine(classes.size)
+        ovr = classes.size > 2 and self.multi_class == "ovr"
+        problem = Problem.classification(None, yi, classes.size, one_vs_rest=ovr)
+        engine = self.make_engine()
         if self._learns_width():
             if self.gamma == "evidence_ard":
                 raise ValueError(
@@ -368,72 +357,52 @@ default="evidence_shared"
             # The shared-precision evidence of each class against the rest, summed.
             onehot = (yi[:, None] == np.arange(classes.size)).astype(np.float64)
             labels = onehot[:, 1] if classes.size == 2 else onehot
-            basis, Phi, norms, fit = self._select_width(
+            basis, problem, fit_n = self._select_width(
                 X,
-                yi,
+                problem,
                 engine,
                 criterion=lambda Phi, rows: shared_laplace_evidence(Phi, labels[rows]),
                 gradient=False,
             )
         else:
             basis, Phi = self._make_basis(X)
-            norms = normalise_columns(Phi)
-            fit = engine(Phi, yi, None)
+            problem = problem.with_design(Phi)
+            fit_n = engine.fit(problem)
             self._set_width(basis, None)
-        fit = fit.fits if isinstance(fit, _OneVsRestFit) else fit
-        fit_n = fit  # the normalised problem's fit, which seeds MCMC
-        if isinstance(fit, tuple):
-            fit = tuple(_unscale(f, norms) for f in fit)
-        else:
-            fit = _unscale(fit, norms)
-        self._set_fitted(basis, fit)
+        self._set_fitted(basis, problem.unscale(fit_n))
+        fit_n = fit_n.fits if isinstance(fit_n, OneVsRestFit) else fit_n  # seeds MCMC
         act = self.active_
         # RVM* needs the training problem at prediction time (the Laplace weights come back
-        # from the mode and the labels).
-        train = {"phi_active": Phi[:, act] * norms[act], "y_index": yi, "norms": norms[act]}
-        # The normalised alphas too: in the user's units they leave float64's range with the
-        # columns' norms (a linear kernel on inputs of 1e80), and importance sampling needs them.
+        # from the mode and the labels). The normalised alphas too: in the user's units they
+        # leave float64's range with the columns' norms (a linear kernel on inputs of 1e80),
+        # and importance sampling needs them.
         fits_n = fit_n if isinstance(fit_n, tuple) else (fit_n,)
-        train["alpha_normalised"] = np.stack([f.alpha[act] for f in fits_n])
-        self._finish_fit(X, train, fit_n)
+        training = TrainingData(
+            phi_active=problem.active_design(act),
+            y_index=yi,
+            norms=problem.norms[act],
+            alpha_normalised=np.stack([f.alpha[act] for f in fits_n]),
+        )
+        self._finish_fit(X, training, fit_n)
         self._importance = self._make_importance() if self._samples_predictive() else None
         return self
 
-    def _engine(self, n_classes: int):
-        """The Laplace engine with this estimator's options: ``engine(Phi, labels, warm)``.
+    def make_engine(self) -> Engine:
+        """The Laplace engine with this estimator's options (:class:`bayes_rvm.problem.Engine`).
 
-        ``labels`` are class indices; one-vs-rest returns an :class:`_OneVsRestFit` whose
-        evidence is the sum over the classes (what a shared kernel width maximises).
+        ``engine.fit(Problem.classification(Phi, y_index, n_classes))`` is the fit ``fit`` makes
+        at a fixed width, on the normalised problem (for one-vs-rest a
+        :class:`~bayes_rvm.problem.OneVsRestFit`, whose evidence is the sum over the classes);
+        cross-validation and the width search run it the same way.
         """
-
-        def run(Phi, T, **kw) -> EvidenceFit:
-            # The bias is the design's last column.
-            free = [Phi.shape[1] - 1] if self.bias == "free" else []
-            return fit_evidence(Phi, T, solver=self.solver, free=free, **kw)
-
-        kw = {
-            "alpha_prior": self._alpha_prior(),
-            "threshold_alpha": float(self.threshold_alpha),
-            "tol": float(self.tol),
-            "max_iter": int(self.max_iter),
-        }
-
-        def engine(Phi, yi, warm):
-            # The width search hands the labels over as a float column.
-            yi = np.asarray(yi).reshape(-1).astype(np.intp)
-            if n_classes == 2:
-                return run(Phi, (yi == 1).astype(np.float64), likelihood="bernoulli", **kw)
-            if self.multi_class == "multinomial":
-                T = np.zeros((yi.size, n_classes))
-                T[np.arange(yi.size), yi] = 1.0
-                return run(Phi, T, likelihood="softmax", **kw)
-            fits = tuple(
-                run(Phi, (yi == c).astype(np.float64), likelihood="bernoulli", **kw)
-                for c in range(n_classes)
-            )
-            return _OneVsRestFit(fits)
-
-        return engine
+        return Engine(
+            solver=self.solver,
+            alpha_prior=self._alpha_prior(),
+            tol=float(self.tol),
+            max_iter=int(self.max_iter),
+            threshold_alpha=float(self.threshold_alpha),
+            free_bias=self.bias == "free",
+        )
 
     def make_model(self, *, offset=None):
         """A fresh :class:`pymc.Model` of this fit's problem, in the units of ``X``.
@@ -461,7 +430,7 @@ default="evidence_shared"
         binary = self.classes_.size == 2
         return rvm_classification_model(
             Phi,
-            self._train["y_index"],
+            self.training_.y_index,
             likelihood="bernoulli" if binary else "softmax",
             prior=self.prior,
             alpha_prior=as_prior(self.alpha_prior, "alpha_prior"),
@@ -527,8 +496,8 @@ default="evidence_shared"
             )
             self._idata = type2_datatree(
                 local,
-                self._train["phi_active"],
-                self._train["y_index"],
+                self.training_.phi_active,
+                self.training_.y_index,
                 basis_names=self.active_,
                 class_names=None if self.classes_.size == 2 else list(self.classes_),
                 random_seed=check_random_state(self.random_state).randint(2**31 - 1),
@@ -584,7 +553,7 @@ default="evidence_shared"
                 "ovr": ovr,
                 "width_path": path_to_json(self.width_path_),
             },
-            "arrays": getattr(self, "_train", {}),
+            "arrays": self.training_.to_arrays(),
             "idata": getattr(self, "_idata", None),
         }
 
@@ -593,7 +562,7 @@ default="evidence_shared"
         self.n_features_in_ = state["basis"].n_features_in_
         fit = tuple(state["fit"]) if state["extras"]["ovr"] else state["fit"]
         self._set_fitted(state["basis"], fit)
-        self._train = state.get("arrays") or {}
+        self.training_ = TrainingData.from_arrays(state.get("arrays"))
         self._set_width(state["basis"], path_from_json(state["extras"].get("width_path")))
         self._idata = state.get("idata")
         self._model = None
@@ -639,11 +608,11 @@ default="evidence_shared"
         if isinstance(self.fit_, tuple):
             parts = []
             for c, (f, pos) in enumerate(zip(self.fit_, self._positions, strict=True)):
-                yi = self._train.get("y_index")
+                yi = self.training_.y_index
                 target = None if yi is None else (yi == c).astype(np.float64)
                 parts.append(self._latent_one(f, phi[:, pos], pos, target, star))
             return np.hstack([m for m, _ in parts]), np.hstack([v for _, v in parts])
-        yi = self._train.get("y_index")
+        yi = self.training_.y_index
         if self.classes_.size == 2 and yi is not None:
             yi = yi.astype(np.float64)
         return self._latent_one(self.fit_, phi, np.arange(self.active_.size), yi, star)
@@ -661,7 +630,7 @@ default="evidence_shared"
         )
 
         cross, self_k = star
-        phi_train = self._train["phi_active"][:, pos]
+        phi_train = self.training_.phi_active[:, pos]
         eta = phi_train @ fit.mean
         C = fit.mean.shape[1]
         if C == 1:
@@ -671,7 +640,7 @@ default="evidence_shared"
             P = np.exp(eta - logsumexp(eta, axis=1, keepdims=True))
             precision, score = None, np.eye(C)[target.astype(np.intp)] - P
         # The softmax model shares its alphas across classes: one latent prior variance.
-        k_train = self.basis_.diagonal(self._train["x_train"])
+        k_train = self.basis_.diagonal(self.training_.x_train)
         # The added function stands for the kernel part: a free intercept's prior is not it.
         kern = fit.active != self.basis_.n_centres_ if self.bias == "free" else slice(None)
         amplitude = augmentation_amplitude(phi_train[:, kern], fit.alpha[fit.active][kern], k_train)
@@ -688,7 +657,8 @@ default="evidence_shared"
             self.moderated in ("auto", "importance")
             and self.inference == "type2"
             and self.predictive == "rvm"
-            and "phi_active" in getattr(self, "_train", {})
+            and getattr(self, "training_", None) is not None
+            and self.training_.phi_active is not None
         )
 
     def _importance_or_none(self) -> list | None:
@@ -737,8 +707,8 @@ default="evidence_shared"
         The draws are of the weights of the normalised columns (``phi / norms``), whose alphas
         stay in float64's range whatever the scale of the kernel values.
         """
-        yi, norms = self._train["y_index"], self._normalising_norms()
-        phi = self._train["phi_active"] / norms
+        yi, norms = self.training_.y_index, self._normalising_norms()
+        phi = self.training_.phi_active / norms
         C = self.classes_.size
         if isinstance(self.fit_, tuple):
             fits, positions = self.fit_, self._positions
@@ -746,7 +716,7 @@ default="evidence_shared"
         else:
             fits, positions = (self.fit_,), [np.arange(norms.size)]
             targets = [(yi == 1).astype(np.float64) if C == 2 else np.eye(C)[yi]]
-        alpha = self._train.get("alpha_normalised")
+        alpha = self.training_.alpha_normalised
         draws = []
         for c, (f, pos, T) in enumerate(zip(fits, positions, targets, strict=True)):
             a = f.alpha[f.active] / norms[pos] ** 2 if alpha is None else alpha[c, pos]
@@ -757,7 +727,8 @@ default="evidence_shared"
 
     def _normalising_norms(self) -> np.ndarray:
         """Norms of the active training columns (ones for a model saved without them)."""
-        return self._train.get("norms", np.ones(self.active_.size))
+        norms = self.training_.norms
+        return np.ones(self.active_.size) if norms is None else norms
 
     def _importance_scores(self, X, draws: list) -> np.ndarray:
         """Log-odds (binary, one-vs-rest) or log probabilities (softmax) of the importance-sampled

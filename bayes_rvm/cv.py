@@ -26,13 +26,14 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from bayes_rvm._base import ACCEPT_SPARSE, dense_input, normalise_columns
-from bayes_rvm.classifier import RVC, _OneVsRestFit
+from bayes_rvm._base import ACCEPT_SPARSE, dense_input
+from bayes_rvm.classifier import RVC
 from bayes_rvm.estimators import RVR, drop_duplicate_rows
 from bayes_rvm.evidence.gaussian import one_blas_thread
 from bayes_rvm.evidence.width import WIDTH_KERNELS, default_width_grid, width_to_gamma
 from bayes_rvm.kernels import KernelBasis
 from bayes_rvm.priors import DEFAULT_NU
+from bayes_rvm.problem import OneVsRestFit, Problem
 
 __all__ = ["RVCCV", "RVRCV"]
 
@@ -82,10 +83,16 @@ class _WidthCV(BaseEstimator):
         params = {k: v for k, v in self.get_params(deep=False).items() if k not in own}
         return self._template(**params, **extra)
 
-    def _search(self, X, target, splits, fold_fit, fold_score) -> None:
-        """Scores of every (width, fold), the best width, and the refit on all the data."""
+    def _search(self, X, target, splits, fold_problem, fold_predict, fold_score) -> None:
+        """Scores of every (width, fold), the best width, and the refit on all the data.
+
+        ``fold_problem(Phi, target)`` is a fold's :class:`~bayes_rvm.problem.Problem`,
+        ``fold_predict(problem, fit, Phi_test)`` its predictions from the normalised test design,
+        ``fold_score(predictions, target)`` their score.
+        """
         start = time.perf_counter()
         grid = self._check(X)
+        engine = self._estimator().make_engine()
         scores = np.empty((grid.size, len(splits)))
         warm = [None] * len(splits)
         for i, ls in enumerate(grid):
@@ -94,11 +101,11 @@ class _WidthCV(BaseEstimator):
             K = KernelBasis(self.kernel, gamma=g, bias=self.bias).fit(X).transform(X)
             for f, (tr, te) in enumerate(splits):
                 cols = np.r_[tr, K.shape[1] - 1] if self.bias else tr
-                Phi = K[np.ix_(tr, cols)]
-                norms = normalise_columns(Phi)
-                fit, predict = fold_fit(Phi, target[tr], warm[f])
+                problem = fold_problem(K[np.ix_(tr, cols)], target[tr])
+                fit = engine.fit(problem, warm[f])
                 warm[f] = fit if getattr(self, "warm_start", False) else None
-                scores[i, f] = fold_score(predict(K[np.ix_(te, cols)] / norms), target[te])
+                pred = fold_predict(problem, fit, K[np.ix_(te, cols)] / problem.norms)
+                scores[i, f] = fold_score(pred, target[te])
         mean = scores.mean(axis=1)
         best = int(np.argmax(mean))
         self.cv_results_ = {
@@ -298,19 +305,18 @@ class RVRCV(RegressorMixin, _WidthCV):
         self._check(X)
         T = y[:, None] if y.ndim == 1 else y
         folds = KFold(self.cv, shuffle=True, random_state=self.random_state)
-        template = self._estimator()
 
-        def fold_fit(Phi, Tf, warm):
-            rms = float(np.sqrt(np.mean(Tf**2)))
-            scale = rms if rms > 0 else 1.0
-            fit = template._engine(scale, Tf / scale)(Phi, Tf / scale, warm)
-            return fit, lambda Phi_te: scale * (Phi_te[:, fit.active] @ fit.mean)
+        def fold_problem(Phi, Tf):
+            return Problem.regression(Phi, Tf, noise_variance=self.noise_variance)
+
+        def fold_predict(problem, fit, Phi_te):
+            return problem.scale * (Phi_te[:, fit.active] @ fit.mean)
 
         def fold_score(pred, Tte):
             return -float(np.mean((pred - Tte) ** 2))
 
         self._refit_target = y
-        self._search(X, T, list(folds.split(X)), fold_fit, fold_score)
+        self._search(X, T, list(folds.split(X)), fold_problem, fold_predict, fold_score)
         del self._refit_target
         return self
 
@@ -403,25 +409,23 @@ class RVCCV(ClassifierMixin, _WidthCV):
         if classes.size < 2:
             raise ValueError("RVCCV needs samples of at least two classes.")
         folds = StratifiedKFold(self.cv, shuffle=True, random_state=self.random_state)
-        engine = self._estimator()._engine(classes.size)
+        ovr = classes.size > 2 and self.multi_class == "ovr"
 
-        def fold_fit(Phi, yf, warm):
-            fit = engine(Phi, yf, warm)
+        def fold_problem(Phi, yf):
+            return Problem.classification(Phi, yf, classes.size, one_vs_rest=ovr)
 
-            def predict(Phi_te):
-                if isinstance(fit, _OneVsRestFit):
-                    latent = np.column_stack([Phi_te[:, f.active] @ f.mean[:, 0] for f in fit.fits])
-                    return np.argmax(latent, axis=1)
-                latent = Phi_te[:, fit.active] @ fit.mean
-                return (latent[:, 0] > 0).astype(int) if latent.shape[1] == 1 else latent.argmax(1)
-
-            return fit, predict
+        def fold_predict(problem, fit, Phi_te):
+            if isinstance(fit, OneVsRestFit):
+                latent = np.column_stack([Phi_te[:, f.active] @ f.mean[:, 0] for f in fit.fits])
+                return np.argmax(latent, axis=1)
+            latent = Phi_te[:, fit.active] @ fit.mean
+            return (latent[:, 0] > 0).astype(int) if latent.shape[1] == 1 else latent.argmax(1)
 
         def fold_score(pred, yte):
             return float(np.mean(pred == yte))
 
         self._refit_target = y
-        self._search(X, yi, list(folds.split(X, yi)), fold_fit, fold_score)
+        self._search(X, yi, list(folds.split(X, yi)), fold_problem, fold_predict, fold_score)
         del self._refit_target
         self.classes_ = self.estimator_.classes_
         return self

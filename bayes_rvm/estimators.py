@@ -27,33 +27,20 @@ from bayes_rvm._base import (
     DEFAULT_GAMMA,
     BaseRVM,
     check_number,
-    column_scale,
     dense_input,
-    normalise_columns,
     path_from_json,
     path_to_json,
-    target_scale,
-    unscale_alpha,
 )
 from bayes_rvm._warnings import warn_at_user
 from bayes_rvm.dims import BASIS
-from bayes_rvm.evidence import EvidenceFit, fit_evidence
+from bayes_rvm.evidence import EvidenceFit
 from bayes_rvm.evidence.gaussian import one_blas_thread
 from bayes_rvm.evidence.width import shared_evidence
 from bayes_rvm.kernels import KernelBasis
 from bayes_rvm.priors import Prior, as_prior, default_alpha_prior
+from bayes_rvm.problem import Engine, Problem, TrainingData, column_scale, target_scale
 
 __all__ = ["RVR", "distinct_rows", "drop_duplicate_rows"]
-
-
-def _unscale_fit(fit: EvidenceFit, norms: np.ndarray, scale: float, n_values: int) -> EvidenceFit:
-    """Map a fit of the normalised problem (``Phi / norms``, ``T / scale``) to original units.
-
-    :meth:`EvidenceFit.rescaled` maps it; :func:`unscale_alpha` says when the alphas leave
-    float64's range in these units.
-    """
-    out = fit.rescaled(norms, scale, n_values)
-    return dataclasses.replace(out, alpha=unscale_alpha(fit.alpha, norms / scale))
 
 
 def distinct_rows(X: np.ndarray, T: np.ndarray) -> np.ndarray:
@@ -264,6 +251,11 @@ array-like, default="evidence_shared"
     fit_ : EvidenceFit
         The engine's result in original units (alphas of all basis functions, noise precision,
         posterior mean and precision Cholesky of the active weights, log-evidence trace, ...).
+        ``make_engine().fit(Problem.regression(Phi, y))`` is the same fit on the normalised
+        problem (:mod:`bayes_rvm.problem`).
+    training_ : bayes_rvm.problem.TrainingData
+        The training inputs (or kernel matrix), targets and retained design columns that
+        prediction, :attr:`model_`, :attr:`idata_` and saving use.
     active_ : ndarray of int
         Indices of the retained basis functions (``n_centres`` is the bias).
     relevance_ : ndarray of int
@@ -437,6 +429,31 @@ array-like, default="evidence_shared"
         -------
         self : RVR
         """
+        X, y = self._check_data(X, y, sample_kwargs)
+        problem = Problem.regression(None, y, noise_variance=self.noise_variance)
+        engine = self.make_engine()
+        if self._learns_width():
+            basis, problem, fit = self._select_width(
+                X,
+                problem,
+                engine,
+                criterion=lambda Phi, rows: shared_evidence(
+                    Phi, problem.targets[rows], beta=problem.noise_precision
+                ),
+                log_scale=problem.targets.size * np.log(problem.scale),
+            )
+        else:
+            basis, Phi = self._make_basis(X)
+            problem = problem.with_design(Phi)
+            fit = engine.fit(problem)
+            self._set_width(basis, None)
+        self._set_fitted(basis, problem.unscale(fit), single=y.ndim == 1)
+        # Enough of the training problem to build the type-II DataTree on demand.
+        self._finish_fit(X, TrainingData(phi_active=problem.active_design(fit.active), y=y), fit)
+        return self
+
+    def _check_data(self, X, y, sample_kwargs: dict) -> tuple[np.ndarray, np.ndarray]:
+        """``fit``'s checks: the data (repeated rows dropped), the parameters, the sampler's."""
         X, y = validate_data(
             self,
             X,
@@ -460,9 +477,8 @@ array-like, default="evidence_shared"
         as_prior(self.noise_prior, "noise_prior", positive=True)
         T = y[:, None] if y.ndim == 1 else y
         if self.noise_variance is None and self.kernel != "precomputed":
-            X, y = drop_duplicate_rows(X, y)
-            T = y[:, None] if y.ndim == 1 else y
-        elif self.noise_variance is None and distinct_rows(X, T).size < X.shape[0]:
+            return drop_duplicate_rows(X, y)
+        if self.noise_variance is None and distinct_rows(X, T).size < X.shape[0]:
             # The kernel matrix's columns are the training inputs too: a row dropped here
             # would leave predict's kernel with a column too many.
             warn_at_user(
@@ -472,75 +488,28 @@ array-like, default="evidence_shared"
                 "columns of the training kernel (and the columns of the test kernels), or give "
                 "noise_variance."
             )
-        n, d = T.shape
-
-        scale = target_scale(T)
-        Tn = T / scale
-        engine = self._engine(scale, Tn)
-        if self._learns_width():
-            fixed = None if self.noise_variance is None else scale**2 / self.noise_variance
-            basis, Phi, norms, fit = self._select_width(
-                X,
-                Tn,
-                engine,
-                criterion=lambda Phi, rows: shared_evidence(Phi, Tn[rows], beta=fixed),
-                log_scale=n * d * np.log(scale),
-            )
-        else:
-            basis, Phi = self._make_basis(X)
-            norms = normalise_columns(Phi)
-            fit = engine(Phi, Tn, None)
-            self._set_width(basis, None)
-        self._set_fitted(basis, _unscale_fit(fit, norms, scale, n * d), single=y.ndim == 1)
-        act = fit.active
-        # Enough of the training problem to build the type-II DataTree on demand.
-        self._finish_fit(X, {"phi_active": Phi[:, act] * norms[act], "y": y}, fit)
-        return self
+        return X, y
 
     def _square_matrices(self) -> int:
         # MacKay's engine holds the Gram matrix, and so does the marginal model MCMC samples.
         squares = int(self._solver() == "mackay")
         return squares + int(self.inference == "mcmc" and self._mcmc_basis() == "all")
 
-    def _engine(self, scale: float, Tn: np.ndarray):
-        """The type-II engine with this estimator's options: ``engine(Phi, T, warm)``.
+    def make_engine(self) -> Engine:
+        """The type-II engine with this estimator's options (:class:`bayes_rvm.problem.Engine`).
 
-        ``warm`` is None or a previous fit (at another kernel width) to start from.
+        ``engine.fit(Problem.regression(Phi, y))`` is the fit ``fit`` makes at a fixed width, on
+        the normalised problem; cross-validation and the width search run it the same way.
         """
-        fixed = self.noise_variance is not None
-        common = {
-            "fixed_beta": fixed,
-            "beta_init": scale**2 / self.noise_variance if fixed else None,
-            "alpha_prior": self._alpha_prior(),
-            "tol": self.tol,
-            "max_iter": self.max_iter,
-            "progress": bool(self.verbose),
-        }
-        if self._solver() == "sequential":
-
-            def engine(Phi, T, warm):
-                kw = dict(common)
-                if warm is not None:
-                    kw["alpha_init"] = warm.alpha
-                    kw["beta_init"] = common["beta_init"] if fixed else warm.beta
-                return fit_evidence(Phi, T, solver="sequential", **kw)
-
-            return engine
-        if not fixed:
-            # Start at a noise sd of a tenth of the targets' sd (sklearn-rvm's start): on the
-            # benchmark problems it reaches as high or higher evidence in 2-4x fewer iterations
-            # than a noisier start.
-            common["beta_init"] = 100.0 / max(float(np.var(Tn)), 1e-6)
-
-        def engine(Phi, T, warm):
-            kw = dict(common)
-            if warm is not None and not fixed:
-                kw["beta_init"] = warm.beta
-            return fit_evidence(
-                Phi, T, solver="mackay", threshold_alpha=self._threshold_alpha(), **kw
-            )
-
-        return engine
+        mackay = self._solver() == "mackay"
+        return Engine(
+            solver=self._solver(),
+            alpha_prior=self._alpha_prior(),
+            tol=self.tol,
+            max_iter=self.max_iter,
+            threshold_alpha=self._threshold_alpha() if mackay else None,
+            progress=bool(self.verbose),
+        )
 
     def make_model(self, *, form: str = "marginal", offset=None):
         """A fresh :class:`pymc.Model` of this fit's problem, in the units of ``X`` and ``y``.
@@ -569,7 +538,7 @@ array-like, default="evidence_shared"
         if self._samples_width():
             return self._width_model(form, offset)
         Phi, norms, cols = self._mcmc_design()
-        y = self._train["y"]
+        y = self.training_.y
         return rvm_regression_model(
             Phi,
             y,
@@ -602,9 +571,9 @@ array-like, default="evidence_shared"
         if self.prior == "student_t":
             alpha_prior = default_alpha_prior("student_t", self._mcmc_student_t())
         n_centres = self.basis_.n_centres_
-        y = self._train["y"]
+        y = self.training_.y
         return rvm_width_model(
-            self._train["x_train"],
+            self.training_.x_train,
             y,
             self.basis_.centres_[cols[cols < n_centres]],
             kernel=self.kernel,
@@ -635,13 +604,13 @@ array-like, default="evidence_shared"
 
         post = self._idata["posterior"].dataset
         cols = post[BASIS].values
-        x_train = self._train["x_train"]
+        x_train = self.training_.x_train
         phi = self.basis_.transform(x_train, columns=cols)
         alpha = post["alpha"].transpose("chain", "draw", BASIS).values.reshape(-1, cols.size)
         beta = post["sigma"].values.reshape(-1) ** -2.0
         cross, self_k = self._rvm_star_inputs(X)
         phi_test = self._rows_from_cross(X, cross, cols)
-        y = self._train["y"]
+        y = self.training_.y
         tau2 = target_amplitude(y)
         mean, var = rvm_star_draws(phi, y, alpha, beta, phi_test, cross, self_k, tau2)
         if self._single_output:
@@ -652,7 +621,7 @@ array-like, default="evidence_shared"
         """Joint RVM* covariance of new targets at ``X`` given draw ``s`` (noise included)."""
         from bayes_rvm.predictive import DrawPosteriors, rvm_star_cov
 
-        y = self._train["y"]
+        y = self.training_.y
         T = y[:, None] if y.ndim == 1 else y
         one = DrawPosteriors.from_draws(
             star.phi.T @ star.phi, star.phi.T @ T, star.alpha[s : s + 1], star.beta[s : s + 1]
@@ -702,8 +671,8 @@ array-like, default="evidence_shared"
         """RVM*'s view of the training problem (:class:`bayes_rvm.predictive.AugmentationData`)."""
         from bayes_rvm.predictive import AugmentationData, target_amplitude
 
-        phi = self._train["phi_active"]
-        y = self._train["y"]
+        phi = self.training_.phi_active
+        y = self.training_.y
         T = y[:, None] if y.ndim == 1 else y
         beta = float(self.fit_.beta)
         return AugmentationData(
@@ -734,8 +703,8 @@ array-like, default="evidence_shared"
             seed = check_random_state(self.random_state).randint(2**31 - 1)
             self._idata = type2_datatree(
                 local,
-                self._train["phi_active"],
-                self._train["y"],
+                self.training_.phi_active,
+                self.training_.y,
                 basis_names=self.active_,
                 random_seed=seed,
                 attrs={
@@ -756,8 +725,8 @@ array-like, default="evidence_shared"
         than drawing them from their priors; on a model of all columns the shapes differ and
         PyMC stops.
         """
-        y_scale = target_scale(self._train["y"])
-        norms = column_scale(self._train["phi_active"])
+        y_scale = target_scale(self.training_.y)
+        norms = column_scale(self.training_.phi_active)
         alpha = post["alpha"]
         out = post.assign(
             alpha_rel=alpha * y_scale**2 / norms**2,
@@ -793,27 +762,31 @@ array-like, default="evidence_shared"
         from bayes_rvm.evidence.loo import refit_loo
 
         check_is_fitted(self, "fit_")
-        y = self._train["y"]
-        T = y[:, None] if y.ndim == 1 else y
-        scale = target_scale(T)
-        engine = self._engine(scale, T / scale)
-        X = self._train["x_train"] if "x_train" in self._train else self._train["X"]
-        Phi = self.basis_.transform(X)
-        normalise_columns(Phi)
+        train = self.training_
+        problem = Problem.regression(
+            self.basis_.transform(train.inputs), train.y, noise_variance=self.noise_variance
+        )
+        engine = self.make_engine()
         # The MacKay engine takes over a fold where the sequential one fails (its Newton step
         # met a non-finite curvature on a Friedman #2 subset of 29 rows).
         other = "mackay" if self._solver() == "sequential" else "sequential"
-        backup = clone(self).set_params(solver=other)._engine(scale, T / scale)
+        backup = clone(self).set_params(solver=other).make_engine()
+
+        def fold(engine: Engine):
+            # The rows' normalised design and targets, as the full problem's scaling left them.
+            return lambda P, Tr: engine.fit(problem.with_design(P, normalised=True, targets=Tr))
+
         res = refit_loo(
-            lambda P, Tr: engine(P, Tr, None),
-            Phi,
-            T / scale,
+            fold(engine),
+            problem.design,
+            problem.targets,
             n_folds=n_folds,
             random_state=random_state,
-            fallback=lambda P, Tr: backup(P, Tr, None),
+            fallback=fold(backup),
         )
         # Densities of T / scale -> densities of T: the Jacobian of the scaling, per output.
-        return dataclasses.replace(res, elpd_i=res.elpd_i - T.shape[1] * np.log(scale))
+        d = problem.targets.shape[1]
+        return dataclasses.replace(res, elpd_i=res.elpd_i - d * np.log(problem.scale))
 
     def _set_fitted(self, basis: KernelBasis, fit: EvidenceFit, *, single: bool) -> None:
         self.basis_ = basis
@@ -848,14 +821,14 @@ array-like, default="evidence_shared"
                 "single": self._single_output,
                 "width_path": path_to_json(self.width_path_),
             },
-            "arrays": self._train,
+            "arrays": self.training_.to_arrays(),
             "idata": self._idata,
         }
 
     def _restore_state(self, state: dict) -> None:
         self._set_fitted(state["basis"], state["fit"], single=state["extras"]["single"])
         self._set_width(state["basis"], path_from_json(state["extras"].get("width_path")))
-        self._train = state["arrays"]
+        self.training_ = TrainingData.from_arrays(state["arrays"])
         self._idata = state.get("idata")
         self._model = None
 

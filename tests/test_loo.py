@@ -163,7 +163,7 @@ def test_pymc_calls_on_the_models(mcmc_small):
         pp = pm.sample_posterior_predictive(
             est.idata_, model=est.make_model(form="joint"), progressbar=False, random_seed=0
         )
-    X = est._train["x_train"]
+    X = est.training_.x_train
     _, sd = est.predict(X, return_std=True)
     pp_sd = pp["posterior_predictive"]["y"].std(("chain", "draw")).values
     # the predictive sd of the posterior, not of z drawn from its prior (ten times wider)
@@ -180,7 +180,7 @@ def test_pymc_predictive_on_a_type2_tree():
     post = est.idata_["posterior"].dataset
     # the model's free variables, from the type-II optimum: alpha_rel on unit-norm columns and
     # unit-RMS targets, as the engine fitted them
-    Phi = est._train["phi_active"]
+    Phi = est.training_.phi_active
     rms2 = np.mean(y**2)
     np.testing.assert_allclose(
         post["alpha_rel"].values[0, 0], est.alpha_ * rms2 / np.sum(Phi**2, axis=0), rtol=1e-10

@@ -151,8 +151,8 @@ def test_sample_y_moments_match_predict(star):
     assert np.all(np.abs(draws.mean(1) - mean) < 4.5 * sd / np.sqrt(20_000))
     np.testing.assert_allclose(np.cov(draws), cov, atol=0.05 * sd.max() ** 2)
     np.testing.assert_array_equal(draws, star.sample_y(X_TEST, 20_000, random_state=3))
-    Y = np.column_stack([star._train["y"], star._train["y"]])
-    multi = RVR(gamma=GAMMA).fit(star._train["x_train"], Y)
+    Y = np.column_stack([star.training_.y, star.training_.y])
+    multi = RVR(gamma=GAMMA).fit(star.training_.x_train, Y)
     assert multi.sample_y(X_TEST, 3).shape == (len(X_TEST), 2, 3)
     assert multi.predict(X_TEST, return_cov=True)[1].shape == (len(X_TEST), len(X_TEST), 2)
 
@@ -302,8 +302,8 @@ def test_return_std_and_return_cov_are_exclusive(star):
 # ---- classification -------------------------------------------------------------------------
 def dense_laplace(clf, fit, pos, target, x_star, gamma):
     """Latent moments at ``x_star`` of the Laplace posterior augmented by k(., x*) (dense)."""
-    X = clf._train["x_train"]
-    phi = clf._train["phi_active"][:, pos]
+    X = clf.training_.x_train
+    phi = clf.training_.phi_active[:, pos]
     K, C = fit.mean.shape
     tau2 = np.mean(np.sum(phi**2 / fit.alpha[fit.active], axis=1))
     u = rbf_kernel(X, x_star[None], gamma=gamma)[:, 0]
@@ -346,7 +346,7 @@ def test_rvc_rvm_star_latent_equals_the_dense_augmented_laplace(kind):
     fits = clf.fit_ if isinstance(clf.fit_, tuple) else (clf.fit_,)
     for c, fit in enumerate(fits):
         pos = clf._positions[c] if isinstance(clf.fit_, tuple) else np.arange(clf.active_.size)
-        yi = clf._train["y_index"]
+        yi = clf.training_.y_index
         target = {"ovr": (yi == c) * 1.0, "multinomial": yi, "binary": yi * 1.0}[kind]
         for k, x in enumerate(X_star):
             m, v = dense_laplace(clf, fit, pos, target, x, gamma)

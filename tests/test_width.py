@@ -4,7 +4,6 @@ import numpy as np
 import pytest
 from scipy.stats import multivariate_normal
 
-from bayes_rvm._base import normalise_columns
 from bayes_rvm.datasets import make_sinc
 from bayes_rvm.estimators import RVR
 from bayes_rvm.evidence.sequential import fit_sequential
@@ -15,6 +14,7 @@ from bayes_rvm.evidence.width import (
 )
 from bayes_rvm.io import load_model, save_model
 from bayes_rvm.kernels import KernelBasis
+from bayes_rvm.problem import Engine, Problem, normalise_columns
 
 
 def _design(X, centres, ls, kernel, columns=None):
@@ -96,13 +96,12 @@ def test_two_evidence_maxima_found_from_several_starts():
     wide_best = max(v for k, v in fixed.items() if k > 1.0)
     assert model.log_evidence_ > wide_best + 50
     # A single start at the wide maximum stays there: the restarts are what find the narrow one.
-    Tn = y / np.sqrt(np.mean(y**2))
-
-    def engine(Phi, T, warm):
-        return fit_sequential(Phi, T, tol=1e-3)
-
+    problem = Problem.regression(None, y)
+    engine = Engine("sequential", tol=1e-3)
     design = lambda ls, columns=None: _design(X, None, ls, "rbf", columns)  # noqa: E731
-    only_wide = maximise_width(design, engine, X, Tn, grid=np.geomspace(12, 0.8, 5), n_starts=1)
+    only_wide = maximise_width(
+        design, engine, X, problem, grid=np.geomspace(12, 0.8, 5), n_starts=1
+    )
     assert only_wide.length_scale[0] > 0.8
 
 

@@ -10,7 +10,7 @@ from sklearn.gaussian_process import GaussianProcessClassifier
 from sklearn.gaussian_process.kernels import DotProduct
 from sklearn.linear_model import BayesianRidge
 
-from bayes_rvm._base import DEFAULT_GAMMA, normalise_columns, target_scale
+from bayes_rvm._base import DEFAULT_GAMMA
 from bayes_rvm.classifier import RVC
 from bayes_rvm.datasets import load_ripley, make_sinc
 from bayes_rvm.estimators import RVR
@@ -22,6 +22,7 @@ from bayes_rvm.evidence.width import (
 )
 from bayes_rvm.io import load_model, save_model
 from bayes_rvm.kernels import KernelBasis, resolve_gamma
+from bayes_rvm.problem import normalise_columns, target_scale
 
 
 def _design(X, ls, *, centres=None):

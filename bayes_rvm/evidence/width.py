@@ -23,8 +23,9 @@ enter, and the chain through the column normalisation ``Phi_j = K_j / ||K_j||`` 
 
 where ``g_d = 2 (x_d - c_d)^2 / l_d^2`` (rbf) or ``|x_d - c_d| / l_d`` (laplacian): the norms
 cancel. This module holds those formulas and :func:`maximise_width`, an outer optimiser over the
-log width(s) around any type-II engine (a callable), so that it stays independent of how the
-engines are configured.
+log width(s) around any type-II engine (an object with ``fit(problem, warm)``, such as
+:class:`bayes_rvm.problem.Engine`), so that it stays independent of how the engines are
+configured.
 
 The estimators' default width (``gamma="evidence_shared"``) maximises another evidence: that of the
 same basis with one prior precision shared by all weights (:func:`shared_evidence`, and
@@ -39,6 +40,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 from scipy import linalg, optimize
@@ -67,8 +69,21 @@ WIDTH_KERNELS = ("rbf", "laplacian")
 #: The start grid stops narrowing once a fit keeps this fraction of the basis and loses evidence.
 SATURATED = 0.9
 
-#: An engine: ``engine(Phi, T, warm) -> EvidenceFit``; ``warm``: None or a fit to start from.
-Engine = Callable[[np.ndarray, np.ndarray, EvidenceFit | None], EvidenceFit]
+
+class Engine(Protocol):
+    """A type-II engine (:class:`bayes_rvm.problem.Engine`): ``engine.fit(problem, warm)``."""
+
+    def fit(self, problem, warm: EvidenceFit | None = None) -> EvidenceFit: ...
+
+
+class Problem(Protocol):
+    """Normalised targets that take a design (:class:`bayes_rvm.problem.Problem`)."""
+
+    targets: np.ndarray
+
+    def with_design(self, Phi: np.ndarray, *, normalised: bool = False): ...
+
+
 #: The unit-norm design at length scale(s) ``l``: ``design(l, columns=None) -> Phi``.
 Design = Callable[..., np.ndarray]
 
@@ -258,9 +273,9 @@ class _Search:
     whatever units each feature is measured in).
     """
 
-    def __init__(self, design, engine, X, centres, T, kernel, bias_col, unit):
-        self.design, self.engine = design, engine
-        self.X, self.centres, self.T, self.kernel = X, centres, T, kernel
+    def __init__(self, design, engine, X, centres, problem, kernel, bias_col, unit):
+        self.design, self.engine, self.problem = design, engine, problem
+        self.X, self.centres, self.T, self.kernel = X, centres, problem.targets, kernel
         self.bias_col = bias_col
         self.unit = unit
         self.n_fits = 0
@@ -268,7 +283,7 @@ class _Search:
 
     def fit_at(self, ls: np.ndarray, warm: EvidenceFit | None) -> tuple[EvidenceFit, np.ndarray]:
         Phi = self.design(ls * self.unit)
-        fit = self.engine(Phi, self.T, warm)
+        fit = self.engine.fit(self.problem.with_design(Phi, normalised=True), warm)
         self.n_fits += 1
         if self.best is None or fit.log_evidence > self.best[0]:
             self.best = (fit.log_evidence, np.array(ls, dtype=np.float64), fit, Phi)
@@ -335,7 +350,7 @@ def maximise_width(
     design: Design,
     engine: Engine,
     X: np.ndarray,
-    T: np.ndarray,
+    problem: Problem,
     *,
     centres: np.ndarray | None = None,
     kernel: str = "rbf",
@@ -383,13 +398,15 @@ def maximise_width(
         ``design(l, columns=None) -> Phi``: the unit-norm N x M design at length scale(s) ``l``
         (shape (1,) or (P,)), the kernel columns first (on ``centres``), then the bias column if
         ``bias``; or only the given columns of it.
-    engine : callable
-        ``engine(Phi, T, warm) -> EvidenceFit`` on the Gaussian likelihood; ``warm`` is None or
-        the previous fit, whose alphas and noise it should start from.
+    engine : Engine
+        ``engine.fit(problem, warm) -> EvidenceFit`` (:class:`bayes_rvm.problem.Engine`);
+        ``warm`` is None or the previous fit, whose alphas and noise it should start from.
     X : ndarray of shape (N, P)
         Training inputs.
-    T : ndarray of shape (N,) or (N, D)
-        Targets (as the engine sees them).
+    problem : Problem
+        The normalised targets (:class:`bayes_rvm.problem.Problem`); each width's design is
+        given to it by ``problem.with_design(Phi, normalised=True)``, and the gradient refinement
+        reads ``problem.targets`` (Gaussian likelihood).
     centres : ndarray of shape (M_kernel, P), optional
         The centres of the kernel columns (default ``X``).
     kernel : {"rbf", "laplacian"}, default="rbf"
@@ -453,9 +470,9 @@ def maximise_width(
         raise ValueError("per-feature widths (ard=True) need refine='gradient'.")
     if not isinstance(n_starts, int) or n_starts < 1:
         raise ValueError(f"n_starts must be a positive integer, got {n_starts!r}.")
-    T = np.asarray(T, dtype=np.float64)
-    T2 = T[:, None] if T.ndim == 1 else T
-    search = _Search(design, engine, X, centres, T2, kernel, centres.shape[0] if bias else -1, unit)
+    search = _Search(
+        design, engine, X, centres, problem, kernel, centres.shape[0] if bias else -1, unit
+    )
 
     fits, warm = [], None
     for ls in grid:
