@@ -21,7 +21,7 @@ Usage::
 
     python scripts/estimators_equivalence.py /path/to/old/checkout /path/to/new/checkout
     python scripts/estimators_equivalence.py OLD NEW --only rvc   # items whose name has "rvc"
-    python scripts/estimators_equivalence.py OLD NEW --rounds 2   # alternate, fastest times
+    python scripts/estimators_equivalence.py OLD NEW --rounds 2   # both orders, fastest times
     python scripts/estimators_equivalence.py --list               # the battery's items
 
 prints one row per item -- the largest relative difference over everything the item records
@@ -31,8 +31,9 @@ fields or shapes, or if an item fails in one checkout only (an item failing in b
 and is not a difference). Compare a checkout with itself first: every difference must be 0 (that
 also shows nutpie is deterministic for a fixed seed; each MCMC fit is also repeated in-process,
 and ``--rounds 2`` makes each checkout reproduce its own records across processes). The times are
-wall times of one process; on a shared machine they move by 2-3x between runs, so read ratios from
-``--rounds 2`` or more (the fastest round is shown). The first MCMC fit of a process includes
+wall times of one process; on a shared machine they move by 2-3x between runs, and the checkout
+run second benefits from warm caches, so read ratios from ``--rounds 2`` or more (old first, then
+new first; the fastest round is shown). The first MCMC fit of a process includes
 compiling its model (from PyTensor's on-disk cache when the graph was compiled before, by either
 checkout); the "again" rows are the cached fit. The battery takes about a minute of CPU per
 checkout (30 items, small N).
@@ -491,13 +492,17 @@ def _reproducible(runs: list[dict], label: str) -> int:
 
 
 def compare(old_root: str, new_root: str, only: str | None = None, rounds: int = 1) -> int:
-    """Run both checkouts ``rounds`` times, alternately; print the table; 1 on any difference."""
+    """Run both checkouts ``rounds`` times; print the table; return 1 on any difference."""
     olds, news = [], []
     with tempfile.TemporaryDirectory() as tmp:
         share = str(Path(tmp) / "saved")
-        for _ in range(rounds):
-            olds.append(_run(old_root, "old", tmp, share, only))
-            news.append(_run(new_root, "new", tmp, share, only))
+        # Old first in even rounds, new first in odd ones: the first process of a round warms
+        # disk and compile caches for the second. Round 0 runs old first so that its saved
+        # files exist for "load old files".
+        for r in range(rounds):
+            runs = [(olds, old_root, "old"), (news, new_root, "new")]
+            for store, root, label in runs[:: 1 if r % 2 == 0 else -1]:
+                store.append(_run(root, label, tmp, share, only))
     unstable = _reproducible(olds, "old") + _reproducible(news, "new")
     old, new = olds[0], news[0]
     for name in old:  # the fastest of the rounds: the least disturbed by other processes
