@@ -8,7 +8,9 @@ compares the relevance sets, the log evidence, the iteration counts and the trac
     python scripts/engines_equivalence.py /path/to/old/checkout /path/to/new/checkout
 
 prints one line per engine and a summary; exits 1 if any relevance set differs or any log
-evidence differs by more than 1e-9 (relative to ``1 + |log evidence|``).
+evidence differs by more than 1e-9 (relative to ``1 + |log evidence|``). The estimators above the
+engines (``RVR``, ``RVC``, the CV estimators, saving, MCMC) are compared by its sibling,
+``scripts/estimators_equivalence.py``.
 """
 
 from __future__ import annotations

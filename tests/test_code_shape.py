@@ -1,7 +1,16 @@
-"""The package stays readable: no function body over 120 lines, none over 8 positional parameters.
+"""The package stays readable: the targets of issue 28, measured on the package itself.
+
+- no module over 600 code lines, no function over 80 code lines (docstrings, comments and blank
+  lines do not count), none over 8 positional parameters;
+- no private name (one leading underscore, not a dunder) of one ``bayes_rvm`` module imported by
+  another, imports inside functions included;
+- no import circle between ``bayes_rvm`` modules (a strongly connected component of the import
+  graph with more than one module, or a module importing itself).
 
 Issue 14 replaced a 453-line engine closure with 22 positional parameters by small state objects;
-this keeps the whole package from drifting back. Docstrings do not count towards the length.
+issue 28 moves the rest. The tree does not meet every target yet, so each check names today's
+offenders in a ``KNOWN_*`` allowlist. A check fails on a new offender *and* on an allowlisted name
+that no longer offends: the lists only shrink, and whoever fixes an offender deletes its entry.
 """
 
 from __future__ import annotations
@@ -12,23 +21,108 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "bayes_rvm"
-MAX_LINES = 120
+MAX_MODULE_LINES = 600
+MAX_FUNCTION_LINES = 80
 MAX_POSITIONAL = 8
 
+# Today's offenders (23a5226). Delete an entry when its module or function meets the target.
+KNOWN_LONG_MODULES = {"bayes_rvm.evidence.laplace", "bayes_rvm.inference", "bayes_rvm.study"}
+KNOWN_LONG_FUNCTIONS = {
+    "bayes_rvm.marginal.jax_backend.register_jax_dispatch",
+    "bayes_rvm.marginal.numba_backend._log_evidence_numba",
+    "bayes_rvm.models.rvm_regression_model",
+    "bayes_rvm.models.rvm_width_model",
+    "bayes_rvm.study.run_study",
+}
+KNOWN_MANY_POSITIONAL: set[str] = set()
+# "importer imports module.name"
+KNOWN_PRIVATE_IMPORTS = {
+    "bayes_rvm.classifier imports bayes_rvm._base._POSITIVE",
+    "bayes_rvm.cli imports bayes_rvm.study._loo_columns",
+    "bayes_rvm.cv imports bayes_rvm.classifier._OneVsRestFit",
+    "bayes_rvm.estimators imports bayes_rvm._base._POSITIVE",
+    "bayes_rvm.evidence.laplace imports bayes_rvm.evidence.gaussian._MacKayStop",
+    "bayes_rvm.evidence.laplace imports bayes_rvm.evidence.gaussian._one_blas_thread",
+    "bayes_rvm.evidence.laplace imports bayes_rvm.evidence.options._check_targets",
+    "bayes_rvm.evidence.sequential imports bayes_rvm.evidence.gaussian._one_blas_thread",
+    "bayes_rvm.evidence.width imports bayes_rvm.evidence.gaussian._one_blas_thread",
+    "bayes_rvm.io imports bayes_rvm.kernels._USES_GAMMA",
+    "bayes_rvm.marginal.jax_backend imports bayes_rvm.marginal.op._LOG_2PI",
+    "bayes_rvm.marginal.numba_backend imports bayes_rvm.marginal.op._LOG_2PI",
+}
+# each circle as the sorted modules of its strongly connected component, joined by " <-> "
+KNOWN_CIRCLES = {"bayes_rvm.marginal.numba_backend <-> bayes_rvm.marginal.op"}
 
-def _functions():
-    for path in sorted(PACKAGE.rglob("*.py")):
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        for node in ast.walk(tree):
-            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-                yield path.relative_to(PACKAGE.parent), node
+
+# -- measures ----------------------------------------------------------------------------------
 
 
-def _body_lines(node) -> int:
-    body = node.body
-    if len(body) > 1 and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
-        body = body[1:]  # the docstring
-    return node.end_lineno - body[0].lineno + 1
+def _docstring_lines(tree: ast.AST) -> set[int]:
+    """Line numbers of every module, class and function docstring in ``tree``."""
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            body = node.body
+            if (
+                body
+                and isinstance(body[0], ast.Expr)
+                and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)
+            ):
+                lines.update(range(body[0].lineno, body[0].end_lineno + 1))
+    return lines
+
+
+class Source:
+    """One parsed module: its dotted name, text and tree, and a code-line counter."""
+
+    def __init__(self, name: str, text: str, is_package: bool = False) -> None:
+        self.name = name
+        self.is_package = is_package
+        self.lines = text.splitlines()
+        self.tree = ast.parse(text)
+        docs = _docstring_lines(self.tree)
+        stripped = (line.strip() for line in self.lines)
+        # a code line: not blank, not only a comment, not part of a docstring
+        self.code = [
+            bool(s) and not s.startswith("#") and i not in docs
+            for i, s in enumerate(stripped, start=1)
+        ]
+
+    def code_lines(self, first: int = 1, last: int | None = None) -> int:
+        """Code lines between ``first`` and ``last`` (1-based, inclusive)."""
+        return sum(self.code[first - 1 : last if last is not None else len(self.code)])
+
+
+def _sources(root: Path = PACKAGE) -> list[Source]:
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        parts = path.with_suffix("").relative_to(root.parent).parts
+        is_package = parts[-1] == "__init__"
+        name = ".".join(parts[:-1] if is_package else parts)
+        out.append(Source(name, path.read_text(encoding="utf-8"), is_package))
+    return out
+
+
+def _functions(source: Source):
+    """(qualified name, node) of every function and method, nested ones included."""
+
+    def walk(node, prefix):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                name = f"{prefix}.{child.name}"
+                if not isinstance(child, ast.ClassDef):
+                    yield name, child
+                yield from walk(child, name)
+            else:
+                yield from walk(child, prefix)
+
+    yield from walk(source.tree, source.name)
+
+
+def _function_lines(source: Source, node: ast.AST) -> int:
+    """Code lines of a function body (the signature and decorators not counted)."""
+    return source.code_lines(node.body[0].lineno, node.end_lineno)
 
 
 def _positional(node) -> int:
@@ -36,23 +130,214 @@ def _positional(node) -> int:
     return len(names) - (names[:1] in (["self"], ["cls"]))
 
 
-def test_the_package_has_functions():
-    assert sum(1 for _ in _functions()) > 100  # the walk must not silently find nothing
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _imports(source: Source):
+    """(module, imported name or None) of every project import, inside functions too."""
+    package = source.name if source.is_package else source.name.rpartition(".")[0]
+    for node in ast.walk(source.tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == "bayes_rvm":
+                    yield alias.name, None
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            if module.split(".")[0] != "bayes_rvm":
+                continue
+            for alias in node.names:
+                yield module, alias.name
+
+
+def _private_imports(sources: list[Source]) -> set[str]:
+    found = set()
+    for source in sources:
+        for module, name in _imports(source):
+            if name is not None and _is_private(name) and module != source.name:
+                found.add(f"{source.name} imports {module}.{name}")
+    return found
+
+
+def _import_graph(sources: list[Source]) -> dict[str, set[str]]:
+    """Module -> the project modules it imports (``from pkg import submodule`` included)."""
+    known = {s.name for s in sources}
+    graph: dict[str, set[str]] = {s.name: set() for s in sources}
+    for source in sources:
+        for module, name in _imports(source):
+            submodule = f"{module}.{name}"
+            target = submodule if name is not None and submodule in known else module
+            if target in known:
+                graph[source.name].add(target)
+    return graph
+
+
+def _circles(graph: dict[str, set[str]]) -> set[str]:
+    """The strongly connected components with a circle in them (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: set[str] = set()
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1 or node in graph[node]:
+                    found.add(" <-> ".join(sorted(component)))
+    return found
+
+
+# -- what the package measures today -----------------------------------------------------------
+
+
+def _long_modules(sources):
+    return {s.name for s in sources if s.code_lines() > MAX_MODULE_LINES}
+
+
+def _long_functions(sources):
+    return {
+        name
+        for s in sources
+        for name, node in _functions(s)
+        if _function_lines(s, node) > MAX_FUNCTION_LINES
+    }
+
+
+def _many_positional(sources):
+    return {
+        name for s in sources for name, node in _functions(s) if _positional(node) > MAX_POSITIONAL
+    }
+
+
+def _check(found: set[str], known: set[str], what: str) -> None:
+    new, fixed = sorted(found - known), sorted(known - found)
+    assert not new, f"new {what}: {new} (fix them; the allowlist is for today's offenders only)"
+    assert not fixed, f"no longer {what}: {fixed} -- delete them from the allowlist"
+
+
+@pytest.fixture(scope="module")
+def sources():
+    return _sources()
+
+
+def test_the_package_has_modules_functions_and_imports(sources):
+    # the walk must not silently find nothing
+    assert len(sources) > 30
+    assert sum(1 for s in sources for _ in _functions(s)) > 300
+    graph = _import_graph(sources)
+    assert "bayes_rvm._base" in graph["bayes_rvm.estimators"]
+    assert "bayes_rvm.evidence.gaussian" in graph["bayes_rvm.evidence.sequential"]
 
 
 @pytest.mark.parametrize(
-    ("measure", "limit"), [(_body_lines, MAX_LINES), (_positional, MAX_POSITIONAL)]
+    ("measure", "known", "what"),
+    [
+        (_long_modules, KNOWN_LONG_MODULES, f"modules over {MAX_MODULE_LINES} code lines"),
+        (_long_functions, KNOWN_LONG_FUNCTIONS, f"functions over {MAX_FUNCTION_LINES} code lines"),
+        (_many_positional, KNOWN_MANY_POSITIONAL, f"over {MAX_POSITIONAL} positional parameters"),
+        (_private_imports, KNOWN_PRIVATE_IMPORTS, "private names imported across modules"),
+        (lambda s: _circles(_import_graph(s)), KNOWN_CIRCLES, "import circles"),
+    ],
+    ids=["module-length", "function-length", "positional", "private-imports", "circles"],
 )
-def test_no_function_too_long_or_with_too_many_positional_parameters(measure, limit):
-    over = [
-        f"{path}:{node.lineno} {node.name}" for path, node in _functions() if measure(node) > limit
-    ]
-    assert not over, f"over {limit} ({measure.__name__}): {over}"
+def test_the_package_meets_the_targets_of_issue_28(sources, measure, known, what):
+    _check(measure(sources), known, what)
 
 
-def test_the_measures_catch_what_they_should():
-    src = "def f(a, b, c, d, e, f, g, h, i):\n    '''doc'''\n" + "    x = 1\n" * 121
-    node = ast.parse(src).body[0]
-    assert _positional(node) == 9 and _body_lines(node) == 121
-    method = ast.parse("def m(self, a):\n    pass\n").body[0]
-    assert _positional(method) == 1
+# -- the measures catch what they should -------------------------------------------------------
+
+
+def _package(tmp_path: Path, files: dict[str, str]) -> list[Source]:
+    for rel, text in files.items():
+        path = tmp_path / "bayes_rvm" / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    return _sources(tmp_path / "bayes_rvm")
+
+
+def test_the_length_measures_catch_what_they_should(tmp_path):
+    body = "    x = 1\n    # a comment\n\n" * 81  # 81 code lines, 162 that do not count
+    long_function = f"def f(a, b, c, d, e, f, g, h, i):\n    '''doc\n\n    more'''\n{body}"
+    methods = "class C:\n    def m(self, a):\n        '''doc'''\n        pass\n"
+    sources = _package(
+        tmp_path,
+        {
+            "__init__.py": '"""pkg"""\n',
+            "big.py": '"""mod\n\ndoc"""\n' + "y = 1\n# c\n" * 601,
+            "small.py": '"""mod"""\n' + "y = 1\n" * 600,
+            "fun.py": long_function + methods,
+        },
+    )
+    by_name = {s.name: s for s in sources}
+    assert by_name["bayes_rvm.big"].code_lines() == 601
+    assert _long_modules(sources) == {"bayes_rvm.big"}  # 600 is allowed, 601 is not
+    fun = by_name["bayes_rvm.fun"]
+    lengths = {name: _function_lines(fun, node) for name, node in _functions(fun)}
+    assert lengths == {"bayes_rvm.fun.f": 81, "bayes_rvm.fun.C.m": 1}
+    assert _long_functions(sources) == {"bayes_rvm.fun.f"}
+    assert _many_positional(sources) == {"bayes_rvm.fun.f"}  # 9 > 8; `self` does not count
+
+
+def test_the_import_measures_catch_what_they_should(tmp_path):
+    sources = _package(
+        tmp_path,
+        {
+            "__init__.py": "from .a import public\n",
+            "a.py": "from .b import _private, fine\npublic = 1\n",
+            "b.py": "def g():\n    from bayes_rvm.sub.c import _hidden\n\nfine = __name__\n",
+            "sub/__init__.py": "",
+            "sub/c.py": "from .. import a\nfrom ..a import __all__\n_hidden = 1\n",
+            "sub/d.py": "import bayes_rvm.sub.c\nfrom . import _e\n",
+            "sub/_e.py": "from .d import x\n",
+        },
+    )
+    assert _private_imports(sources) == {
+        "bayes_rvm.a imports bayes_rvm.b._private",
+        "bayes_rvm.b imports bayes_rvm.sub.c._hidden",  # inside a function: still counted
+        "bayes_rvm.sub.d imports bayes_rvm.sub._e",  # a private module is a private name too
+    }
+    graph = _import_graph(sources)
+    assert graph["bayes_rvm.sub.c"] == {"bayes_rvm.a"}  # `from .. import a`: the submodule
+    assert graph["bayes_rvm.sub.d"] == {"bayes_rvm.sub.c", "bayes_rvm.sub._e"}
+    # a -> b -> sub.c -> a is one circle; d <-> _e another; the package __init__ is in none
+    assert _circles(graph) == {
+        "bayes_rvm.a <-> bayes_rvm.b <-> bayes_rvm.sub.c",
+        "bayes_rvm.sub._e <-> bayes_rvm.sub.d",
+    }
+    assert _circles({"m": {"m"}, "n": set()}) == {"m"}
+    _check({"x"}, {"x"}, "offenders")
+    with pytest.raises(AssertionError, match="new offenders"):
+        _check({"x", "y"}, {"x"}, "offenders")
+    with pytest.raises(AssertionError, match="no longer offenders"):
+        _check(set(), {"x"}, "offenders")
