@@ -24,9 +24,9 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from bayes_rvm._base import (
-    _POSITIVE,
     ACCEPT_SPARSE,
     DEFAULT_GAMMA,
+    POSITIVE,
     BaseRVM,
     dense_input,
     normalise_columns,
@@ -251,7 +251,7 @@ default="evidence_shared"
         "solver": [StrOptions(set(SOLVERS))],
         "multi_class": [StrOptions(set(_MULTI_CLASS))],
         "moderated": ["boolean", StrOptions({"auto", "importance", "probit"})],
-        "threshold_alpha": [_POSITIVE],
+        "threshold_alpha": [POSITIVE],
     }
 
     def __init__(

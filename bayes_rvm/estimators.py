@@ -22,9 +22,9 @@ from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from bayes_rvm._base import (
-    _POSITIVE,
     ACCEPT_SPARSE,
     DEFAULT_GAMMA,
+    POSITIVE,
     BaseRVM,
     check_number,
     column_scale,
@@ -322,9 +322,9 @@ array-like, default="evidence_shared"
     _parameter_constraints: dict = {  # noqa: RUF012 - scikit-learn's convention
         **BaseRVM._shared_constraints,
         "solver": [StrOptions({"auto", "sequential", "mackay"})],
-        "noise_variance": [_POSITIVE, None],
+        "noise_variance": [POSITIVE, None],
         "noise_prior": [Prior, dict, None],
-        "threshold_alpha": [StrOptions({"auto"}), _POSITIVE],
+        "threshold_alpha": [StrOptions({"auto"}), POSITIVE],
         "mcmc_basis": [StrOptions({"auto", "all", "relevant"})],
     }
     _samples_width_ok = True
