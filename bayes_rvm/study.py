@@ -395,13 +395,6 @@ def _check_sum(path: Path, what: str, data: dict, checksum) -> None:
         )
 
 
-def _write_json(path: Path, data: dict) -> None:
-    from bayes_rvm.io import atomic_write, json_checksum
-
-    text = json.dumps({**data, "checksum": json_checksum(data)}, indent=1, sort_keys=True)
-    atomic_write(path, lambda tmp: tmp.write_text(text))
-
-
 _TASK_FIELDS = {"dataset": str, "model": str, "seed": int, "spec": str, "data_digest": str}
 
 
@@ -464,7 +457,9 @@ class _Store:
         (self.path / "rows").mkdir(exist_ok=True)
         # A store of the first format stays one: its rows have no checksums to check.
         fmt = settings["format"] if self.legacy else _FORMAT
-        _write_json(self.settings_path, {**settings, "format": fmt})
+        from bayes_rvm.io import write_json
+
+        write_json(self.settings_path, {**settings, "format": fmt})
 
     # fits -------------------------------------------------------------------------------------
     def fit_path(self, key: str) -> Path:
@@ -477,11 +472,11 @@ class _Store:
         return self.row_path(key).exists()
 
     def write(self, key: str, row: dict, dt) -> None:
-        from bayes_rvm.io import write_tree
+        from bayes_rvm.io import write_json, write_tree
 
         fit_checksum = None if dt is None else write_tree(dt, self.fit_path(key))
         # Written last: its presence marks the fit done, its checksum vouches for both files.
-        _write_json(self.row_path(key), {"row": row, "fit_checksum": fit_checksum})
+        write_json(self.row_path(key), {"row": row, "fit_checksum": fit_checksum})
 
     def read_entry(self, key: str) -> dict:
         """The stored ``{"row", "fit_checksum"}`` of a finished fit, checked."""
