@@ -42,7 +42,7 @@ from bayes_rvm.evidence.options import FREE_LATENT_SD
 from bayes_rvm.evidence.result import moderation
 from bayes_rvm.evidence.width import shared_laplace_evidence
 from bayes_rvm.kernels import KernelBasis
-from bayes_rvm.persistence import SavedStateMixin
+from bayes_rvm.persistence import Fail, SavedStateMixin
 from bayes_rvm.priors import as_prior
 
 __all__ = ["RVC"]
@@ -601,7 +601,7 @@ default="evidence_shared"
         self._importance = self._make_importance() if self._samples_predictive() else None
 
     @classmethod
-    def _check_persisted(cls, state: dict, params: dict, fail) -> None:
+    def _check_persisted(cls, state: dict, params: dict, fail: Fail) -> None:
         """A stored classifier's own invariants: sorted distinct classes, one output per class."""
         fits = state["fit"] if isinstance(state["fit"], list) else [state["fit"]]
         extras = state["extras"]

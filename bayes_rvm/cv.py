@@ -32,7 +32,7 @@ from bayes_rvm.estimators import RVR, drop_duplicate_rows
 from bayes_rvm.evidence.gaussian import one_blas_thread
 from bayes_rvm.evidence.width import WIDTH_KERNELS, default_width_grid, width_to_gamma
 from bayes_rvm.kernels import KernelBasis
-from bayes_rvm.persistence import SavedStateMixin
+from bayes_rvm.persistence import Fail, SavedStateMixin
 from bayes_rvm.priors import DEFAULT_NU
 
 __all__ = ["RVCCV", "RVRCV"]
@@ -130,7 +130,7 @@ class _WidthCV(SavedStateMixin, BaseEstimator):
         return {**state, "extras": {**state["extras"], "cv": search}}
 
     @classmethod
-    def _check_persisted(cls, state: dict, params: dict, fail) -> None:
+    def _check_persisted(cls, state: dict, params: dict, fail: Fail) -> None:
         # A cross-validated twin holds the state of the estimator it refitted.
         cls._template._check_persisted(state, params, fail)
 

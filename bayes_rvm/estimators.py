@@ -41,7 +41,7 @@ from bayes_rvm.evidence import EvidenceFit, fit_evidence
 from bayes_rvm.evidence.gaussian import one_blas_thread
 from bayes_rvm.evidence.width import shared_evidence
 from bayes_rvm.kernels import KernelBasis
-from bayes_rvm.persistence import SavedStateMixin
+from bayes_rvm.persistence import Fail, SavedStateMixin
 from bayes_rvm.priors import Prior, as_prior, default_alpha_prior
 
 __all__ = ["RVR", "distinct_rows", "drop_duplicate_rows"]
@@ -861,7 +861,7 @@ array-like, default="evidence_shared"
         self._model = None
 
     @classmethod
-    def _check_persisted(cls, state: dict, params: dict, fail) -> None:
+    def _check_persisted(cls, state: dict, params: dict, fail: Fail) -> None:
         """A stored regressor's own invariants: one fit, its outputs, its training arrays."""
         fits = state["fit"] if isinstance(state["fit"], list) else [state["fit"]]
         if len(fits) != 1:
