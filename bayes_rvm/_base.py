@@ -21,7 +21,7 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator
 from sklearn.cluster import MiniBatchKMeans
-from sklearn.utils import check_random_state
+from sklearn.utils import check_random_state, check_scalar
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
@@ -40,6 +40,7 @@ from bayes_rvm.priors import DEFAULT_MCMC_NU, DEFAULT_NU, Prior, as_prior
 from bayes_rvm.problem import Engine, Problem, TrainingData, column_scale, normalise_columns
 
 __all__ = [
+    "POSITIVE",
     "BaseRVM",
     "check_fit_memory",
     "check_memory",
@@ -66,16 +67,27 @@ DEFAULT_GAMMA = "evidence_shared"
 #: ``min(N, M)`` square and costs ``O(min(N, M)^3)`` a width.
 SHARED_MAX_SAMPLES = 1000
 SAMPLERS = ("nutpie", "numpyro", "pymc", "blackjax")
-_POSITIVE = Interval(Real, 0, None, closed="neither")
+#: The constraint of a positive real parameter (``_parameter_constraints``), shared by RVR and RVC.
+POSITIVE = Interval(Real, 0, None, closed="neither")
 
 
 def check_number(name: str, value, *, low=0.0, integer=False, allow_none=False, inclusive=False):
-    """Raise a ValueError naming ``name`` unless ``value`` is a finite number above ``low``."""
+    """Raise a ValueError naming ``name`` unless ``value`` is a finite number above ``low``.
+
+    The type and the bound are :func:`sklearn.utils.check_scalar`'s; it lets ``inf`` and ``True``
+    through, and raises a TypeError or ValueError of its own wording, so the one message here
+    says what is wanted.
+    """
     if value is None and allow_none:
         return
-    kind = Integral if integer else Real
-    ok = isinstance(value, kind) and not isinstance(value, bool) and np.isfinite(value)
-    ok = ok and (value >= low if inclusive else value > low)
+    try:
+        bounds = "left" if inclusive else "neither"
+        check_scalar(
+            value, name, Integral if integer else Real, min_val=low, include_boundaries=bounds
+        )
+        ok = not isinstance(value, bool) and bool(np.isfinite(value))
+    except (TypeError, ValueError):
+        ok = False
     if not ok:
         what = "an integer" if integer else "a finite number"
         rel = ">=" if inclusive else ">"
@@ -226,16 +238,16 @@ class BaseRVM(BaseEstimator):
     #: Constraints of the parameters both estimators take; scikit-learn checks them in ``fit``.
     _shared_constraints: dict = {  # noqa: RUF012 - scikit-learn's convention
         "kernel": [str, callable],
-        "gamma": [StrOptions({"scale", "auto", *WIDTH_RULES}), _POSITIVE, "array-like", Prior],
+        "gamma": [StrOptions({"scale", "auto", *WIDTH_RULES}), POSITIVE, "array-like", Prior],
         "degree": [Interval(Integral, 1, None, closed="left")],
         "coef0": [Interval(Real, None, None, closed="neither")],
         "kernel_params": [dict, None],
         "bias": ["boolean"],
         "prior": [StrOptions(set(PRIORS))],
-        "nu": [_POSITIVE, Prior, StrOptions({"auto"})],
+        "nu": [POSITIVE, Prior, StrOptions({"auto"})],
         "alpha_prior": [Prior, dict, None],
         "max_iter": [Interval(Integral, 1, None, closed="left")],
-        "tol": [_POSITIVE],
+        "tol": [POSITIVE],
         "centres": [str, "array-like", None],
         "n_centres": [Interval(Integral, 1, None, closed="left"), None],
         "inference": [StrOptions({"type2", "mcmc"})],

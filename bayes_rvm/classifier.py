@@ -24,9 +24,9 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from bayes_rvm._base import (
-    _POSITIVE,
     ACCEPT_SPARSE,
     DEFAULT_GAMMA,
+    POSITIVE,
     BaseRVM,
     dense_input,
     path_from_json,
@@ -40,6 +40,7 @@ from bayes_rvm.evidence.options import FREE_LATENT_SD
 from bayes_rvm.evidence.result import moderation
 from bayes_rvm.evidence.width import shared_laplace_evidence
 from bayes_rvm.kernels import KernelBasis
+from bayes_rvm.persistence import Fail, SavedStateMixin
 from bayes_rvm.priors import as_prior
 from bayes_rvm.problem import Engine, OneVsRestFit, Problem, TrainingData
 
@@ -50,7 +51,7 @@ _MULTI_CLASS = ("multinomial", "ovr")
 _OneVsRestFit = OneVsRestFit
 
 
-class RVC(ClassifierMixin, BaseRVM):
+class RVC(ClassifierMixin, SavedStateMixin, BaseRVM):
     """Relevance Vector Classifier (Tipping 2001) fitted by type-II maximum likelihood.
 
     The weights of the kernel basis ``phi_i(x) = k(x, x_i)`` (plus an optional bias) have ARD priors
@@ -238,7 +239,7 @@ default="evidence_shared"
         "solver": [StrOptions(set(SOLVERS))],
         "multi_class": [StrOptions(set(_MULTI_CLASS))],
         "moderated": ["boolean", StrOptions({"auto", "importance", "probit"})],
-        "threshold_alpha": [_POSITIVE],
+        "threshold_alpha": [POSITIVE],
     }
 
     def __init__(
@@ -567,6 +568,23 @@ default="evidence_shared"
         self._idata = state.get("idata")
         self._model = None
         self._importance = self._make_importance() if self._samples_predictive() else None
+
+    @classmethod
+    def _check_persisted(cls, state: dict, params: dict, fail: Fail) -> None:
+        """A stored classifier's own invariants: sorted distinct classes, one output per class."""
+        fits = state["fit"] if isinstance(state["fit"], list) else [state["fit"]]
+        extras = state["extras"]
+        classes = extras.get("classes")
+        if not isinstance(classes, list) or len(classes) < 2:
+            fail(f"RVC classes {classes!r} are not a list of at least two labels")
+        if classes != np.unique(np.asarray(classes)).tolist():
+            fail(f"RVC classes {classes!r} are not distinct and sorted")
+        C = len(classes)
+        if extras.get("ovr"):
+            if len(fits) != C or {fit.mean.shape[1] for fit in fits} != {1}:
+                fail(f"{len(fits)} one-vs-rest fits for {C} classes")
+        elif len(fits) != 1 or fits[0].mean.shape[1] != (1 if C == 2 else C):
+            fail(f"a fit with {fits[0].mean.shape[1]} outputs for {C} classes")
 
     def _posterior_proba(self, X) -> np.ndarray:
         """Class probabilities averaged over the MCMC draws of the weights, (n_samples, C)."""

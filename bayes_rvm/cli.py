@@ -8,7 +8,7 @@ samples the hyperparameters by NUTS. ``bayes-rvm compare`` fits the default prob
 (type-II and MCMC, ARD and Student-t priors) and writes the elpd comparison table (type-II by
 leave-one-out refits, MCMC by PSIS-LOO) and plots.
 ``bayes-rvm study config.toml [--scheduler ADDRESS]`` runs a model comparison study described in a
-TOML file (:func:`bayes_rvm.study.read_config`), locally or on a Dask cluster.
+TOML file (:func:`bayes_rvm.study_config.read_config`), locally or on a Dask cluster.
 
 Every failure (a bad option, an unreadable table, a fit that cannot run) ends the command with one
 line on stderr and exit status 1; ``--traceback`` shows the full Python traceback instead. Warnings
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import csv
 import sys
 import time
 import warnings
@@ -33,6 +32,7 @@ from bayes_rvm.datasets import make_sinc, sinc
 from bayes_rvm.estimators import RVR
 from bayes_rvm.kernels import KERNELS
 from bayes_rvm.priors import DEFAULT_MCMC_NU, DEFAULT_NU
+from bayes_rvm.study_config import read_table
 
 __all__ = ["main"]
 
@@ -129,7 +129,7 @@ def _parser() -> argparse.ArgumentParser:
         "study",
         help="a grid of models x data sets from a TOML file, locally or on a Dask cluster",
         description="Fit every model of a TOML study file on every data set (see "
-        "bayes_rvm.study.read_config), print a line per finished fit, and write the table "
+        "bayes_rvm.study_config.read_config), print a line per finished fit, and write the table "
         "(study.csv) and the elpd comparison plot (study.png) into the file's output folder. "
         "With a store in the file, an interrupted study resumes where it stopped.",
     )
@@ -178,66 +178,13 @@ def _gamma(value: str | None, default):
     return gamma
 
 
-def _delimiter(path: Path) -> str:
-    """The table's delimiter among , ; tab | (a comma where the file has one column).
-
-    pandas' own sniffing (``sep=None``) accepts any character, and splits a one-column file of
-    decimals on the ``.``.
-    """
-    try:
-        with open(path, newline="") as f:
-            sample = f.read(65536)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SystemExit(f"bayes-rvm: could not read {path} as CSV text: {exc}") from None
-    try:
-        return csv.Sniffer().sniff(sample, delimiters=",;\t|").delimiter
-    except csv.Error:
-        return ","
-
-
 def _load_table(path: Path, target: str | None) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    import pandas as pd
-
     if not path.is_file():
         raise SystemExit(f"bayes-rvm: --data {path} does not exist")
     try:
-        frame = pd.read_csv(path, sep=_delimiter(path))
-    except Exception as exc:  # any parser error is a bad file for the user
-        detail = " ".join(str(exc).split())
-        raise SystemExit(f"bayes-rvm: could not read {path} as CSV: {detail}") from None
-    if frame.shape[1] < 2:
-        raise SystemExit(
-            f"bayes-rvm: {path} has {frame.shape[1]} column(s) {list(frame.columns)}; it needs "
-            "at least one feature and the target (a header row, then one row per sample)"
-        )
-    if len(frame) < 2:
-        raise SystemExit(
-            f"bayes-rvm: {path} has {len(frame)} data row(s) below its header; a fit needs at "
-            "least 2"
-        )
-    target = target or frame.columns[-1]
-    if target not in frame.columns:
-        raise SystemExit(
-            f"bayes-rvm: --target {target!r} is not a column of {path}: {list(frame.columns)}"
-        )
-    for column in frame.columns:
-        # The line of the file: the header is line 1, data row 0 is line 2.
-        values = frame[column]
-        if not pd.api.types.is_numeric_dtype(values):
-            numbers = pd.to_numeric(values, errors="coerce")
-            row = int(np.flatnonzero(numbers.isna() & values.notna())[0])
-            raise SystemExit(
-                f"bayes-rvm: column {column!r} of {path} is not numeric: {values.iloc[row]!r} "
-                f"at line {row + 2}"
-            )
-        if values.isna().any():
-            row = int(np.flatnonzero(values.isna())[0])
-            raise SystemExit(
-                f"bayes-rvm: column {column!r} of {path} has an empty or NaN cell at line "
-                f"{row + 2}; remove or fill the row"
-            )
-    features = frame.drop(columns=[target])
-    return features.to_numpy(float), frame[target].to_numpy(float), list(features.columns)
+        return read_table(path, target, target_flag="--target")
+    except ValueError as exc:
+        raise SystemExit(f"bayes-rvm: {exc}") from None
 
 
 def _problem(args):
@@ -306,7 +253,7 @@ def _mcmc_report(model: RVR, n_obs: int) -> list[str]:
     """The MCMC fit itself: draws, basis, posterior of the noise and weights, diagnostics."""
     import json
 
-    from bayes_rvm.study import PARETO_K_HIGH, _loo_columns
+    from bayes_rvm.study import PARETO_K_HIGH, loo_columns
 
     dt = model.idata_
     post = dt["posterior"].dataset
@@ -318,7 +265,7 @@ def _mcmc_report(model: RVR, n_obs: int) -> list[str]:
     with warnings.catch_warnings():
         # ArviZ's warning of large Pareto k would only repeat the count reported below
         warnings.filterwarnings("ignore", "Estimated shape parameter of Pareto", UserWarning)
-        loo = _loo_columns(dt)
+        loo = loo_columns(dt)
     n_high = int(loo["n_pareto_k_high"])
     reliability = (
         f"{n_high} of {n_obs} points with Pareto k > {PARETO_K_HIGH}: not reliable"
@@ -469,7 +416,8 @@ def _compare(args) -> int:
 def _study(args) -> int:
     import pandas as pd
 
-    from bayes_rvm.study import read_config, run_study
+    from bayes_rvm.study import run_study
+    from bayes_rvm.study_config import read_config
 
     try:
         config = read_config(args.config)

@@ -32,6 +32,7 @@ from bayes_rvm.estimators import RVR, drop_duplicate_rows
 from bayes_rvm.evidence.gaussian import one_blas_thread
 from bayes_rvm.evidence.width import WIDTH_KERNELS, default_width_grid, width_to_gamma
 from bayes_rvm.kernels import KernelBasis
+from bayes_rvm.persistence import Fail, SavedStateMixin
 from bayes_rvm.priors import DEFAULT_NU
 from bayes_rvm.problem import OneVsRestFit, Problem
 
@@ -52,7 +53,7 @@ def _constraints(template: type, names: tuple[str, ...]) -> dict:
     }
 
 
-class _WidthCV(BaseEstimator):
+class _WidthCV(SavedStateMixin, BaseEstimator):
     """What the two cross-validated estimators share: the grid, the folds, the refit."""
 
     _template: type
@@ -134,6 +135,11 @@ class _WidthCV(BaseEstimator):
             "cv_results": {k: v.tolist() for k, v in self.cv_results_.items()},
         }
         return {**state, "extras": {**state["extras"], "cv": search}}
+
+    @classmethod
+    def _check_persisted(cls, state: dict, params: dict, fail: Fail) -> None:
+        # A cross-validated twin holds the state of the estimator it refitted.
+        cls._template._check_persisted(state, params, fail)
 
     def _restore_state(self, state: dict) -> None:
         search = state["extras"]["cv"]

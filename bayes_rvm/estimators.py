@@ -22,9 +22,9 @@ from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from bayes_rvm._base import (
-    _POSITIVE,
     ACCEPT_SPARSE,
     DEFAULT_GAMMA,
+    POSITIVE,
     BaseRVM,
     check_number,
     dense_input,
@@ -32,11 +32,12 @@ from bayes_rvm._base import (
     path_to_json,
 )
 from bayes_rvm._warnings import warn_at_user
-from bayes_rvm.dims import BASIS
+from bayes_rvm.dims import BASIS, OUTPUT
 from bayes_rvm.evidence import EvidenceFit
 from bayes_rvm.evidence.gaussian import one_blas_thread
 from bayes_rvm.evidence.width import shared_evidence
 from bayes_rvm.kernels import KernelBasis
+from bayes_rvm.persistence import Fail, SavedStateMixin
 from bayes_rvm.priors import Prior, as_prior, default_alpha_prior
 from bayes_rvm.problem import Engine, Problem, TrainingData, column_scale, target_scale
 
@@ -94,7 +95,7 @@ class _StarDraws(NamedTuple):
     amplitude: float  # tau^2 of the added functions
 
 
-class RVR(RegressorMixin, BaseRVM):
+class RVR(RegressorMixin, SavedStateMixin, BaseRVM):
     """Relevance Vector Regression (Tipping 2001) fitted by type-II maximum likelihood.
 
     The model is ``t = Phi w + noise`` with one basis function ``k(x, x_i)`` per training input and
@@ -314,9 +315,9 @@ array-like, default="evidence_shared"
     _parameter_constraints: dict = {  # noqa: RUF012 - scikit-learn's convention
         **BaseRVM._shared_constraints,
         "solver": [StrOptions({"auto", "sequential", "mackay"})],
-        "noise_variance": [_POSITIVE, None],
+        "noise_variance": [POSITIVE, None],
         "noise_prior": [Prior, dict, None],
-        "threshold_alpha": [StrOptions({"auto"}), _POSITIVE],
+        "threshold_alpha": [StrOptions({"auto"}), POSITIVE],
         "mcmc_basis": [StrOptions({"auto", "all", "relevant"})],
     }
     _samples_width_ok = True
@@ -831,6 +832,48 @@ array-like, default="evidence_shared"
         self.training_ = TrainingData.from_arrays(state["arrays"])
         self._idata = state.get("idata")
         self._model = None
+
+    @classmethod
+    def _check_persisted(cls, state: dict, params: dict, fail: Fail) -> None:
+        """A stored regressor's own invariants: one fit, its outputs, its training arrays."""
+        fits = state["fit"] if isinstance(state["fit"], list) else [state["fit"]]
+        if len(fits) != 1:
+            fail(f"{len(fits)} fits for a regression model")
+        fit = fits[0]
+        single = state["extras"].get("single")
+        if not isinstance(single, bool):
+            fail(f"extras 'single' = {single!r} is not a boolean")
+        D = fit.mean.shape[1]
+        if single and D != 1:
+            fail(f"a single-output model with {D} outputs")
+        arrays = state["arrays"]
+        phi, y = arrays.get("phi_active"), arrays.get("y")
+        if phi is None or y is None:
+            fail("the training arrays phi_active and y are missing")
+        if (y.ndim == 1) != single or (y.ndim == 2 and y.shape[1] != D):
+            fail(f"training targets of shape {y.shape} for {D} output(s) (single={single})")
+        if phi.shape != (y.shape[0], fit.active.size):
+            fail(
+                f"training design of shape {phi.shape} for {y.shape[0]} samples and "
+                f"{fit.active.size} active basis functions"
+            )
+        basis: KernelBasis = state["basis"]
+        if params.get("centres") is None and basis.centres_ is not None and phi.size:
+            # Without a subset of centres the training inputs are the centres: the stored training
+            # design must be the kernel at them, which checks the kernel, its coefficient and the
+            # active set against each other.
+            expected = basis.transform(basis.centres_, columns=fit.active)
+            if not np.allclose(phi, expected, rtol=1e-9, atol=1e-12 * np.abs(expected).max()):
+                fail("the stored training design does not match the kernel at the stored centres")
+        idata = state["idata"]
+        if idata is not None and "posterior" in idata.children:
+            post = idata["posterior"].to_dataset()
+            if "w" in post and BASIS in post["w"].dims:
+                cols = post[BASIS].values
+                if cols.size and (cols.min() < 0 or cols.max() >= basis.n_basis_):
+                    fail("posterior weights on basis functions that do not exist")
+                if post["w"].sizes.get(OUTPUT, 1) != D:
+                    fail(f"posterior weights for {post['w'].sizes.get(OUTPUT, 1)} outputs, not {D}")
 
     @one_blas_thread
     def predict(self, X, return_std: bool = False, return_cov: bool = False):

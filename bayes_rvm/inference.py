@@ -281,8 +281,11 @@ def _extra_dims(likelihood: str, multi: bool) -> tuple[str | None, str | None]:
 # MCMC
 # ---------------------------------------------------------------------------------------------
 def _likelihood(model) -> str:
-    spec = getattr(model, "rvm_spec", None)
-    return "gaussian" if spec is None else spec.likelihood
+    # Read from the graph: a clone or a pm.do transform keeps it, and a model that is not one of
+    # bayes_rvm.models' is refused (ValueError) rather than taken for a Gaussian one.
+    from bayes_rvm.models import model_spec
+
+    return model_spec(model).likelihood
 
 
 def _model_offset(model, post: xr.Dataset, shape: tuple[int, ...]) -> np.ndarray | None:

@@ -17,6 +17,13 @@ What a saved model guarantees:
   checksum mismatch (flipped bytes, a missing zarr chunk that zarr would silently fill, edited
   attributes), missing group or attribute, invalid JSON, or stored state that contradicts itself
   (shapes, counts of centres, outputs and classes, the kernel coefficient).
+
+This module knows the file: the tree, the checksum, the atomic write, the lock and the generic
+conversion of a frozen result dataclass to a Dataset and back. What an estimator stores and which
+invariants its stored state keeps belong to the estimator, through the saving protocol of
+:mod:`bayes_rvm.persistence`: :func:`to_datatree` calls ``model._saved_state()`` (the ``/basis``
+group, the fits, the extras, the training arrays and the DataTree), and :func:`load_model` calls
+``cls._from_saved_state(params, state, path)``, which rebuilds the estimator and checks it.
 """
 
 from __future__ import annotations
@@ -37,25 +44,25 @@ import numpy as np
 import xarray as xr
 from sklearn.utils.validation import check_is_fitted
 
-from bayes_rvm.kernels import KernelBasis, resolve_gamma
-from bayes_rvm.priors import Prior, decode_params, encode_params
+from bayes_rvm.priors import decode_params, encode_params
 
 __all__ = [
     "ModelFileError",
     "atomic_write",
+    "json_attr",
     "json_checksum",
+    "json_default",
     "load_model",
     "read_tree",
     "save_model",
     "to_datatree",
+    "write_json",
     "write_tree",
 ]
 
 _FORMAT = "bayes_rvm-model/2"
 #: Files of the first format carry no checksum; they still load, with a warning.
 _LEGACY_FORMATS = ("bayes_rvm-model/1",)
-_BASIS_FITTED = ("gamma_", "n_features_in_", "n_centres_", "n_basis_")
-_BASIS_PARAMS = ("kernel", "gamma", "degree", "coef0", "kernel_params", "bias")
 
 
 class ModelFileError(ValueError):
@@ -65,19 +72,20 @@ class ModelFileError(ValueError):
     """
 
 
-def _estimators() -> dict:
-    from bayes_rvm import estimators
+#: The estimators a model file may hold, by class name (each has the saving protocol above).
+_SAVED_ESTIMATORS = ("RVR", "RVC", "RVRCV", "RVCCV")
 
-    found = {"RVR": estimators.RVR}
+
+def _estimator_class(name) -> type | None:
+    """The estimator class a file names, or None if it names no estimator of this package."""
+    if name not in _SAVED_ESTIMATORS:
+        return None
+    import bayes_rvm  # its public names resolve on first use: io imports no estimator module
+
     try:
-        from bayes_rvm import classifier
+        return getattr(bayes_rvm, name)
     except ImportError:  # pragma: no cover - classification not installed
-        return found
-    found["RVC"] = classifier.RVC
-    from bayes_rvm import cv
-
-    found.update(RVRCV=cv.RVRCV, RVCCV=cv.RVCCV)
-    return found
+        return None
 
 
 def _params_json(model) -> str:
@@ -95,7 +103,8 @@ def _params_json(model) -> str:
 
 
 # -- content checksum ----------------------------------------------------------------------------
-def _json_default(value):
+def json_default(value):
+    """``json.dumps``'s ``default`` for NumPy arrays and scalars (as lists and numbers)."""
     if isinstance(value, np.ndarray):
         return value.tolist()
     if isinstance(value, np.generic):
@@ -104,7 +113,7 @@ def _json_default(value):
 
 
 def _canonical_attrs(attrs) -> bytes:
-    return json.dumps(dict(attrs), sort_keys=True, default=_json_default).encode()
+    return json.dumps(dict(attrs), sort_keys=True, default=json_default).encode()
 
 
 def _feed(h, *parts: bytes | str) -> None:
@@ -145,7 +154,7 @@ def _checksum(tree: xr.DataTree) -> str:
             else:
                 head["dtype"] = values.dtype.str
                 data = np.ascontiguousarray(values).tobytes()
-            _feed(h, "var", json.dumps(head, sort_keys=True, default=_json_default), data)
+            _feed(h, "var", json.dumps(head, sort_keys=True, default=json_default), data)
     return "sha256:" + h.hexdigest()
 
 
@@ -211,14 +220,15 @@ def _dataset_to_dataclass(ds: xr.Dataset, where: str, class_key: str = "class"):
             value = _array_values(ds[f.name])
             kwargs[f.name] = value.item() if value.ndim == 0 else value
         elif f.name in ds.attrs:
-            value = _json_attr(ds.attrs, f.name, where)
+            value = json_attr(ds.attrs, f.name, where)
             kwargs[f.name] = tuple(value) if isinstance(value, list) else value
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             raise ModelFileError(f"{where}: the stored {qualname} lacks its field {f.name!r}")
     return cls(**kwargs)
 
 
-def _json_attr(attrs, key: str, where: str):
+def json_attr(attrs, key: str, where: str):
+    """The JSON attribute ``key`` decoded, or a ModelFileError naming ``where`` and the fault."""
     if key not in attrs:
         raise ModelFileError(f"{where}: missing attribute {key!r}")
     try:
@@ -232,18 +242,7 @@ def to_datatree(model) -> xr.DataTree:
     """The DataTree that :func:`save_model` writes (see the module docstring), with its checksum."""
     check_is_fitted(model, "fit_")
     params = _params_json(model)  # first: it says how to save what JSON cannot hold
-    state = model._persisted_state()
-    basis: KernelBasis = state["basis"]
-    basis_vars = {}
-    if basis.centres_ is not None:
-        basis_vars["centres"] = (("centre", "feature"), basis.centres_)
-    basis_attrs = {k: json.dumps(getattr(basis, k)) for k in _BASIS_FITTED}
-    # The basis's own parameters: a width chosen by the evidence is its gamma, not the model's.
-    basis_attrs["params"] = json.dumps(
-        encode_params({k: getattr(basis, k) for k in _BASIS_PARAMS}),
-        sort_keys=True,
-        default=_json_default,
-    )
+    state = model._saved_state()
     names = getattr(model, "feature_names_in_", None)
     root = xr.Dataset(
         attrs={
@@ -254,7 +253,7 @@ def to_datatree(model) -> xr.DataTree:
             "feature_names": json.dumps(None if names is None else [str(n) for n in names]),
         }
     )
-    groups = {"/": root, "/basis": xr.Dataset(basis_vars, attrs=basis_attrs)}
+    groups = {"/": root, "/basis": state["basis"]}
     fits = state["fit"] if isinstance(state["fit"], list | tuple) else [state["fit"]]
     for k, fit in enumerate(fits):
         groups[f"/fit_{k}" if len(fits) > 1 else "/fit"] = _dataclass_to_dataset(fit)
@@ -267,7 +266,7 @@ def to_datatree(model) -> xr.DataTree:
             groups[f"/{node.name}"] = _text_as_str(node.to_dataset())
         # The fit's own attrs (method, settings, diagnostics) sit on its root.
         root.attrs["idata_attrs"] = json.dumps(
-            dict(idata.attrs), sort_keys=True, default=_json_default
+            dict(idata.attrs), sort_keys=True, default=json_default
         )
     tree = xr.DataTree.from_dict(groups)
     tree.attrs["checksum"] = _checksum(tree)
@@ -426,6 +425,16 @@ def atomic_write(
 def json_checksum(obj) -> str:
     """SHA-256 of a JSON-able object in canonical form (sorted keys): what a stored row carries."""
     return "sha256:" + hashlib.sha256(_canonical_attrs(obj)).hexdigest()
+
+
+def write_json(path: str | Path, data: dict) -> Path:
+    """Write ``data`` as JSON with its :func:`json_checksum` under ``"checksum"``, atomically.
+
+    A reader pops ``"checksum"`` and compares it with :func:`json_checksum` of the rest (a study's
+    settings and rows are written so).
+    """
+    text = json.dumps({**data, "checksum": json_checksum(data)}, indent=1, sort_keys=True)
+    return atomic_write(path, lambda tmp: tmp.write_text(text))
 
 
 def write_tree(tree: xr.DataTree, path: str | Path) -> str:
@@ -602,11 +611,10 @@ def load_model(path: str | Path):
             UserWarning,
             stacklevel=2,
         )
-    classes = _estimators()
-    if attrs.get("estimator") not in classes:
+    cls = _estimator_class(attrs.get("estimator"))
+    if cls is None:
         raise ModelFileError(f"{path} holds an unknown estimator {attrs.get('estimator')!r}.")
-    cls = classes[attrs["estimator"]]
-    params = _json_attr(attrs, "params", str(path))
+    params = json_attr(attrs, "params", str(path))
     if not isinstance(params, dict):
         raise ModelFileError(f"{path}: the stored parameters are not a JSON object")
     params = decode_params(params)
@@ -619,11 +627,8 @@ def load_model(path: str | Path):
             f"missing {missing}, unknown {unknown}. Re-fit and save it with this version."
         )
     try:
-        model = cls(**params)
-        state = _rebuild_state(tree, params, path)
-        # A cross-validated twin holds the state of the estimator it refitted.
-        _check_state(state, params, getattr(cls, "_template", cls).__name__, path)
-        model._restore_state(state)
+        state = _read_state(tree, path)
+        model = cls._from_saved_state(params, state, path)
     except ModelFileError:
         raise
     except Exception as exc:  # whatever else the stored state breaks is a damaged file
@@ -634,38 +639,13 @@ def load_model(path: str | Path):
     return model
 
 
-def _rebuild_state(tree: xr.DataTree, params: dict, path: Path) -> dict:
-    """The estimator state of ``_persisted_state`` from the groups of a saved tree."""
+def _read_state(tree: xr.DataTree, path: Path) -> dict:
+    """The groups of a saved tree as the state :meth:`_from_saved_state` rebuilds a model from.
+
+    ``basis`` is the ``/basis`` group as it is; the fits are rebuilt as their dataclasses.
+    """
     root = str(path)
     basis_ds = _group(tree, "basis", path)
-    # The model's parameters build the basis; only gamma may differ (a width the fit chose).
-    from bayes_rvm._base import WIDTH_RULES
-
-    own = {k: params.get(k) for k in _BASIS_PARAMS}
-    if "params" in basis_ds.attrs:
-        stored = decode_params(_json_attr(basis_ds.attrs, "params", f"{path}:/basis"))
-        if not isinstance(stored, dict) or set(stored) != set(_BASIS_PARAMS):
-            raise ModelFileError(f"{path}:/basis: the stored parameters are not {_BASIS_PARAMS}")
-        # A width rule, a sampled width or a cross-validated twin (no gamma of its own).
-        chosen = (
-            "gamma" not in params
-            or isinstance(params["gamma"], Prior)
-            or (isinstance(params["gamma"], str) and params["gamma"] in WIDTH_RULES)
-        )
-        if not chosen and json.dumps(stored["gamma"], default=_json_default) != json.dumps(
-            params["gamma"], default=_json_default
-        ):
-            raise ModelFileError(
-                f"{path}: inconsistent stored model: the basis's gamma {stored['gamma']!r} is "
-                f"not the model's {params['gamma']!r}"
-            )
-        gamma = stored["gamma"]
-        # Per-feature coefficients are an array when fitted.
-        own["gamma"] = np.asarray(gamma, dtype=np.float64) if isinstance(gamma, list) else gamma
-    basis = KernelBasis(**own)
-    for key in _BASIS_FITTED:
-        setattr(basis, key, _json_attr(basis_ds.attrs, key, f"{path}:/basis"))
-    basis.centres_ = basis_ds["centres"].values if "centres" in basis_ds else None
     n_fits = tree.attrs.get("n_fits")
     if not isinstance(n_fits, int | np.integer) or n_fits < 1:
         raise ModelFileError(
@@ -674,12 +654,12 @@ def _rebuild_state(tree: xr.DataTree, params: dict, path: Path) -> dict:
     names = ["fit"] if n_fits == 1 else [f"fit_{k}" for k in range(n_fits)]
     fits = [_dataset_to_dataclass(_group(tree, n, path), f"{path}:/{n}") for n in names]
     feature_names = (
-        _json_attr(tree.attrs, "feature_names", root) if "feature_names" in tree.attrs else None
+        json_attr(tree.attrs, "feature_names", root) if "feature_names" in tree.attrs else None
     )
     state = {
-        "basis": basis,
+        "basis": basis_ds,
         "fit": fits[0] if n_fits == 1 else fits,
-        "extras": _json_attr(tree.attrs, "extras", root),
+        "extras": json_attr(tree.attrs, "extras", root),
         "arrays": {k: _array_values(v) for k, v in _group(tree, "arrays", path).data_vars.items()},
         "feature_names": feature_names,
     }
@@ -689,164 +669,5 @@ def _rebuild_state(tree: xr.DataTree, params: dict, path: Path) -> dict:
     }
     state["idata"] = xr.DataTree.from_dict(groups) if groups else None
     if state["idata"] is not None and "idata_attrs" in tree.attrs:
-        state["idata"].attrs.update(_json_attr(tree.attrs, "idata_attrs", root))
+        state["idata"].attrs.update(json_attr(tree.attrs, "idata_attrs", root))
     return state
-
-
-def _check_state(state: dict, params: dict, estimator: str, path: Path) -> None:
-    """Check the stored state against itself; raise ModelFileError on the first contradiction."""
-
-    def fail(what: str):
-        raise ModelFileError(f"{path}: inconsistent stored model: {what}")
-
-    basis: KernelBasis = state["basis"]
-    for key in ("n_features_in_", "n_centres_", "n_basis_"):
-        value = getattr(basis, key)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            fail(f"basis {key} = {value!r} is not a count")
-    if basis.n_basis_ != basis.n_centres_ + int(bool(basis.bias)):
-        fail(f"n_basis_ = {basis.n_basis_} but n_centres_ = {basis.n_centres_}, bias={basis.bias}")
-    precomputed = basis.kernel == "precomputed"
-    if (basis.centres_ is None) != precomputed:
-        fail("the kernel centres are missing" if not precomputed else "centres with 'precomputed'")
-    if basis.centres_ is not None:
-        if basis.centres_.shape != (basis.n_centres_, basis.n_features_in_):
-            fail(
-                f"centres of shape {basis.centres_.shape} but n_centres_ = {basis.n_centres_}, "
-                f"n_features_in_ = {basis.n_features_in_}"
-            )
-        if not np.all(np.isfinite(basis.centres_)):
-            fail("non-finite kernel centres")
-    _check_gamma(basis, params, fail)
-
-    fits = state["fit"] if isinstance(state["fit"], list) else [state["fit"]]
-    n_out = set()
-    for fit in fits:
-        _check_fit(fit, basis.n_basis_, fail)
-        n_out.add(fit.mean.shape[1])
-    extras = state["extras"]
-    if not isinstance(extras, dict):
-        fail("the extras attribute is not a JSON object")
-    if estimator == "RVR":
-        _check_regression(state, fits, extras, params, fail)
-    elif estimator == "RVC":
-        classes = extras.get("classes")
-        if not isinstance(classes, list) or len(classes) < 2:
-            fail(f"RVC classes {classes!r} are not a list of at least two labels")
-        if classes != np.unique(np.asarray(classes)).tolist():
-            fail(f"RVC classes {classes!r} are not distinct and sorted")
-        C = len(classes)
-        if extras.get("ovr"):
-            if len(fits) != C or n_out != {1}:
-                fail(f"{len(fits)} one-vs-rest fits for {C} classes")
-        elif len(fits) != 1 or fits[0].mean.shape[1] != (1 if C == 2 else C):
-            fail(f"a fit with {fits[0].mean.shape[1]} outputs for {C} classes")
-    names = state["feature_names"]
-    if names is not None and (
-        not isinstance(names, list)
-        or len(names) != basis.n_features_in_
-        or not all(isinstance(n, str) for n in names)
-    ):
-        fail(f"{names!r} are not the names of {basis.n_features_in_} features")
-
-
-def _check_gamma(basis: KernelBasis, params: dict, fail) -> None:
-    from bayes_rvm._base import WIDTH_RULES
-    from bayes_rvm.kernels import _USES_GAMMA
-
-    uses = isinstance(basis.kernel, str) and basis.kernel in _USES_GAMMA
-    gamma_ = basis.gamma_
-    if not uses:
-        if gamma_ is not None:
-            fail(f"gamma_ = {gamma_!r} for kernel {basis.kernel!r}, which has no gamma")
-        return
-    if isinstance(gamma_, list):
-        # One coefficient per input feature (rbf / laplacian).
-        g = np.asarray(gamma_, dtype=np.float64)
-        if g.shape != (basis.n_features_in_,) or not np.all(np.isfinite(g) & (g > 0)):
-            fail(f"gamma_ = {gamma_!r} is not one positive number per input feature")
-    elif not isinstance(gamma_, float) or not np.isfinite(gamma_) or gamma_ <= 0:
-        fail(f"gamma_ = {gamma_!r} is not a positive number")
-    if isinstance(basis.gamma, Prior) or (
-        isinstance(basis.gamma, str) and basis.gamma in WIDTH_RULES
-    ):
-        return  # learned by the evidence (also where it seeds a sampled width): nothing to resolve
-    # gamma_ is resolved from the training inputs; they are the centres unless a subset was chosen.
-    on_inputs = params.get("centres") is None
-    if not isinstance(basis.gamma, str) or basis.gamma == "auto" or on_inputs:
-        expected = resolve_gamma(basis.gamma, basis.centres_)
-        if gamma_ != expected:
-            fail(f"gamma_ = {gamma_!r} but gamma={basis.gamma!r} resolves to {expected!r}")
-
-
-def _check_fit(fit, n_basis: int, fail) -> None:
-    alpha, active, mean, chol = fit.alpha, fit.active, fit.mean, fit.chol
-    if alpha.shape != (n_basis,):
-        fail(f"alphas of shape {alpha.shape} for {n_basis} basis functions")
-    if active.ndim != 1 or active.dtype.kind not in "iu":
-        fail("the active set is not a vector of indices")
-    if active.size and (active.min() < 0 or active.max() >= n_basis):
-        fail(f"active indices outside [0, {n_basis})")
-    if np.unique(active).size != active.size:
-        fail("repeated active indices")
-    K = active.size
-    if mean.ndim != 2 or mean.shape[0] != K:
-        fail(f"posterior mean of shape {mean.shape} for {K} active basis functions")
-    # Regression outputs share one posterior precision; a Laplace fit's couples the classes.
-    KC = K * mean.shape[1] if fit.likelihood != "gaussian" else K
-    if chol.shape != (KC, KC):
-        fail(f"precision factor of shape {chol.shape}, expected {(KC, KC)}")
-    if not (np.all(np.isfinite(mean)) and np.all(np.isfinite(chol))):
-        fail("non-finite posterior mean or precision factor")
-    if np.any(np.diag(chol) <= 0):
-        fail("the precision factor is not a Cholesky factor (non-positive diagonal)")
-    a = alpha[active]
-    # inf or 0 are possible: alphas in the user's units can leave float64's range (unscale_alpha).
-    if np.any(np.isnan(a)) or np.any(a < 0):
-        fail("active basis functions with alpha that is NaN or negative")
-    if fit.likelihood == "gaussian":
-        beta = fit.beta
-        if not (np.isfinite(beta) and beta > 0):
-            fail(f"noise precision beta = {beta!r}")
-
-
-def _check_regression(state: dict, fits: list, extras: dict, params: dict, fail) -> None:
-    if len(fits) != 1:
-        fail(f"{len(fits)} fits for a regression model")
-    fit = fits[0]
-    single = extras.get("single")
-    if not isinstance(single, bool):
-        fail(f"extras 'single' = {single!r} is not a boolean")
-    D = fit.mean.shape[1]
-    if single and D != 1:
-        fail(f"a single-output model with {D} outputs")
-    arrays = state["arrays"]
-    phi, y = arrays.get("phi_active"), arrays.get("y")
-    if phi is None or y is None:
-        fail("the training arrays phi_active and y are missing")
-    if (y.ndim == 1) != single or (y.ndim == 2 and y.shape[1] != D):
-        fail(f"training targets of shape {y.shape} for {D} output(s) (single={single})")
-    if phi.shape != (y.shape[0], fit.active.size):
-        fail(
-            f"training design of shape {phi.shape} for {y.shape[0]} samples and "
-            f"{fit.active.size} active basis functions"
-        )
-    basis: KernelBasis = state["basis"]
-    if params.get("centres") is None and basis.centres_ is not None and phi.size:
-        # Without a subset of centres the training inputs are the centres: the stored training
-        # design must be the kernel at them, which checks the kernel, its coefficient and the
-        # active set against each other.
-        expected = basis.transform(basis.centres_, columns=fit.active)
-        if not np.allclose(phi, expected, rtol=1e-9, atol=1e-12 * np.abs(expected).max()):
-            fail("the stored training design does not match the kernel at the stored centres")
-    idata = state["idata"]
-    if idata is not None and "posterior" in idata.children:
-        from bayes_rvm.dims import BASIS, OUTPUT
-
-        post = idata["posterior"].to_dataset()
-        if "w" in post and BASIS in post["w"].dims:
-            cols = post[BASIS].values
-            if cols.size and (cols.min() < 0 or cols.max() >= basis.n_basis_):
-                fail("posterior weights on basis functions that do not exist")
-            if post["w"].sizes.get(OUTPUT, 1) != D:
-                fail(f"posterior weights for {post['w'].sizes.get(OUTPUT, 1)} outputs, not {D}")

@@ -47,11 +47,9 @@ variables with priors of their own), in both forms; see :func:`rvm_regression_mo
 
 from __future__ import annotations
 
-import json
 import sys
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
@@ -59,6 +57,7 @@ import pymc as pm
 import pytensor.tensor as pt
 
 from bayes_rvm.dims import BASIS, CENTRE, CLASS, FEATURE, OBS, OUTPUT
+from bayes_rvm.graph_spec import RVMSpec, model_cache_key, model_spec, record_spec
 from bayes_rvm.kernels import stationary_distances
 from bayes_rvm.marginal import (
     lowrank_marginal_log_likelihood,
@@ -79,94 +78,12 @@ from bayes_rvm.priors import (
 __all__ = [
     "RVMSpec",
     "model_cache_key",
+    "model_spec",
     "rvm_classification_model",
     "rvm_regression_model",
     "rvm_width_model",
     "set_model_data",
 ]
-
-
-# ---------------------------------------------------------------------------------------------
-# What a model was built from: its priors and shapes, the compile-cache key
-# ---------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class RVMSpec:
-    """The choices a model of this module was built from (attached as ``model.rvm_spec``).
-
-    Two models with equal specs and data of the same shapes compile to the same function, so
-    :func:`model_cache_key` uses it as the key of compiled samplers. A model whose mean has terms
-    of the user's own (``offset`` a callable) has no key: its graph cannot be compared.
-    """
-
-    likelihood: str
-    prior: str
-    form: str
-    alpha_prior: Prior | None
-    nu: float | Prior | None
-    s: float | None
-    noise_prior: Prior | None
-    noise_sd: float | None
-    basis: tuple[int, ...]
-    n_outputs: int
-    offset: str | None  # None, "data" (a fixed array) or "custom" (a user callable)
-    marginal: str | None = None  # "dense" or "lowrank" evaluation of the marginal form
-    kernel: str | None = None  # a sampled width's kernel ("rbf" or "laplacian")
-    gamma_prior: Prior | None = None  # a sampled width's prior on gamma / gamma_0
-    bias: bool | None = None  # a sampled width's design has a bias column
-    slab: float | None = None  # the classifiers' slab scale (latent units per unit column RMS)
-    intercept_sd: float | None = None  # a classifier's free intercept's prior sd (logits)
-
-    def to_dict(self) -> dict:
-        """A JSON-ready dict (priors as their :meth:`Prior.to_dict`)."""
-
-        def enc(v):
-            return v.to_dict() if isinstance(v, Prior) else v
-
-        return {
-            "likelihood": self.likelihood,
-            "prior": self.prior,
-            "form": self.form,
-            "alpha_prior": enc(self.alpha_prior),
-            "nu": enc(self.nu),
-            "s": self.s,
-            "noise_prior": enc(self.noise_prior),
-            "noise_sd": self.noise_sd,
-            "basis": list(self.basis),
-            "n_outputs": self.n_outputs,
-            "marginal": self.marginal,
-            "offset": self.offset,
-            "kernel": self.kernel,
-            "gamma_prior": enc(self.gamma_prior),
-            "bias": self.bias,
-            "slab": self.slab,
-            "intercept_sd": self.intercept_sd,
-        }
-
-
-def model_cache_key(model: pm.Model) -> str | None:
-    """A string naming what a compiled sampler of ``model`` depends on, or None.
-
-    The spec (priors, form, likelihood), the shapes of the data, the variable names and the
-    coordinate names. None for models not built here or with user terms in the mean. The rank
-    of the low-rank form's factors (``Phi_U``, ``Phi_VS``) is left out: the compiled functions
-    read it from the data at run time, so refits whose designs differ in rank (another kernel
-    width, other inputs) reuse one compiled sampler.
-    """
-    spec = getattr(model, "rvm_spec", None)
-    if spec is None or spec.offset == "custom":
-        return None
-    shapes = {
-        name: list(np.shape(model[name].get_value()))
-        for name in sorted(model.named_vars)
-        if hasattr(model[name], "get_value")
-    }
-    for name in ("Phi_U", "Phi_VS"):
-        if name in shapes:
-            shapes[name][-1] = "rank"
-    return json.dumps(
-        {"spec": spec.to_dict(), "shapes": shapes, "vars": sorted(model.named_vars)},
-        sort_keys=True,
-    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -426,6 +343,55 @@ def _width_y_random(log_alpha, log_beta, Phi, mean, rng=None, size=None):
     return _y_draw(Phi, log_alpha, log_beta, mean, rng, size)
 
 
+def _noise_sd(noise_prior: Prior | None, noise_sd: float | None, y_scale_data):
+    """The Deterministics ``sigma`` (sampled as ``sigma_rel * y_scale``, or fixed) and ``beta``."""
+    if noise_sd is None:
+        sigma_rel = (noise_prior or DEFAULT_NOISE_PRIOR).create_variable("sigma_rel")
+        sigma = pm.Deterministic("sigma", sigma_rel * y_scale_data)
+    else:
+        sigma = pm.Deterministic("sigma", pt.as_tensor_variable(float(noise_sd)))
+    pm.Deterministic("beta", sigma**-2.0)
+    return sigma
+
+
+def _marginal_y(Phi: np.ndarray, marginal: str, terms: tuple, y_data, y_dims) -> bool:
+    """The observed ``y`` of the marginal form, dense or low-rank; whether it is low-rank.
+
+    ``terms`` are ``(log_alpha, log_beta, Phi_data, offset)`` of the model being built.
+    """
+    log_alpha, log_beta, Phi_data, off = terms
+    lowrank, design = _marginal_design(Phi, marginal)
+    if lowrank:
+        params = [log_alpha, log_beta, *(pm.Data(k, v) for k, v in design.items())]
+        signature = "(m),(),(n,r),(m,r)"
+    else:
+        params = [log_alpha, log_beta, Phi_data, pm.Data("gram", design["gram"])]
+        signature = "(m),(),(n,m),(m,m)"
+    signature += ",(n,d)->(n,d)" if len(y_dims) == 2 else ",(n)->(n)"
+    pm.CustomDist(
+        "y",
+        *params,
+        off,
+        logp=_lowrank_y_logp if lowrank else _marginal_y_logp,
+        random=_lowrank_y_random if lowrank else _marginal_y_random,
+        signature=signature,
+        observed=y_data,
+        dims=y_dims,
+    )
+    return lowrank
+
+
+def _gaussian_spec(y: np.ndarray, noise_prior, noise_sd, **fields) -> RVMSpec:
+    """The spec of a Gaussian-likelihood model: the noise and output count from its arguments."""
+    return RVMSpec(
+        likelihood="gaussian",
+        noise_prior=(noise_prior or DEFAULT_NOISE_PRIOR) if noise_sd is None else None,
+        noise_sd=None if noise_sd is None else float(noise_sd),
+        n_outputs=int(y.shape[1]) if y.ndim == 2 else 0,
+        **fields,
+    )
+
+
 def rvm_regression_model(
     Phi: np.ndarray,
     y: np.ndarray,
@@ -556,34 +522,14 @@ def rvm_regression_model(
         scale_data = pm.Data("phi_scale", phi_scale, dims=BASIS)
         y_scale_data = pm.Data("y_scale", y_scale)
         alpha = _weight_precision(prior, alpha_prior, nu, s, scale_data, y_scale_data)
-        if noise_sd is None:
-            sigma_rel = (noise_prior or DEFAULT_NOISE_PRIOR).create_variable("sigma_rel")
-            sigma = pm.Deterministic("sigma", sigma_rel * y_scale_data)
-        else:
-            sigma = pm.Deterministic("sigma", pt.as_tensor_variable(float(noise_sd)))
-        pm.Deterministic("beta", sigma**-2.0)
+        sigma = _noise_sd(noise_prior, noise_sd, y_scale_data)
         log_alpha = pt.log(alpha)
         log_beta = -2.0 * pt.log(sigma)
         off, off_kind = _offset_term(offset, y_dims, y.shape)
 
         if form == "marginal":
-            lowrank, design = _marginal_design(Phi, marginal)
-            if lowrank:
-                params = [log_alpha, log_beta, *(pm.Data(k, v) for k, v in design.items())]
-                signature = "(m),(),(n,r),(m,r)"
-            else:
-                params = [log_alpha, log_beta, Phi_data, pm.Data("gram", design["gram"])]
-                signature = "(m),(),(n,m),(m,m)"
-            signature += ",(n,d)->(n,d)" if multi else ",(n)->(n)"
-            pm.CustomDist(
-                "y",
-                *params,
-                off,
-                logp=_lowrank_y_logp if lowrank else _marginal_y_logp,
-                random=_lowrank_y_random if lowrank else _marginal_y_random,
-                signature=signature,
-                observed=y_data,
-                dims=y_dims,
+            lowrank = _marginal_y(
+                Phi, marginal, (log_alpha, log_beta, Phi_data, off), y_data, y_dims
             )
         else:
             z = pm.Normal("z", 0.0, 1.0, dims=w_dims)
@@ -598,21 +544,20 @@ def rvm_regression_model(
                 dims=y_dims,
             )
 
-    model.rvm_spec = RVMSpec(
-        likelihood="gaussian",
+    spec = _gaussian_spec(
+        y,
+        noise_prior,
+        noise_sd,
         prior=prior,
         form=form,
         alpha_prior=alpha_prior,
         nu=(nu if isinstance(nu, Prior) else float(nu)) if prior == "student_t" else None,
         s=s,
-        noise_prior=(noise_prior or DEFAULT_NOISE_PRIOR) if noise_sd is None else None,
-        noise_sd=None if noise_sd is None else float(noise_sd),
         basis=tuple(int(c) for c in cols),
-        n_outputs=int(y.shape[1]) if multi else 0,
         offset=off_kind,
         marginal=("lowrank" if lowrank else "dense") if form == "marginal" else None,
     )
-    return model
+    return record_spec(model, spec)
 
 
 def set_model_data(model: pm.Model, Phi: np.ndarray, y: np.ndarray) -> None:
@@ -769,7 +714,7 @@ def rvm_classification_model(
             pm.Bernoulli("y", logit_p=eta, observed=y_data, dims=OBS)
         else:
             pm.Categorical("y", logit_p=eta, observed=y_data, dims=OBS)
-    model.rvm_spec = RVMSpec(
+    spec = RVMSpec(
         likelihood=likelihood,
         prior=prior,
         form="centred" if centred else "joint",
@@ -784,7 +729,7 @@ def rvm_classification_model(
         slab=None if slab is None else float(slab),
         intercept_sd=None if intercept_sd is None else float(intercept_sd),
     )
-    return model
+    return record_spec(model, spec)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -833,6 +778,25 @@ def woodbury_log_likelihood(Y, log_alpha, log_beta, Phi) -> pt.TensorVariable:
 def _width_y_logp(value, log_alpha, log_beta, Phi, mean):
     _refuse_elementwise_logp()
     return woodbury_log_likelihood(value - mean, log_alpha, log_beta, Phi)
+
+
+def _check_width_data(X, y, centres, bias: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The inputs, targets and centres of :func:`rvm_width_model` as float arrays, checked."""
+    X = np.asarray(X, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    centres = np.asarray(centres, dtype=np.float64)
+    if X.ndim != 2 or centres.ndim != 2 or centres.shape[1] != X.shape[1]:
+        raise ValueError(
+            f"X and centres must be 2-D with the same number of features, got {X.shape} and "
+            f"{centres.shape}."
+        )
+    if y.ndim not in (1, 2) or y.shape[0] != X.shape[0]:
+        raise ValueError(f"y must have {X.shape[0]} rows (one per row of X), got {y.shape}.")
+    if not (np.all(np.isfinite(X)) and np.all(np.isfinite(y)) and np.all(np.isfinite(centres))):
+        raise ValueError("X, y and centres must be finite.")
+    if centres.shape[0] == 0 and not bias:
+        raise ValueError("the model needs at least one basis function (a centre or the bias).")
+    return X, y, centres
 
 
 def rvm_width_model(
@@ -927,20 +891,7 @@ def rvm_width_model(
     compensated by more basis functions), a ridged posterior that NUTS crosses with small steps
     and long trees: keep the full basis to N of a hundred or so.
     """
-    X = np.asarray(X, dtype=np.float64)
-    y = np.asarray(y, dtype=np.float64)
-    centres = np.asarray(centres, dtype=np.float64)
-    if X.ndim != 2 or centres.ndim != 2 or centres.shape[1] != X.shape[1]:
-        raise ValueError(
-            f"X and centres must be 2-D with the same number of features, got {X.shape} and "
-            f"{centres.shape}."
-        )
-    if y.ndim not in (1, 2) or y.shape[0] != X.shape[0]:
-        raise ValueError(f"y must have {X.shape[0]} rows (one per row of X), got {y.shape}.")
-    if not (np.all(np.isfinite(X)) and np.all(np.isfinite(y)) and np.all(np.isfinite(centres))):
-        raise ValueError("X, y and centres must be finite.")
-    if centres.shape[0] == 0 and not bias:
-        raise ValueError("the model needs at least one basis function (a centre or the bias).")
+    X, y, centres = _check_width_data(X, y, centres, bias)
     dist = stationary_distances(X, centres, kernel)
     gamma_prior = as_prior(gamma_prior, "gamma_prior", positive=True) or DEFAULT_GAMMA_PRIOR
     alpha_prior = as_prior(alpha_prior, "alpha_prior", positive=True) or default_alpha_prior("ard")
@@ -987,12 +938,7 @@ def rvm_width_model(
         alpha_rel = alpha_prior.create_variable("alpha_rel", dims=BASIS)
         log_alpha = pt.log(alpha_rel) + 2.0 * log_norm - 2.0 * pt.log(y_scale_data)
         pm.Deterministic("alpha", pt.exp(log_alpha), dims=BASIS)
-        if noise_sd is None:
-            sigma_rel = (noise_prior or DEFAULT_NOISE_PRIOR).create_variable("sigma_rel")
-            sigma = pm.Deterministic("sigma", sigma_rel * y_scale_data)
-        else:
-            sigma = pm.Deterministic("sigma", pt.as_tensor_variable(float(noise_sd)))
-        pm.Deterministic("beta", sigma**-2.0)
+        sigma = _noise_sd(noise_prior, noise_sd, y_scale_data)
         pm.CustomDist(
             "y",
             log_alpha,
@@ -1005,21 +951,20 @@ def rvm_width_model(
             observed=y_data,
             dims=y_dims,
         )
-    model.rvm_spec = RVMSpec(
-        likelihood="gaussian",
+    spec = _gaussian_spec(
+        y,
+        noise_prior,
+        noise_sd,
         prior="ard",
         form="marginal",
         alpha_prior=alpha_prior,
         nu=None,
         s=None,
-        noise_prior=(noise_prior or DEFAULT_NOISE_PRIOR) if noise_sd is None else None,
-        noise_sd=None if noise_sd is None else float(noise_sd),
         basis=tuple(range(M)),
-        n_outputs=int(y.shape[1]) if multi else 0,
         offset=None,
         marginal="width",
         kernel=kernel,
         gamma_prior=gamma_prior,
         bias=bool(bias),
     )
-    return model
+    return record_spec(model, spec)

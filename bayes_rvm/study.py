@@ -43,12 +43,23 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+# The study's inputs and TOML configuration live in their own module; read_config and
+# StudyConfig are imported here, where users find them.
+from bayes_rvm.study_config import (
+    StudyConfig,
+    StudyData,
+    check_datasets,
+    check_models,
+    read_config,
+)
+
 __all__ = [
     "COLUMNS",
     "StudyConfig",
     "StudyStoreError",
     "load_fit",
     "load_study",
+    "loo_columns",
     "read_config",
     "run_study",
     "task_seed",
@@ -171,14 +182,6 @@ def _key(dataset: str, model: str) -> str:
 # Input checking
 # ---------------------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
-class _Data:
-    X: object
-    y: object
-    X_test: object = None
-    y_test: object = None
-
-
-@dataclasses.dataclass(frozen=True)
 class _Task:
     dataset: str
     model: str
@@ -188,58 +191,24 @@ class _Task:
     data_digest: str
 
 
-def _check_models(models) -> dict:
-    if not isinstance(models, Mapping) or not models:
-        raise TypeError("models must be a non-empty mapping of names to unfitted estimators.")
-    for name, est in models.items():
-        if not isinstance(name, str) or not name:
-            raise TypeError(f"model names must be non-empty strings, got {name!r}.")
-        if not (hasattr(est, "fit") and hasattr(est, "get_params")):
-            raise TypeError(
-                f"models[{name!r}] must be a scikit-learn estimator (with fit and get_params), "
-                f"got {type(est).__name__}."
-            )
-    return dict(models)
-
-
-def _check_datasets(datasets) -> dict[str, _Data]:
-    if not isinstance(datasets, Mapping) or not datasets:
-        raise TypeError(
-            "datasets must be a non-empty mapping of names to (X, y) or (X, y, X_test, y_test)."
-        )
-    out = {}
-    for name, value in datasets.items():
-        if not isinstance(name, str) or not name:
-            raise TypeError(f"data set names must be non-empty strings, got {name!r}.")
-        if not isinstance(value, tuple | list) or len(value) not in (2, 4):
-            raise ValueError(
-                f"datasets[{name!r}] must be (X, y) or (X, y, X_test, y_test), got "
-                f"{type(value).__name__}"
-                + (f" of length {len(value)}" if isinstance(value, tuple | list) else "")
-                + "."
-            )
-        data = _Data(*value)
-        for x, t, what in ((data.X, data.y, ""), (data.X_test, data.y_test, "test ")):
-            if x is None and t is None and what:
-                continue
-            for a, label in ((x, f"{what}X"), (t, f"{what}y")):
-                if a is None or isinstance(a, str | bytes) or not hasattr(a, "__len__"):
-                    raise TypeError(
-                        f"datasets[{name!r}]: {label} must be an array-like of samples, got "
-                        f"{type(a).__name__}."
-                    )
-            if len(x) != len(t):
-                raise ValueError(
-                    f"datasets[{name!r}]: {what}X has {len(x)} rows but {what}y has {len(t)}."
-                )
-        out[name] = data
-    return out
-
-
 # ---------------------------------------------------------------------------------------------
 # One fit (runs in a worker)
 # ---------------------------------------------------------------------------------------------
-def _loo_columns(dt) -> dict:
+def loo_columns(dt) -> dict:
+    """The LOO columns of a study's row for one fit's DataTree (empty without log-likelihood).
+
+    Parameters
+    ----------
+    dt : xarray.DataTree or None
+        An estimator's ``idata_``.
+
+    Returns
+    -------
+    dict
+        ``elpd_loo``, ``elpd_loo_se``, ``p_loo``, ``n_pareto_k_high`` (Pareto k above
+        :data:`PARETO_K_HIGH`) and ``max_pareto_k`` (NaN for leave-one-out by refits, which has
+        no Pareto k); ``{}`` when ``dt`` has no ``log_likelihood`` group.
+    """
     from bayes_rvm.comparison import elpd
 
     if dt is None or "log_likelihood" not in dt.children:
@@ -285,7 +254,7 @@ def _regression_nlpd(est, dt, method: str, X_test, y_test) -> float:
     return float(-np.mean(logsumexp(lp, axis=0) - np.log(lp.shape[0])))
 
 
-def _test_columns(est, dt, method: str, data: _Data) -> dict:
+def _test_columns(est, dt, method: str, data: StudyData) -> dict:
     from sklearn.base import is_classifier
 
     if data.X_test is None:
@@ -342,7 +311,7 @@ def _method(est, dt) -> str:
 _FIT_LOCK = threading.Lock()
 
 
-def _fit_task(task: _Task, estimator, data: _Data) -> tuple[dict, object]:
+def _fit_task(task: _Task, estimator, data: StudyData) -> tuple[dict, object]:
     """Fit one model on one data set; return its row and DataTree (None without ``idata_``)."""
     from sklearn.base import clone
     from sklearn.exceptions import ConvergenceWarning
@@ -374,7 +343,7 @@ def _fit_task(task: _Task, estimator, data: _Data) -> tuple[dict, object]:
                 "method": method,
                 "n_train": len(data.y),
                 "n_test": 0 if data.y_test is None else len(data.y_test),
-                **_loo_columns(dt),
+                **loo_columns(dt),
                 **_test_columns(est, dt, method, data),
                 **_fitted_columns(est, dt, method),
             }
@@ -424,13 +393,6 @@ def _check_sum(path: Path, what: str, data: dict, checksum) -> None:
             f"{path}: the {what} does not match its checksum (edited or damaged); delete it to "
             "fit that task again"
         )
-
-
-def _write_json(path: Path, data: dict) -> None:
-    from bayes_rvm.io import atomic_write, json_checksum
-
-    text = json.dumps({**data, "checksum": json_checksum(data)}, indent=1, sort_keys=True)
-    atomic_write(path, lambda tmp: tmp.write_text(text))
 
 
 _TASK_FIELDS = {"dataset": str, "model": str, "seed": int, "spec": str, "data_digest": str}
@@ -495,7 +457,9 @@ class _Store:
         (self.path / "rows").mkdir(exist_ok=True)
         # A store of the first format stays one: its rows have no checksums to check.
         fmt = settings["format"] if self.legacy else _FORMAT
-        _write_json(self.settings_path, {**settings, "format": fmt})
+        from bayes_rvm.io import write_json
+
+        write_json(self.settings_path, {**settings, "format": fmt})
 
     # fits -------------------------------------------------------------------------------------
     def fit_path(self, key: str) -> Path:
@@ -508,11 +472,11 @@ class _Store:
         return self.row_path(key).exists()
 
     def write(self, key: str, row: dict, dt) -> None:
-        from bayes_rvm.io import write_tree
+        from bayes_rvm.io import write_json, write_tree
 
         fit_checksum = None if dt is None else write_tree(dt, self.fit_path(key))
         # Written last: its presence marks the fit done, its checksum vouches for both files.
-        _write_json(self.row_path(key), {"row": row, "fit_checksum": fit_checksum})
+        write_json(self.row_path(key), {"row": row, "fit_checksum": fit_checksum})
 
     def read_entry(self, key: str) -> dict:
         """The stored ``{"row", "fit_checksum"}`` of a finished fit, checked."""
@@ -653,6 +617,77 @@ def _progress_printer(stream=None) -> Callable[[int, int, dict], None]:
     return report
 
 
+def _record_tasks(db: _Store, settings: dict, tasks: list[_Task], entropy: int) -> dict:
+    """Check the tasks against the store, record them in its settings; the rows already done."""
+    stored = {t.key: _read_stored_row(db, t.key) for t in tasks if db.is_done(t.key)}
+    _check_against_store(settings, tasks, db)
+    settings["entropy"] = entropy
+    for t in tasks:
+        if t.key not in settings["tasks"]:
+            settings["order"].append(t.key)
+        settings["tasks"][t.key] = {
+            "dataset": t.dataset,
+            "model": t.model,
+            "seed": t.seed,
+            "spec": t.spec,
+            "data_digest": t.data_digest,
+        }
+    try:
+        from importlib.metadata import version
+
+        settings["bayes_rvm_version"] = version("bayes-rvm")
+    except Exception:  # pragma: no cover - running from a source tree
+        settings["bayes_rvm_version"] = "unknown"
+    db.write_settings(settings)
+    return {key: row for key, row in stored.items() if row is not None}
+
+
+def _run_pending(
+    pending: list[_Task],
+    models: dict,
+    datasets: dict,
+    rows: dict,
+    *,
+    total: int,
+    client,
+    n_jobs: int | None,
+    db: _Store | None,
+    report: Callable[[int, int, dict], None] | None,
+) -> None:
+    """Fit the pending tasks through joblib; store and add each row to ``rows`` as it comes."""
+    from joblib import Parallel, delayed
+
+    done = len(rows)
+    with _backend(client):
+        jobs = -1 if n_jobs is None and client is not None else n_jobs
+        if jobs is None:
+            from joblib.parallel import get_active_backend
+
+            # No n_jobs anywhere: every core (a configured n_jobs or backend wins).
+            _, configured = get_active_backend()
+            jobs = -1 if configured in (None, 1) else configured
+        parallel = Parallel(n_jobs=jobs, return_as="generator_unordered", batch_size=1)
+        results = parallel(
+            delayed(_fit_task)(t, models[t.model], datasets[t.dataset]) for t in pending
+        )
+        try:
+            for row, dt in results:
+                key = _key(row["dataset"], row["model"])
+                if db is not None:
+                    db.write(key, row, dt)
+                rows[key] = row
+                done += 1
+                if report is not None:
+                    report(done, total, row)
+        except BaseException as exc:
+            if db is not None:
+                exc.add_note(
+                    f"{done} of {total} fits are stored in {db.path}; run the study again "
+                    "to fit the others."
+                )
+            raise
+
+
 def run_study(
     models: Mapping[str, object],
     datasets: Mapping[str, tuple],
@@ -724,10 +759,8 @@ def run_study(
     (:func:`bayes_rvm.inference.sample_mcmc`), and joblib's and Dask's workers live across
     tasks, so the fits of one model configuration on data of one shape compile once per worker.
     """
-    from joblib import Parallel, delayed
-
-    models = _check_models(models)
-    datasets = _check_datasets(datasets)
+    models = check_models(models)
+    datasets = check_datasets(datasets)
     entropy = _entropy(random_state) if random_state is not None else None
     if n_jobs is not None and (
         not isinstance(n_jobs, int | np.integer) or isinstance(n_jobs, bool) or n_jobs == 0
@@ -764,61 +797,20 @@ def run_study(
     tasks = [
         _Task(d, m, _key(d, m), task_seed(entropy, d, m), spec[m], data_digest[d]) for d, m in pairs
     ]
-    rows: dict[str, dict] = {}
-    if db is not None:
-        stored = {t.key: _read_stored_row(db, t.key) for t in tasks if db.is_done(t.key)}
-        _check_against_store(settings, tasks, db)
-        settings["entropy"] = entropy
-        for t in tasks:
-            if t.key not in settings["tasks"]:
-                settings["order"].append(t.key)
-            settings["tasks"][t.key] = {
-                "dataset": t.dataset,
-                "model": t.model,
-                "seed": t.seed,
-                "spec": t.spec,
-                "data_digest": t.data_digest,
-            }
-        try:
-            from importlib.metadata import version
-
-            settings["bayes_rvm_version"] = version("bayes-rvm")
-        except Exception:  # pragma: no cover - running from a source tree
-            settings["bayes_rvm_version"] = "unknown"
-        db.write_settings(settings)
-        rows = {key: row for key, row in stored.items() if row is not None}
+    rows = {} if db is None else _record_tasks(db, settings, tasks, entropy)
     pending = [t for t in tasks if t.key not in rows]
-
-    total, done = len(tasks), len(rows)
     if pending:
-        with _backend(client):
-            jobs = -1 if n_jobs is None and client is not None else n_jobs
-            if jobs is None:
-                from joblib.parallel import get_active_backend
-
-                # No n_jobs anywhere: every core (a configured n_jobs or backend wins).
-                _, configured = get_active_backend()
-                jobs = -1 if configured in (None, 1) else configured
-            parallel = Parallel(n_jobs=jobs, return_as="generator_unordered", batch_size=1)
-            results = parallel(
-                delayed(_fit_task)(t, models[t.model], datasets[t.dataset]) for t in pending
-            )
-            try:
-                for row, dt in results:
-                    key = _key(row["dataset"], row["model"])
-                    if db is not None:
-                        db.write(key, row, dt)
-                    rows[key] = row
-                    done += 1
-                    if report is not None:
-                        report(done, total, row)
-            except BaseException as exc:
-                if db is not None:
-                    exc.add_note(
-                        f"{done} of {total} fits are stored in {db.path}; run the study again "
-                        "to fit the others."
-                    )
-                raise
+        _run_pending(
+            pending,
+            models,
+            datasets,
+            rows,
+            total=len(tasks),
+            client=client,
+            n_jobs=n_jobs,
+            db=db,
+            report=report,
+        )
     table = pd.DataFrame([rows[t.key] for t in tasks], columns=list(COLUMNS))
     table.attrs.update(random_state=entropy, store=None if db is None else str(db.path))
     return table
@@ -875,199 +867,3 @@ def load_fit(store: str | os.PathLike, dataset: str, model: str):
             f"the study at {db.path} has no finished fit of {model!r} on {dataset!r}"
         )
     return db.read_fit(key)
-
-
-# ---------------------------------------------------------------------------------------------
-# A study from a TOML file (the ``bayes-rvm study`` command)
-# ---------------------------------------------------------------------------------------------
-@dataclasses.dataclass(frozen=True)
-class StudyConfig:
-    """A study read from a TOML file by :func:`read_config`: the arguments of :func:`run_study`.
-
-    Attributes
-    ----------
-    models : dict of str to estimator
-    datasets : dict of str to tuple
-    store : Path or None
-    output : Path
-        Folder for the table (``study.csv``) and the comparison plot (``study.png``).
-    n_jobs : int or None
-    random_state : int or None
-    """
-
-    models: dict
-    datasets: dict
-    store: Path | None
-    output: Path
-    n_jobs: int | None
-    random_state: int | None
-
-
-_STUDY_KEYS = {"random_state", "store", "output", "n_jobs"}
-_STUDY_TYPES = (
-    ("random_state", int, "an int >= 0"),
-    ("store", str, "a folder name (a string)"),
-    ("output", str, "a folder name (a string)"),
-    ("n_jobs", int, "a nonzero int"),
-)
-_ESTIMATORS = ("RVR", "RVC")
-
-
-def _config_error(path: Path, where: str, message: str) -> ValueError:
-    return ValueError(f"{path}: [{where}] {message}")
-
-
-def _config_dataset(path: Path, name: str, spec: dict) -> tuple:
-    """``(X, y)`` or ``(X, y, X_test, y_test)`` from one ``[datasets.NAME]`` table."""
-    from bayes_rvm import datasets as gen
-
-    where = f"datasets.{name}"
-    spec = dict(spec)
-    source = spec.pop("source", None)
-    n_test = spec.pop("n_test", 0)
-    if not isinstance(n_test, int) or n_test < 0:
-        raise _config_error(path, where, f"n_test must be an int >= 0, got {n_test!r}")
-    if source != "csv":
-        # Generated data sets are reproducible by default: the file describes the data.
-        spec.setdefault("random_state", 0)
-    try:
-        if source == "sinc":
-            seed = spec["random_state"]
-            X, y = gen.make_sinc(**spec)
-            if not n_test:
-                return X, y
-            test = {k: v for k, v in spec.items() if k not in ("n_samples", "random_state")}
-            # Fresh inputs drawn over the same interval, from a seed of their own.
-            Xt, yt = gen.make_sinc(n_test, **{**test, "random": True}, random_state=seed + 1)
-            return X, y, Xt, yt
-        if source in ("friedman1", "friedman2", "friedman3"):
-            n = spec.pop("n_samples", 240)
-            X, y = gen.make_friedman(int(source[-1]), n + n_test, **spec)
-            return (X, y) if not n_test else (X[:n], y[:n], X[n:], y[n:])
-        if source == "csv":
-            return _config_csv(path, where, spec)
-    except TypeError as exc:
-        raise _config_error(path, where, f"bad settings for source {source!r}: {exc}") from None
-    raise _config_error(
-        path, where, f"source must be 'sinc', 'friedman1/2/3' or 'csv', got {source!r}"
-    )
-
-
-def _config_csv(path: Path, where: str, spec: dict) -> tuple:
-    import pandas as pd
-
-    unknown = set(spec) - {"path", "target", "test_path"}
-    if unknown or "path" not in spec:
-        raise _config_error(
-            path, where, f"a csv source takes path, target, test_path; got {sorted(spec)}"
-        )
-
-    def read(file):
-        file = (path.parent / file).resolve()
-        if not file.is_file():
-            raise _config_error(path, where, f"no file {file}")
-        frame = pd.read_csv(file)
-        target = spec.get("target", frame.columns[-1])
-        if target not in frame.columns:
-            raise _config_error(path, where, f"{target!r} is not a column of {file}")
-        return frame.drop(columns=[target]).to_numpy(float), frame[target].to_numpy()
-
-    X, y = read(spec["path"])
-    return (X, y) if "test_path" not in spec else (X, y, *read(spec["test_path"]))
-
-
-def _config_model(path: Path, name: str, spec: dict):
-    from bayes_rvm.classifier import RVC
-    from bayes_rvm.estimators import RVR
-
-    spec = dict(spec)
-    kind = spec.pop("estimator", "RVR")
-    if kind not in _ESTIMATORS:
-        raise _config_error(path, f"models.{name}", f"estimator must be RVR or RVC, got {kind!r}")
-    cls = {"RVR": RVR, "RVC": RVC}[kind]
-    unknown = sorted(set(spec) - set(cls().get_params(deep=False)))
-    if unknown:
-        raise _config_error(path, f"models.{name}", f"{kind} has no parameters {unknown}")
-    return cls(**spec)
-
-
-def read_config(path: str | os.PathLike) -> StudyConfig:
-    """Read a study from a TOML file.
-
-    The file has a ``[study]`` table (``random_state``, ``store``, ``output``, ``n_jobs``; paths
-    relative to the file), one ``[datasets.NAME]`` table per data set and one ``[models.NAME]``
-    table per model::
-
-        [study]
-        random_state = 0
-        store = "sinc_study"          # resumable results
-        output = "sinc_study_output"  # study.csv and study.png
-
-        [datasets.sinc]
-        source = "sinc"               # or friedman1/2/3, or csv (path, target, test_path)
-        n_samples = 50
-        noise = 0.1
-        random_state = 0              # the default for generated data
-        n_test = 500                  # held-out points, drawn afresh (sinc: seed random_state + 1)
-
-        [models."ARD w=3"]
-        estimator = "RVR"             # the default; RVC for classification
-        gamma = 0.111
-
-        [models."MCMC w=3"]
-        gamma = 0.111
-        inference = "mcmc"
-        draws = 500
-
-    Every other key of a model table is a constructor parameter of its estimator.
-
-    Raises
-    ------
-    ValueError
-        Naming the file and the table of any unknown key or bad value.
-    """
-    import tomllib
-
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no study configuration at {path}")
-    try:
-        config = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as exc:
-        raise ValueError(f"{path} is not valid TOML: {exc}") from None
-    unknown = sorted(set(config) - {"study", "datasets", "models"})
-    if unknown:
-        raise ValueError(f"{path}: unknown tables {unknown} (expected study, datasets, models)")
-    study = config.get("study", {})
-    if not isinstance(study, dict):
-        raise ValueError(f"{path}: study must be a table ([study]), got {study!r}")
-    bad = sorted(set(study) - _STUDY_KEYS)
-    if bad:
-        raise _config_error(path, "study", f"unknown keys {bad}; expected {sorted(_STUDY_KEYS)}")
-    for key, kind, what in _STUDY_TYPES:
-        if key in study and (not isinstance(study[key], kind) or isinstance(study[key], bool)):
-            raise _config_error(path, "study", f"{key} must be {what}, got {study[key]!r}")
-    for table in ("datasets", "models"):
-        entries = config.get(table)
-        if not entries:
-            raise ValueError(f"{path}: no [{table}.NAME] tables")
-        if not isinstance(entries, dict):
-            raise ValueError(f"{path}: {table} must be [{table}.NAME] tables, got {entries!r}")
-        for name, spec in entries.items():
-            if not isinstance(spec, dict):
-                raise _config_error(path, f"{table}.{name}", f"must be a table, got {spec!r}")
-    base = path.parent
-    output = base / study.get("output", f"{path.stem}_output")
-    store = base / study["store"] if "store" in study else None
-    # Checked now, not after the fits: a study without a place for its results is lost.
-    for key, folder in (("output", output), ("store", store)):
-        if folder is not None and folder.exists() and not folder.is_dir():
-            raise _config_error(path, "study", f"{key} {folder} is a file, not a folder")
-    return StudyConfig(
-        models={k: _config_model(path, k, v) for k, v in config["models"].items()},
-        datasets={k: _config_dataset(path, k, v) for k, v in config["datasets"].items()},
-        store=store,
-        output=output,
-        n_jobs=study.get("n_jobs"),
-        random_state=study.get("random_state"),
-    )

@@ -7,6 +7,7 @@ import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
 import pytest
+import xarray as xr
 from scipy import stats
 from threadpoolctl import threadpool_limits
 
@@ -243,3 +244,89 @@ def test_invalid_data():
     bad[0, 0] = np.nan
     with pytest.raises(ValueError, match="finite"):
         rvm_regression_model(bad, Y[:, 0])
+
+
+# -- a model records what it is in its graph (issue 28 item 6) -------------------------------------
+def _posterior(coords, **draws) -> xr.DataTree:
+    """A posterior of 1 chain and 2 draws with the given values, as pm.sample would store it."""
+    ds = xr.Dataset(
+        {k: (("chain", "draw", *dims), v) for k, (dims, v) in draws.items()},
+        coords={"chain": [0], "draw": [0, 1], **coords},
+    )
+    return xr.DataTree.from_dict({"/posterior": ds})
+
+
+def _transforms(model, fixed: str, value):
+    from pymc.model.fgraph import clone_model
+
+    return {"clone_model": clone_model(model), "pm.do": pm.do(model, {fixed: value})}
+
+
+def test_cloned_and_intervened_classifiers_complete_with_the_bernoulli_likelihood():
+    from scipy.special import expit
+
+    from bayes_rvm.inference import complete_posterior
+    from bayes_rvm.models import rvm_classification_model
+
+    rng = np.random.default_rng(3)
+    Phi = rng.normal(size=(12, 4))
+    t = (rng.normal(size=12) > 0).astype(int)
+    model = rvm_classification_model(Phi, t)
+    w = rng.normal(size=(1, 2, 4))
+    # Independent truth: sum over nothing, just scipy's Bernoulli pmf at expit(Phi w).
+    truth = stats.bernoulli.logpmf(t, expit(np.einsum("nm,sm->sn", Phi, w[0])))
+    for how, changed in _transforms(model, "alpha_rel", np.ones(4)).items():
+        assert not hasattr(changed, "rvm_spec")  # the attribute is gone: the graph must tell
+        post = _posterior({BASIS: np.arange(4)}, w=((BASIS,), w))
+        dt = complete_posterior(post, changed)
+        ll = dt["log_likelihood"]["y"].values[0]
+        np.testing.assert_allclose(ll, truth, rtol=1e-12, err_msg=how)
+        assert dt.attrs["likelihood"] == "bernoulli"
+
+
+def test_cloned_and_intervened_regressions_complete_with_the_gaussian_likelihood():
+    from bayes_rvm.inference import complete_posterior
+
+    rng = np.random.default_rng(4)
+    N, M = 9, 3
+    Phi = rng.normal(size=(N, M))
+    t = rng.normal(size=N)
+    model = rvm_regression_model(Phi, t)
+    alpha = np.exp(rng.normal(size=(1, 2, M)))
+    sigma = np.array([[0.5, 0.8]])
+    truth = np.empty((2, N))
+    for s in range(2):
+        # Independent truth: ln p(t_n | t_-n) of the marginal N(0, sigma^2 I + Phi A^-1 Phi^T).
+        Cov = sigma[0, s] ** 2 * np.eye(N) + Phi @ np.diag(1 / alpha[0, s]) @ Phi.T
+        for n in range(N):
+            o = np.delete(np.arange(N), n)
+            k = np.linalg.solve(Cov[np.ix_(o, o)], Cov[o, n])
+            var = Cov[n, n] - Cov[n, o] @ k
+            truth[s, n] = stats.norm.logpdf(t[n], k @ t[o], np.sqrt(var))
+    for how, changed in _transforms(model, "sigma_rel", 0.5).items():
+        post = _posterior({BASIS: np.arange(M)}, alpha=((BASIS,), alpha), sigma=((), sigma))
+        dt = complete_posterior(post, changed, random_seed=0)
+        np.testing.assert_allclose(dt["log_likelihood"]["y"].values[0], truth, rtol=1e-10)
+        assert dt.attrs["likelihood"] == "gaussian", how
+
+
+def test_a_model_without_a_recorded_likelihood_is_refused():
+    import dataclasses
+
+    from bayes_rvm.inference import complete_posterior
+    from bayes_rvm.models import model_spec, rvm_classification_model
+
+    rng = np.random.default_rng(5)
+    Phi = rng.normal(size=(8, 3))
+    with pm.Model() as handmade:  # the data names of ours, but built elsewhere
+        pm.Data("Phi", Phi)
+        pm.Data("y_obs", np.ones(8))
+        pm.Normal("y", 0.0, 1.0, observed=np.ones(8))
+    post = _posterior({BASIS: np.arange(3)}, w=((BASIS,), np.zeros((1, 2, 3))))
+    with pytest.raises(ValueError, match=r"not built by bayes_rvm\.models"):
+        complete_posterior(post, handmade)
+    # A spec that contradicts the observed distribution is refused, not trusted.
+    model = rvm_classification_model(Phi, np.array([0, 1] * 4))
+    model["y"].tag.rvm_spec = dataclasses.replace(model_spec(model), likelihood="gaussian")
+    with pytest.raises(ValueError, match="BernoulliRV, not the 'gaussian' likelihood"):
+        complete_posterior(post, model)

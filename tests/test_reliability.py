@@ -756,9 +756,9 @@ def test_fits_in_threads_of_one_process_give_the_serial_rows():
 
 
 def _study_data(value):
-    from bayes_rvm.study import _Data
+    from bayes_rvm.study_config import StudyData
 
-    return _Data(*value)
+    return StudyData(*value)
 
 
 @pytest.mark.slow

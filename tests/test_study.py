@@ -522,3 +522,26 @@ def test_study_command_on_a_dask_scheduler(tmp_path, capsys):
     assert_same_table(
         on_cluster, run_study(config.models, config.datasets, n_jobs=1, random_state=4)
     )
+
+
+def test_csv_data_sets_are_read_by_the_commands_reader(tmp_path):
+    # One CSV reader for `bayes-rvm fit --data` and a study's csv source: the delimiter sniffed,
+    # class labels kept as text for a study, and a bad cell named by its line.
+    from bayes_rvm.study_config import read_config, read_table
+
+    (tmp_path / "train.csv").write_text("x1;x2;label\n0.5;1;ant\n-2;3.25;bee\n4;-1e-3;ant\n")
+    (tmp_path / "test.csv").write_text("x1;x2;label\n1;2;bee\n3;4;ant\n")
+    path = tmp_path / "s.toml"
+    path.write_text(
+        '[datasets.d]\nsource = "csv"\npath = "train.csv"\ntest_path = "test.csv"\n'
+        '[models.m]\nestimator = "RVC"\n'
+    )
+    X, y, Xt, yt = read_config(path).datasets["d"]
+    np.testing.assert_array_equal(X, [[0.5, 1.0], [-2.0, 3.25], [4.0, -1e-3]])
+    assert y.tolist() == ["ant", "bee", "ant"] and yt.tolist() == ["bee", "ant"]
+    np.testing.assert_array_equal(Xt, [[1.0, 2.0], [3.0, 4.0]])
+    with pytest.raises(ValueError, match=r"column 'label' of .*train\.csv is not numeric: 'ant'"):
+        read_table(tmp_path / "train.csv")  # the command's targets must be numbers
+    (tmp_path / "train.csv").write_text("x1,y\n1,2\n,3\n")
+    with pytest.raises(ValueError, match=r"\[datasets\.d\] column 'x1' .* NaN cell at line 3"):
+        read_config(path)

@@ -13,9 +13,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from numbers import Integral, Real
 from typing import Any, Literal
 
 import numpy as np
+from sklearn.utils import check_scalar
 
 __all__ = ["ENGINE_NAMES", "LIKELIHOODS", "EvidenceOptions", "Problem", "check_problem"]
 
@@ -94,12 +96,21 @@ def _prior_pair(name: str, prior) -> tuple[float, float]:
 
 
 def _positive(name: str, value, *, integer: bool = False) -> None:
-    if integer:
-        ok = isinstance(value, int | np.integer) and not isinstance(value, bool) and value >= 1
-        kind = "a positive integer"
-    else:
-        ok = isinstance(value, int | float | np.number) and np.isfinite(value) and value > 0
-        kind = "positive"
+    """Raise a ValueError naming ``name`` unless ``value`` is a positive integer or number.
+
+    The type and the bound are :func:`sklearn.utils.check_scalar`'s, with one message here
+    (it raises TypeError or ValueError in its own words, and lets ``inf`` through).
+    """
+    kind = "a positive integer" if integer else "positive"
+    try:
+        if integer:
+            check_scalar(value, name, Integral, min_val=1)
+            ok = not isinstance(value, bool)
+        else:
+            check_scalar(value, name, Real, min_val=0, include_boundaries="neither")
+            ok = bool(np.isfinite(value))
+    except (TypeError, ValueError):
+        ok = False
     if not ok:
         raise ValueError(f"{name} must be {kind}, got {value!r}.")
 
