@@ -174,10 +174,103 @@ def _halfcauchy_precision_dist(beta=1.0):
     )
 
 
+# ---------------------------------------------------------------------------------------------
+# The regularised horseshoe (Piironen and Vehtari 2017) as a prior on the precision
+# ---------------------------------------------------------------------------------------------
+def _slab_precision(c) -> float:
+    # The slab enters as the floor c^-2 of alpha, which the transform needs as a number.
+    if isinstance(c, Prior) or np.ndim(c) != 0 or not float(c) > 0:
+        raise ValueError(
+            f"RegularisedHorseshoePrecision takes a fixed positive slab scale c, got {c!r}."
+        )
+    return float(c) ** -2.0
+
+
+def _shifted_log_transform(shift: float):
+    """``log(alpha - shift)``: NUTS's coordinate for a precision bounded below by ``shift``."""
+    import pytensor.tensor as pt
+    from pymc.distributions.transforms import LogTransform
+
+    class ShiftedLog(LogTransform):
+        # A LogTransform, so that Prior.has_positive_support knows it for a positive one.
+        name = "shifted_log"
+
+        def forward(self, value, *inputs):
+            return pt.log(value - shift)
+
+        def backward(self, value, *inputs):
+            return pt.exp(value) + shift
+
+        def log_jac_det(self, value, *inputs):
+            return value
+
+    return ShiftedLog()
+
+
+def _regularised_horseshoe_logp(value, beta, c):
+    import pytensor.tensor as pt
+
+    # alpha = alpha_local + c^-2 with alpha_local ~ HalfCauchyPrecision(beta).
+    local = _halfcauchy_precision_logp(value - c**-2.0, beta)
+    return pt.switch(value > c**-2.0, local, -np.inf)
+
+
+def _regularised_horseshoe_support_point(rv, size, beta, c):
+    return _halfcauchy_precision_support_point(rv, size, beta) + c**-2.0
+
+
+def _regularised_horseshoe_random(beta, c, rng=None, size=None):
+    return _halfcauchy_precision_random(beta, rng=rng, size=size) + c**-2.0
+
+
+def regularised_horseshoe_precision(name: str, beta=1.0, c=1.0, *, dims=None, **kwargs):
+    """The precision of a weight under Piironen and Vehtari's (2017) regularised horseshoe.
+
+    The weight's variance is ``c^2 tau^2 lambda^2 / (c^2 + tau^2 lambda^2)`` with
+    ``tau lambda ~ HalfCauchy(beta)``, so its precision is ``alpha = (tau lambda)^-2 + c^-2``: the
+    horseshoe's precision (:func:`halfcauchy_precision`) plus the slab's floor ``c^-2``, which
+    keeps the weights the data call for from growing beyond the slab scale ``c``. ``beta`` may be
+    a tensor (a sampled global scale); ``c`` is a fixed number here (the paper's fixed-slab
+    variant), sampled as ``log(alpha - c^-2)``. Must be called inside a model context.
+    """
+    import pymc as pm
+
+    floor = _slab_precision(c)
+    return pm.CustomDist(
+        name,
+        beta,
+        float(c),
+        logp=_regularised_horseshoe_logp,
+        random=_regularised_horseshoe_random,
+        support_point=_regularised_horseshoe_support_point,
+        transform=_shifted_log_transform(floor),
+        dims=dims,
+        **kwargs,
+    )
+
+
+def _regularised_horseshoe_dist(beta=1.0, c=1.0):
+    import pymc as pm
+
+    _slab_precision(c)
+    return pm.CustomDist.dist(
+        beta,
+        float(c),
+        logp=_regularised_horseshoe_logp,
+        random=_regularised_horseshoe_random,
+        support_point=_regularised_horseshoe_support_point,
+    )
+
+
 #: Distributions known by name besides PyMC's own: name -> (factory, parameter names, the
 #: factory of an unnamed variable).
 _EXTRA_DISTRIBUTIONS = {
-    "HalfCauchyPrecision": (halfcauchy_precision, ("beta",), _halfcauchy_precision_dist)
+    "HalfCauchyPrecision": (halfcauchy_precision, ("beta",), _halfcauchy_precision_dist),
+    "RegularisedHorseshoePrecision": (
+        regularised_horseshoe_precision,
+        ("beta", "c"),
+        _regularised_horseshoe_dist,
+    ),
 }
 
 
@@ -268,6 +361,8 @@ class Prior:
             raise ValueError(
                 f"{distribution} has no parameter(s) {sorted(unknown)}; it takes {sorted(known)}."
             )
+        if distribution == "RegularisedHorseshoePrecision" and "c" in parameters:
+            _slab_precision(parameters["c"])  # the transform needs the slab as a number
         self.distribution = distribution
         self.parameters = {k: _clean_parameter(distribution, k, v) for k, v in parameters.items()}
         self.dims = _clean_dims(dims)
