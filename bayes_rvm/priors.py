@@ -93,6 +93,7 @@ __all__ = [
     "default_alpha_prior",
     "encode_params",
     "halfcauchy_precision",
+    "regularised_horseshoe_precision",
     "sparse_alpha_prior",
 ]
 

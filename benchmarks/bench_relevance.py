@@ -17,8 +17,9 @@ otherwise, 2 chains x 500 draws after 300 tuning steps. The table has three part
     Tipping's sinc (x uniform on [-10, 10], N = 100, noise sd 0.1, width 2: ``gamma = 0.25``)
     with its 100 kernel columns and a bias, plus 30 kernel columns of an independent input
     uniform on [-10, 10] (same width), which the targets do not depend on: ``P_noise`` against
-    ``P_prior``, and the posterior median log10 ``alpha_rel`` of the noise columns against that
-    of type-II's relevance vectors.
+    ``P_prior``, the posterior median log10 ``alpha_rel`` of the noise columns against that of
+    type-II's relevance vectors, and the effective number of parameters (below) of the sinc
+    columns and of the noise columns as groups (``peff_sinc``, ``peff_noise``).
 ``sinc``
     ``RVR(gamma=0.25, inference="mcmc", alpha_prior=...)`` on sinc itself. ``crit`` is the
     issue's own criterion as stated: median log10 ``alpha_rel`` of the basis functions type-II
@@ -190,9 +191,12 @@ def run_noise(name, prior_of, draws, seed=0):
     la = np.log10(_alpha_rel(dt))
     med = np.median(la, axis=0)
     p = (la < np.log10(THRESHOLD)).mean(0)
+    g = effective_parameters(dt, model)
     div, rhat = _stats(dt)
     return {
         "prior": name,
+        "peff_sinc": float(np.median(g[:, :n_sinc].sum(1))),
+        "peff_noise": float(np.median(g[:, n_sinc:].sum(1))),
         "med_rv": np.median(med[type2.relevance_]),
         "med_noise": np.median(med[n_sinc:]),
         "P_rv": p[type2.relevance_].mean(),
@@ -254,6 +258,22 @@ def run_sinc(name, prior_of, draws, seed=0):
     }
 
 
+def describe_sinc_design(seed: int = 0) -> str:
+    """How redundant the sinc kernel design is: neighbour correlation and numerical rank."""
+    X, _ = make_sinc(100, noise=0.1, random=True, random_state=seed)
+    K = KernelBasis(kernel="rbf", gamma=0.25).fit(X).transform(X)[:, :100]
+    order = np.argsort(X[:, 0])
+    Z = K[:, order] / np.linalg.norm(K[:, order], axis=0)
+    neighbour = np.sum(Z[:, 1:] * Z[:, :-1], axis=0)
+    sv = np.linalg.svd(Z, compute_uv=False)
+    return (
+        f"sinc design: neighbouring centres {np.median(np.diff(X[order, 0])):.2f} apart (median) "
+        f"correlate at {np.median(neighbour):.4f} (median; min {neighbour.min():.3f}); singular "
+        f"values above 1e-3 of the largest: {int(np.sum(sv > 1e-3 * sv[0]))} of 100, above 1e-2: "
+        f"{int(np.sum(sv > 1e-2 * sv[0]))}"
+    )
+
+
 def _print(rows, title):
     import pandas as pd
 
@@ -282,6 +302,7 @@ def main(argv=None):
     if "noise" in parts:
         _print([run_noise(n, prior_of(n), draws) for n in names], "noise: sinc + 30 columns")
     if "sinc" in parts:
+        print("\n" + describe_sinc_design())
         _print([run_sinc(n, prior_of(n), draws) for n in names], "sinc, width 2")
 
 
