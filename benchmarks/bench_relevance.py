@@ -138,15 +138,16 @@ def ard_problem(seed: int = 0):
     return X, X @ w + rng.standard_normal(100), np.arange(3)
 
 
+def _model(Phi, y, prior):
+    """The marginal model of a design, normalised as the estimators normalise it."""
+    norms = np.linalg.norm(Phi, axis=0)
+    scale = float(np.sqrt(np.mean(y**2)))
+    return rvm_regression_model(Phi, y, alpha_prior=prior, phi_scale=norms, y_scale=scale)
+
+
 def run_ard(name, prior, draws, seed=0):
     X, y, informative = ard_problem(seed)
-    model = rvm_regression_model(
-        X,
-        y,
-        alpha_prior=prior,
-        phi_scale=np.linalg.norm(X, axis=0),
-        y_scale=float(np.sqrt(np.mean(y**2))),
-    )
+    model = _model(X, y, prior)
     dt, wall = _sample(model, draws, seed)
     la = np.log10(_alpha_rel(dt))
     med = np.median(la, axis=0)
@@ -180,13 +181,7 @@ def run_noise(name, prior_of, draws, seed=0):
     X, y, Phi, n_sinc = noise_problem(seed)
     prior = prior_of(Phi.shape[1])
     type2 = RVR(gamma=0.25).fit(X, y)
-    model = rvm_regression_model(
-        Phi,
-        y,
-        alpha_prior=prior,
-        phi_scale=np.linalg.norm(Phi, axis=0),
-        y_scale=float(np.sqrt(np.mean(y**2))),
-    )
+    model = _model(Phi, y, prior)
     dt, wall = _sample(model, draws, seed)
     la = np.log10(_alpha_rel(dt))
     med = np.median(la, axis=0)
