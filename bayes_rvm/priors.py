@@ -212,7 +212,9 @@ def _shifted_log_transform(shift: float):
         name = "shifted_log"
 
         def forward(self, value, *inputs):
-            return pt.log(value - shift)
+            # Used for starting values only: a start below the floor (a type-II alpha the slab
+            # forbids, type2_initvals) starts just above it instead of at log of a negative.
+            return pt.log(pt.maximum(value - shift, 1e-3 * shift))
 
         def backward(self, value, *inputs):
             return pt.exp(value) + shift

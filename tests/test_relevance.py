@@ -139,3 +139,24 @@ def test_regularised_horseshoe_is_the_horseshoe_plus_the_slab_floor():
 def test_regularised_horseshoe_takes_a_fixed_positive_slab(c):
     with pytest.raises(ValueError, match="fixed positive slab scale"):
         Prior("RegularisedHorseshoePrecision", beta=1.0, c=c)
+
+
+def test_regularised_horseshoe_samples_from_type2_starts_below_its_floor():
+    # Type-II's relevance vectors on sinc have alpha_rel far below the floor c^-2 = 0.25 of a slab
+    # of c = 2: the estimator's start (type2_initvals) lies outside the prior's support, and the
+    # sampler must start just inside it instead of failing.
+    from bayes_rvm import RVR
+    from bayes_rvm.datasets import make_sinc
+    from bayes_rvm.kernels import KernelBasis
+
+    X, y = make_sinc(100, noise=0.1, random=True, random_state=0)
+    # the premise, on the normalised scale alpha_rel = alpha rms(y)^2 / ||phi||^2
+    norms = np.linalg.norm(KernelBasis(kernel="rbf", gamma=0.25).fit(X).transform(X), axis=0)
+    alpha = RVR(gamma=0.25).fit(X, y).fit_.alpha
+    assert np.min(alpha * np.mean(y**2) / norms**2) < 0.25
+    prior = Prior("RegularisedHorseshoePrecision", beta=0.01, c=2.0)
+    est = RVR(gamma=0.25, inference="mcmc", draws=100, tune=100, chains=2, random_state=1)
+    est.set_params(alpha_prior=prior).fit(X, y, progressbar=False)
+    alpha_rel = est.idata_["posterior"].dataset["alpha_rel"].values
+    assert alpha_rel.min() >= 0.25
+    assert np.isfinite(alpha_rel).all()
