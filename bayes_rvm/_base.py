@@ -63,9 +63,9 @@ WIDTH_RULES = ("evidence_shared", "evidence", "evidence_ard")
 #: (``benchmarks/bench_width.py``) are in the README, "Choosing the kernel width". Kernels
 #: without a width ignore it; poly and sigmoid fall back to ``"scale"``.
 DEFAULT_GAMMA = "evidence_shared"
-#: Rows the default width rule looks at: beyond, a random subset of this many (``random_state``),
-#: with the basis on the subset's inputs unless centres are given. Its Gram matrix is
-#: ``min(N, M)`` square and costs ``O(min(N, M)^3)`` a width.
+#: Rows the default width rule looks at: beyond, a subset of this many drawn with ``random_state``
+#: (seed 0 when it is None, so that two fits agree), with the basis on the subset's inputs unless
+#: centres are given. Its Gram matrix is ``min(N, M)`` square and costs ``O(min(N, M)^3)`` a width.
 SHARED_MAX_SAMPLES = 1000
 SAMPLERS = ("nutpie", "numpyro", "pymc", "blackjax")
 _POSITIVE = Interval(Real, 0, None, closed="neither")
@@ -499,7 +499,9 @@ class BaseRVM(BaseEstimator):
             n = X.shape[0]
             rows = np.arange(n)
             if n > SHARED_MAX_SAMPLES:
-                rng = check_random_state(self.random_state)
+                # A fixed seed when none is given: the same data must give the same model.
+                seed = 0 if self.random_state is None else self.random_state
+                rng = check_random_state(seed)
                 rows = np.sort(rng.choice(n, SHARED_MAX_SAMPLES, replace=False))
             ls, path, _ = select_width_shared(
                 self._width_design(X[rows], centres), X[rows], lambda Phi: criterion(Phi, rows)

@@ -44,7 +44,7 @@ import numpy as np
 from scipy import linalg, optimize
 from scipy.special import expit, log_expit
 
-from bayes_rvm.evidence.gaussian import EvidenceFit, _one_blas_thread
+from bayes_rvm.evidence.gaussian import EvidenceFit, _one_blas_thread, one_blas_thread
 from bayes_rvm.evidence.options import BETA_MAX
 
 __all__ = [
@@ -331,6 +331,7 @@ class _Search:
         )
 
 
+@one_blas_thread
 def maximise_width(
     design: Design,
     engine: Engine,
@@ -566,6 +567,7 @@ class SharedEvidence:
     n_effective: float
 
 
+@one_blas_thread
 def shared_evidence(
     Phi: np.ndarray,
     T: np.ndarray,
@@ -844,6 +846,7 @@ def _parabolic_maximum(
     return b
 
 
+@one_blas_thread
 def select_width_shared(
     design: Design,
     X: np.ndarray,
