@@ -55,6 +55,7 @@ from bayes_rvm.evidence.options import (
 from bayes_rvm.evidence.record import Recorder
 from bayes_rvm.evidence.result import EvidenceFit, GaussianWeights
 from bayes_rvm.evidence.single_basis import log_gain, optimal_alpha
+from bayes_rvm.evidence.width import shared_evidence
 
 __all__ = ["FREE_ALPHA_FACTOR", "fit_sequential"]
 
@@ -66,6 +67,9 @@ _GAIN_RTOL = 1e-12
 _SPAN_RTOL = 1e-10
 #: Steps of the noise warm-up (see ``beta_warmup``), as SparseBayes' ``BetaUpdateStart``.
 _BETA_WARMUP = 10
+#: Most columns of the shared-precision bound checked when candidates were set aside as aligned:
+#: the check costs O(N k^2) and, when it restarts, k products ``Phi^T phi_j``.
+_BOUND_MAX_COLUMNS = 300
 
 
 class _State:
@@ -321,7 +325,12 @@ def fit_sequential(
         * ``alignment_threshold``: a candidate whose column has cosine above
           ``1 - alignment_threshold`` with an active column is not added (its addition is
           numerically a re-estimation of the other); ``reason`` ends with the number of
-          candidates set aside at the end, if any.
+          candidates set aside at the end, if any. The test never costs evidence the engine
+          knows it could have: when it stops with candidates set aside, the evidence of one
+          shared precision over the active and set-aside columns (a point of the same
+          hyperparameter space) is computed, and if it is higher the engine goes on from there
+          with the test off, with a warning (issue 31: on smooth kernels every column can
+          have a cosine above 0.999 with the first one, which left a one-vector fit).
     **settings
         Fields of ``options`` to override.
 
@@ -397,6 +406,9 @@ class _Sequential:
         self.tt = tt = float(np.sum(T * T))
         self.beta_max = BETA_MAX * D * N / max(tt, 1e-300)
         self.allowed = problem.allowed
+        self.T = T
+        self.align = opt.alignment_threshold > 0
+        self.restart = ""  # what the shared-precision bound changed, for the warning
         self.addable = problem.allowed.copy()  # allowed, out of the model and not set aside
         PT = Phi.T @ T  # with the squared norms, the two passes over Phi everything comes from
         if not np.all(np.isfinite(PT)):
@@ -411,7 +423,7 @@ class _Sequential:
         # addition or deletion; ``n_parallel`` counts the active columns each is aligned with.
         self.n_parallel = np.zeros(M, dtype=np.intp)
         self.root_dd = np.sqrt(dd)
-        if opt.alignment_threshold > 0:
+        if self.align:
             for p in range(st.K):
                 self.n_parallel += self.aligned(p)
             self.addable &= self.n_parallel == 0
@@ -531,11 +543,63 @@ class _Sequential:
             self.objective = self.exact_objective()
             self.fresh = True
             return False
+        if self.restart_from_shared_bound():
+            return self.converged  # True only when the callback asked to stop
         self.converged = True
         self.reason = (
             f"no worthwhile addition or deletion, max |change of log alpha| < tol={self.opt.tol:g}"
             + ("" if self.opt.fixed_beta else " and |change of log beta| < tol")
         )
+        return True
+
+    def restart_from_shared_bound(self) -> bool:
+        """Go on from one shared precision over the set-aside columns if its evidence is higher.
+
+        With ``alpha_i = a`` on the active and set-aside columns (the free ones as they are) and
+        ``inf`` elsewhere, the objective is a point the engine may reach, so stopping below it
+        is a poor local optimum left by the alignment test. Checked once, only when candidates
+        are set aside; True when the engine restarts there, with the alignment test off.
+        """
+        st, aside = self.st, self.allowed & (self.n_parallel > 0) & (self.st.pos < 0)
+        if not self.align or not aside.any():
+            return False
+        self.align = False  # checked once: it stays on unless the engine restarts below
+        q2 = np.einsum("ij,ij->i", st.Q, st.Q)
+        extra = np.flatnonzero(aside)
+        extra = extra[np.argsort(-q2[extra] / np.maximum(st.S[extra], 1e-300), kind="stable")]
+        reg = st.idx[~st.is_free]
+        cols = np.concatenate([reg, extra[: max(_BOUND_MAX_COLUMNS - reg.size, 0)]])
+        fixed = st.beta if self.opt.fixed_beta else None
+        bound = shared_evidence(st.Phi[:, cols], self.T, beta=fixed)
+        obj = bound.log_evidence + self.beta_term(bound.beta)
+        if self.ab[0] or self.ab[1]:
+            obj += cols.size * (self.ab[0] * math.log(bound.alpha) - self.ab[1] * bound.alpha)
+        if st.n_free == 0 and obj <= self.objective + _GAIN_RTOL * (1.0 + abs(self.objective)):
+            self.align = True
+            return False
+        trial = _State(st.Phi, st.PT, st.dd, self.tt, bound.beta, self.ab)
+        for j, alpha_j in zip(st.idx[st.is_free], st.alpha[st.is_free], strict=True):
+            trial.append(int(j), float(alpha_j), True, st.C[st.pos[j]].copy())
+        for j in cols:
+            trial.append(int(j), bound.alpha, False, trial.column_products(trial.column(j)))
+        trial.refresh()
+        obj = trial.log_ev + trial.prior_term() + self.beta_term(trial.beta)
+        if obj <= self.objective + _GAIN_RTOL * (1.0 + abs(self.objective)):
+            self.align = True
+            return False
+        self.restart = (
+            f"the alignment test had set aside {extra.size} candidates and the fit stopped at "
+            f"{self.objective:.4g} with {st.K} active columns, below {obj:.4g} of one shared "
+            f"precision over {cols.size} of them; it went on from there without the test"
+        )
+        gain, self.objective, self.st = obj - self.objective, obj, trial
+        self.n_parallel[:] = 0
+        np.logical_and(self.allowed, trial.pos < 0, out=self.addable)
+        self.fresh = self.newton_ok = True
+        self.beta_settled = self.opt.fixed_beta
+        self.n_steps += 1
+        if self.record("restart shared", self.objective, gain, self.snapshot):
+            self.converged, self.reason = True, "stopped by callback"
         return True
 
     # --- scan, choose, apply ------------------------------------------------------------------
@@ -639,7 +703,7 @@ class _Sequential:
 
     def apply(self, kind: str, where: int, sc: _Scan, gain: float) -> str:
         """Take an addition, re-estimation or deletion; returns the action recorded."""
-        st, align = self.st, self.opt.alignment_threshold > 0
+        st, align = self.st, self.align
         if kind == "add":
             j = where
             if self.no_prior:
@@ -793,6 +857,13 @@ class _Sequential:
         n_aside = int(np.count_nonzero(self.allowed & (self.n_parallel > 0) & (st.pos < 0)))
         if n_aside:
             reason += f"; {n_aside} candidates set aside as aligned with an active column"
+        if self.restart:
+            reason += f"; {self.restart}"
+            warnings.warn(
+                f"fit_sequential: {self.restart} (alignment_threshold=0 skips the test).",
+                UserWarning,
+                skip_file_prefixes=WARN_SKIP,
+            )
         order = np.argsort(st.idx)
         idx = st.idx[order]
         alpha = st.alpha[order]
