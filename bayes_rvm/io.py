@@ -751,10 +751,9 @@ def _check_state(state: dict, params: dict, estimator: str, path: Path) -> None:
 
 
 def _check_gamma(basis: KernelBasis, params: dict, fail) -> None:
-    from bayes_rvm._base import WIDTH_RULES
-    from bayes_rvm.kernels import _USES_GAMMA
+    from bayes_rvm.kernels import WIDTH_RULES, uses_gamma
 
-    uses = isinstance(basis.kernel, str) and basis.kernel in _USES_GAMMA
+    uses = uses_gamma(basis.kernel)
     gamma_ = basis.gamma_
     if not uses:
         if gamma_ is not None:
