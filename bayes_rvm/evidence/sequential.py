@@ -119,12 +119,12 @@ def fit_sequential(
         * ``alignment_threshold``: a candidate whose column has cosine above
           ``1 - alignment_threshold`` with an active column is not added (its addition is
           numerically a re-estimation of the other); ``reason`` ends with the number of
-          candidates set aside at the end, if any. The test never costs evidence the engine
+          candidates set aside at the end, if any. The test does not cost evidence the engine
           knows it could have: when it stops with candidates set aside, the evidence of one
           shared precision over the active and set-aside columns (a point of the same
-          hyperparameter space) is computed, and if it is higher the engine goes on from there
-          with the test off, with a warning (issue 31: on smooth kernels every column can
-          have a cosine above 0.999 with the first one, which left a one-vector fit).
+          hyperparameter space) is computed, and if it is more than a nat higher the engine goes
+          on from there with the test off, with a warning (issue 31: on smooth kernels every
+          column can have a cosine above 0.999 with the first one, which left a one-vector fit).
     **settings
         Fields of ``options`` to override.
 
