@@ -27,15 +27,8 @@ from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from bayes_rvm.dims import BASIS
 from bayes_rvm.evidence.gaussian import one_blas_thread
-from bayes_rvm.evidence.width import (
-    WIDTH_KERNELS,
-    WidthFit,
-    WidthPath,
-    maximise_width,
-    select_width_shared,
-    width_to_gamma,
-)
-from bayes_rvm.kernels import KernelBasis
+from bayes_rvm.evidence.width import WidthFit, WidthPath, maximise_width, select_width_shared
+from bayes_rvm.kernels import WIDTH_RULES, KernelBasis, WidthRule, stationary_kernel
 from bayes_rvm.priors import DEFAULT_MCMC_NU, DEFAULT_NU, Prior, as_prior
 from bayes_rvm.problem import Engine, Problem, TrainingData, column_scale, normalise_columns
 
@@ -49,9 +42,6 @@ __all__ = [
 ]
 
 PRIORS = ("ard", "student_t")
-#: ``gamma`` values that learn the kernel width by the evidence: of the same basis under one shared
-#: prior precision (the default), or the RVM's own (one width, or one per feature).
-WIDTH_RULES = ("evidence_shared", "evidence", "evidence_ard")
 #: The default ``gamma`` of RVR and RVC. ``"evidence_shared"`` chooses the rbf / laplacian width
 #: that maximises the evidence of the same basis when all weights share one prior precision (a
 #: Gaussian process of covariance ``Phi Phi^T / alpha``, plus noise for RVR; its Laplace evidence
@@ -62,9 +52,9 @@ WIDTH_RULES = ("evidence_shared", "evidence", "evidence_ard")
 #: (``benchmarks/bench_width.py``) are in the README, "Choosing the kernel width". Kernels
 #: without a width ignore it; poly and sigmoid fall back to ``"scale"``.
 DEFAULT_GAMMA = "evidence_shared"
-#: Rows the default width rule looks at: beyond, a random subset of this many (``random_state``),
-#: with the basis on the subset's inputs unless centres are given. Its Gram matrix is
-#: ``min(N, M)`` square and costs ``O(min(N, M)^3)`` a width.
+#: Rows the default width rule looks at: beyond, a subset of this many drawn with ``random_state``
+#: (seed 0 when it is None, so that two fits agree), with the basis on the subset's inputs unless
+#: centres are given. Its Gram matrix is ``min(N, M)`` square and costs ``O(min(N, M)^3)`` a width.
 SHARED_MAX_SAMPLES = 1000
 SAMPLERS = ("nutpie", "numpyro", "pymc", "blackjax")
 #: The constraint of a positive real parameter (``_parameter_constraints``), shared by RVR and RVC.
@@ -296,10 +286,9 @@ class BaseRVM(BaseEstimator):
                 f"got shape {X.shape}."
             )
         # A width rule that does not apply to this kernel (poly, sigmoid) falls back to "scale".
-        gamma = "scale" if isinstance(self.gamma, str) and self.gamma in WIDTH_RULES else self.gamma
         basis = KernelBasis(
             self.kernel,
-            gamma=gamma,
+            gamma=self._width_rule().basis_gamma,
             degree=self.degree,
             coef0=self.coef0,
             kernel_params=self.kernel_params,
@@ -383,9 +372,15 @@ class BaseRVM(BaseEstimator):
     #: Whether the estimator samples a kernel width given as ``gamma=Prior(...)``.
     _samples_width_ok = False
 
+    def _width_rule(self) -> WidthRule:
+        """``gamma`` and ``kernel`` resolved into the rule the width code dispatches on."""
+        return WidthRule.resolve(
+            self.gamma, self.kernel, default=DEFAULT_GAMMA, sampled=isinstance(self.gamma, Prior)
+        )
+
     def _samples_width(self) -> bool:
         """``gamma`` is a :class:`Prior`: the width sampled by NUTS, seeded by its evidence fit."""
-        return isinstance(self.gamma, Prior)
+        return self._width_rule().sampled
 
     def _target_accept(self) -> float | None:
         """NUTS's target acceptance for this estimator's model, or None for the sampler's own.
@@ -397,26 +392,23 @@ class BaseRVM(BaseEstimator):
         return 0.95 if self._samples_width() else None
 
     def _learns_width(self) -> bool:
-        if self._samples_width():
-            # The type-II fit that seeds the sampler (and chooses its basis) learns the width.
-            return True
-        if not (isinstance(self.gamma, str) and self.gamma in WIDTH_RULES):
-            return False
-        if self.gamma == DEFAULT_GAMMA and self.kernel not in WIDTH_KERNELS:
-            # The default applies to the kernels with a width; the others keep theirs.
-            return False
-        if self.kernel not in WIDTH_KERNELS:
-            raise ValueError(
-                f"gamma={self.gamma!r} learns the width of the kernels {WIDTH_KERNELS}; "
+        # A sampled width is learned too: the type-II fit that seeds the sampler (and chooses its
+        # basis) learns it. The default rule on a kernel without a width resolves to "scale".
+        rule = self._width_rule()
+        if rule.learned and not rule.sampled:
+            rule.require_width(
+                f"gamma={self.gamma!r} learns the width of the kernels {{kernels}}; "
                 f"got kernel={self.kernel!r}."
             )
-        return True
+        return rule.learned
 
     def _width_design(self, X: np.ndarray, centres: np.ndarray | None):
         """``design(l, columns=None)``: the unit-norm design at length scale(s) ``l``."""
 
+        width = stationary_kernel(self.kernel, purpose="a learned kernel width")
+
         def design(length_scale, columns=None):
-            g = width_to_gamma(length_scale, self.kernel)
+            g = width.gamma(length_scale)
             basis = KernelBasis(
                 self.kernel, gamma=float(g[0]) if g.size == 1 else g, bias=bool(self.bias)
             ).fit(X, centres=centres)
@@ -459,12 +451,15 @@ class BaseRVM(BaseEstimator):
             n_centres + int(bool(self.bias)),
             squares=self._square_matrices(),
         )
-        if self.gamma == DEFAULT_GAMMA:
+        rule = self._width_rule()
+        if rule.kind == DEFAULT_GAMMA:
             start = time.perf_counter()
             n = X.shape[0]
             rows = np.arange(n)
             if n > SHARED_MAX_SAMPLES:
-                rng = check_random_state(self.random_state)
+                # A fixed seed when none is given: the same data must give the same model.
+                seed = 0 if self.random_state is None else self.random_state
+                rng = check_random_state(seed)
                 rows = np.sort(rng.choice(n, SHARED_MAX_SAMPLES, replace=False))
             ls, path, _ = select_width_shared(
                 self._width_design(X[rows], centres), X[rows], lambda Phi: criterion(Phi, rows)
@@ -482,11 +477,11 @@ class BaseRVM(BaseEstimator):
                 centres=centres,
                 kernel=self.kernel,
                 bias=bool(self.bias),
-                ard=self.gamma == "evidence_ard",
+                ard=rule.kind == "evidence_ard",
                 refine="gradient" if gradient else "bounded",
             )
         ls = wf.length_scale
-        g = width_to_gamma(ls, self.kernel)
+        g = rule.kernel.gamma(ls)
         basis = KernelBasis(
             self.kernel, gamma=float(g[0]) if ls.size == 1 else g, bias=bool(self.bias)
         ).fit(X, centres=centres)
@@ -500,8 +495,9 @@ class BaseRVM(BaseEstimator):
         """``gamma_``, ``length_scale_`` and ``width_path_`` from the fitted basis."""
         g = basis.gamma_
         self.gamma_ = None if g is None else (np.asarray(g) if isinstance(g, list) else g)
-        if self.gamma_ is not None and self.kernel in WIDTH_KERNELS:
-            ls = 1.0 / np.sqrt(self.gamma_) if self.kernel == "rbf" else 1.0 / self.gamma_
+        width = stationary_kernel(self.kernel)
+        if self.gamma_ is not None and width is not None:
+            ls = width.length_scale(self.gamma_)
             self.length_scale_ = ls if np.ndim(ls) else float(ls)
         else:
             self.length_scale_ = None
@@ -521,11 +517,10 @@ class BaseRVM(BaseEstimator):
                     "gamma given as a Prior is sampled, which needs inference='mcmc'; for the "
                     "type-II width use gamma='evidence'."
                 )
-            if self.kernel not in WIDTH_KERNELS:
-                raise ValueError(
-                    f"gamma given as a Prior samples the width of the kernels {WIDTH_KERNELS}; "
-                    f"got kernel={self.kernel!r}."
-                )
+            self._width_rule().require_width(
+                "gamma given as a Prior samples the width of the kernels {kernels}; "
+                f"got kernel={self.kernel!r}."
+            )
             as_prior(self.gamma, "gamma", positive=True)
         if isinstance(self.nu, Prior) and self.inference != "mcmc":
             raise ValueError(

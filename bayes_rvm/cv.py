@@ -30,8 +30,8 @@ from bayes_rvm._base import ACCEPT_SPARSE, dense_input
 from bayes_rvm.classifier import RVC
 from bayes_rvm.estimators import RVR, drop_duplicate_rows
 from bayes_rvm.evidence.gaussian import one_blas_thread
-from bayes_rvm.evidence.width import WIDTH_KERNELS, default_width_grid, width_to_gamma
-from bayes_rvm.kernels import KernelBasis
+from bayes_rvm.evidence.width import default_width_grid
+from bayes_rvm.kernels import WIDTH_KERNELS, KernelBasis, stationary_kernel
 from bayes_rvm.persistence import Fail, SavedStateMixin
 from bayes_rvm.priors import DEFAULT_NU
 from bayes_rvm.problem import OneVsRestFit, Problem
@@ -65,7 +65,7 @@ class _WidthCV(SavedStateMixin, BaseEstimator):
         self._estimator()._check_priors()
 
     def _check(self, X) -> np.ndarray:
-        if self.kernel not in WIDTH_KERNELS:
+        if stationary_kernel(self.kernel) is None:
             raise ValueError(
                 f"{type(self).__name__} chooses the width of the kernels {WIDTH_KERNELS}; got "
                 f"kernel={self.kernel!r}."
@@ -96,8 +96,9 @@ class _WidthCV(SavedStateMixin, BaseEstimator):
         engine = self._estimator().make_engine()
         scores = np.empty((grid.size, len(splits)))
         warm = [None] * len(splits)
+        width = stationary_kernel(self.kernel)
         for i, ls in enumerate(grid):
-            g = float(width_to_gamma(ls, self.kernel))
+            g = float(width.gamma(ls))
             # One kernel matrix per width on all the data; each fold slices it.
             K = KernelBasis(self.kernel, gamma=g, bias=self.bias).fit(X).transform(X)
             for f, (tr, te) in enumerate(splits):
@@ -116,7 +117,7 @@ class _WidthCV(SavedStateMixin, BaseEstimator):
             "split_test_scores": scores,
         }
         self.best_score_ = float(mean[best])
-        self.estimator_ = self._estimator(gamma=float(width_to_gamma(grid[best], self.kernel)))
+        self.estimator_ = self._estimator(gamma=float(width.gamma(grid[best])))
         self.estimator_.fit(X, self._refit_target)
         self.length_scale_ = float(grid[best])
         self.gamma_ = self.estimator_.gamma_

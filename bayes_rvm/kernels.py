@@ -9,6 +9,7 @@ relevance vectors) so that prediction costs O(n_relevant) kernel evaluations per
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from numbers import Real
 
 import numpy as np
@@ -17,17 +18,224 @@ from sklearn.gaussian_process.kernels import Kernel as GPKernel
 from sklearn.metrics.pairwise import PAIRWISE_KERNEL_FUNCTIONS
 from sklearn.utils.validation import check_array, check_is_fitted
 
-__all__ = ["KERNELS", "KernelBasis", "reference_gamma", "stationary_distances", "width_design"]
+__all__ = [
+    "KERNELS",
+    "STATIONARY_KERNELS",
+    "WIDTH_KERNELS",
+    "WIDTH_RULES",
+    "KernelBasis",
+    "LaplacianKernel",
+    "RBFKernel",
+    "StationaryKernel",
+    "WidthRule",
+    "reference_gamma",
+    "stationary_distances",
+    "stationary_kernel",
+    "uses_gamma",
+    "width_design",
+]
 
 #: Kernel names understood by :class:`KernelBasis` (scikit-learn's ``pairwise_kernels`` names).
 KERNELS = ("rbf", "linear", "poly", "polynomial", "laplacian", "sigmoid", "cosine")
 _USES_GAMMA = {"rbf", "poly", "polynomial", "laplacian", "sigmoid"}
 _USES_DEGREE = {"poly", "polynomial"}
 _USES_COEF0 = {"poly", "polynomial", "sigmoid"}
-#: Kernels that accept one coefficient per input feature (``gamma`` of shape (n_features,)).
-_PER_FEATURE = {"rbf", "laplacian"}
 
 KernelSpec = str | Callable[[np.ndarray, np.ndarray], np.ndarray] | GPKernel
+
+
+def uses_gamma(kernel) -> bool:
+    """Whether the named kernel has a coefficient ``gamma`` (rbf, poly, laplacian, sigmoid)."""
+    return isinstance(kernel, str) and kernel in _USES_GAMMA
+
+
+# ---------------------------------------------------------------------------------------------
+# Stationary kernels own their width
+# ---------------------------------------------------------------------------------------------
+class StationaryKernel:
+    """The width of a stationary kernel ``k(x, c) = exp(-gamma d(x, c))``.
+
+    One small object per kernel (as tinygp's kernels) says everything the package needs about
+    its width: the distance ``d`` that ``gamma`` multiplies, the map between ``gamma`` and a
+    length scale ``l``, the design at many widths and its derivative in ``log l``. The width
+    search, the sampled width, cross-validation and saving all ask it, never the kernel's name.
+    """
+
+    #: The kernel's name in :data:`KERNELS`.
+    name: str = ""
+
+    def distances(self, X: np.ndarray, centres: np.ndarray) -> np.ndarray:
+        """What ``gamma`` multiplies in the kernel, between rows of ``X`` and ``centres``."""
+        raise NotImplementedError
+
+    def gamma(self, length_scale):
+        """The coefficient(s) ``gamma`` of length scale(s) ``l`` (an array)."""
+        raise NotImplementedError
+
+    def length_scale(self, gamma):
+        """The length scale(s) of ``gamma``; works on NumPy arrays and PyTensor variables."""
+        raise NotImplementedError
+
+    def feature_scale(self, gamma: np.ndarray) -> np.ndarray:
+        """Per-feature factors ``s`` with ``k(x, c; gamma) = k(s x, s c; 1)`` (``1 / l``)."""
+        raise NotImplementedError
+
+    def log_length_sum(self, weights: np.ndarray, diff: np.ndarray, length_scale: float) -> float:
+        """``sum_nj W_nj dlog k_nj / dlog l_d`` over one feature's differences ``x_d - c_d``."""
+        raise NotImplementedError
+
+    def reference_gamma(self, X: np.ndarray) -> float:
+        """``gamma`` of the length scale ``sqrt(n_features * X.var())`` of ``gamma="scale"``."""
+        raise NotImplementedError
+
+    def design(self, distances: np.ndarray, gamma, *, bias: bool = True) -> np.ndarray:
+        """Designs ``exp(-gamma d)`` at one or many ``gamma`` (:func:`width_design`)."""
+        return width_design(distances, gamma, bias=bias)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+class RBFKernel(StationaryKernel):
+    """``exp(-sum_d (x_d - c_d)^2 / l_d^2)``: ``gamma = 1 / l^2`` on squared distances."""
+
+    name = "rbf"
+
+    def distances(self, X, centres):
+        from sklearn.metrics.pairwise import euclidean_distances
+
+        return euclidean_distances(X, centres, squared=True)
+
+    def gamma(self, length_scale):
+        return 1.0 / np.asarray(length_scale, dtype=np.float64) ** 2
+
+    def length_scale(self, gamma):
+        return gamma**-0.5
+
+    def feature_scale(self, gamma):
+        return np.sqrt(gamma)
+
+    def log_length_sum(self, weights, diff, length_scale):
+        return 2.0 * np.sum(weights * diff**2) / length_scale**2
+
+    def reference_gamma(self, X):
+        return float(resolve_gamma("scale", X))
+
+
+class LaplacianKernel(StationaryKernel):
+    """``exp(-sum_d |x_d - c_d| / l_d)``: ``gamma = 1 / l`` on L1 distances."""
+
+    name = "laplacian"
+
+    def distances(self, X, centres):
+        from sklearn.metrics.pairwise import manhattan_distances
+
+        return manhattan_distances(X, centres)
+
+    def gamma(self, length_scale):
+        return 1.0 / np.asarray(length_scale, dtype=np.float64)
+
+    def length_scale(self, gamma):
+        return 1.0 / gamma
+
+    def feature_scale(self, gamma):
+        return gamma
+
+    def log_length_sum(self, weights, diff, length_scale):
+        return np.sum(weights * np.abs(diff)) / length_scale
+
+    def reference_gamma(self, X):
+        return float(np.sqrt(resolve_gamma("scale", X)))
+
+
+#: The stationary kernels, by name: those whose width the evidence or a sampler can choose.
+STATIONARY_KERNELS: dict[str, StationaryKernel] = {
+    "rbf": RBFKernel(),
+    "laplacian": LaplacianKernel(),
+}
+#: Names of the kernels with a width (the keys of :data:`STATIONARY_KERNELS`).
+WIDTH_KERNELS = tuple(STATIONARY_KERNELS)
+#: ``gamma`` values that learn the kernel width by the evidence: of the same basis under one
+#: shared prior precision (the estimators' default), or the RVM's own (one width, or one per
+#: feature).
+WIDTH_RULES = ("evidence_shared", "evidence", "evidence_ard")
+
+
+def stationary_kernel(kernel, *, purpose: str | None = None) -> StationaryKernel | None:
+    """The width object of ``kernel``; None for kernels without one, unless ``purpose`` is given.
+
+    With ``purpose`` (what needs the width, for the message), a kernel without a width raises a
+    ValueError instead.
+    """
+    found = STATIONARY_KERNELS.get(kernel) if isinstance(kernel, str) else None
+    if found is None and purpose is not None:
+        raise ValueError(f"{purpose} needs kernel 'rbf' or 'laplacian', got {kernel!r}.")
+    return found
+
+
+@dataclass(frozen=True)
+class WidthRule:
+    """What an estimator's ``gamma`` asks of the kernel width, resolved once in ``fit``.
+
+    Attributes
+    ----------
+    kind : {"fixed", "scale", "evidence_shared", "evidence", "evidence_ard", "prior"}
+        ``"fixed"``: a number (or one per feature) or ``"auto"``; ``"scale"``: scikit-learn's
+        rule (also the default's fallback on kernels without a width); the evidence rules; a
+        width sampled from a :class:`~bayes_rvm.priors.Prior`.
+    gamma : object
+        The estimator's ``gamma`` as given.
+    kernel : StationaryKernel or None
+        The kernel's width object (None for kernels without a width).
+    """
+
+    kind: str
+    gamma: object
+    kernel: StationaryKernel | None
+
+    @classmethod
+    def resolve(
+        cls, gamma, kernel, *, default: str = "evidence_shared", sampled: bool = False
+    ) -> WidthRule:
+        """The rule of ``gamma`` for ``kernel``.
+
+        ``default`` is the rule that falls back to ``"scale"`` on a kernel without a width;
+        ``sampled`` says that ``gamma`` is a prior to sample (the caller knows the prior type,
+        which lives in a layer above this one). Only the kind is read here; the checks of the
+        value belong to :class:`KernelBasis` (a number) and to the estimators (a rule the
+        kernel cannot follow, a prior).
+        """
+        width = stationary_kernel(kernel)
+        if sampled:
+            kind = "prior"
+        elif isinstance(gamma, str) and gamma in WIDTH_RULES:
+            kind = "scale" if gamma == default and width is None else gamma
+        elif isinstance(gamma, str) and gamma == "scale":
+            kind = "scale"
+        else:
+            kind = "fixed"
+        return cls(kind, gamma, width)
+
+    @property
+    def sampled(self) -> bool:
+        """The width is sampled by MCMC (seeded by its evidence fit)."""
+        return self.kind == "prior"
+
+    @property
+    def learned(self) -> bool:
+        """The width is chosen by the evidence (also where that fit seeds a sampled width)."""
+        return self.kind in WIDTH_RULES or self.sampled
+
+    @property
+    def basis_gamma(self):
+        """What :class:`KernelBasis` receives before any learning: ``"scale"`` for a rule."""
+        return "scale" if self.kind in WIDTH_RULES or self.kind == "scale" else self.gamma
+
+    def require_width(self, what: str) -> StationaryKernel:
+        """The kernel's width object; a ValueError saying ``what`` needs one if it has none."""
+        if self.kernel is None:
+            raise ValueError(what.format(kernels=WIDTH_KERNELS))
+        return self.kernel
 
 
 def resolve_gamma(gamma, X: np.ndarray) -> float | list[float]:
@@ -162,9 +370,9 @@ class KernelBasis(TransformerMixin, BaseEstimator):
             self.n_centres_ = C.shape[0]
             uses_gamma = isinstance(kernel, str) and kernel in _USES_GAMMA
             self.gamma_ = resolve_gamma(self.gamma, X) if uses_gamma else None
-            if isinstance(self.gamma_, list) and kernel not in _PER_FEATURE:
+            if isinstance(self.gamma_, list) and stationary_kernel(kernel) is None:
                 raise ValueError(
-                    f"a per-feature gamma works with the kernels {sorted(_PER_FEATURE)}, not "
+                    f"a per-feature gamma works with the kernels {sorted(STATIONARY_KERNELS)}, not "
                     f"{kernel!r}."
                 )
         self.n_basis_ = self.n_centres_ + int(bool(self.bias))
@@ -178,11 +386,11 @@ class KernelBasis(TransformerMixin, BaseEstimator):
             params = {}
             if kernel in _USES_GAMMA:
                 params["gamma"] = self.gamma_
-                if kernel in _PER_FEATURE and np.ndim(self.gamma_) == 1:
+                if kernel in STATIONARY_KERNELS and np.ndim(self.gamma_) == 1:
                     # One coefficient per input feature (ARD over the inputs): the kernel of
                     # inputs rescaled per feature, with a unit coefficient.
                     g = np.asarray(self.gamma_, dtype=np.float64)
-                    s = np.sqrt(g) if kernel == "rbf" else g
+                    s = STATIONARY_KERNELS[kernel].feature_scale(g)
                     X, centres, params["gamma"] = X * s, centres * s, 1.0
             if kernel in _USES_DEGREE:
                 params["degree"] = self.degree
@@ -201,7 +409,7 @@ class KernelBasis(TransformerMixin, BaseEstimator):
         """
         if self.kernel == "precomputed":
             raise ValueError("k(x, x) of new inputs is unknown for kernel='precomputed'.")
-        if isinstance(self.kernel, str) and self.kernel in ("rbf", "laplacian"):
+        if stationary_kernel(self.kernel) is not None:
             return np.ones(X.shape[0])
         if isinstance(self.kernel, GPKernel):
             return np.asarray(self.kernel.diag(X), dtype=np.float64)
@@ -280,15 +488,8 @@ def stationary_distances(X: np.ndarray, centres: np.ndarray, kernel: str) -> np.
     The squared Euclidean distance for ``"rbf"``, the L1 distance for ``"laplacian"`` (the
     conventions of scikit-learn's ``rbf_kernel`` and ``laplacian_kernel``).
     """
-    from sklearn.metrics.pairwise import euclidean_distances, manhattan_distances
-
-    X = np.asarray(X, dtype=np.float64)
-    centres = np.asarray(centres, dtype=np.float64)
-    if kernel == "rbf":
-        return euclidean_distances(X, centres, squared=True)
-    if kernel == "laplacian":
-        return manhattan_distances(X, centres)
-    raise ValueError(f"a sampled width needs kernel 'rbf' or 'laplacian', got {kernel!r}.")
+    width = stationary_kernel(kernel, purpose="a sampled width")
+    return width.distances(np.asarray(X, dtype=np.float64), np.asarray(centres, dtype=np.float64))
 
 
 def reference_gamma(X: np.ndarray, kernel: str) -> float:
@@ -298,12 +499,8 @@ def reference_gamma(X: np.ndarray, kernel: str) -> float:
     as a coefficient of ``kernel``: ``1 / r0^2`` for ``"rbf"`` (exactly ``"scale"``), ``1 / r0``
     for ``"laplacian"``.
     """
-    g = resolve_gamma("scale", np.asarray(X, dtype=np.float64))
-    if kernel == "rbf":
-        return float(g)
-    if kernel == "laplacian":
-        return float(np.sqrt(g))
-    raise ValueError(f"a sampled width needs kernel 'rbf' or 'laplacian', got {kernel!r}.")
+    width = stationary_kernel(kernel, purpose="a sampled width")
+    return width.reference_gamma(np.asarray(X, dtype=np.float64))
 
 
 def width_design(distances: np.ndarray, gamma, *, bias: bool = True) -> np.ndarray:

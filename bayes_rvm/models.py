@@ -58,7 +58,7 @@ import pytensor.tensor as pt
 
 from bayes_rvm.dims import BASIS, CENTRE, CLASS, FEATURE, OBS, OUTPUT
 from bayes_rvm.graph_spec import RVMSpec, model_cache_key, model_spec, record_spec
-from bayes_rvm.kernels import stationary_distances
+from bayes_rvm.kernels import stationary_distances, stationary_kernel
 from bayes_rvm.marginal import (
     lowrank_marginal_log_likelihood,
     marginal_log_likelihood,
@@ -926,7 +926,7 @@ def rvm_width_model(
         ref = pm.Data("gamma_ref", float(gamma_ref))
         gamma_rel = gamma_prior.create_variable("gamma_rel")
         gamma = pm.Deterministic("gamma", gamma_rel * ref)
-        pm.Deterministic("length_scale", gamma**-0.5 if kernel == "rbf" else 1.0 / gamma)
+        pm.Deterministic("length_scale", stationary_kernel(kernel).length_scale(gamma))
         log_k = -gamma * dist_data
         # Column norms in logs (logsumexp): a narrow width leaves a centre far from the inputs
         # with kernel values that underflow when squared.

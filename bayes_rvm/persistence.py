@@ -24,11 +24,9 @@ from pathlib import Path
 
 import numpy as np
 import xarray as xr
-from sklearn.metrics.pairwise import KERNEL_PARAMS
 
-from bayes_rvm._base import WIDTH_RULES
 from bayes_rvm.io import ModelFileError, json_attr, json_default
-from bayes_rvm.kernels import KernelBasis, resolve_gamma
+from bayes_rvm.kernels import WIDTH_RULES, KernelBasis, resolve_gamma, uses_gamma
 from bayes_rvm.priors import Prior, decode_params, encode_params
 
 __all__ = [
@@ -169,7 +167,7 @@ def check_feature_names(state: dict, fail: Fail) -> None:
 
 
 def _check_gamma(basis: KernelBasis, params: dict, fail: Fail) -> None:
-    uses = isinstance(basis.kernel, str) and "gamma" in KERNEL_PARAMS.get(basis.kernel, ())
+    uses = uses_gamma(basis.kernel)
     gamma_ = basis.gamma_
     if not uses:
         if gamma_ is not None:

@@ -106,3 +106,70 @@ def test_wrong_feature_count_and_bad_kernel_output(data):
         KernelBasis(lambda A, B: np.ones((len(A), 2))).fit(X).transform(Z)
     with pytest.raises(ValueError, match="non-finite"):
         KernelBasis(lambda A, B: np.full((len(A), len(B)), np.nan)).fit(X).transform(Z)
+
+
+# --- stationary kernels own their width ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["rbf", "laplacian"])
+def test_stationary_kernel_width_against_scikit_learn(name):
+    from sklearn.metrics.pairwise import laplacian_kernel, rbf_kernel
+
+    from bayes_rvm.kernels import stationary_kernel
+
+    rng = np.random.default_rng(0)
+    X, C = rng.normal(size=(7, 3)), rng.normal(size=(5, 3))
+    width = stationary_kernel(name)
+    ref = {"rbf": rbf_kernel, "laplacian": laplacian_kernel}[name]
+    ls = 1.7
+    g = float(width.gamma(ls))
+    # The textbook forms: exp(-||x - c||^2 / l^2) and exp(-||x - c||_1 / l).
+    power = 2 if name == "rbf" else 1
+    assert g == pytest.approx(ls**-power, rel=1e-15)
+    assert float(width.length_scale(g)) == pytest.approx(ls, rel=1e-15)
+    np.testing.assert_allclose(
+        width.design(width.distances(X, C), g, bias=False), ref(X, C, gamma=g), rtol=1e-13
+    )
+    # Per-feature coefficients are a unit-coefficient kernel on rescaled inputs.
+    gd = np.array([0.3, 2.0, 0.7])
+    s = width.feature_scale(gd)
+    diff = np.abs(X[:, None, :] - C[None, :, :]) ** power
+    np.testing.assert_allclose(
+        ref(X * s, C * s, gamma=1.0), np.exp(-(diff * gd).sum(-1)), rtol=1e-13
+    )
+    # d log k / d log l for one feature's length, against a finite difference.
+    W = rng.normal(size=(7, 5))
+    d = X[:, None, 0] - C[None, :, 0]
+    h = 1e-6
+
+    def weighted_log_k(log_l):
+        return np.sum(W * -(float(width.gamma(np.exp(log_l))) * np.abs(d) ** power))
+
+    fd = (weighted_log_k(np.log(ls) + h) - weighted_log_k(np.log(ls) - h)) / (2 * h)
+    assert width.log_length_sum(W, d, ls) == pytest.approx(fd, rel=1e-7)
+
+
+def test_width_rule_resolves_gamma_once():
+    from bayes_rvm.kernels import WIDTH_KERNELS, WidthRule, stationary_kernel
+
+    assert WIDTH_KERNELS == ("rbf", "laplacian")
+    assert stationary_kernel("poly") is None
+    with pytest.raises(ValueError, match="needs kernel 'rbf' or 'laplacian', got 'poly'"):
+        stationary_kernel("poly", purpose="a sampled width")
+    cases = [
+        ("evidence_shared", "rbf", "evidence_shared", True, "scale"),
+        ("evidence_shared", "poly", "scale", False, "scale"),  # the default's fallback
+        ("evidence", "laplacian", "evidence", True, "scale"),
+        ("evidence_ard", "rbf", "evidence_ard", True, "scale"),
+        ("scale", "rbf", "scale", False, "scale"),
+        ("auto", "rbf", "fixed", False, "auto"),
+        (0.5, "sigmoid", "fixed", False, 0.5),
+    ]
+    for gamma, kernel, kind, learned, basis_gamma in cases:
+        rule = WidthRule.resolve(gamma, kernel)
+        assert (rule.kind, rule.learned, rule.basis_gamma) == (kind, learned, basis_gamma)
+        assert not rule.sampled
+    sampled = WidthRule.resolve(object(), "rbf", sampled=True)
+    assert sampled.sampled and sampled.learned and sampled.kernel is stationary_kernel("rbf")
+    with pytest.raises(ValueError, match=r"kernels \('rbf', 'laplacian'\)"):
+        WidthRule.resolve("evidence", "poly").require_width("needs the kernels {kernels}")

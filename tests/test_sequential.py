@@ -387,3 +387,35 @@ def test_invalid_data():
     bad[3, 4] = np.nan
     with pytest.raises(ValueError, match="finite"):
         fit_sequential(bad, y)
+
+
+def test_alignment_test_never_stops_below_one_shared_precision():
+    # Issue 31 item 3: at RVR()'s default width on make_regression every candidate has a cosine
+    # above 0.999 with the first column; the alignment test set all of them aside and the fit
+    # kept one column, far below the evidence of one precision shared by all (a point of the same
+    # hyperparameter space) and below MacKay's from all columns.
+    from sklearn.datasets import make_regression
+
+    from bayes_rvm.evidence.width import shared_evidence
+
+    X, y = make_regression(50, 5, n_informative=3, noise=0.1, random_state=0)
+    Phi = np.hstack([rbf_kernel(X, X, gamma=0.004195441160465944), np.ones((50, 1))])
+    Phi /= np.linalg.norm(Phi, axis=0)
+    T = y / np.std(y)
+    with pytest.warns(UserWarning, match="alignment test had set aside 50 candidates"):
+        fit = fit_sequential(Phi, T)
+    bound = shared_evidence(Phi, T).log_evidence
+    mackay = fit_mackay(Phi, T).log_evidence
+    assert bound > fit.trace[np.flatnonzero(np.char.startswith(fit.actions, "restart"))[0] - 1]
+    assert fit.log_evidence > max(bound, mackay) - 1e-6
+    assert fit.active.size > 3
+    assert objective(Phi, T, fit.alpha[fit.active], fit.beta, fit.active) == pytest.approx(
+        fit.log_evidence, rel=1e-9
+    )
+    resid = T - Phi[:, fit.active] @ fit.mean[:, 0]
+    assert 1.0 - resid @ resid / np.sum((T - T.mean()) ** 2) > 0.999
+    # Without the test there is nothing to set aside and nothing to warn about.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        free = fit_sequential(Phi, T, alignment_threshold=0.0)
+    assert free.log_evidence > bound

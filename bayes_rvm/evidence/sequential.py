@@ -39,11 +39,10 @@ import math
 import warnings
 
 import numpy as np
-from scipy.linalg import lapack
 from sklearn.exceptions import ConvergenceWarning
 
-from bayes_rvm.evidence.gaussian import _one_blas_thread, gaussian_posterior
-from bayes_rvm.evidence.log_evidence import WARN_SKIP, cholesky, gaussian_log_evidence
+from bayes_rvm.evidence.gaussian import gaussian_posterior, one_blas_thread
+from bayes_rvm.evidence.log_evidence import WARN_SKIP
 from bayes_rvm.evidence.options import (
     BETA_MAX,
     FREE_ALPHA_FACTOR,
@@ -54,7 +53,9 @@ from bayes_rvm.evidence.options import (
 )
 from bayes_rvm.evidence.record import Recorder
 from bayes_rvm.evidence.result import EvidenceFit, GaussianWeights
+from bayes_rvm.evidence.sequential_state import SequentialState
 from bayes_rvm.evidence.single_basis import log_gain, optimal_alpha
+from bayes_rvm.evidence.width import shared_evidence
 
 __all__ = ["FREE_ALPHA_FACTOR", "fit_sequential"]
 
@@ -66,219 +67,16 @@ _GAIN_RTOL = 1e-12
 _SPAN_RTOL = 1e-10
 #: Steps of the noise warm-up (see ``beta_warmup``), as SparseBayes' ``BetaUpdateStart``.
 _BETA_WARMUP = 10
+#: Most columns of the shared-precision bound checked when candidates were set aside as aligned:
+#: the check costs O(N k^2) and, when it restarts, k products ``Phi^T phi_j``.
+_BOUND_MAX_COLUMNS = 300
+#: Nats by which that bound must beat the fit for the engine to go on from it: a stop a rounding
+#: or a near-tie below it is left alone (the fits it would move are equally good), a collapse is
+#: not (on make_regression the bound was 180 nats above).
+_BOUND_MARGIN = 1.0
 
 
-class _State:
-    """Active set, its posterior, and the factors ``S``, ``Q`` of every column.
-
-    Rows of the active arrays are in the order the columns entered; a deletion moves the last row
-    into the freed one, so nothing is shifted. Every step runs a few dozen NumPy calls on arrays
-    of size K or M, so the methods keep the number of calls (not only the flops) small: at small
-    K and M each call costs more than its arithmetic.
-    """
-
-    def __init__(self, Phi, PT, dd, tt, beta, ab):
-        self.Phi, self.PT, self.dd, self.tt = Phi, PT, dd, tt
-        self.N, self.D = Phi.shape[0], PT.shape[1]
-        self.M = Phi.shape[1]
-        self.beta = beta
-        self.a, self.b = ab
-        self.idx = np.empty(0, dtype=np.intp)  # active columns
-        self.pos = np.full(self.M, -1, dtype=np.intp)  # column -> row in the active arrays
-        self.alpha = np.empty(0)
-        self.is_free = np.zeros(0, dtype=bool)
-        self.n_free = 0
-        self.G = np.empty((0, 0))  # Phi_a^T Phi_a
-        self.C = np.empty((8, self.M))  # rows Phi^T phi_j of the active columns (grown by doubling)
-        self.Sigma = np.empty((0, 0))
-        self.mu = np.empty((0, self.D))
-        self.S = beta * dd
-        self.Q = beta * PT
-        self.residual_base = 0.0
-        self.log_ev = 0.0
-
-    @property
-    def K(self) -> int:
-        return self.idx.size
-
-    def column(self, j: int) -> np.ndarray:
-        return np.ascontiguousarray(self.Phi[:, j])
-
-    def column_products(self, phi_j: np.ndarray) -> np.ndarray:
-        # The only O(N M) operation of a step.
-        return self.Phi.T @ phi_j
-
-    def prior_term(self) -> float:
-        if not (self.a or self.b):
-            return 0.0
-        reg = self.alpha[~self.is_free] if self.n_free else self.alpha
-        return float(np.sum(self.a * np.log(reg) - self.b * reg))
-
-    def append(self, j: int, alpha: float, free: bool, cj: np.ndarray) -> None:
-        """Grow the active arrays by one column (``Sigma``, ``mu`` are the caller's business)."""
-        K = self.K
-        if K == self.C.shape[0]:
-            self.C = np.concatenate([self.C, np.empty_like(self.C)])
-        self.C[K] = cj
-        G = np.empty((K + 1, K + 1))
-        G[:K, :K] = self.G
-        G[K, :K] = G[:K, K] = cj[self.idx]
-        G[K, K] = self.dd[j]
-        self.G = G
-        self.idx = np.append(self.idx, j)
-        self.pos[j] = K
-        self.alpha = np.append(self.alpha, alpha)
-        self.is_free = np.append(self.is_free, free)
-        self.n_free += bool(free)
-
-    def factor(self, beta: float) -> tuple:
-        """Cholesky factor of ``H = A + beta G`` and the log evidence at ``beta`` (O(K^3)).
-
-        Uses ``beta ||T - Phi M||^2 + sum alpha m^2 = beta ||T||^2 - beta^2 |z|^2`` with
-        ``z = L^-1 Phi_a^T T``. Returns ``(L, log_ev, H, z)``: :meth:`refresh` takes the tuple.
-        """
-        H = beta * self.G
-        H.flat[:: self.K + 1] += self.alpha
-        # LAPACK directly: SciPy's wrappers cost more than the K x K work itself at small K.
-        # Cholesky's backward error is insensitive to a diagonal scaling of H, so the
-        # equilibration of log_evidence.cholesky is left to the rare case that H is numerically
-        # indefinite, where that function takes over (with its jitter and warning).
-        L, info = lapack.dpotrf(H, lower=1, clean=1)
-        if info:
-            L = cholesky(H)
-        z, _ = lapack.dtrtrs(L, self.PT[self.idx], lower=1)
-        quad = beta * self.tt - beta * beta * float(np.vdot(z, z))
-        return L, gaussian_log_evidence(L, self.alpha, beta, self.N, quad, self.D), H, z
-
-    def refresh(self, factored: tuple | None = None) -> None:
-        """Recompute ``Sigma``, ``mu``, ``S``, ``Q`` and the log evidence from scratch.
-
-        ``factored`` is :meth:`factor` at the current ``beta`` when the caller has it already.
-        """
-        K, beta = self.K, self.beta
-        L, self.log_ev, H, z = self.factor(beta) if factored is None else factored
-        Linv, _ = lapack.dtrtri(L, lower=1)
-        self.Sigma = Linv.T @ Linv
-        self.mu = Linv.T @ z
-        self.mu *= beta
-        CK = self.C[:K]
-        U = Linv @ CK
-        U *= U
-        S = U.sum(axis=0)
-        S *= -beta * beta
-        S += beta * self.dd
-        self.S = S
-        Q = self.PT - CK.T @ self.mu
-        Q *= beta
-        self.Q = Q
-        # Residual of H Sigma = I after equilibration by diag(H): it measures rounding, not the
-        # (possibly huge) spread of the alphas. Kept as the baseline the guard compares with.
-        dh = np.sqrt(H.diagonal())
-        R = H @ self.Sigma
-        R *= dh / dh[:, None]
-        R.flat[:: K + 1] -= 1.0
-        self.residual_base = float(np.abs(R).max())
-
-    def column_residual(self, p: int) -> float:
-        """Equilibrated residual of column ``p`` of ``H Sigma = I`` (O(K^2))."""
-        col = self.Sigma[:, p]
-        hd = self.beta * self.G.diagonal()
-        hd += self.alpha
-        r = self.G @ col
-        r *= self.beta
-        r += self.alpha * col
-        r *= np.sqrt(hd[p] / hd)
-        r[p] -= 1.0
-        return float(np.abs(r).max())
-
-    def factors_active(self):
-        """``s`` and ``|q|^2`` of the active columns measured without themselves."""
-        al = self.alpha
-        sd = self.Sigma.diagonal()
-        inv_sd = 1.0 / sd
-        S = self.S[self.idx]
-        # Two algebraically equal forms; each loses precision where alpha Sigma_ii nears the
-        # other end of [0, 1], so take the well-conditioned one.
-        prior_side = al * sd > 0.5
-        ratio = np.where(prior_side, al / (al - S), inv_sd)
-        s = np.where(prior_side, S * ratio, inv_sd - al)
-        if self.D == 1:
-            q = np.where(prior_side, self.Q[self.idx, 0], self.mu[:, 0])
-            q *= ratio
-            q2 = q * q
-        else:
-            q = np.where(prior_side[:, None], self.Q[self.idx], self.mu) * ratio[:, None]
-            q2 = np.einsum("ij,ij->i", q, q)
-        return np.maximum(s, 0.0, out=s), q2
-
-    # --- rank-one steps (Tipping and Faul, appendix) ------------------------------------------
-
-    def add(self, j: int, alpha: float, cj: np.ndarray) -> None:
-        beta, K = self.beta, self.K
-        v = self.Sigma @ cj[self.idx]
-        # e = beta (cj - beta C^T v): the change of S and Q is rank one along it.
-        e = v @ self.C[:K]
-        e *= -beta
-        e += cj
-        e *= beta
-        sjj = 1.0 / (alpha + self.S[j])
-        mj = sjj * self.Q[j]
-        Sig = np.empty((K + 1, K + 1))
-        Sig[:K, :K] = self.Sigma
-        Sig[:K, :K] += (beta * beta * sjj) * np.multiply.outer(v, v)
-        Sig[:K, K] = Sig[K, :K] = -beta * sjj * v
-        Sig[K, K] = sjj
-        self.Sigma = Sig
-        mu = np.empty((K + 1, self.D))
-        mu[:K] = self.mu - np.multiply.outer(beta * v, mj)
-        mu[K] = mj
-        self.mu = mu
-        self.Q -= np.multiply.outer(e, mj)
-        e *= e
-        e *= sjj
-        self.S -= e
-        self.append(j, alpha, False, cj)
-
-    def _downdate(self, p: int, kappa: float) -> None:
-        """``Sigma <- Sigma - kappa Sigma_p Sigma_p^T`` and what follows from it (O(K M))."""
-        sp = self.Sigma[:, p].copy()
-        mp = self.mu[p].copy()
-        W = np.multiply.outer(sp, sp)
-        W *= kappa  # after the product, so that Sigma stays exactly symmetric
-        self.Sigma -= W
-        self.mu -= np.multiply.outer(kappa * sp, mp)
-        z = sp @ self.C[: self.K]  # Phi^T Phi_a Sigma_p: the change of S and Q is along it
-        self.Q += np.multiply.outer(z, (kappa * self.beta) * mp)
-        z *= z
-        z *= kappa * self.beta * self.beta
-        self.S += z
-
-    def reestimate(self, p: int, alpha: float) -> None:
-        delta = alpha - self.alpha[p]
-        # kappa = 1 / (Sigma_pp + 1 / delta), written without dividing by a vanishing delta.
-        self._downdate(p, delta / (self.Sigma[p, p] * delta + 1.0))
-        self.alpha[p] = alpha
-
-    def delete(self, p: int) -> None:
-        self._downdate(p, 1.0 / self.Sigma[p, p])
-        last = self.K - 1
-        j = int(self.idx[p])
-        if p != last:
-            for arr in (self.Sigma, self.G):
-                arr[p, :] = arr[last, :]
-                arr[:, p] = arr[:, last]
-            for arr in (self.mu, self.C, self.alpha, self.is_free, self.idx):
-                arr[p] = arr[last]
-            self.pos[self.idx[p]] = p
-        self.Sigma = self.Sigma[:last, :last].copy()
-        self.G = self.G[:last, :last].copy()
-        self.mu = self.mu[:last]
-        self.alpha = self.alpha[:last]
-        self.is_free = self.is_free[:last]
-        self.idx = self.idx[:last]
-        self.pos[j] = -1
-
-
+@one_blas_thread
 def fit_sequential(
     Phi: np.ndarray, T: np.ndarray, *, options: EvidenceOptions | None = None, **settings
 ) -> EvidenceFit:
@@ -321,7 +119,12 @@ def fit_sequential(
         * ``alignment_threshold``: a candidate whose column has cosine above
           ``1 - alignment_threshold`` with an active column is not added (its addition is
           numerically a re-estimation of the other); ``reason`` ends with the number of
-          candidates set aside at the end, if any.
+          candidates set aside at the end, if any. The test does not cost evidence the engine
+          knows it could have: when it stops with candidates set aside, the evidence of one
+          shared precision over the active and set-aside columns (a point of the same
+          hyperparameter space) is computed, and if it is more than a nat higher the engine goes
+          on from there with the test off, with a warning (issue 31: on smooth kernels every
+          column can have a cosine above 0.999 with the first one, which left a one-vector fit).
     **settings
         Fields of ``options`` to override.
 
@@ -348,10 +151,7 @@ def fit_sequential(
             "objective grows without bound as alpha -> inf. Use fit_mackay for that prior."
         )
     problem = check_problem(Phi, T, opt, "sequential")
-    with (
-        _one_blas_thread(),
-        np.errstate(divide="ignore", invalid="ignore", over="ignore"),
-    ):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         engine = _Sequential(problem)
         with Recorder("fit_sequential", opt.callback, opt.progress) as rec:
             engine.run(rec)
@@ -381,7 +181,7 @@ class _Scan:
 
 
 class _Sequential:
-    """The sequential engine: the state (``_State``) and the schedule of its steps.
+    """The sequential engine: the state (:class:`SequentialState`) and the schedule of its steps.
 
     :meth:`run` reads as the algorithm: :meth:`scan` the factors, stop or settle the noise when
     nothing is worth doing, otherwise :meth:`choose` a step, :meth:`apply` it and record it.
@@ -397,11 +197,14 @@ class _Sequential:
         self.tt = tt = float(np.sum(T * T))
         self.beta_max = BETA_MAX * D * N / max(tt, 1e-300)
         self.allowed = problem.allowed
+        self.T = T
+        self.align = opt.alignment_threshold > 0
+        self.restart = ""  # what the shared-precision bound changed, for the warning
         self.addable = problem.allowed.copy()  # allowed, out of the model and not set aside
         PT = Phi.T @ T  # with the squared norms, the two passes over Phi everything comes from
         if not np.all(np.isfinite(PT)):
             raise ValueError("Phi must be finite.")
-        st = self.st = _State(Phi, PT, dd, tt, problem.beta_init, self.ab)
+        st = self.st = SequentialState(Phi, PT, dd, tt, problem.beta_init, self.ab)
         for j, alpha_j in zip(problem.free, free_alpha(problem), strict=True):
             st.append(int(j), alpha_j, True, st.column_products(st.column(int(j))))
         self.init_action = self._start(problem.alpha_init, problem.free)
@@ -411,7 +214,7 @@ class _Sequential:
         # addition or deletion; ``n_parallel`` counts the active columns each is aligned with.
         self.n_parallel = np.zeros(M, dtype=np.intp)
         self.root_dd = np.sqrt(dd)
-        if opt.alignment_threshold > 0:
+        if self.align:
             for p in range(st.K):
                 self.n_parallel += self.aligned(p)
             self.addable &= self.n_parallel == 0
@@ -531,11 +334,63 @@ class _Sequential:
             self.objective = self.exact_objective()
             self.fresh = True
             return False
+        if self.restart_from_shared_bound():
+            return self.converged  # True only when the callback asked to stop
         self.converged = True
         self.reason = (
             f"no worthwhile addition or deletion, max |change of log alpha| < tol={self.opt.tol:g}"
             + ("" if self.opt.fixed_beta else " and |change of log beta| < tol")
         )
+        return True
+
+    def restart_from_shared_bound(self) -> bool:
+        """Go on from one shared precision over the set-aside columns if its evidence is higher.
+
+        With ``alpha_i = a`` on the active and set-aside columns (the free ones as they are) and
+        ``inf`` elsewhere, the objective is a point the engine may reach, so stopping below it
+        is a poor local optimum left by the alignment test. Checked once, only when candidates
+        are set aside; True when the engine restarts there, with the alignment test off.
+        """
+        st, aside = self.st, self.allowed & (self.n_parallel > 0) & (self.st.pos < 0)
+        if not self.align or not aside.any():
+            return False
+        self.align = False  # checked once: it stays on unless the engine restarts below
+        q2 = np.einsum("ij,ij->i", st.Q, st.Q)
+        extra = np.flatnonzero(aside)
+        extra = extra[np.argsort(-q2[extra] / np.maximum(st.S[extra], 1e-300), kind="stable")]
+        reg = st.idx[~st.is_free]
+        cols = np.concatenate([reg, extra[: max(_BOUND_MAX_COLUMNS - reg.size, 0)]])
+        fixed = st.beta if self.opt.fixed_beta else None
+        bound = shared_evidence(st.Phi[:, cols], self.T, beta=fixed)
+        obj = bound.log_evidence + self.beta_term(bound.beta)
+        if self.ab[0] or self.ab[1]:
+            obj += cols.size * (self.ab[0] * math.log(bound.alpha) - self.ab[1] * bound.alpha)
+        if st.n_free == 0 and obj <= self.objective + _BOUND_MARGIN:
+            self.align = True
+            return False
+        trial = SequentialState(st.Phi, st.PT, st.dd, self.tt, bound.beta, self.ab)
+        for j, alpha_j in zip(st.idx[st.is_free], st.alpha[st.is_free], strict=True):
+            trial.append(int(j), float(alpha_j), True, st.C[st.pos[j]].copy())
+        for j in cols:
+            trial.append(int(j), bound.alpha, False, trial.column_products(trial.column(j)))
+        trial.refresh()
+        obj = trial.log_ev + trial.prior_term() + self.beta_term(trial.beta)
+        if obj <= self.objective + _BOUND_MARGIN:
+            self.align = True
+            return False
+        self.restart = (
+            f"the alignment test had set aside {extra.size} candidates and the fit stopped at "
+            f"{self.objective:.4g} with {st.K} active columns, below {obj:.4g} of one shared "
+            f"precision over {cols.size} of them; it went on from there without the test"
+        )
+        gain, self.objective, self.st = obj - self.objective, obj, trial
+        self.n_parallel[:] = 0
+        np.logical_and(self.allowed, trial.pos < 0, out=self.addable)
+        self.fresh = self.newton_ok = True
+        self.beta_settled = self.opt.fixed_beta
+        self.n_steps += 1
+        if self.record("restart shared", self.objective, gain, self.snapshot):
+            self.converged, self.reason = True, "stopped by callback"
         return True
 
     # --- scan, choose, apply ------------------------------------------------------------------
@@ -639,7 +494,7 @@ class _Sequential:
 
     def apply(self, kind: str, where: int, sc: _Scan, gain: float) -> str:
         """Take an addition, re-estimation or deletion; returns the action recorded."""
-        st, align = self.st, self.opt.alignment_threshold > 0
+        st, align = self.st, self.align
         if kind == "add":
             j = where
             if self.no_prior:
@@ -793,6 +648,13 @@ class _Sequential:
         n_aside = int(np.count_nonzero(self.allowed & (self.n_parallel > 0) & (st.pos < 0)))
         if n_aside:
             reason += f"; {n_aside} candidates set aside as aligned with an active column"
+        if self.restart:
+            reason += f"; {self.restart}"
+            warnings.warn(
+                f"fit_sequential: {self.restart} (alignment_threshold=0 skips the test).",
+                UserWarning,
+                skip_file_prefixes=WARN_SKIP,
+            )
         order = np.argsort(st.idx)
         idx = st.idx[order]
         alpha = st.alpha[order]

@@ -46,8 +46,9 @@ import numpy as np
 from scipy import linalg, optimize
 from scipy.special import expit, log_expit
 
-from bayes_rvm.evidence.gaussian import EvidenceFit, _one_blas_thread
+from bayes_rvm.evidence.gaussian import EvidenceFit, _one_blas_thread, one_blas_thread
 from bayes_rvm.evidence.options import BETA_MAX
+from bayes_rvm.kernels import WIDTH_KERNELS, stationary_kernel
 
 __all__ = [
     "WIDTH_KERNELS",
@@ -64,8 +65,6 @@ __all__ = [
     "width_to_gamma",
 ]
 
-#: Stationary kernels whose width(s) the evidence can be maximised over.
-WIDTH_KERNELS = ("rbf", "laplacian")
 #: The start grid stops narrowing once a fit keeps this fraction of the basis and loses evidence.
 SATURATED = 0.9
 
@@ -91,18 +90,10 @@ Design = Callable[..., np.ndarray]
 def width_to_gamma(length_scale, kernel: str):
     """The coefficient(s) ``gamma`` of :class:`~bayes_rvm.kernels.KernelBasis` for length(s) ``l``.
 
-    ``1 / l^2`` for ``"rbf"``, ``1 / l`` for ``"laplacian"``.
+    ``1 / l^2`` for ``"rbf"``, ``1 / l`` for ``"laplacian"``
+    (:meth:`bayes_rvm.kernels.StationaryKernel.gamma`).
     """
-    _check_kernel(kernel)
-    ls = np.asarray(length_scale, dtype=np.float64)
-    return 1.0 / ls**2 if kernel == "rbf" else 1.0 / ls
-
-
-def _check_kernel(kernel) -> None:
-    if kernel not in WIDTH_KERNELS:
-        raise ValueError(
-            f"the kernel width can be learned for the kernels {WIDTH_KERNELS}, got {kernel!r}."
-        )
+    return stationary_kernel(kernel, purpose="a learned kernel width").gamma(length_scale)
 
 
 def evidence_design_gradient(Phi_active: np.ndarray, T: np.ndarray, fit) -> np.ndarray:
@@ -165,7 +156,7 @@ def evidence_width_gradient(
     ndarray of shape (1,) or (P,)
         ``dL / dlog l`` (one entry per length scale).
     """
-    _check_kernel(kernel)
+    width = stationary_kernel(kernel, purpose="a learned kernel width")
     ls = np.atleast_1d(np.asarray(length_scale, dtype=np.float64))
     G = evidence_design_gradient(Phi_active, T, fit)
     s = np.einsum("ij,ij->j", Phi_active, G)
@@ -178,11 +169,7 @@ def evidence_width_gradient(
     lsd = np.broadcast_to(ls, (P,)) if ls.size == 1 else ls
     per_feature = np.empty(P)
     for d in range(P):
-        diff = X[:, d, None] - C[None, :, d]
-        if kernel == "rbf":
-            per_feature[d] = 2.0 * np.sum(W * diff**2) / lsd[d] ** 2
-        else:
-            per_feature[d] = np.sum(W * np.abs(diff)) / lsd[d]
+        per_feature[d] = width.log_length_sum(W, X[:, d, None] - C[None, :, d], lsd[d])
     # One shared length scale: d/dlog l is the sum of the per-feature derivatives.
     return np.array([per_feature.sum()]) if ls.size == 1 else per_feature
 
@@ -346,6 +333,7 @@ class _Search:
         )
 
 
+@one_blas_thread
 def maximise_width(
     design: Design,
     engine: Engine,
@@ -445,7 +433,7 @@ def maximise_width(
     -------
     WidthFit
     """
-    _check_kernel(kernel)
+    stationary_kernel(kernel, purpose="a learned kernel width")
     start = time.perf_counter()
     X = np.asarray(X, dtype=np.float64)
     centres = X if centres is None else np.asarray(centres, dtype=np.float64)
@@ -583,6 +571,7 @@ class SharedEvidence:
     n_effective: float
 
 
+@one_blas_thread
 def shared_evidence(
     Phi: np.ndarray,
     T: np.ndarray,
@@ -861,6 +850,7 @@ def _parabolic_maximum(
     return b
 
 
+@one_blas_thread
 def select_width_shared(
     design: Design,
     X: np.ndarray,
