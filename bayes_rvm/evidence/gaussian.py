@@ -36,11 +36,16 @@ from bayes_rvm.evidence.result import EvidenceFit, GaussianWeights
 from bayes_rvm.evidence.single_basis import log_hyperprior
 
 __all__ = [
+    "KEPT_ONE",
     "EvidenceFit",
     "GaussianPosterior",
+    "MacKayStop",
     "fit_mackay",
     "gaussian_posterior",
+    "keep_one",
     "log_hyperprior",
+    "one_blas_thread",
+    "single_blas_thread",
 ]
 
 
@@ -81,7 +86,7 @@ def _blas_controller():
     return ThreadpoolController()
 
 
-def _one_blas_thread():
+def single_blas_thread():
     """Limit BLAS to one thread (a context manager) for the sequential engines.
 
     Their operands are thin (N x K, K x K) and their O(N M) matrix-vector products are
@@ -92,7 +97,7 @@ def _one_blas_thread():
 
 
 def one_blas_thread(method: Callable) -> Callable:
-    """Run ``method`` with BLAS limited to one thread (:func:`_one_blas_thread`): the guard of
+    """Run ``method`` with BLAS limited to one thread (:func:`single_blas_thread`): the guard of
     every public entry point that does dense algebra (fit, predict, ...).
 
     The estimators' algebra is on small or thin matrices (the width search's eigendecompositions,
@@ -103,7 +108,7 @@ def one_blas_thread(method: Callable) -> Callable:
 
     @functools.wraps(method)
     def guarded(*args, **kwargs):
-        with _one_blas_thread():
+        with single_blas_thread():
             return method(*args, **kwargs)
 
     return guarded
@@ -166,7 +171,7 @@ def keep_one(new_alpha: np.ndarray, pruned: np.ndarray, threshold_alpha: float) 
     return True
 
 
-class _MacKayStop:
+class MacKayStop:
     """The re-estimation engines' stopping rule.
 
     Converged when no ``log alpha`` moved by ``tol`` or more and nothing was pruned, or when the
@@ -303,7 +308,7 @@ class _MacKay:
     def run(self) -> EvidenceFit:
         opt = self.opt
         converged, reason = False, f"reached max_iter={opt.max_iter}"
-        should_stop = _MacKayStop(opt.tol, opt.evidence_tol)
+        should_stop = MacKayStop(opt.tol, opt.evidence_tol)
         n_iter, action = 0, "init"
         with Recorder("fit_mackay", opt.callback, opt.progress) as rec:
             for n_iter in range(1, opt.max_iter + 1):  # noqa: B007 - reported after the loop

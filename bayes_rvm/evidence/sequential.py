@@ -42,7 +42,7 @@ import numpy as np
 from scipy.linalg import lapack
 from sklearn.exceptions import ConvergenceWarning
 
-from bayes_rvm.evidence.gaussian import _one_blas_thread, gaussian_posterior
+from bayes_rvm.evidence.gaussian import gaussian_posterior, single_blas_thread
 from bayes_rvm.evidence.log_evidence import WARN_SKIP, cholesky, gaussian_log_evidence
 from bayes_rvm.evidence.options import (
     BETA_MAX,
@@ -349,7 +349,7 @@ def fit_sequential(
         )
     problem = check_problem(Phi, T, opt, "sequential")
     with (
-        _one_blas_thread(),
+        single_blas_thread(),
         np.errstate(divide="ignore", invalid="ignore", over="ignore"),
     ):
         engine = _Sequential(problem)

@@ -44,7 +44,7 @@ import numpy as np
 from scipy import linalg, optimize
 from scipy.special import expit, log_expit
 
-from bayes_rvm.evidence.gaussian import EvidenceFit, _one_blas_thread
+from bayes_rvm.evidence.gaussian import EvidenceFit, single_blas_thread
 from bayes_rvm.evidence.options import BETA_MAX
 
 __all__ = [
@@ -676,7 +676,7 @@ def shared_laplace_evidence(
     # One BLAS thread: NumPy and SciPy each bring their own OpenBLAS, whose idle threads spin
     # while the other library's run, and these small products and factorisations alternate
     # between the two (iris: 16 s with two threads each on two cores, 1.4 s with one).
-    with _one_blas_thread():
+    with single_blas_thread():
         return _shared_laplace_evidence(_principal_coordinates(Phi), Y, max_iter, tol)
 
 
