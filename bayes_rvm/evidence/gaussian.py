@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import linalg
 from scipy.linalg import lapack
 from sklearn.exceptions import ConvergenceWarning
 
@@ -40,12 +41,14 @@ __all__ = [
     "EvidenceFit",
     "GaussianPosterior",
     "MacKayStop",
+    "WeightPosterior",
     "fit_mackay",
     "gaussian_posterior",
     "keep_one",
     "log_hyperprior",
     "one_blas_thread",
     "single_blas_thread",
+    "weight_posterior",
 ]
 
 
@@ -153,6 +156,105 @@ def gaussian_posterior(
     quad = beta * sse + float(alpha @ (mean * mean).sum(axis=1))
     log_ev = gaussian_log_evidence(L, alpha, beta, n_samples, quad, D)
     return GaussianPosterior(mean, L, sigma_diag, gamma, sse, log_ev)
+
+
+@dataclass(frozen=True)
+class WeightPosterior:
+    """Gaussian posteriors of the weights, batched over leading axes (draws of the hyperparameters).
+
+    ``H = A + beta Phi^T Phi`` is equilibrated by its diagonal, ``H = D R D`` with
+    ``D = diag(sqrt(diag H))``, and ``R = L L^T``: a draw may hold alphas many orders apart
+    (weights pinned at zero next to free ones), and the unit-diagonal ``R`` keeps the
+    factorisation accurate. ``Sigma = H^-1 = D^-1 L^-T L^-1 D^-1``.
+
+    Attributes
+    ----------
+    chol : ndarray of shape (..., K, K)
+        ``L``, lower.
+    scale : ndarray of shape (..., K)
+        ``diag(D)``.
+    mean : ndarray of shape (..., K, D)
+        Posterior means ``m = beta Sigma Phi^T T``.
+    beta : ndarray of shape (...)
+    """
+
+    chol: np.ndarray
+    scale: np.ndarray
+    mean: np.ndarray
+    beta: np.ndarray
+
+    def whiten(self, v: np.ndarray) -> np.ndarray:
+        """``L^-1 D^-1 v`` for ``v`` of shape (..., K, n): ``Sigma = G^T G`` with ``G = L^-1 D^-1``
+        (``G v`` has squared column norms ``v^T Sigma v``)."""
+        return linalg.solve_triangular(
+            self.chol, v / self.scale[..., :, None], lower=True, check_finite=False
+        )
+
+    def chol_inverse(self) -> np.ndarray:
+        """``L^-1`` of shape (..., K, K), by triangular solves."""
+        eye = np.broadcast_to(np.eye(self.chol.shape[-1]), self.chol.shape)
+        return linalg.solve_triangular(self.chol, eye, lower=True, check_finite=False)
+
+    def inverse_factor(self) -> np.ndarray:
+        """``G = L^-1 D^-1`` of shape (..., K, K) (``Sigma = G^T G``)."""
+        return self.chol_inverse() / self.scale[..., None, :]
+
+    def sigma_diag(self) -> np.ndarray:
+        """Diagonal of ``Sigma``, shape (..., K)."""
+        G = self.inverse_factor()
+        return np.einsum("...ij,...ij->...j", G, G)
+
+    def log_det(self) -> np.ndarray:
+        """``ln |H|``, shape (...)."""
+        diag = np.diagonal(self.chol, axis1=-2, axis2=-1)
+        return 2.0 * (np.log(diag).sum(axis=-1) + np.log(self.scale).sum(axis=-1))
+
+    def draw(self, z: np.ndarray) -> np.ndarray:
+        """``m + D^-1 L^-T z``: weights drawn from the posterior, given standard normal ``z`` of
+        the shape of ``mean``."""
+        noise = linalg.solve_triangular(self.chol, z, lower=True, trans="T", check_finite=False)
+        return self.mean + noise / self.scale[..., :, None]
+
+
+def weight_posterior(gram, phi_t, alpha, beta) -> WeightPosterior:
+    """The Gaussian posterior of the weights from ``Phi^T Phi``, ``Phi^T T``, alpha and beta.
+
+    The one home of this algebra: the marginal-likelihood Op, the weight draws and the predictive
+    of MCMC draws call it. Batched: leading axes of ``alpha`` (and of ``beta``, ``gram`` and
+    ``phi_t`` where they have them) are draws, factored at once by LAPACK.
+
+    Parameters
+    ----------
+    gram : ndarray of shape (..., K, K)
+        ``Phi^T Phi`` of the columns in the model.
+    phi_t : ndarray of shape (..., K, D)
+        ``Phi^T T``.
+    alpha : ndarray of shape (..., K)
+        Prior precisions (positive).
+    beta : float or ndarray of shape (...)
+        Noise precisions (positive).
+
+    Returns
+    -------
+    WeightPosterior
+
+    Raises
+    ------
+    numpy.linalg.LinAlgError
+        Where a precision matrix is not numerically positive definite.
+    """
+    alpha = np.asarray(alpha, dtype=np.float64)
+    beta = np.asarray(beta, dtype=np.float64)
+    K = alpha.shape[-1]
+    H = beta[..., None, None] * gram
+    diag = np.arange(K)
+    H[..., diag, diag] += alpha
+    d = np.sqrt(H[..., diag, diag])
+    L = np.linalg.cholesky(H / d[..., :, None] / d[..., None, :])
+    u = linalg.solve_triangular(L, phi_t / d[..., :, None], lower=True, check_finite=False)
+    mean = linalg.solve_triangular(L, u, lower=True, trans="T", check_finite=False)
+    mean *= beta[..., None, None] / d[..., :, None]
+    return WeightPosterior(L, d, mean, beta)
 
 
 KEPT_ONE = "every basis function reached the pruning threshold; kept one"

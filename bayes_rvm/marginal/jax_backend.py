@@ -6,7 +6,8 @@ here runs unless a JAX-based sampler is asked for.
 
 from __future__ import annotations
 
-from bayes_rvm.marginal.op import _LOG_2PI, MarginalLogLikelihood
+from bayes_rvm.families import LOG_2PI
+from bayes_rvm.marginal.op import MarginalLogLikelihood
 
 __all__ = ["register_jax_dispatch"]
 
@@ -45,7 +46,7 @@ def register_jax_dispatch() -> None:
         m2 = jnp.sum(mean**2, axis=1)
         log_det = 2.0 * jnp.sum(jnp.log(jnp.diag(Ls))) + 2.0 * jnp.sum(jnp.log(d))
         logp = (
-            0.5 * D * (N * (log_beta - _LOG_2PI) + jnp.sum(log_alpha) - log_det)
+            0.5 * D * (N * (log_beta - LOG_2PI) + jnp.sum(log_alpha) - log_det)
             - 0.5 * beta * sse
             - 0.5 * jnp.sum(alpha * m2)
         )
@@ -58,7 +59,7 @@ def register_jax_dispatch() -> None:
         return logp, g_alpha, g_beta, g_Y, finite
 
     def _lowrank_core(log_alpha, log_beta, U, Y, VS):
-        # The algebra of numba_backend.lowrank_log_evidence_and_grad, in jax.numpy.
+        # The algebra of numba_kernels.lowrank_log_evidence_and_grad, in jax.numpy.
         N, r = U.shape
         D = Y.shape[1]
         ainv = jnp.exp(-log_alpha)
@@ -73,7 +74,7 @@ def register_jax_dispatch() -> None:
         R = Y - U @ Z
         sse = jnp.sum(R**2)
         log_det = 2.0 * jnp.sum(jnp.log(jnp.diag(Ls))) + 2.0 * jnp.sum(jnp.log(d))
-        logp = -0.5 * (D * (N * _LOG_2PI - (N - r) * log_beta + log_det) + beta * sse)
+        logp = -0.5 * (D * (N * LOG_2PI - (N - r) * log_beta + log_det) + beta * sse)
         logp = logp - 0.5 * jnp.sum(Z * Q)
         gkg = jnp.sum((VS @ Kinv) * VS, axis=1)
         g_alpha = 0.5 * ainv * (D * gkg - jnp.sum((VS @ Q) ** 2, axis=1))
