@@ -96,8 +96,11 @@ class Family:
         """
         t = np.asarray(t, dtype=np.float64)
         if self.name == "bernoulli":
-            # t ln y + (1 - t) ln(1 - y) for any t in [0, 1], with one transcendental per entry.
-            return t * eta - np.logaddexp(0.0, eta)
+            # t eta - ln(1 + e^eta) as ln(1 + e^-|eta|) plus a linear part: one transcendental
+            # per entry, and exact where a probability is near one (the plain form rounds there
+            # to a multiple of eta's last digit).
+            lin = np.where(eta > 0, (1.0 - t) * eta, -t * eta)
+            return -(np.logaddexp(0.0, -np.abs(eta)) + lin)
         if self.name == "softmax":
             return np.sum(t * log_softmax(eta, axis=-1), axis=-1)
         eta_c = np.minimum(eta, ETA_MAX)

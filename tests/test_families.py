@@ -32,6 +32,13 @@ def test_pointwise_log_likelihoods_are_scipys_and_batch_over_draws():
     np.testing.assert_allclose(
         BERNOULLI.log_likelihood(eta, t01), stats.bernoulli.logpmf(t01, p), rtol=1e-12
     )
+    # Exact where the probability of the label is near one (log_expit is the truth there).
+    far = np.array([40.0, -40.0, 700.0])
+    np.testing.assert_allclose(
+        BERNOULLI.log_likelihood(far, np.array([1.0, 0.0, 1.0])),
+        [-np.exp(-40.0), -np.exp(-40.0), -np.exp(-700.0)],
+        rtol=1e-12,
+    )
     counts = rng.poisson(3.0, N).astype(float)
     np.testing.assert_allclose(
         POISSON.log_likelihood(eta, counts), stats.poisson.logpmf(counts, np.exp(eta)), rtol=1e-12
