@@ -87,6 +87,16 @@ def _lower_inverse(L, ldinv):  # pragma: no cover - numba
     return X, sd
 
 
+@numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+def _sum_squares(R):  # pragma: no cover - numba
+    """``||R||^2`` of a 2-D array (the residual sum of squares)."""
+    s = 0.0
+    for n in range(R.shape[0]):
+        for c in range(R.shape[1]):
+            s += R[n, c] * R[n, c]
+    return s
+
+
 @numba.njit(cache=True, fastmath={"reassoc", "contract"})
 def log_evidence_numba(log_alpha, log_beta, Phi, Y, gram):  # pragma: no cover - compiled by numba
     """:func:`~bayes_rvm.marginal.op.log_evidence_and_grad` compiled: the same outputs."""
@@ -121,10 +131,7 @@ def log_evidence_numba(log_alpha, log_beta, Phi, Y, gram):  # pragma: no cover -
         for c in range(D):
             mean[i, c] *= beta * dinv[i]
     resid = Y - Phi @ mean
-    sse = 0.0
-    for n in range(N):
-        for c in range(D):
-            sse += resid[n, c] * resid[n, c]
+    sse = _sum_squares(resid)
     sum_la = 0.0
     alpha_sigma = 0.0
     penalty = 0.0
@@ -301,10 +308,7 @@ def lowrank_log_evidence_and_grad(log_alpha, log_beta, U, Y, VS):  # pragma: no 
     Z = Uc.T @ Yc
     Q = _solve_equilibrated(L, dinv, Z)
     R = Yc - Uc @ Z
-    sse = 0.0
-    for n in range(N):
-        for c in range(D):
-            sse += R[n, c] * R[n, c]
+    sse = _sum_squares(R)
     quad = 0.0
     q2 = 0.0
     for k in range(r):
