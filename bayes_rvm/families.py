@@ -1,18 +1,13 @@
 """The likelihood families of the RVM: one home for their formulas (NumPy and SciPy only).
 
 Each family maps the latent ``eta`` (the linear predictor ``Phi w``, plus any offset) to the
-likelihood's mean, its pointwise log-likelihood and the curvature the Laplace engines need:
+likelihood's mean, its pointwise log-likelihood and the curvature the Laplace engines need::
 
-=============  ================  ========================================  ======================
-family         mean ``y``        ``ln p(t | eta)``                         curvature ``B``
-=============  ================  ========================================  ======================
-Gaussian       ``eta``           ``ln N(t | eta, sigma^2)``                ``1 / sigma^2``
-Bernoulli      ``expit(eta)``    ``t ln y + (1 - t) ln (1 - y)``           ``y (1 - y)``
-softmax        ``softmax(eta)``  ``sum_c t_c ln y_c``                      ``y_c (1 - y_c)`` [*]
-Poisson        ``exp(eta)``      ``t eta - e^eta - ln t!``                 ``y``
-=============  ================  ========================================  ======================
-
-[*] the diagonal blocks of the softmax's C x C curvature ``diag(y) - y y^T``.
+    family      mean y          ln p(t | eta)                  curvature B
+    Gaussian    eta             ln N(t | eta, sigma^2)         1 / sigma^2
+    Bernoulli   expit(eta)      t ln y + (1 - t) ln(1 - y)     y (1 - y)
+    softmax     softmax(eta)    sum_c t_c ln y_c               y_c (1 - y_c)  (diagonal blocks)
+    Poisson     exp(eta)        t eta - e^eta - ln t!          y
 
 The pointwise log-likelihoods are batched: ``eta`` may carry leading axes of draws, e.g. shape
 (S, N) or (S, N, C) against targets of shape (N,) or (N, C), and the result has the shape of

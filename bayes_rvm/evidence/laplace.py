@@ -1,4 +1,9 @@
-"""Sparse Bayesian learning for non-Gaussian likelihoods by the Laplace approximation.
+"""Sparse Bayesian learning for non-Gaussian likelihoods by the Laplace approximation: the engines.
+
+The mode finder and the Laplace approximation at fixed ``alpha`` live in
+:mod:`bayes_rvm.evidence.mode` (re-exported here: :func:`posterior_mode`,
+:func:`laplace_posterior`, :class:`LaplacePosterior`), the likelihood formulas in
+:mod:`bayes_rvm.families`.
 
 The likelihoods are Bernoulli-logit (binary classification), softmax (multinomial classification
 with C classes) and Poisson-log (counts). With weights ``W`` (K x C; C = 1 for Bernoulli and
