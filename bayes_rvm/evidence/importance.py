@@ -29,7 +29,6 @@ save / load bit for bit.
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,7 +36,7 @@ from arviz_stats.base import array_stats
 from scipy import linalg
 from scipy.special import expit, logsumexp, softmax
 
-from bayes_rvm.evidence.log_evidence import WARN_SKIP
+from bayes_rvm._warnings import warn_at_user
 from bayes_rvm.evidence.result import LaplaceWeights
 from bayes_rvm.families import ETA_MAX, family
 
@@ -92,7 +91,18 @@ class ImportanceDraws:
         Bernoulli: (n, 2), ``log p(t = 0)`` and ``log p(t = 1)``, each formed from its own sum
         so that neither rounds to ``log 0`` next to a probability near one; softmax: (n, C), the
         log class probabilities; Poisson: (n, 1), the log rate.
+
+        Warns (``RuntimeWarning``, at the caller's line) when ``pareto_k`` exceeds
+        :data:`PARETO_K_MAX`: the averages are then unreliable.
         """
+        if self.pareto_k > PARETO_K_MAX:
+            warn_at_user(
+                f"importance sampling of the Laplace fit's posterior: Pareto k = "
+                f"{self.pareto_k:.2f} > {PARETO_K_MAX} (PSIS), the weighted predictive is "
+                "unreliable. The Laplace approximation is far from the posterior: "
+                "inference='mcmc' samples it exactly.",
+                RuntimeWarning,
+            )
         phi_active = np.asarray(phi_active, dtype=np.float64)
         n, C = phi_active.shape[0], self.draws.shape[2]
         out = np.empty((n, 2 if self.likelihood == "bernoulli" else C))
@@ -171,7 +181,7 @@ def importance_draws(
     ImportanceDraws
         Its ``ess`` and ``pareto_k`` say how far to trust it: below ``MIN_ESS`` the Laplace
         approximation is far from the posterior and the averages are noisy; above
-        ``PARETO_K_MAX`` (warned about here) they are unreliable.
+        ``PARETO_K_MAX`` they are unreliable (its predictions warn).
     """
     M = np.asarray(posterior.mean, dtype=np.float64)
     K, C = M.shape
@@ -209,12 +219,4 @@ def _pareto_smoothed(log_ratios: np.ndarray) -> tuple[np.ndarray, float]:
     """
     log_w, k = array_stats.psislw(-log_ratios)
     k = float(k)
-    if k > PARETO_K_MAX:
-        warnings.warn(
-            f"importance sampling of the Laplace fit's posterior: Pareto k = {k:.2f} > "
-            f"{PARETO_K_MAX} (PSIS), the weighted predictive is unreliable. The Laplace "
-            "approximation is far from the posterior: inference='mcmc' samples it exactly.",
-            RuntimeWarning,
-            skip_file_prefixes=WARN_SKIP,
-        )
     return np.asarray(log_w, dtype=np.float64), k
