@@ -32,7 +32,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from arviz_stats.base import array_stats
 from scipy import linalg
 from scipy.special import expit, logsumexp, softmax
 
@@ -217,6 +216,10 @@ def _pareto_smoothed(log_ratios: np.ndarray) -> tuple[np.ndarray, float]:
 
     arviz-stats' ``psislw`` takes LOO's log-likelihoods, whose negatives are the log ratios.
     """
+    # Imported here: arviz-stats brings arviz-base, whose lazy ``jax`` module makes the next
+    # SciPy ``logsumexp`` in the process import JAX (3 s, once); ``import bayes_rvm`` stays light.
+    from arviz_stats.base import array_stats
+
     log_w, k = array_stats.psislw(-log_ratios)
     k = float(k)
     return np.asarray(log_w, dtype=np.float64), k
