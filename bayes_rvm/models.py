@@ -57,6 +57,7 @@ import pymc as pm
 import pytensor.tensor as pt
 
 from bayes_rvm.dims import BASIS, CENTRE, CLASS, FEATURE, OBS, OUTPUT
+from bayes_rvm.families import LOG_2PI
 from bayes_rvm.graph_spec import RVMSpec, model_cache_key, model_spec, record_spec
 from bayes_rvm.kernels import stationary_distances, stationary_kernel
 from bayes_rvm.marginal import (
@@ -735,9 +736,6 @@ def rvm_classification_model(
 # ---------------------------------------------------------------------------------------------
 # Regression with the kernel width sampled: the design is a function of a random variable
 # ---------------------------------------------------------------------------------------------
-_LOG_2PI = float(np.log(2.0 * np.pi))
-
-
 def woodbury_log_likelihood(Y, log_alpha, log_beta, Phi) -> pt.TensorVariable:
     """Symbolic ``sum_d ln N(t_d | 0, beta^-1 I + Phi A^-1 Phi^T)`` for a symbolic ``Phi``.
 
@@ -772,7 +770,7 @@ def woodbury_log_likelihood(Y, log_alpha, log_beta, Phi) -> pt.TensorVariable:
     # digits to cancellation when beta is large or an alpha is huge (1e-4 nats at alpha ~ 5e7).
     m = beta * pt.linalg.solve_triangular(L.T, u, lower=False) / d[:, None]
     quad = beta * pt.sum((Y - Phi @ m) ** 2) + pt.sum(pt.exp(log_alpha)[:, None] * m**2)
-    return -0.5 * (D * (N * _LOG_2PI + log_det) + quad)
+    return -0.5 * (D * (N * LOG_2PI + log_det) + quad)
 
 
 def _width_y_logp(value, log_alpha, log_beta, Phi, mean):

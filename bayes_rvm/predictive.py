@@ -70,6 +70,9 @@ import numpy as np
 from scipy import linalg
 from scipy.special import logsumexp
 
+from bayes_rvm.evidence.gaussian import weight_posterior
+from bayes_rvm.families import gaussian_log_likelihood
+
 __all__ = [
     "AugmentationData",
     "DrawPosteriors",
@@ -301,12 +304,15 @@ class DrawPosteriors:
     mean : ndarray of shape (S, M, D)
         Posterior means ``m_s = beta_s Sigma_s Phi^T Y``.
     beta : ndarray of shape (S,)
+    chol : ndarray of shape (S, M, M)
+        ``L_s`` itself (from :func:`~bayes_rvm.evidence.gaussian.weight_posterior`).
     """
 
     inv_chol: np.ndarray
     scale: np.ndarray
     mean: np.ndarray
     beta: np.ndarray
+    chol: np.ndarray
 
     @classmethod
     def from_draws(cls, gram, phi_y, alpha, beta) -> DrawPosteriors:
@@ -321,21 +327,12 @@ class DrawPosteriors:
         alpha : ndarray of shape (S, M)
         beta : ndarray of shape (S,)
         """
-        alpha = np.asarray(alpha, dtype=np.float64)
-        beta = np.asarray(beta, dtype=np.float64)
-        M = gram.shape[0]
-        H = beta[:, None, None] * gram
-        H[:, np.arange(M), np.arange(M)] += alpha
-        d = np.sqrt(H[:, np.arange(M), np.arange(M)])
-        R = H / d[:, :, None] / d[:, None, :]
-        inv_chol = np.linalg.inv(np.linalg.cholesky(R))
-        r = inv_chol @ (phi_y[None] / d[:, :, None])
-        mean = beta[:, None, None] * (inv_chol.transpose(0, 2, 1) @ r) / d[:, :, None]
-        return cls(inv_chol=inv_chol, scale=d, mean=mean, beta=beta)
+        post = weight_posterior(gram, phi_y, alpha, beta)
+        return cls(post.chol_inverse(), post.scale, post.mean, post.beta, post.chol)
 
     def augmentation(self, s: int, phi: np.ndarray, y: np.ndarray, amplitude: float):
         """:class:`AugmentationData` of draw ``s`` (for the per-draw joint covariance)."""
-        L = self.scale[s][:, None] * np.linalg.inv(self.inv_chol[s])  # L L^T = H_s
+        L = self.scale[s][:, None] * self.chol[s]  # L L^T = H_s
         T = y[:, None] if y.ndim == 1 else y
         return AugmentationData(
             phi=phi,
@@ -487,8 +484,7 @@ def mixture_log_density(y: np.ndarray, f: np.ndarray, sigma: np.ndarray) -> np.n
     f : ndarray of shape (S, n)
     sigma : ndarray of shape (S,) or (S, n)
     """
-    sig = _per_point(sigma, f)
-    logp = -0.5 * ((y[None, :] - f) / sig) ** 2 - np.log(sig) - 0.5 * np.log(2 * np.pi)
+    logp = gaussian_log_likelihood(y[None, :], f, _per_point(sigma, f))
     return logsumexp(logp, axis=0) - np.log(f.shape[0])
 
 

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import linalg
 from scipy.linalg import lapack
 from sklearn.exceptions import ConvergenceWarning
 
@@ -36,11 +37,18 @@ from bayes_rvm.evidence.result import EvidenceFit, GaussianWeights
 from bayes_rvm.evidence.single_basis import log_hyperprior
 
 __all__ = [
+    "KEPT_ONE",
     "EvidenceFit",
     "GaussianPosterior",
+    "MacKayStop",
+    "WeightPosterior",
     "fit_mackay",
     "gaussian_posterior",
+    "keep_one",
     "log_hyperprior",
+    "one_blas_thread",
+    "single_blas_thread",
+    "weight_posterior",
 ]
 
 
@@ -81,7 +89,7 @@ def _blas_controller():
     return ThreadpoolController()
 
 
-def _one_blas_thread():
+def single_blas_thread():
     """Limit BLAS to one thread (a context manager) for the sequential engines.
 
     Their operands are thin (N x K, K x K) and their O(N M) matrix-vector products are
@@ -92,7 +100,7 @@ def _one_blas_thread():
 
 
 def one_blas_thread(method: Callable) -> Callable:
-    """Run ``method`` with BLAS limited to one thread (:func:`_one_blas_thread`): the guard of
+    """Run ``method`` with BLAS limited to one thread (:func:`single_blas_thread`): the guard of
     every public entry point that does dense algebra (fit, predict, ...).
 
     The estimators' algebra is on small or thin matrices (the width search's eigendecompositions,
@@ -103,7 +111,7 @@ def one_blas_thread(method: Callable) -> Callable:
 
     @functools.wraps(method)
     def guarded(*args, **kwargs):
-        with _one_blas_thread():
+        with single_blas_thread():
             return method(*args, **kwargs)
 
     return guarded
@@ -150,6 +158,105 @@ def gaussian_posterior(
     return GaussianPosterior(mean, L, sigma_diag, gamma, sse, log_ev)
 
 
+@dataclass(frozen=True)
+class WeightPosterior:
+    """Gaussian posteriors of the weights, batched over leading axes (draws of the hyperparameters).
+
+    ``H = A + beta Phi^T Phi`` is equilibrated by its diagonal, ``H = D R D`` with
+    ``D = diag(sqrt(diag H))``, and ``R = L L^T``: a draw may hold alphas many orders apart
+    (weights pinned at zero next to free ones), and the unit-diagonal ``R`` keeps the
+    factorisation accurate. ``Sigma = H^-1 = D^-1 L^-T L^-1 D^-1``.
+
+    Attributes
+    ----------
+    chol : ndarray of shape (..., K, K)
+        ``L``, lower.
+    scale : ndarray of shape (..., K)
+        ``diag(D)``.
+    mean : ndarray of shape (..., K, D)
+        Posterior means ``m = beta Sigma Phi^T T``.
+    beta : ndarray of shape (...)
+    """
+
+    chol: np.ndarray
+    scale: np.ndarray
+    mean: np.ndarray
+    beta: np.ndarray
+
+    def whiten(self, v: np.ndarray) -> np.ndarray:
+        """``L^-1 D^-1 v`` for ``v`` of shape (..., K, n): ``Sigma = G^T G`` with ``G = L^-1 D^-1``
+        (``G v`` has squared column norms ``v^T Sigma v``)."""
+        return linalg.solve_triangular(
+            self.chol, v / self.scale[..., :, None], lower=True, check_finite=False
+        )
+
+    def chol_inverse(self) -> np.ndarray:
+        """``L^-1`` of shape (..., K, K), by triangular solves."""
+        eye = np.broadcast_to(np.eye(self.chol.shape[-1]), self.chol.shape)
+        return linalg.solve_triangular(self.chol, eye, lower=True, check_finite=False)
+
+    def inverse_factor(self) -> np.ndarray:
+        """``G = L^-1 D^-1`` of shape (..., K, K) (``Sigma = G^T G``)."""
+        return self.chol_inverse() / self.scale[..., None, :]
+
+    def sigma_diag(self) -> np.ndarray:
+        """Diagonal of ``Sigma``, shape (..., K)."""
+        G = self.inverse_factor()
+        return np.einsum("...ij,...ij->...j", G, G)
+
+    def log_det(self) -> np.ndarray:
+        """``ln |H|``, shape (...)."""
+        diag = np.diagonal(self.chol, axis1=-2, axis2=-1)
+        return 2.0 * (np.log(diag).sum(axis=-1) + np.log(self.scale).sum(axis=-1))
+
+    def draw(self, z: np.ndarray) -> np.ndarray:
+        """``m + D^-1 L^-T z``: weights drawn from the posterior, given standard normal ``z`` of
+        the shape of ``mean``."""
+        noise = linalg.solve_triangular(self.chol, z, lower=True, trans="T", check_finite=False)
+        return self.mean + noise / self.scale[..., :, None]
+
+
+def weight_posterior(gram, phi_t, alpha, beta) -> WeightPosterior:
+    """The Gaussian posterior of the weights from ``Phi^T Phi``, ``Phi^T T``, alpha and beta.
+
+    The one home of this algebra: the marginal-likelihood Op, the weight draws and the predictive
+    of MCMC draws call it. Batched: leading axes of ``alpha`` (and of ``beta``, ``gram`` and
+    ``phi_t`` where they have them) are draws, factored at once by LAPACK.
+
+    Parameters
+    ----------
+    gram : ndarray of shape (..., K, K)
+        ``Phi^T Phi`` of the columns in the model.
+    phi_t : ndarray of shape (..., K, D)
+        ``Phi^T T``.
+    alpha : ndarray of shape (..., K)
+        Prior precisions (positive).
+    beta : float or ndarray of shape (...)
+        Noise precisions (positive).
+
+    Returns
+    -------
+    WeightPosterior
+
+    Raises
+    ------
+    numpy.linalg.LinAlgError
+        Where a precision matrix is not numerically positive definite.
+    """
+    alpha = np.asarray(alpha, dtype=np.float64)
+    beta = np.asarray(beta, dtype=np.float64)
+    K = alpha.shape[-1]
+    H = beta[..., None, None] * gram
+    diag = np.arange(K)
+    H[..., diag, diag] += alpha
+    d = np.sqrt(H[..., diag, diag])
+    L = np.linalg.cholesky(H / d[..., :, None] / d[..., None, :])
+    u = linalg.solve_triangular(L, phi_t / d[..., :, None], lower=True, check_finite=False)
+    mean = linalg.solve_triangular(L, u, lower=True, trans="T", check_finite=False)
+    mean *= beta[..., None, None] / d[..., :, None]
+    return WeightPosterior(L, d, mean, beta)
+
+
 KEPT_ONE = "every basis function reached the pruning threshold; kept one"
 
 
@@ -166,7 +273,7 @@ def keep_one(new_alpha: np.ndarray, pruned: np.ndarray, threshold_alpha: float) 
     return True
 
 
-class _MacKayStop:
+class MacKayStop:
     """The re-estimation engines' stopping rule.
 
     Converged when no ``log alpha`` moved by ``tol`` or more and nothing was pruned, or when the
@@ -303,7 +410,7 @@ class _MacKay:
     def run(self) -> EvidenceFit:
         opt = self.opt
         converged, reason = False, f"reached max_iter={opt.max_iter}"
-        should_stop = _MacKayStop(opt.tol, opt.evidence_tol)
+        should_stop = MacKayStop(opt.tol, opt.evidence_tol)
         n_iter, action = 0, "init"
         with Recorder("fit_mackay", opt.callback, opt.progress) as rec:
             for n_iter in range(1, opt.max_iter + 1):  # noqa: B007 - reported after the loop

@@ -17,7 +17,11 @@ the fitted ``alpha``,
 with draws ``W_s`` from a multivariate Student-t centred at the mode with the Laplace scale
 (heavier tails than the target's Gaussian approximation, so the weights stay bounded where the
 exact posterior is wider than the Gaussian) and self-normalised weights
-``r_s ∝ p(t, W_s | alpha) / q(W_s)``. The predictive mean is ``sum_s r_s E[t* | phi*^T W_s]``:
+``r_s ∝ p(t, W_s | alpha) / q(W_s)``, Pareto-smoothed (PSIS, Vehtari et al. 2024, by arviz-stats):
+the largest raw ratios are replaced by the quantiles of a generalised Pareto distribution fitted
+to the tail, which bounds the variance a few huge ratios would bring, and the shape ``k`` of that
+fit says whether the estimate can be trusted at all (``k > 0.7``: it cannot, whatever the
+effective sample size says). The predictive mean is ``sum_s r_s E[t* | phi*^T W_s]``:
 consistent as the number of draws grows, unlike the probit approximation, whose error is
 structural. The draws come from a fixed seed, so predictions are deterministic and survive
 save / load bit for bit.
@@ -31,9 +35,11 @@ import numpy as np
 from scipy import linalg
 from scipy.special import expit, logsumexp, softmax
 
-from bayes_rvm.evidence.result import ETA_MAX, LaplaceWeights
+from bayes_rvm._warnings import warn_at_user
+from bayes_rvm.evidence.result import LaplaceWeights
+from bayes_rvm.families import ETA_MAX, family
 
-__all__ = ["IMPORTANCE_DRAWS", "MIN_ESS", "ImportanceDraws", "importance_draws"]
+__all__ = ["IMPORTANCE_DRAWS", "MIN_ESS", "PARETO_K_MAX", "ImportanceDraws", "importance_draws"]
 
 #: Draws of the importance sampler: the Monte Carlo error of a probability is about
 #: ``sqrt(p (1 - p) / ESS)``, a few parts in a thousand at the effective sizes seen in practice.
@@ -43,6 +49,9 @@ IMPORTANCE_DRAWS = 4000
 PROPOSAL_DF = 4.0
 #: Below this effective sample size the estimate is noisy (the estimators warn or fall back).
 MIN_ESS = 100.0
+#: Above this Pareto shape ``k`` of the importance ratios' tail the estimate is unreliable
+#: (Vehtari et al. 2024: the convergence rate of the error collapses past 0.7).
+PARETO_K_MAX = 0.7
 #: Entries of the draws x rows x outputs latent block formed at once (32 MB of float64).
 _BLOCK = 4_000_000
 
@@ -60,16 +69,20 @@ class ImportanceDraws:
     draws : ndarray of shape (S, K, C)
         Weight draws (C = 1 for Bernoulli and Poisson).
     weights : ndarray of shape (S,)
-        Self-normalised importance weights (sum to one).
+        Self-normalised, Pareto-smoothed importance weights (sum to one).
     ess : float
         Effective sample size ``1 / sum_s weights_s^2``.
     likelihood : {"bernoulli", "softmax", "poisson"}
+    pareto_k : float
+        Shape of the generalised Pareto fit to the largest importance ratios (PSIS); above
+        :data:`PARETO_K_MAX` the weighted averages are unreliable.
     """
 
     draws: np.ndarray
     weights: np.ndarray
     ess: float
     likelihood: str
+    pareto_k: float = float("nan")
 
     def log_predictive(self, phi_active: np.ndarray) -> np.ndarray:
         """Log of the posterior predictive mean at rows of the active design matrix.
@@ -77,7 +90,18 @@ class ImportanceDraws:
         Bernoulli: (n, 2), ``log p(t = 0)`` and ``log p(t = 1)``, each formed from its own sum
         so that neither rounds to ``log 0`` next to a probability near one; softmax: (n, C), the
         log class probabilities; Poisson: (n, 1), the log rate.
+
+        Warns (``RuntimeWarning``, at the caller's line) when ``pareto_k`` exceeds
+        :data:`PARETO_K_MAX`: the averages are then unreliable.
         """
+        if self.pareto_k > PARETO_K_MAX:
+            warn_at_user(
+                f"importance sampling of the Laplace fit's posterior: Pareto k = "
+                f"{self.pareto_k:.2f} > {PARETO_K_MAX} (PSIS), the weighted predictive is "
+                "unreliable. The Laplace approximation is far from the posterior: "
+                "inference='mcmc' samples it exactly.",
+                RuntimeWarning,
+            )
         phi_active = np.asarray(phi_active, dtype=np.float64)
         n, C = phi_active.shape[0], self.draws.shape[2]
         out = np.empty((n, 2 if self.likelihood == "bernoulli" else C))
@@ -116,13 +140,11 @@ def _latent(phi: np.ndarray, draws: np.ndarray) -> np.ndarray:
 
 def _log_likelihood(eta: np.ndarray, T: np.ndarray, likelihood: str) -> np.ndarray:
     """``ln p(T | eta_s)`` of each draw ``s``: eta (S, C, n), T (n, C) -> (S,)."""
-    fit = np.einsum("scn,nc->s", eta if likelihood != "poisson" else np.minimum(eta, ETA_MAX), T)
-    if likelihood == "bernoulli":
-        return fit - np.logaddexp(0.0, eta).sum(axis=(1, 2))
-    if likelihood == "softmax":
-        return fit - logsumexp(eta, axis=1) @ T.sum(axis=1)
-    # the factorials of T are the same for every draw
-    return fit - np.exp(np.minimum(eta, ETA_MAX)).sum(axis=(1, 2))
+    fam = family(likelihood)
+    if eta.shape[1] == 1:
+        return fam.log_likelihood(eta[:, 0], T[:, 0]).sum(axis=1)
+    # The families take the class axis last.
+    return fam.log_likelihood(eta.transpose(0, 2, 1), T).sum(axis=1)
 
 
 def importance_draws(
@@ -156,8 +178,9 @@ def importance_draws(
     Returns
     -------
     ImportanceDraws
-        Its ``ess`` says how far to trust it: below ``MIN_ESS`` the Laplace approximation is
-        far from the posterior and the averages are noisy.
+        Its ``ess`` and ``pareto_k`` say how far to trust it: below ``MIN_ESS`` the Laplace
+        approximation is far from the posterior and the averages are noisy; above
+        ``PARETO_K_MAX`` they are unreliable (its predictions warn).
     """
     M = np.asarray(posterior.mean, dtype=np.float64)
     K, C = M.shape
@@ -182,7 +205,21 @@ def importance_draws(
         eta = _latent(Phi_active[rows], W)
         log_target += _log_likelihood(eta, T[rows], posterior.likelihood)
     log_proposal = -0.5 * (df + D) * np.log1p(np.sum(z * z, axis=1) / df)
-    log_w = log_target - log_proposal
+    log_w, k = _pareto_smoothed(log_target - log_proposal)
     weights = np.exp(log_w - logsumexp(log_w))
     ess = float(1.0 / np.sum(weights**2))
-    return ImportanceDraws(W, weights, ess, posterior.likelihood)
+    return ImportanceDraws(W, weights, ess, posterior.likelihood, k)
+
+
+def _pareto_smoothed(log_ratios: np.ndarray) -> tuple[np.ndarray, float]:
+    """PSIS log weights of the importance ratios and the Pareto shape ``k`` of their tail.
+
+    arviz-stats' ``psislw`` takes LOO's log-likelihoods, whose negatives are the log ratios.
+    """
+    # Imported here: arviz-stats brings arviz-base, whose lazy ``jax`` module makes the next
+    # SciPy ``logsumexp`` in the process import JAX (3 s, once); ``import bayes_rvm`` stays light.
+    from arviz_stats.base import array_stats
+
+    log_w, k = array_stats.psislw(-log_ratios)
+    k = float(k)
+    return np.asarray(log_w, dtype=np.float64), k

@@ -1,4 +1,9 @@
-"""Sparse Bayesian learning for non-Gaussian likelihoods by the Laplace approximation.
+"""Sparse Bayesian learning for non-Gaussian likelihoods by the Laplace approximation: the engines.
+
+The mode finder and the Laplace approximation at fixed ``alpha`` live in
+:mod:`bayes_rvm.evidence.mode` (re-exported here: :func:`posterior_mode`,
+:func:`laplace_posterior`, :class:`LaplacePosterior`), the likelihood formulas in
+:mod:`bayes_rvm.families`.
 
 The likelihoods are Bernoulli-logit (binary classification), softmax (multinomial classification
 with C classes) and Poisson-log (counts). With weights ``W`` (K x C; C = 1 for Bernoulli and
@@ -49,32 +54,30 @@ from __future__ import annotations
 import functools
 import warnings
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 from scipy import linalg
-from scipy.special import expit, gammaln, log_softmax
 from sklearn.exceptions import ConvergenceWarning
 
-from bayes_rvm.evidence.gaussian import KEPT_ONE, _MacKayStop, _one_blas_thread, keep_one
-from bayes_rvm.evidence.log_evidence import WARN_SKIP, cholesky, laplace_log_evidence
-from bayes_rvm.evidence.options import (
-    LIKELIHOODS,
-    EvidenceOptions,
-    _check_targets,
-    check_problem,
-    free_alpha,
-    resolve_options,
+from bayes_rvm.evidence.gaussian import KEPT_ONE, MacKayStop, keep_one, single_blas_thread
+from bayes_rvm.evidence.log_evidence import WARN_SKIP, cholesky
+from bayes_rvm.evidence.mode import (
+    LaplacePosterior,
+    laplace_posterior,
+    newton_mode,
+    posterior_mode,
+    warn_mode,
 )
+from bayes_rvm.evidence.options import EvidenceOptions, check_problem, free_alpha, resolve_options
 from bayes_rvm.evidence.record import Recorder
 from bayes_rvm.evidence.result import (
-    ETA_MAX,
     EvidenceFit,
     LaplaceWeights,
     moderated_probabilities,
     moderation,
 )
 from bayes_rvm.evidence.single_basis import log_gain, log_hyperprior, optimal_alpha
+from bayes_rvm.families import family
 
 __all__ = [
     "LaplacePosterior",
@@ -86,7 +89,6 @@ __all__ = [
     "posterior_mode",
 ]
 
-Likelihood = Literal["bernoulli", "softmax", "poisson"]
 #: A candidate whose ``S`` fell below this fraction of ``phi^T B phi`` lies numerically in the span
 #: of the active columns: its factors are rounding noise, so it is not offered.
 _SPAN_RTOL = 1e-9
@@ -132,226 +134,6 @@ def _project(Phi: np.ndarray, Z: np.ndarray, B: np.ndarray, buf: np.ndarray):
 
 
 # ---------------------------------------------------------------------------------------------
-# likelihood pieces
-# ---------------------------------------------------------------------------------------------
-def _mean_loglik(eta: np.ndarray, T: np.ndarray, likelihood: str) -> tuple[np.ndarray, float]:
-    """Mean of the likelihood ``Y`` (same shape as ``eta``) and ``ln p(T | eta)``."""
-    if likelihood == "bernoulli":
-        Y = expit(eta)
-        ll = float(np.sum(T * eta) - np.sum(np.logaddexp(0.0, eta)))
-    elif likelihood == "softmax":
-        logY = log_softmax(eta, axis=1)
-        Y = np.exp(logY)
-        ll = float(np.sum(T * logY))
-    else:  # poisson
-        eta_c = np.minimum(eta, ETA_MAX)
-        Y = np.exp(eta_c)
-        ll = float(np.sum(T * eta_c) - np.sum(Y) - np.sum(gammaln(T + 1.0)))
-    return Y, ll
-
-
-def _curvature(Y: np.ndarray, likelihood: str) -> np.ndarray:
-    """Diagonal curvature weights ``B`` (N x C): per class for the softmax's diagonal blocks."""
-    if likelihood == "poisson":
-        return Y
-    return Y * (1.0 - Y)
-
-
-def _hessian(Phi_a: np.ndarray, Y: np.ndarray, alpha: np.ndarray, likelihood: str) -> np.ndarray:
-    """Negative Hessian of the log posterior (class-major layout for the softmax)."""
-    N, K = Phi_a.shape
-    C = Y.shape[1]
-    if likelihood != "softmax":
-        H = (Phi_a * _curvature(Y, likelihood)).T @ Phi_a
-    else:
-        # Z[:, c*K + i] = y_c phi_i: Z^T Z holds every sum_n y_c y_c' phi phi^T at once.
-        Z = (Y[:, :, None] * Phi_a[:, None, :]).reshape(N, C * K)
-        H = -(Z.T @ Z)
-        for c in range(C):
-            blk = slice(c * K, (c + 1) * K)
-            H[blk, blk] += Phi_a.T @ Z[:, blk]
-    H[np.diag_indices_from(H)] += np.tile(alpha, C)
-    return H
-
-
-# ---------------------------------------------------------------------------------------------
-# posterior mode and Laplace approximation
-# ---------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class LaplacePosterior:
-    """Laplace approximation of the posterior of the active weights for fixed ``alpha``.
-
-    Attributes
-    ----------
-    mean : ndarray of shape (K, C)
-        Posterior mode ``W*``.
-    chol : ndarray of shape (K*C, K*C)
-        Lower Cholesky factor of the negative Hessian ``H`` at the mode (class-major layout).
-    hessian : ndarray of shape (K*C, K*C)
-        ``H`` itself.
-    mu : ndarray of shape (N, C)
-        Likelihood mean ``Y`` at the mode (probabilities or rates).
-    log_likelihood : float
-        ``ln p(T | W*)``.
-    log_evidence : float
-        Laplace approximation of ``ln p(T | alpha)``.
-    grad_norm : float
-        Largest absolute entry of the gradient of the log posterior at ``W*``.
-    n_iter : int
-        Newton steps taken.
-    converged : bool
-        Whether ``grad_norm`` fell below the tolerance.
-    """
-
-    mean: np.ndarray
-    chol: np.ndarray
-    hessian: np.ndarray
-    mu: np.ndarray
-    log_likelihood: float
-    log_evidence: float
-    grad_norm: float
-    n_iter: int
-    converged: bool
-
-    def sigma_diag(self) -> np.ndarray:
-        """Diagonal of ``Sigma = H^-1`` as a K x C array."""
-        K, C = self.mean.shape
-        Linv = linalg.solve_triangular(self.chol, np.eye(K * C), lower=True, check_finite=False)
-        return np.einsum("ij,ij->j", Linv, Linv).reshape(C, K).T
-
-    def gamma(self, alpha: np.ndarray) -> np.ndarray:
-        """``gamma_ic = 1 - alpha_i Sigma_ic,ic`` (K x C)."""
-        return 1.0 - alpha[:, None] * self.sigma_diag()
-
-
-def _check_likelihood(likelihood: str) -> None:
-    if likelihood not in LIKELIHOODS[1:]:
-        raise ValueError(f"likelihood must be one of {LIKELIHOODS[1:]}, got {likelihood!r}.")
-
-
-def _newton(
-    Phi_a: np.ndarray,
-    T: np.ndarray,
-    alpha: np.ndarray,
-    W0: np.ndarray,
-    likelihood: str,
-    tol: float,
-    max_iter: int,
-) -> LaplacePosterior:
-    """Newton's method with step halving on the log posterior, from ``W0`` (not modified)."""
-    K = Phi_a.shape[1]
-    C = T.shape[1]
-    W = np.array(W0, dtype=np.float64, copy=True)
-    Y, ll = _mean_loglik(Phi_a @ W, T, likelihood)
-    psi = ll - 0.5 * float(np.sum(alpha[:, None] * W * W))
-    converged = False
-    it = 0
-    while True:
-        G = Phi_a.T @ (T - Y) - alpha[:, None] * W
-        gmax = float(np.max(np.abs(G))) if G.size else 0.0
-        H = _hessian(Phi_a, Y, alpha, likelihood)
-        L = cholesky(H)
-        if gmax <= tol:
-            converged = True
-            break
-        if it >= max_iter:
-            break
-        it += 1
-        d = linalg.cho_solve((L, True), G.T.ravel(), check_finite=False).reshape(C, K).T
-        step = 1.0
-        while True:
-            Wn = W + step * d
-            Yn, lln = _mean_loglik(Phi_a @ Wn, T, likelihood)
-            psin = lln - 0.5 * float(np.sum(alpha[:, None] * Wn * Wn))
-            # Psi is concave, so a Newton direction ascends for a small enough step; the slack
-            # admits steps that only lose to rounding near the optimum.
-            if psin >= psi - 1e-13 * (1.0 + abs(psi)) or step < 1e-12:
-                break
-            step *= 0.5
-        moved = float(np.max(np.abs(Wn - W)))
-        W, Y, ll, psi = Wn, Yn, lln, psin
-        if moved <= 1e-15 * (1.0 + float(np.max(np.abs(W)))):
-            # The gradient cannot fall further than rounding allows: accept the rounding floor.
-            G = Phi_a.T @ (T - Y) - alpha[:, None] * W
-            gmax = float(np.max(np.abs(G)))
-            H = _hessian(Phi_a, Y, alpha, likelihood)
-            L = cholesky(H)
-            # The Newton decrement G^T H^-1 G / 2, the rise of Psi a full step would bring, is
-            # the test that does not depend on the scale of the gradient's terms: below Psi's
-            # rounding, the mode is found (a fixed gradient floor refused 1.8e-10 on make_moons,
-            # where the terms are large).
-            d = linalg.cho_solve((L, True), G.T.ravel(), check_finite=False)
-            decrement = 0.5 * float(G.T.ravel() @ d)
-            converged = gmax <= max(tol, 1e-10) or decrement <= 1e-13 * (1.0 + abs(psi))
-            break
-    log_ev = laplace_log_evidence(L, alpha, psi, C)
-    return LaplacePosterior(W, L, H, Y, ll, float(log_ev), gmax, it, converged)
-
-
-def posterior_mode(
-    Phi: np.ndarray,
-    T,
-    alpha,
-    *,
-    likelihood: Likelihood = "bernoulli",
-    w_init: np.ndarray | None = None,
-    tol: float = 1e-10,
-    max_iter: int = 100,
-) -> LaplacePosterior:
-    """Posterior mode and Laplace approximation for fixed prior precisions.
-
-    Parameters
-    ----------
-    Phi : ndarray of shape (N, K)
-        Design matrix of the basis functions in the model.
-    T : array-like of shape (N,) or (N, C)
-        Targets: 0/1 (or probabilities) for ``"bernoulli"``, one-hot rows for ``"softmax"``,
-        counts for ``"poisson"``.
-    alpha : array-like of shape (K,)
-        Prior precisions (finite, positive).
-    likelihood : {"bernoulli", "softmax", "poisson"}, default="bernoulli"
-    w_init : ndarray of shape (K,) or (K, C), optional
-        Starting weights (warm start); default zero.
-    tol : float, default=1e-10
-        Converged when every entry of the gradient of the log posterior is below ``tol``.
-    max_iter : int, default=100
-        Newton steps at most; not converging warns with ``ConvergenceWarning``.
-
-    Returns
-    -------
-    LaplacePosterior
-    """
-    _check_likelihood(likelihood)
-    Phi = np.asarray(Phi, dtype=np.float64)
-    N, K = Phi.shape
-    T = _check_targets(T, N, likelihood)
-    alpha = np.broadcast_to(np.asarray(alpha, dtype=np.float64), (K,))
-    if np.any(~np.isfinite(alpha)) or np.any(alpha <= 0):
-        raise ValueError("alpha must be finite and positive.")
-    W0 = np.zeros((K, T.shape[1])) if w_init is None else np.asarray(w_init, dtype=np.float64)
-    W0 = W0.reshape(K, T.shape[1])
-    post = _newton(Phi, T, alpha, W0, likelihood, tol, max_iter)
-    if not post.converged:
-        _warn_mode(post)
-    return post
-
-
-def laplace_posterior(Phi, T, alpha, **kwargs) -> LaplacePosterior:
-    """Alias of :func:`posterior_mode` (the Laplace approximation is built at the mode)."""
-    return posterior_mode(Phi, T, alpha, **kwargs)
-
-
-def _warn_mode(post: LaplacePosterior) -> None:
-    warnings.warn(
-        f"posterior mode search did not converge in {post.n_iter} Newton steps (largest gradient "
-        f"entry {post.grad_norm:.2e}); the Laplace approximation is taken at the last iterate. "
-        "The classes may be separable with too weak a prior.",
-        ConvergenceWarning,
-        skip_file_prefixes=WARN_SKIP,
-    )
-
-
-# ---------------------------------------------------------------------------------------------
 # engines
 # ---------------------------------------------------------------------------------------------
 def _laplace_problem(engine: str, Phi, T, options, settings):
@@ -365,7 +147,7 @@ def _laplace_problem(engine: str, Phi, T, options, settings):
 def _mode(problem, active, alpha: np.ndarray, W: np.ndarray, tol: float) -> LaplacePosterior:
     """Posterior mode of the columns ``active`` at ``alpha`` (all M), warm-started from ``W``."""
     opt = problem.options
-    return _newton(
+    return newton_mode(
         problem.Phi[:, active], problem.T, alpha[active], W, opt.likelihood, tol, opt.mode_max_iter
     )
 
@@ -377,7 +159,7 @@ def _laplace_result(problem, alpha, active, W, record: Recorder, outcome: tuple)
     opt = problem.options
     post = _mode(problem, active, alpha, W, opt.mode_tol)
     if not post.converged:
-        _warn_mode(post)
+        warn_mode(post)
     if not converged:
         warnings.warn(
             f"{name} did not converge in {n_iter} iterations; returning the last estimate. "
@@ -436,14 +218,14 @@ def fit_laplace_mackay(
     is_free[problem.free] = True
     W = np.zeros((int(keep.sum()), C))
     converged, reason = False, f"reached max_iter={opt.max_iter}"
-    should_stop = _MacKayStop(opt.tol, opt.evidence_tol)
+    should_stop = MacKayStop(opt.tol, opt.evidence_tol)
     n_iter, action = 0, "init"
     with Recorder("fit_laplace_mackay", opt.callback, opt.progress) as rec:
         for n_iter in range(1, opt.max_iter + 1):  # noqa: B007 - reported after the loop
             idx = np.flatnonzero(keep)
             post = _mode(problem, idx, alpha, W, opt.mode_tol)
             if not post.converged:
-                _warn_mode(post)
+                warn_mode(post)
             objective = post.log_evidence + log_hyperprior(alpha[idx], None, opt.alpha_prior)
             if rec(action, objective, 0.0, functools.partial(_snapshot, idx, alpha)):
                 converged, reason = True, STOPPED
@@ -526,7 +308,7 @@ def _linearised_factors(Phi, post: LaplacePosterior, act, alpha, Tl, buf):
     C = T.shape[1]
     K = act.size
     Phi_a = Phi[:, act]
-    B = _curvature(post.mu, likelihood)
+    B = family(likelihood).curvature(post.mu)
     Z = np.empty((N, C * K + C))
     for c in range(C):
         Z[:, c * K : (c + 1) * K] = Phi_a * B[:, c : c + 1]
@@ -611,7 +393,7 @@ def fit_laplace_sequential(
     problem = _laplace_problem("laplace_sequential", Phi, T, options, settings)
     opt = problem.options
     with (
-        _one_blas_thread(),
+        single_blas_thread(),
         Recorder("fit_laplace_sequential", opt.callback, opt.progress) as rec,
     ):
         engine = _LaplaceSequential(problem, rec)
@@ -672,8 +454,9 @@ class _LaplaceSequential:
     def _first_column(self, Phi, T) -> int:
         # Statistics of the empty model (eta = 0) choose the first column.
         N, C = T.shape
-        Y0, _ = _mean_loglik(np.zeros((N, C)), T, self.opt.likelihood)
-        B0 = _curvature(Y0, self.opt.likelihood)
+        fam = family(self.opt.likelihood)
+        Y0 = fam.mean(np.zeros((N, C)))
+        B0 = fam.curvature(Y0)
         Q0, S0 = _project(Phi, T - Y0, B0, self.buf)
         with np.errstate(divide="ignore", invalid="ignore"):
             score = np.where(self.problem.allowed, np.sum(Q0 * Q0 / S0, axis=1), -np.inf)

@@ -29,12 +29,12 @@ import numpy as np
 from scipy import linalg
 from scipy.linalg import lapack
 
+from bayes_rvm.families import LOG_2PI
+
 #: Warnings of the engines point at the first caller outside this package folder.
 WARN_SKIP = (os.path.dirname(__file__),)
 
 __all__ = ["cholesky", "gaussian_log_evidence", "laplace_log_evidence", "log_det"]
-
-_LOG_2PI = math.log(2.0 * math.pi)
 
 
 def cholesky(H: np.ndarray) -> np.ndarray:
@@ -79,7 +79,7 @@ def gaussian_log_evidence(
     return (
         n_outputs
         * (
-            0.5 * n_samples * (math.log(beta) - _LOG_2PI)
+            0.5 * n_samples * (math.log(beta) - LOG_2PI)
             + 0.5 * float(np.log(alpha).sum())
             - 0.5 * log_det(chol)
         )

@@ -22,10 +22,10 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.model_selection import KFold
 
 from bayes_rvm.evidence.result import EvidenceFit
+from bayes_rvm.families import gaussian_log_likelihood
 
 __all__ = ["LOO_EXACT_MAX", "RefitLOO", "refit_loo"]
 
-_LOG_2PI = float(np.log(2.0 * np.pi))
 #: Up to this many rows :func:`refit_loo` leaves one row out at a time (N refits); beyond, K-fold.
 LOO_EXACT_MAX = 200
 
@@ -71,7 +71,7 @@ def gaussian_log_predictive(fit: EvidenceFit, phi: np.ndarray, T: np.ndarray) ->
     ``phi`` holds rows of the fit's full design (all M columns); ``T`` is (n, D).
     """
     mean, var = fit.predict(phi[:, fit.active])
-    return (-0.5 * (_LOG_2PI + np.log(var))[:, None] - 0.5 * (T - mean) ** 2 / var[:, None]).sum(1)
+    return gaussian_log_likelihood(T, mean, np.sqrt(var)[:, None]).sum(1)
 
 
 def refit_loo(

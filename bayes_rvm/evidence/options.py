@@ -19,7 +19,14 @@ from typing import Any, Literal
 import numpy as np
 from sklearn.utils import check_scalar
 
-__all__ = ["ENGINE_NAMES", "LIKELIHOODS", "EvidenceOptions", "Problem", "check_problem"]
+__all__ = [
+    "ENGINE_NAMES",
+    "LIKELIHOODS",
+    "EvidenceOptions",
+    "Problem",
+    "check_problem",
+    "check_targets",
+]
 
 #: Likelihoods of the engines: the Gaussian one (``fit_mackay``, ``fit_sequential``) and those of
 #: the Laplace engines (``fit_laplace_mackay``, ``fit_laplace_sequential``).
@@ -353,7 +360,8 @@ def _index_array(name: str, idx, M: int) -> np.ndarray:
     return arr.astype(np.intp)
 
 
-def _check_targets(T, N: int, likelihood: str) -> np.ndarray:
+def check_targets(T, N: int, likelihood: str) -> np.ndarray:
+    """Targets as an (N, C) float array, checked against the likelihood (a clear error if not)."""
     T = np.asarray(T, dtype=np.float64)
     if T.ndim not in (1, 2) or T.shape[0] != N:
         raise ValueError(f"T must have {N} rows (shape (N,) or (N, D)), got shape {T.shape}.")
@@ -384,7 +392,7 @@ def check_problem(Phi, T, options: EvidenceOptions, engine: str) -> Problem:
     N, M = Phi.shape
     if N < 1 or M < 1:
         raise ValueError(f"Phi must have at least one row and one column, got shape {Phi.shape}.")
-    T = _check_targets(T, N, options.likelihood)
+    T = check_targets(T, N, options.likelihood)
     with np.errstate(over="ignore", invalid="ignore"):
         dd = np.einsum("ij,ij->j", Phi, Phi)  # squared norms: finite only if Phi is
     if not np.all(np.isfinite(dd)):

@@ -16,6 +16,7 @@ from scipy import linalg
 from scipy.special import expit, softmax
 
 from bayes_rvm.evidence.options import LIKELIHOODS
+from bayes_rvm.families import ETA_MAX
 
 __all__ = [
     "EvidenceFit",
@@ -24,10 +25,6 @@ __all__ = [
     "moderated_probabilities",
     "moderation",
 ]
-
-#: Largest latent value whose exponential is formed (Poisson); beyond it the rate saturates.
-ETA_MAX = 700.0
-
 
 def _covariance(chol: np.ndarray) -> np.ndarray:
     inv = linalg.solve_triangular(chol, np.eye(chol.shape[0]), lower=True)

@@ -44,10 +44,11 @@ from typing import Protocol
 
 import numpy as np
 from scipy import linalg, optimize
-from scipy.special import expit, log_expit
 
-from bayes_rvm.evidence.gaussian import EvidenceFit, _one_blas_thread, one_blas_thread
+from bayes_rvm.evidence.gaussian import EvidenceFit, one_blas_thread, single_blas_thread
+from bayes_rvm.evidence.mode import LaplacePosterior, newton_mode
 from bayes_rvm.evidence.options import BETA_MAX
+from bayes_rvm.families import BERNOULLI
 from bayes_rvm.kernels import WIDTH_KERNELS, stationary_kernel
 
 __all__ = [
@@ -543,6 +544,10 @@ _RANK_TOL = 1e-12
 _ALPHA_MIN, _ALPHA_MAX = 1e-3, 1e6
 #: MacKay's rounds only start the search for the maximum.
 _MACKAY_TOL = 0.1
+#: Largest gradient entry of the log posterior at which the shared-alpha logistic mode is found:
+#: the evidence is flat to second order in the mode, and on six problems 1e-8 gave the evidences
+#: of the former step-size rule (1e-8 relative) to 1e-14 at its speed; 1e-10 cost up to 1.4x.
+_MODE_TOL = 1e-8
 #: Most parabolic steps refining the best grid width.
 _PARABOLA_STEPS = 8
 
@@ -682,7 +687,7 @@ def shared_laplace_evidence(
     # One BLAS thread: NumPy and SciPy each bring their own OpenBLAS, whose idle threads spin
     # while the other library's run, and these small products and factorisations alternate
     # between the two (iris: 16 s with two threads each on two cores, 1.4 s with one).
-    with _one_blas_thread():
+    with single_blas_thread():
         return _shared_laplace_evidence(_principal_coordinates(Phi), Y, max_iter, tol)
 
 
@@ -753,43 +758,32 @@ def _trace_inverse(L: np.ndarray) -> float:
 
 class _LogisticMode:
     """Mode and Laplace evidence of a logistic model with ``w ~ N(0, I / alpha)``; the mode
-    found last is kept (``w``, ``L``) to warm-start the next."""
+    found last is kept (``w``, ``L``) to warm-start the next.
+
+    The mode is the Laplace engines' (:func:`~bayes_rvm.evidence.mode.newton_mode`) with one
+    alpha shared by every weight: one Newton solver in the package.
+    """
 
     def __init__(self, Phi: np.ndarray, t: np.ndarray):
-        self.Phi, self.t, self.sign = Phi, t, 2.0 * t - 1.0
+        self.Phi, self.T = Phi, t[:, None]
         self.eye = np.eye(Phi.shape[1])
         self.w = np.zeros(Phi.shape[1])
         self.L = self.eye
 
-    def objective(self, w: np.ndarray, a: float) -> float:
-        return float(np.sum(log_expit(self.sign * (self.Phi @ w))) - 0.5 * a * (w @ w))
-
-    def factor(self, w: np.ndarray, a: float) -> tuple[np.ndarray, np.ndarray]:
-        """``expit(Phi w)`` and the Cholesky factor of the negative Hessian at ``w``."""
-        p = expit(self.Phi @ w)
-        H = (self.Phi.T * (p * (1.0 - p))) @ self.Phi + a * self.eye
-        return p, linalg.cholesky(H, lower=True)
-
     def newton(self, w: np.ndarray, a: float, steps: int) -> tuple[np.ndarray, np.ndarray]:
-        """Newton steps with backtracking towards the mode; the Hessian factor there."""
-        for _ in range(steps):
-            p, L = self.factor(w, a)
-            step = linalg.cho_solve((L, True), self.Phi.T @ (self.t - p) - a * w)
-            # Relative to the weights: the evidence is flat to second order in the mode.
-            if np.max(np.abs(step)) < 1e-8 * max(1.0, float(np.max(np.abs(w)))):
-                return w, L
-            base, rate = self.objective(w, a), 1.0
-            while self.objective(w + rate * step, a) < base and rate > 1e-6:
-                rate *= 0.5
-            w = w + rate * step
-        return w, self.factor(w, a)[1]
+        """At most ``steps`` Newton steps towards the mode; the mode and the Hessian factor."""
+        post = self.mode(w, a, steps)
+        return post.mean[:, 0], post.chol
+
+    def mode(self, w: np.ndarray, a: float, steps: int) -> LaplacePosterior:
+        alpha = np.full(w.size, a)
+        return newton_mode(self.Phi, self.T, alpha, w[:, None], "bernoulli", _MODE_TOL, steps)
 
     def evidence(self, log_a: float) -> float:
         """The Laplace evidence at ``alpha = exp(log_a)``, from the last mode."""
-        a = math.exp(log_a)
-        self.w, self.L = self.newton(self.w, a, 50)
-        log_det = float(np.sum(np.log(np.diag(self.L))))
-        return self.objective(self.w, a) + 0.5 * self.w.size * log_a - log_det
+        post = self.mode(self.w, math.exp(log_a), 50)
+        self.w, self.L = post.mean[:, 0], post.chol
+        return post.log_evidence
 
     def slope(self, log_a: float) -> float:
         """``d evidence / d ln alpha`` at the mode: with ``H = Phi^T W Phi + alpha I``,
@@ -800,13 +794,13 @@ class _LogisticMode:
         ``dw/dalpha = -H^-1 w`` and ``W'`` the derivative of ``W = p (1 - p)`` in the latent.
         """
         a = math.exp(log_a)
-        w, L = self.newton(self.w, a, 50)
+        post = self.mode(self.w, a, 50)
+        w, L = post.mean[:, 0], post.chol
         self.w, self.L = w, L
-        p = expit(self.Phi @ w)
         Linv = linalg.solve_triangular(L, self.eye, lower=True)
         B = Linv @ self.Phi.T  # columns L^-1 phi_n
         shift = self.Phi @ -(Linv.T @ (Linv @ w))
-        dW = p * (1.0 - p) * (1.0 - 2.0 * p)
+        dW = BERNOULLI.curvature_slope(post.mu[:, 0])
         trace = float(np.sum(Linv**2)) + float(np.sum(dW * shift * np.einsum("kn,kn->n", B, B)))
         return 0.5 * a * (w.size / a - float(w @ w) - trace)
 

@@ -17,7 +17,7 @@ from bayes_rvm.marginal.lowrank import (
     thin_svd,
     use_lowrank,
 )
-from bayes_rvm.marginal.numba_backend import lowrank_log_evidence_and_grad
+from bayes_rvm.marginal.numba_kernels import lowrank_log_evidence_and_grad
 from bayes_rvm.marginal.op import (
     MarginalLogLikelihood,
     log_evidence_and_grad,

@@ -9,7 +9,7 @@ design of sinc at N = 1000 has rank 25 at a relative tolerance of 1e-10, Ripley'
 so ``log|C| = -(N - r) log beta + log|K|`` and ``t^T C^-1 t = beta ||t - U U^T t||^2 +
 z^T K^-1 z`` with ``z = U^T t``: one r x r Cholesky factorisation per evaluation. The gradient
 in ``log alpha_i`` needs only row i of ``G``. The kernel is
-:func:`bayes_rvm.marginal.numba_backend.lowrank_log_evidence_and_grad`.
+:func:`bayes_rvm.marginal.numba_kernels.lowrank_log_evidence_and_grad`.
 
 Tolerance. Singular values below ``RANK_RTOL * s_max`` are dropped. The density is then that of
 the design ``U S V^T``, which differs from ``Phi`` by at most ``s_(r+1) <= 1e-10 s_max`` in

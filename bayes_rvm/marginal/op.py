@@ -12,7 +12,8 @@ Cholesky factorisation. The Op's gradient is the closed form of the evidence der
 
 so NUTS pays one O(N M^2 + M^3) pass per leapfrog step instead of differentiating through a
 Cholesky. ``perform`` runs the NumPy path below; the numba backend (nutpie's default) lives in
-:mod:`bayes_rvm.marginal.numba_backend`, the JAX one (numpyro / blackjax) in
+:mod:`bayes_rvm.marginal.numba_backend` (its kernels in :mod:`bayes_rvm.marginal.numba_kernels`),
+the JAX one (numpyro / blackjax) in
 :mod:`bayes_rvm.marginal.jax_backend`.
 """
 
@@ -23,9 +24,10 @@ import pytensor.tensor as pt
 from pytensor.gradient import DisconnectedType, grad_not_implemented
 from pytensor.graph.basic import Apply
 from pytensor.graph.op import Op
-from scipy import linalg
 
+from bayes_rvm.evidence.gaussian import weight_posterior
 from bayes_rvm.evidence.log_evidence import gaussian_log_evidence
+from bayes_rvm.marginal.numba_kernels import lowrank_log_evidence_and_grad
 
 __all__ = [
     "MarginalLogLikelihood",
@@ -33,8 +35,6 @@ __all__ = [
     "lowrank_marginal_log_likelihood",
     "marginal_log_likelihood",
 ]
-
-_LOG_2PI = float(np.log(2.0 * np.pi))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -86,26 +86,18 @@ def log_evidence_and_grad(
     bad = (-np.inf, np.zeros(M), 0.0, np.zeros_like(Y, dtype=np.float64))
     if not (np.all(np.isfinite(alpha)) and np.isfinite(beta) and np.all(alpha > 0) and beta > 0):
         return bad
-    H = beta * (Phi.T @ Phi if gram is None else gram)
-    H[np.diag_indices(M)] += alpha
-    d = np.sqrt(np.diag(H))
-    Hs = H / d[:, None] / d[None, :]
-    Ls, info = linalg.lapack.dpotrf(Hs, lower=1, clean=1)
-    if info != 0:
+    try:
+        post = weight_posterior(Phi.T @ Phi if gram is None else gram, Phi.T @ Y, alpha, beta)
+    except np.linalg.LinAlgError:
         return bad
-    Linv, info = linalg.lapack.dtrtri(Ls, lower=1)
-    if info != 0:  # pragma: no cover - dpotrf succeeded, so the diagonal is positive
-        return bad
-    # H^-1 = D^-1 Linv^T Linv D^-1
-    PY = (Phi.T @ Y) / d[:, None]
-    mean = beta * (Linv.T @ (Linv @ PY)) / d[:, None]
-    sigma_diag = np.einsum("ij,ij->j", Linv, Linv) / d**2
+    mean = post.mean
+    sigma_diag = post.sigma_diag()
     resid = Y - Phi @ mean
     sse = float(np.sum(resid**2))
     m2 = np.sum(mean**2, axis=1)
     # The engines' own formula, from the Cholesky factor of the unequilibrated H.
     logp = gaussian_log_evidence(
-        Ls * d[:, None], alpha, beta, N, beta * sse + float(np.sum(alpha * m2)), D
+        post.chol * post.scale[:, None], alpha, beta, N, beta * sse + float(np.sum(alpha * m2)), D
     )
     g_alpha = 0.5 * (D - alpha * (m2 + D * sigma_diag))
     sum_gamma = M - float(np.sum(alpha * sigma_diag))
@@ -153,8 +145,6 @@ class MarginalLogLikelihood(Op):
     def perform(self, node, inputs, output_storage):
         if self.lowrank:
             # One implementation of the low-rank algebra: the compiled kernel (cached on disk).
-            from bayes_rvm.marginal.numba_backend import lowrank_log_evidence_and_grad
-
             logp, g_alpha, g_beta, g_Y = lowrank_log_evidence_and_grad(*inputs)
         else:
             logp, g_alpha, g_beta, g_Y = log_evidence_and_grad(*inputs)

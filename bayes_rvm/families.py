@@ -1,0 +1,152 @@
+"""The likelihood families of the RVM: one home for their formulas (NumPy and SciPy only).
+
+Each family maps the latent ``eta`` (the linear predictor ``Phi w``, plus any offset) to the
+likelihood's mean, its pointwise log-likelihood and the curvature the Laplace engines need::
+
+    family      mean y          ln p(t | eta)                  curvature B
+    Gaussian    eta             ln N(t | eta, sigma^2)         1 / sigma^2
+    Bernoulli   expit(eta)      t ln y + (1 - t) ln(1 - y)     y (1 - y)
+    softmax     softmax(eta)    sum_c t_c ln y_c               y_c (1 - y_c)  (diagonal blocks)
+    Poisson     exp(eta)        t eta - e^eta - ln t!          y
+
+The pointwise log-likelihoods are batched: ``eta`` may carry leading axes of draws, e.g. shape
+(S, N) or (S, N, C) against targets of shape (N,) or (N, C), and the result has the shape of
+``eta`` without its class axis (softmax) -- the ``log_likelihood`` group ArviZ's LOO reads.
+The Newton mode finder needs the *sum* over the data at every step, in one pass:
+:meth:`Family.mean_and_log_likelihood` gives the mean and that sum together.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.special import expit, gammaln, log_softmax
+
+__all__ = [
+    "BERNOULLI",
+    "ETA_MAX",
+    "FAMILIES",
+    "LOG_2PI",
+    "POISSON",
+    "SOFTMAX",
+    "Family",
+    "family",
+    "gaussian_log_likelihood",
+]
+
+#: ``ln 2 pi``, the constant of every Gaussian density in the package.
+LOG_2PI = math.log(2.0 * math.pi)
+#: Largest latent whose exponential is formed (a Poisson rate): ``exp(700)`` is finite.
+ETA_MAX = 700.0
+
+
+def gaussian_log_likelihood(t, mean, sigma) -> np.ndarray:
+    """Pointwise ``ln N(t | mean, sigma^2)``, broadcast over all three arguments.
+
+    Parameters
+    ----------
+    t, mean, sigma : array-like
+        Targets, means and standard deviations (positive); any broadcastable shapes, e.g.
+        ``t`` (N,), ``mean`` (S, N) and ``sigma`` (S, 1) for S draws.
+    """
+    sigma = np.asarray(sigma, dtype=np.float64)
+    return -0.5 * ((np.asarray(t) - mean) / sigma) ** 2 - np.log(sigma) - 0.5 * LOG_2PI
+
+
+@dataclass(frozen=True)
+class Family:
+    """A non-Gaussian likelihood family with a canonical link (Bernoulli, softmax, Poisson).
+
+    Attributes
+    ----------
+    name : {"bernoulli", "softmax", "poisson"}
+    """
+
+    name: str
+
+    def mean(self, eta: np.ndarray) -> np.ndarray:
+        """The likelihood's mean at ``eta`` (softmax: over the last axis, the classes)."""
+        if self.name == "bernoulli":
+            return expit(eta)
+        if self.name == "softmax":
+            return np.exp(log_softmax(eta, axis=-1))
+        return np.exp(np.minimum(eta, ETA_MAX))
+
+    def log_likelihood(self, eta: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """Pointwise ``ln p(t_n | eta_n)``, batched over the leading axes of ``eta``.
+
+        Parameters
+        ----------
+        eta : ndarray of shape (..., N) or (..., N, C)
+            Latent values; the softmax's last axis is the class.
+        t : ndarray of shape (N,) or (N, C)
+            Targets: 0/1 (or probabilities) for Bernoulli, class-probability (one-hot) rows for
+            the softmax, counts for Poisson.
+
+        Returns
+        -------
+        ndarray of shape (..., N) (softmax), else of ``eta``'s shape
+        """
+        t = np.asarray(t, dtype=np.float64)
+        if self.name == "bernoulli":
+            # t eta - ln(1 + e^eta) as ln(1 + e^-|eta|) plus a linear part: one transcendental
+            # per entry, and exact where a probability is near one (the plain form rounds there
+            # to a multiple of eta's last digit).
+            lin = np.where(eta > 0, (1.0 - t) * eta, -t * eta)
+            return -(np.logaddexp(0.0, -np.abs(eta)) + lin)
+        if self.name == "softmax":
+            return np.sum(t * log_softmax(eta, axis=-1), axis=-1)
+        eta_c = np.minimum(eta, ETA_MAX)
+        return t * eta_c - np.exp(eta_c) - gammaln(t + 1.0)
+
+    def mean_and_log_likelihood(self, eta: np.ndarray, T: np.ndarray) -> tuple[np.ndarray, float]:
+        """The mean ``Y`` (shape of ``eta``, (N, C)) and the total ``ln p(T | eta)``, in one pass.
+
+        The Newton mode finder's evaluation: the canonical link makes the data term
+        ``sum T * eta`` (clipped for Poisson), so the total needs one transcendental per entry.
+        """
+        if self.name == "bernoulli":
+            Y = expit(eta)
+            ll = float(np.sum(T * eta) - np.sum(np.logaddexp(0.0, eta)))
+        elif self.name == "softmax":
+            logY = log_softmax(eta, axis=1)
+            Y = np.exp(logY)
+            ll = float(np.sum(T * logY))
+        else:
+            eta_c = np.minimum(eta, ETA_MAX)
+            Y = np.exp(eta_c)
+            ll = float(np.sum(T * eta_c) - np.sum(Y) - np.sum(gammaln(T + 1.0)))
+        return Y, ll
+
+    def curvature(self, Y: np.ndarray) -> np.ndarray:
+        """The IRLS weights ``B = -d^2 ln p / d eta^2`` from the mean ``Y`` (softmax: the
+        diagonal of each point's C x C block, per class)."""
+        if self.name == "poisson":
+            return Y
+        return Y * (1.0 - Y)
+
+    def curvature_slope(self, Y: np.ndarray) -> np.ndarray:
+        """``dB / d eta``, the third derivative of ``-ln p`` (Bernoulli and Poisson): the
+        derivative of the Laplace evidence in a hyperparameter carries it through the mode."""
+        if self.name == "poisson":
+            return Y
+        if self.name == "bernoulli":
+            return Y * (1.0 - Y) * (1.0 - 2.0 * Y)
+        raise ValueError("curvature_slope is defined for one-output families only.")
+
+
+BERNOULLI = Family("bernoulli")
+SOFTMAX = Family("softmax")
+POISSON = Family("poisson")
+#: The non-Gaussian families by name (the ``likelihood`` option of the engines).
+FAMILIES = {f.name: f for f in (BERNOULLI, SOFTMAX, POISSON)}
+
+
+def family(name: str) -> Family:
+    """The :class:`Family` called ``name``; a clear error for any other name."""
+    try:
+        return FAMILIES[name]
+    except KeyError:
+        raise ValueError(f"likelihood must be one of {tuple(FAMILIES)}, got {name!r}.") from None
