@@ -1,22 +1,30 @@
-"""Rank-normalised split R-hat and bulk / tail ESS, vectorised over many scalars at once.
+"""Sampling diagnostics: divergences, rank-normalised R-hat and bulk / tail ESS, with remedies.
 
-The same estimators as ``arviz.rhat`` (``method="rank"``) and ``arviz.ess`` (``"bulk"``,
-``"tail"``) of ArviZ 1.x (Vehtari et al. 2021, "Rank-normalization, folding, and localization"),
-to rounding: ArviZ evaluates them one scalar at a time (a rank transform, a normal quantile
-function and an FFT per scalar), which cost about a second on an RVM fit with 101 basis
-functions and 4 x 1000 draws, more than the sampling itself. Here the ranks, quantile functions and
-autocovariances are computed for all scalars in one array operation; only Geyer's initial
-sequences, a few steps per scalar, are a loop. :func:`bayes_rvm.inference.diagnose` uses them.
-
-Every function takes an array of shape ``(K, chain, draw)`` and returns shape ``(K,)``.
+:func:`diagnose` summarises an MCMC fit and warns (:class:`SamplingDiagnosticsWarning`) with the
+usual remedy for each problem. Its R-hat and ESS are the estimators of ``arviz.rhat``
+(``method="rank"``) and ``arviz.ess`` (``"bulk"``, ``"tail"``) of ArviZ 1.x (Vehtari et al. 2021,
+"Rank-normalization, folding, and localization"), to rounding: ArviZ evaluates them one scalar at
+a time (a rank transform, a normal quantile function and an FFT per scalar), which cost about a
+second on an RVM fit with 101 basis functions and 4 x 1000 draws, more than the sampling itself.
+Here the ranks, quantile functions and autocovariances are computed for all scalars in one array
+operation; only Geyer's initial sequences, a few steps per scalar, are a loop. :func:`rhat_rank`,
+:func:`ess_bulk` and :func:`ess_tail` take an array of shape ``(K, chain, draw)`` and return shape
+``(K,)``.
 """
 
 from __future__ import annotations
 
 import numpy as np
+import xarray as xr
 from scipy import fft, special
 
-__all__ = ["ess_bulk", "ess_tail", "rhat_rank"]
+from bayes_rvm._warnings import warn_at_user
+
+__all__ = ["SamplingDiagnosticsWarning", "diagnose", "ess_bulk", "ess_tail", "rhat_rank"]
+
+
+class SamplingDiagnosticsWarning(UserWarning):
+    """Divergences, large R-hat or small ESS after sampling."""
 
 
 def _split_chains(x: np.ndarray) -> np.ndarray:
@@ -187,3 +195,108 @@ def ess_tail(x: np.ndarray, prob: float | None = None) -> np.ndarray:
         below = (x <= q[:, None, None]).astype(np.float64)
         out = np.minimum(out, _ess(_split_chains(below)))
     return np.where(_valid(x, 1), out, np.nan)
+
+
+def diagnose(dt: xr.DataTree, *, warn: bool = True, advice: str = "model") -> dict:
+    """Divergences, max R-hat and min bulk ESS of the hyperparameters, with warnings and remedies.
+
+    Parameters
+    ----------
+    dt : xarray.DataTree
+        An MCMC fit from :func:`sample_mcmc` (or any ``pm.sample`` result with ``alpha``).
+    warn : bool, default=True
+        Emit a :class:`SamplingDiagnosticsWarning` for each problem found, at the caller's line
+        outside this package.
+    advice : {"model", "estimator"}, default="model"
+        Word the remedies for a user's own model or for the RVR / RVC estimators.
+
+    Returns
+    -------
+    dict
+        ``divergences``, ``max_rhat``, ``min_ess_bulk``, ``min_ess_tail`` (over ``log alpha``,
+        ``sigma`` and ``nu``), ``max_rhat_w`` (over the weights), ``max_treedepth_hits``.
+    """
+    post = dt["posterior"].dataset
+    hyper = [v for v in ("alpha", "sigma", "nu") if v in post]
+
+    def scalars(name: str, log: bool = False) -> np.ndarray:
+        # (K, chain, draw): every scalar of the variable, for the vectorised diagnostics
+        # (ArviZ's estimators, one array operation for all scalars: see rhat_rank).
+        da = post[name]
+        x = da.transpose(..., "chain", "draw").values.reshape(
+            -1, da.sizes["chain"], da.sizes["draw"]
+        )
+        return np.log(x) if log else x
+
+    # As documented, on log alpha: the scale NUTS moves on (rank R-hat is not log-invariant).
+    x = np.concatenate([scalars(v, log=v == "alpha") for v in hyper])
+    out = {
+        "divergences": 0,
+        "max_rhat": float(np.nanmax(rhat_rank(x))),
+        "min_ess_bulk": float(np.nanmin(ess_bulk(x))),
+        "min_ess_tail": float(np.nanmin(ess_tail(x))),
+        "max_treedepth_hits": 0,
+    }
+    if "w" in post:
+        weights = [scalars(v) for v in ("w", "intercept") if v in post]
+        out["max_rhat_w"] = float(np.nanmax(rhat_rank(np.concatenate(weights))))
+    if "sample_stats" in dt.children:
+        ss = dt["sample_stats"].dataset
+        if "diverging" in ss:
+            out["divergences"] = int(ss["diverging"].sum())
+        for name in ("maxdepth_reached", "reached_max_treedepth"):
+            if name in ss:
+                out["max_treedepth_hits"] = int(ss[name].sum())
+    if warn:
+        n = post.sizes["chain"] * post.sizes["draw"]
+        tips = _ADVICE[advice]
+        if out["divergences"]:
+            _warn(f"{out['divergences']} of {n} draws diverged. {tips['divergences']}")
+        if out["max_rhat"] > 1.01:
+            _warn(
+                f"max R-hat of the hyperparameters is {_above(out['max_rhat'], 1.01)}, above "
+                f"1.01: the chains disagree. {tips['rhat']}"
+            )
+        if out["min_ess_bulk"] < 400:
+            _warn(
+                f"min bulk ESS of the hyperparameters is {int(out['min_ess_bulk'])}, below 400. "
+                f"{tips['ess']}"
+            )
+    return out
+
+
+#: Remedies by audience: a user's own model, or the RVR / RVC estimators (which already sample
+#: the weight-marginalised regression model and start from the type-II fit).
+_ADVICE = {
+    "model": {
+        "divergences": "Raise target_accept (nuts={'target_accept': 0.95}); prefer "
+        "form='marginal' over the joint form; avoid Gamma hyperpriors with tiny rates, whose wall "
+        "in log alpha NUTS cannot cross.",
+        "rhat": "Run longer (more tune and draws), start from type2_initvals(fit), or restrict "
+        "the basis to the type-II relevance vectors (basis=fit.active). Nearly collinear columns, "
+        "as from a wide kernel, make a ridged posterior; a narrower one (larger gamma) helps.",
+        "ess": "Draw more samples or use the marginal form.",
+    },
+    "estimator": {
+        "divergences": "Raise tune; with prior='student_t' a tiny nu puts a wall in log alpha "
+        "(prior='ard' or a larger nu samples well); mcmc_basis='relevant' samples only the "
+        "type-II relevance vectors.",
+        "rhat": "Raise tune and draws, or sample only the type-II relevance vectors "
+        "(mcmc_basis='relevant'). Nearly collinear basis columns, as from a wide kernel, make a "
+        "ridged posterior; a narrower kernel (larger gamma) helps.",
+        "ess": "Raise draws (or chains).",
+    },
+}
+
+
+def _above(value: float, limit: float) -> str:
+    """``value`` with enough decimals to differ visibly from ``limit`` (never "1.010 > 1.01")."""
+    for digits in range(3, 10):
+        text = f"{value:.{digits}f}"
+        if text != f"{limit:.{digits}f}":
+            return text
+    return repr(value)
+
+
+def _warn(message: str) -> None:
+    warn_at_user(message, SamplingDiagnosticsWarning)
