@@ -604,17 +604,13 @@ default="evidence_shared"
         X = dense_input(
             validate_data(self, X, reset=False, dtype=np.float64, accept_sparse=ACCEPT_SPARSE)
         )
-        w = self._idata["posterior"]["w"].transpose("chain", "draw", "basis", ...)
-        cols = np.asarray(w["basis"].values, dtype=int)
-        W = w.values.reshape(-1, cols.size, *w.shape[3:])
+        draws = self._posterior_draws()
 
         def proba(rows):
-            eta = np.einsum("nm,sm...->sn...", self.basis_.transform(rows, columns=cols), W)
-            intercept = self._intercept_draws(rows.shape[0])
-            if intercept is not None:
-                eta += intercept.reshape(eta.shape)
-            if eta.ndim == 2:
-                p1 = expit(eta).mean(axis=0)
+            phi = self.basis_.transform(rows, columns=draws.columns)
+            eta = draws.function(phi, draws.intercept_at(rows.shape[0]))
+            if eta.shape[2] == 1:
+                p1 = expit(eta[..., 0]).mean(axis=0)
                 return np.column_stack([1.0 - p1, p1])
             z = eta - eta.max(axis=2, keepdims=True)
             p = np.exp(z)
@@ -623,7 +619,7 @@ default="evidence_shared"
         # Each row's probabilities need only its own draws: blocks of rows bound the S draws'
         # latent values (S x rows x classes, three temporaries of it for the softmax).
         n_latent = 1 if self.classes_.size == 2 else self.classes_.size
-        return self._in_row_blocks(proba, X, 3 * W.shape[0] * n_latent)
+        return self._in_row_blocks(proba, X, 3 * draws.n_draws * n_latent)
 
     def _latent(self, X) -> tuple[np.ndarray, np.ndarray]:
         """Posterior mean and variance of the latent function(s), each (n_samples, n_outputs)."""
