@@ -13,6 +13,7 @@ under that reparametrisation).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import warnings
 
 import numpy as np
@@ -44,18 +45,81 @@ from bayes_rvm.evidence.width import shared_laplace_evidence
 from bayes_rvm.kernels import KernelBasis
 from bayes_rvm.priors import as_prior
 
-__all__ = ["RVC"]
+__all__ = ["RVC", "OneVsRestFit"]
 
 _MULTI_CLASS = ("multinomial", "ovr")
 
 
-class _OneVsRestFit:
-    """One-vs-rest fits seen as one by the width search: summed evidence, union of the actives."""
+@dataclasses.dataclass(frozen=True)
+class OneVsRestFit:
+    """``multi_class="ovr"``'s fit: one binary Laplace fit per class, with a fit's interface.
 
-    def __init__(self, fits: tuple) -> None:
-        self.fits = fits
-        self.log_evidence = float(sum(f.log_evidence for f in fits))
-        self.active = np.unique(np.concatenate([f.active for f in fits]))
+    What the estimator, the width search and cross-validation read of a fit: the summed evidence
+    (what a shared kernel width maximises), the union of the classes' relevance vectors
+    (``active``), the modes over that union (``mean``, one column per class, zero where a class
+    pruned the column), and each class's fit with the positions of its columns in ``active``
+    (:meth:`parts`, as a binary or softmax fit gives its one part).
+
+    Parameters
+    ----------
+    fits : tuple of EvidenceFit
+        The binary fit of class ``c`` against the rest, for each class in order.
+    """
+
+    fits: tuple[EvidenceFit, ...]
+
+    @functools.cached_property
+    def active(self) -> np.ndarray:
+        """The union of the classes' active columns, sorted."""
+        return np.unique(np.concatenate([f.active for f in self.fits]))
+
+    @functools.cached_property
+    def positions(self) -> tuple[np.ndarray, ...]:
+        """Where each class's active columns sit in :attr:`active`."""
+        return tuple(np.searchsorted(self.active, f.active) for f in self.fits)
+
+    @property
+    def log_evidence(self) -> float:
+        return float(sum(f.log_evidence for f in self.fits))
+
+    @property
+    def n_iter(self) -> int:
+        return int(sum(f.n_iter for f in self.fits))
+
+    @property
+    def converged(self) -> bool:
+        return all(f.converged for f in self.fits)
+
+    @property
+    def mean(self) -> np.ndarray:
+        """The modes over :attr:`active`, (K, n_classes); zero where a class pruned a column."""
+        return self._over_active("mean", 0.0)
+
+    @property
+    def class_alpha(self) -> np.ndarray:
+        """The prior precisions over :attr:`active`, (K, n_classes); inf where pruned."""
+        return self._over_active("alpha", np.inf)
+
+    def _over_active(self, name: str, fill: float) -> np.ndarray:
+        out = np.full((self.active.size, len(self.fits)), fill)
+        for c, (f, pos) in enumerate(zip(self.fits, self.positions, strict=True)):
+            out[pos, c] = f.mean[:, 0] if name == "mean" else f.alpha[f.active]
+        return out
+
+    def parts(self) -> tuple[tuple[EvidenceFit, np.ndarray], ...]:
+        """Each class's fit with the positions of its columns in :attr:`active`."""
+        return tuple(zip(self.fits, self.positions, strict=True))
+
+    def unscaled(self, norms: np.ndarray) -> OneVsRestFit:
+        """The fits mapped from unit-norm columns to the original basis (:func:`_unscale`)."""
+        return OneVsRestFit(tuple(_unscale(f, norms) for f in self.fits))
+
+
+def _parts(fit) -> tuple[tuple[EvidenceFit, np.ndarray], ...]:
+    """A classifier fit's parts: :meth:`OneVsRestFit.parts`, or the one fit over its columns."""
+    if isinstance(fit, OneVsRestFit):
+        return fit.parts()
+    return ((fit, np.arange(fit.active.size)),)
 
 
 def _unscale(fit: EvidenceFit, norms: np.ndarray) -> EvidenceFit:
@@ -380,12 +444,8 @@ default="evidence_shared"
             norms = normalise_columns(Phi)
             fit = engine(Phi, yi, None)
             self._set_width(basis, None)
-        fit = fit.fits if isinstance(fit, _OneVsRestFit) else fit
         fit_n = fit  # the normalised problem's fit, which seeds MCMC
-        if isinstance(fit, tuple):
-            fit = tuple(_unscale(f, norms) for f in fit)
-        else:
-            fit = _unscale(fit, norms)
+        fit = fit.unscaled(norms) if isinstance(fit, OneVsRestFit) else _unscale(fit, norms)
         self._set_fitted(basis, fit)
         act = self.active_
         # RVM* needs the training problem at prediction time (the Laplace weights come back
@@ -393,8 +453,7 @@ default="evidence_shared"
         train = {"phi_active": Phi[:, act] * norms[act], "y_index": yi, "norms": norms[act]}
         # The normalised alphas too: in the user's units they leave float64's range with the
         # columns' norms (a linear kernel on inputs of 1e80), and importance sampling needs them.
-        fits_n = fit_n if isinstance(fit_n, tuple) else (fit_n,)
-        train["alpha_normalised"] = np.stack([f.alpha[act] for f in fits_n])
+        train["alpha_normalised"] = np.stack([f.alpha[act] for f, _ in _parts(fit_n)])
         self._finish_fit(X, train, fit_n)
         self._importance = self._make_importance() if self._samples_predictive() else None
         return self
@@ -402,7 +461,7 @@ default="evidence_shared"
     def _engine(self, n_classes: int):
         """The Laplace engine with this estimator's options: ``engine(Phi, labels, warm)``.
 
-        ``labels`` are class indices; one-vs-rest returns an :class:`_OneVsRestFit` whose
+        ``labels`` are class indices; one-vs-rest returns an :class:`OneVsRestFit` whose
         evidence is the sum over the classes (what a shared kernel width maximises).
         """
 
@@ -431,7 +490,7 @@ default="evidence_shared"
                 run(Phi, (yi == c).astype(np.float64), likelihood="bernoulli", **kw)
                 for c in range(n_classes)
             )
-            return _OneVsRestFit(fits)
+            return OneVsRestFit(fits)
 
         return engine
 
@@ -516,7 +575,7 @@ default="evidence_shared"
 
             from bayes_rvm.inference import type2_datatree
 
-            if isinstance(self.fit_, tuple):
+            if isinstance(self.fit_, OneVsRestFit):
                 raise AttributeError(
                     "idata_ describes one model; multi_class='ovr' fits one per class. Use "
                     "multi_class='multinomial' for a DataTree."
@@ -542,27 +601,15 @@ default="evidence_shared"
     def _set_fitted(self, basis: KernelBasis, fit) -> None:
         self.basis_ = basis
         self.fit_ = fit
-        C = self.classes_.size
-        if isinstance(fit, tuple):
-            active = np.unique(np.concatenate([f.active for f in fit]))
-            mean = np.zeros((active.size, C))
-            alpha = np.full((active.size, C), np.inf)
-            self._positions = []
-            for c, f in enumerate(fit):
-                pos = np.searchsorted(active, f.active)
-                mean[pos, c] = f.mean[:, 0]
-                alpha[pos, c] = f.alpha[f.active]
-                self._positions.append(pos)
-            self.log_evidence_ = float(sum(f.log_evidence for f in fit))
-            self.n_iter_ = int(sum(f.n_iter for f in fit))
-            self.converged_ = all(f.converged for f in fit)
+        active = fit.active
+        if isinstance(fit, OneVsRestFit):
+            mean, alpha = fit.mean, fit.class_alpha
         else:
-            active = fit.active
-            mean = fit.mean[:, 0] if C == 2 else fit.mean
+            mean = fit.mean[:, 0] if self.classes_.size == 2 else fit.mean
             alpha = fit.alpha[active]
-            self.log_evidence_ = fit.log_evidence
-            self.n_iter_ = fit.n_iter
-            self.converged_ = fit.converged
+        self.log_evidence_ = fit.log_evidence
+        self.n_iter_ = fit.n_iter
+        self.converged_ = fit.converged
         self.active_ = active
         is_rv = active < basis.n_centres_
         self.relevance_ = active[is_rv]
@@ -575,10 +622,10 @@ default="evidence_shared"
 
     def _persisted_state(self) -> dict:
         """What :mod:`bayes_rvm.io` stores: basis, engine result(s) and the class labels."""
-        ovr = isinstance(self.fit_, tuple)
+        ovr = isinstance(self.fit_, OneVsRestFit)
         return {
             "basis": self.basis_,
-            "fit": list(self.fit_) if ovr else self.fit_,
+            "fit": list(self.fit_.fits) if ovr else self.fit_,
             "extras": {
                 "classes": self.classes_.tolist(),
                 "ovr": ovr,
@@ -591,7 +638,7 @@ default="evidence_shared"
     def _restore_state(self, state: dict) -> None:
         self.classes_ = np.asarray(state["extras"]["classes"])
         self.n_features_in_ = state["basis"].n_features_in_
-        fit = tuple(state["fit"]) if state["extras"]["ovr"] else state["fit"]
+        fit = OneVsRestFit(tuple(state["fit"])) if state["extras"]["ovr"] else state["fit"]
         self._set_fitted(state["basis"], fit)
         self._train = state.get("arrays") or {}
         self._set_width(state["basis"], path_from_json(state["extras"].get("width_path")))
@@ -632,17 +679,22 @@ default="evidence_shared"
             phi = self.basis_.transform(X, columns=self.active_)
         else:
             phi = self._rows_from_cross(X, star[0], self.active_)
-        if isinstance(self.fit_, tuple):
-            parts = []
-            for c, (f, pos) in enumerate(zip(self.fit_, self._positions, strict=True)):
-                yi = self._train.get("y_index")
-                target = None if yi is None else (yi == c).astype(np.float64)
-                parts.append(self._latent_one(f, phi[:, pos], pos, target, star))
-            return np.hstack([m for m, _ in parts]), np.hstack([v for _, v in parts])
+        targets = self._targets()
+        parts = [
+            self._latent_one(f, phi[:, pos], pos, None if targets is None else targets[c], star)
+            for c, (f, pos) in enumerate(_parts(self.fit_))
+        ]
+        return np.hstack([m for m, _ in parts]), np.hstack([v for _, v in parts])
+
+    def _targets(self) -> list[np.ndarray] | None:
+        """Each part's training labels (None for a model saved without them): one 0/1 column
+        for a binary or one-vs-rest part, class indices for a softmax fit."""
         yi = self._train.get("y_index")
-        if self.classes_.size == 2 and yi is not None:
-            yi = yi.astype(np.float64)
-        return self._latent_one(self.fit_, phi, np.arange(self.active_.size), yi, star)
+        if yi is None:
+            return None
+        if isinstance(self.fit_, OneVsRestFit):
+            return [(yi == c).astype(np.float64) for c in range(self.classes_.size)]
+        return [yi.astype(np.float64) if self.classes_.size == 2 else yi]
 
     def _latent_one(self, fit, phi, pos, target, star):
         """Latent moments of one Laplace fit on its columns ``pos``; RVM* when ``star`` is given."""
@@ -733,18 +785,12 @@ default="evidence_shared"
         The draws are of the weights of the normalised columns (``phi / norms``), whose alphas
         stay in float64's range whatever the scale of the kernel values.
         """
-        yi, norms = self._train["y_index"], self._normalising_norms()
+        norms = self._normalising_norms()
         phi = self._train["phi_active"] / norms
-        C = self.classes_.size
-        if isinstance(self.fit_, tuple):
-            fits, positions = self.fit_, self._positions
-            targets = [(yi == c).astype(np.float64) for c in range(C)]
-        else:
-            fits, positions = (self.fit_,), [np.arange(norms.size)]
-            targets = [(yi == 1).astype(np.float64) if C == 2 else np.eye(C)[yi]]
         alpha = self._train.get("alpha_normalised")
         draws = []
-        for c, (f, pos, T) in enumerate(zip(fits, positions, targets, strict=True)):
+        for c, ((f, pos), t) in enumerate(zip(_parts(self.fit_), self._targets(), strict=True)):
+            T = np.eye(f.mean.shape[1])[t] if f.mean.shape[1] > 1 else t  # softmax: one-hot
             a = f.alpha[f.active] / norms[pos] ** 2 if alpha is None else alpha[c, pos]
             draws.append(
                 importance_draws(f.posterior.rescaled(1.0 / norms[pos]), phi[:, pos], T, a)
@@ -762,13 +808,11 @@ default="evidence_shared"
             validate_data(self, X, reset=False, dtype=np.float64, accept_sparse=ACCEPT_SPARSE)
         )
         phi = self.basis_.transform(X, columns=self.active_) / self._normalising_norms()
-        if isinstance(self.fit_, tuple):
-            cols = [
-                d.log_predictive(phi[:, pos]) for d, pos in zip(draws, self._positions, strict=True)
-            ]
-            return np.column_stack([lp[:, 1] - lp[:, 0] for lp in cols])
-        lp = draws[0].log_predictive(phi)
-        return lp[:, 1:] - lp[:, :1] if self.classes_.size == 2 else lp
+        parts = _parts(self.fit_)
+        lps = [d.log_predictive(phi[:, pos]) for d, (_, pos) in zip(draws, parts, strict=True)]
+        if parts[0][0].mean.shape[1] > 1:  # a softmax fit: its log probabilities
+            return lps[0]
+        return np.column_stack([lp[:, 1] - lp[:, 0] for lp in lps])
 
     @one_blas_thread
     def decision_function(self, X) -> np.ndarray:
@@ -822,7 +866,7 @@ default="evidence_shared"
         if score.ndim == 1:
             p1 = expit(score)
             return np.column_stack([1.0 - p1, p1])
-        if isinstance(self.fit_, tuple):
+        if isinstance(self.fit_, OneVsRestFit):
             # One-vs-rest: independent binary probabilities, normalised as scikit-learn's OvR does.
             p = expit(score)
             return p / np.maximum(p.sum(axis=1, keepdims=True), np.finfo(float).tiny)

@@ -27,7 +27,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from bayes_rvm._base import ACCEPT_SPARSE, dense_input, normalise_columns
-from bayes_rvm.classifier import RVC, _OneVsRestFit
+from bayes_rvm.classifier import RVC
 from bayes_rvm.estimators import RVR, drop_duplicate_rows
 from bayes_rvm.evidence.gaussian import one_blas_thread
 from bayes_rvm.evidence.width import WIDTH_KERNELS, default_width_grid, width_to_gamma
@@ -409,9 +409,7 @@ class RVCCV(ClassifierMixin, _WidthCV):
             fit = engine(Phi, yf, warm)
 
             def predict(Phi_te):
-                if isinstance(fit, _OneVsRestFit):
-                    latent = np.column_stack([Phi_te[:, f.active] @ f.mean[:, 0] for f in fit.fits])
-                    return np.argmax(latent, axis=1)
+                # One-vs-rest: one column per class too (OneVsRestFit.mean), argmax as softmax.
                 latent = Phi_te[:, fit.active] @ fit.mean
                 return (latent[:, 0] > 0).astype(int) if latent.shape[1] == 1 else latent.argmax(1)
 
