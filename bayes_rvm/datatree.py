@@ -269,16 +269,10 @@ def sample_posterior_predictive(
         ``predictions_constant_data`` (``Phi``).
     """
     post = dt["posterior"].dataset
-    if "w" not in post:
-        raise ValueError(
-            "the posterior has no w: complete a pm.sample result with complete_posterior(dt, "
-            "model) first."
-        )
     likelihood = dt.attrs.get("likelihood", "gaussian")
-    w = post["w"].transpose("chain", "draw", BASIS, ...)
-    C, S, M = w.shape[:3]
-    W = w.values.reshape(C * S, M, -1)
-    D = W.shape[2]
+    posterior = PosteriorDraws.from_posterior(post, likelihood)
+    C, S, M, D = posterior.w.shape
+    W = posterior.weights
     training = Phi_new is None
     if training:
         const = dt["constant_data"].dataset
@@ -318,7 +312,7 @@ def sample_posterior_predictive(
     eta = latent(Phi, W, off)
     rng = np.random.default_rng(random_seed)
     if likelihood == "gaussian":
-        sig = post["sigma"].values.reshape(-1, 1, 1)
+        sig = posterior.flat("sigma")[:, None, None]
         draws = eta + sig * rng.standard_normal(eta.shape)
     elif likelihood == "bernoulli":
         draws = (rng.random(eta.shape) < expit(eta)).astype(np.int64)
@@ -332,12 +326,12 @@ def sample_posterior_predictive(
     y = y if multi else y[..., 0]
     coords = {"chain": post.chain.values, "draw": post.draw.values, OBS: np.arange(n)}
     if multi:
-        coords[OUTPUT] = w.coords[OUTPUT].values
+        coords[OUTPUT] = post[OUTPUT].values
     group = "posterior_predictive" if training else "predictions"
     groups = {group: {"y": y}}
     if not training and Phi.ndim == 2:  # per-draw designs are not data: not stored
         groups["predictions_constant_data"] = {"Phi": Phi}
-        coords[BASIS] = w.coords[BASIS].values
+        coords[BASIS] = posterior.basis
     new = make_datatree(groups, coords=coords, w_extra=w_extra, y_extra=y_extra)
     out = dt.copy()
     for name, node in new.children.items():
