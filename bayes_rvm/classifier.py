@@ -50,7 +50,7 @@ __all__ = ["RVC", "OneVsRestFit"]
 _MULTI_CLASS = ("multinomial", "ovr")
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)
 class OneVsRestFit:
     """``multi_class="ovr"``'s fit: one binary Laplace fit per class, with a fit's interface.
 
@@ -105,6 +105,15 @@ class OneVsRestFit:
         for c, (f, pos) in enumerate(zip(self.fits, self.positions, strict=True)):
             out[pos, c] = f.mean[:, 0] if name == "mean" else f.alpha[f.active]
         return out
+
+    def __len__(self) -> int:
+        return len(self.fits)
+
+    def __iter__(self):
+        return iter(self.fits)
+
+    def __getitem__(self, c: int) -> EvidenceFit:
+        return self.fits[c]
 
     def parts(self) -> tuple[tuple[EvidenceFit, np.ndarray], ...]:
         """Each class's fit with the positions of its columns in :attr:`active`."""
@@ -269,8 +278,9 @@ default="evidence_shared"
     gamma_, length_scale_, width_path_
         The kernel coefficient(s) used, as length scale(s), and the evidence curve of a learned
         width (see :class:`~bayes_rvm.estimators.RVR`).
-    fit_ : EvidenceFit or tuple of EvidenceFit
-        Engine result(s) in original units; a tuple of one fit per class for ``"ovr"``. For the
+    fit_ : EvidenceFit or OneVsRestFit
+        Engine result in original units; for ``"ovr"`` a :class:`OneVsRestFit` of one binary fit
+        per class (iterable and indexable as the tuple of those fits it once was). For the
         multinomial fit, ``mean`` is (n_active, n_classes) and ``chol`` the Cholesky factor of the
         class-major (n_active * n_classes)-square Hessian.
     active_ : ndarray of int

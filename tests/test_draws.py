@@ -87,7 +87,7 @@ def test_one_vs_rest_fit_is_the_binary_fits_of_each_class():
     ovr = RVC(gamma=0.2, multi_class="ovr").fit(X, y)
     fit = ovr.fit_
     assert isinstance(fit, OneVsRestFit)
-    assert len(fit.parts()) == 3
+    assert len(fit) == 3 and fit[1] is fit.fits[1]  # as the tuple of fits it once was
     for c, (part, pos) in enumerate(fit.parts()):
         # Each part is the binary RVC of its class against the rest, on the same basis.
         binary = RVC(gamma=0.2).fit(X, (y == c).astype(int))
