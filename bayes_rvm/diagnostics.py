@@ -7,9 +7,11 @@ usual remedy for each problem. Its R-hat and ESS are the estimators of ``arviz.r
 a time (a rank transform, a normal quantile function and an FFT per scalar), which cost about a
 second on an RVM fit with 101 basis functions and 4 x 1000 draws, more than the sampling itself.
 Here the ranks, quantile functions and autocovariances are computed for all scalars in one array
-operation; only Geyer's initial sequences, a few steps per scalar, are a loop. :func:`rhat_rank`,
-:func:`ess_bulk` and :func:`ess_tail` take an array of shape ``(K, chain, draw)`` and return shape
-``(K,)``.
+operation; only Geyer's initial sequences, a few steps per scalar, are a loop. ``arviz_stats``'
+array layer (``array_stats.rhat``, ``array_stats.ess``) gives the same values to rounding on
+plain arrays but loops over the scalars too: 3-5x the time here on 101 x 4 x 1000 draws.
+:func:`rhat_rank`, :func:`ess_bulk` and :func:`ess_tail` take an array of shape
+``(K, chain, draw)`` and return shape ``(K,)``.
 """
 
 from __future__ import annotations
