@@ -848,4 +848,7 @@ class BaseRVM(BaseEstimator):
         # A pm.Model and compiled functions do not pickle reliably (pymc#5886, #6167).
         state = super().__getstate__()
         state.pop("_model", None)
+        # The posterior draws are idata_'s arrays again: read back on first use.
+        state.pop("_draws", None)
+        state.pop("_draws_of", None)
         return state
