@@ -25,7 +25,7 @@ from sklearn.utils import check_random_state, check_scalar
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
-from bayes_rvm.dims import BASIS
+from bayes_rvm.draws import PosteriorDraws
 from bayes_rvm.evidence.gaussian import one_blas_thread
 from bayes_rvm.evidence.width import WidthFit, WidthPath, maximise_width, select_width_shared
 from bayes_rvm.kernels import WIDTH_RULES, KernelBasis, WidthRule, stationary_kernel
@@ -570,14 +570,18 @@ class BaseRVM(BaseEstimator):
 
         return type2_initvals(fit_n, basis=self._mcmc_columns())
 
-    def _intercept_draws(self, n: int) -> np.ndarray | None:
-        """The posterior's ``intercept`` (a free bias outside the ARD columns) at ``n`` rows,
-        (chain, draw, n[, C]); None for a model without one."""
-        post = self._idata["posterior"].dataset if self._idata is not None else None
-        if post is None or "intercept" not in post:
-            return None
-        b = post["intercept"].transpose("chain", "draw", ...).values
-        return np.broadcast_to(b[:, :, None], (*b.shape[:2], n, *b.shape[2:]))
+    def _posterior_draws(self) -> PosteriorDraws:
+        """The posterior draws that predictions average over, read once from :attr:`idata_`.
+
+        Read again only when :attr:`idata_` is another tree (a new fit, a loaded model); the
+        estimators never read the tree's arrays themselves.
+        """
+        dt = self.idata_
+        if getattr(self, "_draws_of", None) is not dt:
+            likelihood = dt.attrs.get("likelihood", "gaussian")
+            self._draws = PosteriorDraws.from_posterior(dt["posterior"].dataset, likelihood)
+            self._draws_of = dt
+        return self._draws
 
     def _finish_fit(self, X: np.ndarray, training: TrainingData, fit_n) -> None:
         """Keep the training problem and, under ``inference="mcmc"``, sample :attr:`model_`.
@@ -695,19 +699,17 @@ class BaseRVM(BaseEstimator):
             X = dense_input(
                 validate_data(self, X, reset=False, dtype=np.float64, accept_sparse=ACCEPT_SPARSE)
             )
-        w = dt["posterior"]["w"]
-        n_draws = w.sizes["chain"] * w.sizes["draw"]
+        draws = self._posterior_draws()
         self._check_output_memory(
             "sample_posterior_predictive",
             len(dt["observed_data"]["y"]) if X is None else X.shape[0],
-            w.size // (n_draws * w.sizes[BASIS]),
-            draws=n_draws,
+            draws.w.shape[3],
+            draws=draws.n_draws,
         )
         if X is not None:
-            cols = np.asarray(dt["posterior"][BASIS].values, dtype=int)
-            Phi_new = self._design_draws(X, cols)
+            Phi_new = self._design_draws(X, draws.columns)
         seed = check_random_state(random_state).randint(2**31 - 1)
-        offset = None if X is None else self._intercept_draws(X.shape[0])
+        offset = None if X is None else draws.intercept_at(X.shape[0])
         out = sample_posterior_predictive(dt, Phi_new, offset=offset, random_seed=seed)
         if not extend_idata:
             return out
@@ -740,9 +742,9 @@ class BaseRVM(BaseEstimator):
         joint covariance, the ``n x n`` matrix per output and the factorisations a joint draw
         from it makes.
         """
-        post = self._idata["posterior"].dataset if self._idata is not None else None
-        n_basis = post.sizes[BASIS] if post is not None and BASIS in post.sizes else None
-        n_basis = self.active_.size if n_basis is None else n_basis
+        # The columns predictions use: the sampled ones, or the type-II relevance vectors.
+        mcmc = self.inference == "mcmc"
+        n_basis = self._posterior_draws().basis.size if mcmc else self.active_.size
         per_draw_design = draws and self._samples_width()
         floats = float(n) * n_basis * (draws if per_draw_design else 1)
         floats += 2.0 * draws * n * n_outputs + 2.0 * n_samples * n * n_outputs
@@ -792,18 +794,20 @@ class BaseRVM(BaseEstimator):
     def _design_draws(self, X: np.ndarray, cols: np.ndarray) -> np.ndarray:
         """Design rows of ``X`` over the posterior's columns: (n, M), or one per draw
         (chain, draw, n, M) when the width was sampled (the kernel at each draw's ``gamma``)."""
-        post = self._idata["posterior"].dataset if self._idata is not None else None
-        if post is None or "gamma" not in post or not self._samples_width():
+        if not self._samples_width() or self._posterior_draws().gamma is None:
             return self.basis_.transform(X, columns=cols)
         from bayes_rvm.kernels import stationary_distances, width_design
 
         centres = self.basis_.centres_[cols[cols < self.basis_.n_centres_]]
         dist = stationary_distances(X, centres, self.kernel)
         bias = bool(np.any(cols >= self.basis_.n_centres_))
-        return width_design(dist, post["gamma"].values, bias=bias)
+        return width_design(dist, self._posterior_draws().gamma, bias=bias)
 
     def __getstate__(self):
         # A pm.Model and compiled functions do not pickle reliably (pymc#5886, #6167).
         state = super().__getstate__()
         state.pop("_model", None)
+        # The posterior draws are idata_'s arrays again: read back on first use.
+        state.pop("_draws", None)
+        state.pop("_draws_of", None)
         return state

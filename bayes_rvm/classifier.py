@@ -32,7 +32,7 @@ from bayes_rvm._base import (
     path_from_json,
     path_to_json,
 )
-from bayes_rvm.evidence import SOLVERS, importance_draws
+from bayes_rvm.evidence import SOLVERS, EvidenceFit, importance_draws
 from bayes_rvm.evidence.gaussian import one_blas_thread
 from bayes_rvm.evidence.importance import MIN_ESS
 from bayes_rvm.evidence.log_evidence import WARN_SKIP
@@ -44,11 +44,16 @@ from bayes_rvm.persistence import Fail, SavedStateMixin
 from bayes_rvm.priors import as_prior
 from bayes_rvm.problem import Engine, OneVsRestFit, Problem, TrainingData
 
-__all__ = ["RVC"]
+__all__ = ["RVC", "OneVsRestFit"]
 
 _MULTI_CLASS = ("multinomial", "ovr")
-#: The one-vs-rest fits seen as one (its home is :mod:`bayes_rvm.problem`).
-_OneVsRestFit = OneVsRestFit
+
+
+def _parts(fit) -> tuple[tuple[EvidenceFit, np.ndarray], ...]:
+    """A classifier fit's parts: :meth:`OneVsRestFit.parts`, or the one fit over its columns."""
+    if isinstance(fit, OneVsRestFit):
+        return fit.parts()
+    return ((fit, np.arange(fit.active.size)),)
 
 
 class RVC(ClassifierMixin, SavedStateMixin, BaseRVM):
@@ -190,8 +195,9 @@ default="evidence_shared"
     gamma_, length_scale_, width_path_
         The kernel coefficient(s) used, as length scale(s), and the evidence curve of a learned
         width (see :class:`~bayes_rvm.estimators.RVR`).
-    fit_ : EvidenceFit or tuple of EvidenceFit
-        Engine result(s) in original units; a tuple of one fit per class for ``"ovr"``. For the
+    fit_ : EvidenceFit or OneVsRestFit
+        Engine result in original units; for ``"ovr"`` a :class:`OneVsRestFit` of one binary fit
+        per class (iterable and indexable as the tuple of those fits it once was). For the
         multinomial fit, ``mean`` is (n_active, n_classes) and ``chol`` the Cholesky factor of the
         class-major (n_active * n_classes)-square Hessian.
     training_ : bayes_rvm.problem.TrainingData
@@ -371,18 +377,16 @@ default="evidence_shared"
             fit_n = engine.fit(problem)
             self._set_width(basis, None)
         self._set_fitted(basis, problem.unscale(fit_n))
-        fit_n = fit_n.fits if isinstance(fit_n, OneVsRestFit) else fit_n  # seeds MCMC
         act = self.active_
         # RVM* needs the training problem at prediction time (the Laplace weights come back
         # from the mode and the labels). The normalised alphas too: in the user's units they
         # leave float64's range with the columns' norms (a linear kernel on inputs of 1e80),
         # and importance sampling needs them.
-        fits_n = fit_n if isinstance(fit_n, tuple) else (fit_n,)
         training = TrainingData(
             phi_active=problem.active_design(act),
             y_index=yi,
             norms=problem.norms[act],
-            alpha_normalised=np.stack([f.alpha[act] for f in fits_n]),
+            alpha_normalised=np.stack([f.alpha[act] for f, _ in _parts(fit_n)]),
         )
         self._finish_fit(X, training, fit_n)
         self._importance = self._make_importance() if self._samples_predictive() else None
@@ -486,7 +490,7 @@ default="evidence_shared"
 
             from bayes_rvm.inference import type2_datatree
 
-            if isinstance(self.fit_, tuple):
+            if isinstance(self.fit_, OneVsRestFit):
                 raise AttributeError(
                     "idata_ describes one model; multi_class='ovr' fits one per class. Use "
                     "multi_class='multinomial' for a DataTree."
@@ -512,27 +516,15 @@ default="evidence_shared"
     def _set_fitted(self, basis: KernelBasis, fit) -> None:
         self.basis_ = basis
         self.fit_ = fit
-        C = self.classes_.size
-        if isinstance(fit, tuple):
-            active = np.unique(np.concatenate([f.active for f in fit]))
-            mean = np.zeros((active.size, C))
-            alpha = np.full((active.size, C), np.inf)
-            self._positions = []
-            for c, f in enumerate(fit):
-                pos = np.searchsorted(active, f.active)
-                mean[pos, c] = f.mean[:, 0]
-                alpha[pos, c] = f.alpha[f.active]
-                self._positions.append(pos)
-            self.log_evidence_ = float(sum(f.log_evidence for f in fit))
-            self.n_iter_ = int(sum(f.n_iter for f in fit))
-            self.converged_ = all(f.converged for f in fit)
+        active = fit.active
+        if isinstance(fit, OneVsRestFit):
+            mean, alpha = fit.mean, fit.class_alpha
         else:
-            active = fit.active
-            mean = fit.mean[:, 0] if C == 2 else fit.mean
+            mean = fit.mean[:, 0] if self.classes_.size == 2 else fit.mean
             alpha = fit.alpha[active]
-            self.log_evidence_ = fit.log_evidence
-            self.n_iter_ = fit.n_iter
-            self.converged_ = fit.converged
+        self.log_evidence_ = fit.log_evidence
+        self.n_iter_ = fit.n_iter
+        self.converged_ = fit.converged
         self.active_ = active
         is_rv = active < basis.n_centres_
         self.relevance_ = active[is_rv]
@@ -545,10 +537,10 @@ default="evidence_shared"
 
     def _persisted_state(self) -> dict:
         """What :mod:`bayes_rvm.io` stores: basis, engine result(s) and the class labels."""
-        ovr = isinstance(self.fit_, tuple)
+        ovr = isinstance(self.fit_, OneVsRestFit)
         return {
             "basis": self.basis_,
-            "fit": list(self.fit_) if ovr else self.fit_,
+            "fit": list(self.fit_.fits) if ovr else self.fit_,
             "extras": {
                 "classes": self.classes_.tolist(),
                 "ovr": ovr,
@@ -561,7 +553,7 @@ default="evidence_shared"
     def _restore_state(self, state: dict) -> None:
         self.classes_ = np.asarray(state["extras"]["classes"])
         self.n_features_in_ = state["basis"].n_features_in_
-        fit = tuple(state["fit"]) if state["extras"]["ovr"] else state["fit"]
+        fit = OneVsRestFit(tuple(state["fit"])) if state["extras"]["ovr"] else state["fit"]
         self._set_fitted(state["basis"], fit)
         self.training_ = TrainingData.from_arrays(state.get("arrays"))
         self._set_width(state["basis"], path_from_json(state["extras"].get("width_path")))
@@ -591,17 +583,13 @@ default="evidence_shared"
         X = dense_input(
             validate_data(self, X, reset=False, dtype=np.float64, accept_sparse=ACCEPT_SPARSE)
         )
-        w = self._idata["posterior"]["w"].transpose("chain", "draw", "basis", ...)
-        cols = np.asarray(w["basis"].values, dtype=int)
-        W = w.values.reshape(-1, cols.size, *w.shape[3:])
+        draws = self._posterior_draws()
 
         def proba(rows):
-            eta = np.einsum("nm,sm...->sn...", self.basis_.transform(rows, columns=cols), W)
-            intercept = self._intercept_draws(rows.shape[0])
-            if intercept is not None:
-                eta += intercept.reshape(eta.shape)
-            if eta.ndim == 2:
-                p1 = expit(eta).mean(axis=0)
+            phi = self.basis_.transform(rows, columns=draws.columns)
+            eta = draws.function(phi, draws.intercept_at(rows.shape[0]))
+            if eta.shape[2] == 1:
+                p1 = expit(eta[..., 0]).mean(axis=0)
                 return np.column_stack([1.0 - p1, p1])
             z = eta - eta.max(axis=2, keepdims=True)
             p = np.exp(z)
@@ -610,7 +598,7 @@ default="evidence_shared"
         # Each row's probabilities need only its own draws: blocks of rows bound the S draws'
         # latent values (S x rows x classes, three temporaries of it for the softmax).
         n_latent = 1 if self.classes_.size == 2 else self.classes_.size
-        return self._in_row_blocks(proba, X, 3 * W.shape[0] * n_latent)
+        return self._in_row_blocks(proba, X, 3 * draws.n_draws * n_latent)
 
     def _latent(self, X) -> tuple[np.ndarray, np.ndarray]:
         """Posterior mean and variance of the latent function(s), each (n_samples, n_outputs)."""
@@ -623,17 +611,22 @@ default="evidence_shared"
             phi = self.basis_.transform(X, columns=self.active_)
         else:
             phi = self._rows_from_cross(X, star[0], self.active_)
-        if isinstance(self.fit_, tuple):
-            parts = []
-            for c, (f, pos) in enumerate(zip(self.fit_, self._positions, strict=True)):
-                yi = self.training_.y_index
-                target = None if yi is None else (yi == c).astype(np.float64)
-                parts.append(self._latent_one(f, phi[:, pos], pos, target, star))
-            return np.hstack([m for m, _ in parts]), np.hstack([v for _, v in parts])
+        targets = self._targets()
+        parts = [
+            self._latent_one(f, phi[:, pos], pos, None if targets is None else targets[c], star)
+            for c, (f, pos) in enumerate(_parts(self.fit_))
+        ]
+        return np.hstack([m for m, _ in parts]), np.hstack([v for _, v in parts])
+
+    def _targets(self) -> list[np.ndarray] | None:
+        """Each part's training labels (None for a model saved without them): one 0/1 column
+        for a binary or one-vs-rest part, class indices for a softmax fit."""
         yi = self.training_.y_index
-        if self.classes_.size == 2 and yi is not None:
-            yi = yi.astype(np.float64)
-        return self._latent_one(self.fit_, phi, np.arange(self.active_.size), yi, star)
+        if yi is None:
+            return None
+        if isinstance(self.fit_, OneVsRestFit):
+            return [(yi == c).astype(np.float64) for c in range(self.classes_.size)]
+        return [yi.astype(np.float64) if self.classes_.size == 2 else yi]
 
     def _latent_one(self, fit, phi, pos, target, star):
         """Latent moments of one Laplace fit on its columns ``pos``; RVM* when ``star`` is given."""
@@ -725,18 +718,12 @@ default="evidence_shared"
         The draws are of the weights of the normalised columns (``phi / norms``), whose alphas
         stay in float64's range whatever the scale of the kernel values.
         """
-        yi, norms = self.training_.y_index, self._normalising_norms()
+        norms = self._normalising_norms()
         phi = self.training_.phi_active / norms
-        C = self.classes_.size
-        if isinstance(self.fit_, tuple):
-            fits, positions = self.fit_, self._positions
-            targets = [(yi == c).astype(np.float64) for c in range(C)]
-        else:
-            fits, positions = (self.fit_,), [np.arange(norms.size)]
-            targets = [(yi == 1).astype(np.float64) if C == 2 else np.eye(C)[yi]]
         alpha = self.training_.alpha_normalised
         draws = []
-        for c, (f, pos, T) in enumerate(zip(fits, positions, targets, strict=True)):
+        for c, ((f, pos), t) in enumerate(zip(_parts(self.fit_), self._targets(), strict=True)):
+            T = np.eye(f.mean.shape[1])[t] if f.mean.shape[1] > 1 else t  # softmax: one-hot
             a = f.alpha[f.active] / norms[pos] ** 2 if alpha is None else alpha[c, pos]
             draws.append(
                 importance_draws(f.posterior.rescaled(1.0 / norms[pos]), phi[:, pos], T, a)
@@ -755,13 +742,11 @@ default="evidence_shared"
             validate_data(self, X, reset=False, dtype=np.float64, accept_sparse=ACCEPT_SPARSE)
         )
         phi = self.basis_.transform(X, columns=self.active_) / self._normalising_norms()
-        if isinstance(self.fit_, tuple):
-            cols = [
-                d.log_predictive(phi[:, pos]) for d, pos in zip(draws, self._positions, strict=True)
-            ]
-            return np.column_stack([lp[:, 1] - lp[:, 0] for lp in cols])
-        lp = draws[0].log_predictive(phi)
-        return lp[:, 1:] - lp[:, :1] if self.classes_.size == 2 else lp
+        parts = _parts(self.fit_)
+        lps = [d.log_predictive(phi[:, pos]) for d, (_, pos) in zip(draws, parts, strict=True)]
+        if parts[0][0].mean.shape[1] > 1:  # a softmax fit: its log probabilities
+            return lps[0]
+        return np.column_stack([lp[:, 1] - lp[:, 0] for lp in lps])
 
     @one_blas_thread
     def decision_function(self, X) -> np.ndarray:
@@ -815,7 +800,7 @@ default="evidence_shared"
         if score.ndim == 1:
             p1 = expit(score)
             return np.column_stack([1.0 - p1, p1])
-        if isinstance(self.fit_, tuple):
+        if isinstance(self.fit_, OneVsRestFit):
             # One-vs-rest: independent binary probabilities, normalised as scikit-learn's OvR does.
             p = expit(score)
             return p / np.maximum(p.sum(axis=1, keepdims=True), np.finfo(float).tiny)

@@ -34,7 +34,7 @@ from bayes_rvm.evidence.width import default_width_grid
 from bayes_rvm.kernels import WIDTH_KERNELS, KernelBasis, stationary_kernel
 from bayes_rvm.persistence import Fail, SavedStateMixin
 from bayes_rvm.priors import DEFAULT_NU
-from bayes_rvm.problem import OneVsRestFit, Problem
+from bayes_rvm.problem import Problem
 
 __all__ = ["RVCCV", "RVRCV"]
 
@@ -422,9 +422,7 @@ class RVCCV(ClassifierMixin, _WidthCV):
             return Problem.classification(Phi, yf, classes.size, one_vs_rest=ovr)
 
         def fold_predict(problem, fit, Phi_te):
-            if isinstance(fit, OneVsRestFit):
-                latent = np.column_stack([Phi_te[:, f.active] @ f.mean[:, 0] for f in fit.fits])
-                return np.argmax(latent, axis=1)
+            # One-vs-rest: one column per class too (OneVsRestFit.mean), argmax as softmax.
             latent = Phi_te[:, fit.active] @ fit.mean
             return (latent[:, 0] > 0).astype(int) if latent.shape[1] == 1 else latent.argmax(1)
 

@@ -599,26 +599,20 @@ array-like, default="evidence_shared"
 
     def _mcmc_draws(self, X) -> tuple[np.ndarray, np.ndarray]:
         """Regression function at ``X`` per MCMC draw, (S, n[, D]), and the noise sd, (S,)."""
-        post = self._idata["posterior"].dataset
-        phi = self._design_draws(X, np.asarray(post[BASIS].values, dtype=int))
-        w = post["w"].transpose("chain", "draw", BASIS, ...).values
-        w = w.reshape((-1, *w.shape[2:]))
-        sigma = post["sigma"].values.reshape(-1)
-        if phi.ndim == 2:
-            return np.einsum("nm,sm...->sn...", phi, w, optimize=True), sigma
-        phi = phi.reshape(-1, *phi.shape[2:])  # one design per draw: (S, n, M)
-        return np.einsum("snm,sm...->sn...", phi, w, optimize=True), sigma
+        draws = self._posterior_draws()
+        f = draws.function(self._design_draws(X, draws.columns))
+        return (f[..., 0] if draws.extra_dim is None else f), draws.flat("sigma")
 
     def _mcmc_star(self, X) -> _StarDraws:
         """RVM* per MCMC draw at ``X``: :func:`bayes_rvm.predictive.rvm_star_draws`."""
         from bayes_rvm.predictive import rvm_star_draws, target_amplitude
 
-        post = self._idata["posterior"].dataset
-        cols = post[BASIS].values
+        draws = self._posterior_draws()
+        cols = draws.columns
         x_train = self.training_.x_train
         phi = self.basis_.transform(x_train, columns=cols)
-        alpha = post["alpha"].transpose("chain", "draw", BASIS).values.reshape(-1, cols.size)
-        beta = post["sigma"].values.reshape(-1) ** -2.0
+        alpha = draws.flat("alpha")
+        beta = draws.flat("sigma") ** -2.0
         cross, self_k = self._rvm_star_inputs(X)
         phi_test = self._rows_from_cross(X, cross, cols)
         y = self.training_.y
@@ -664,7 +658,7 @@ array-like, default="evidence_shared"
             # sampled, the draw's design row).
             per_draw = 2 * self._n_outputs()
             if self._samples_width():
-                per_draw += self._idata["posterior"].sizes[BASIS]
+                per_draw += self._posterior_draws().basis.size
             mean, std = self._in_row_blocks(moments, X, self._n_draws() * per_draw)
             return (mean, std) if return_std else mean
         if self.predictive != "rvm*":
@@ -973,8 +967,7 @@ array-like, default="evidence_shared"
         """Posterior draws predictions average over (0 for a type-II fit)."""
         if self.inference != "mcmc":
             return 0
-        post = self._idata["posterior"]
-        return int(post.sizes["chain"] * post.sizes["draw"])
+        return self._posterior_draws().n_draws
 
     @one_blas_thread
     def sample_y(self, X, n_samples: int = 1, random_state=0) -> np.ndarray:

@@ -16,6 +16,7 @@ through three frozen objects:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -92,27 +93,74 @@ def unscale_alpha(alpha: np.ndarray, factor: np.ndarray) -> np.ndarray:
     return out
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class OneVsRestFit:
-    """One-vs-rest fits seen as one by the width search: summed evidence, union of the actives.
+    """``multi_class="ovr"``'s fit: one binary Laplace fit per class, with a fit's interface.
 
-    Attributes
+    What the estimator, the width search and cross-validation read of a fit: the summed evidence
+    (what a shared kernel width maximises), the union of the classes' relevance vectors
+    (``active``), the modes over that union (``mean``, one column per class, zero where a class
+    pruned the column), and each class's fit with the positions of its columns in ``active``
+    (:meth:`parts`, as a binary or softmax fit gives its one part).
+
+    Parameters
     ----------
     fits : tuple of EvidenceFit
-        One binary fit per class, in the order of the classes.
+        The binary fit of class ``c`` against the rest, for each class in order.
     """
 
-    fits: tuple
+    fits: tuple[EvidenceFit, ...]
+
+    @functools.cached_property
+    def active(self) -> np.ndarray:
+        """The union of the classes' active columns, sorted."""
+        return np.unique(np.concatenate([f.active for f in self.fits]))
+
+    @functools.cached_property
+    def positions(self) -> tuple[np.ndarray, ...]:
+        """Where each class's active columns sit in :attr:`active`."""
+        return tuple(np.searchsorted(self.active, f.active) for f in self.fits)
 
     @property
     def log_evidence(self) -> float:
-        """The classes' log evidences summed (what a shared kernel width maximises)."""
         return float(sum(f.log_evidence for f in self.fits))
 
     @property
-    def active(self) -> np.ndarray:
-        """Columns any class keeps, increasing."""
-        return np.unique(np.concatenate([f.active for f in self.fits]))
+    def n_iter(self) -> int:
+        return int(sum(f.n_iter for f in self.fits))
+
+    @property
+    def converged(self) -> bool:
+        return all(f.converged for f in self.fits)
+
+    @property
+    def mean(self) -> np.ndarray:
+        """The modes over :attr:`active`, (K, n_classes); zero where a class pruned a column."""
+        return self._over_active("mean", 0.0)
+
+    @property
+    def class_alpha(self) -> np.ndarray:
+        """The prior precisions over :attr:`active`, (K, n_classes); inf where pruned."""
+        return self._over_active("alpha", np.inf)
+
+    def _over_active(self, name: str, fill: float) -> np.ndarray:
+        out = np.full((self.active.size, len(self.fits)), fill)
+        for c, (f, pos) in enumerate(zip(self.fits, self.positions, strict=True)):
+            out[pos, c] = f.mean[:, 0] if name == "mean" else f.alpha[f.active]
+        return out
+
+    def __len__(self) -> int:
+        return len(self.fits)
+
+    def __iter__(self):
+        return iter(self.fits)
+
+    def __getitem__(self, c: int) -> EvidenceFit:
+        return self.fits[c]
+
+    def parts(self) -> tuple[tuple[EvidenceFit, np.ndarray], ...]:
+        """Each class's fit with the positions of its columns in :attr:`active`."""
+        return tuple(zip(self.fits, self.positions, strict=True))
 
 
 @dataclass(frozen=True)
@@ -218,14 +266,14 @@ class Problem:
         targets = self.targets if targets is None else targets
         return dataclasses.replace(self, design=Phi, norms=norms, targets=targets)
 
-    def unscale(self, fit: EvidenceFit | OneVsRestFit) -> EvidenceFit | tuple:
-        """The fit of this normalised problem in the user's units (a tuple for one-vs-rest).
+    def unscale(self, fit: EvidenceFit | OneVsRestFit) -> EvidenceFit | OneVsRestFit:
+        """The fit of this normalised problem in the user's units (a :class:`OneVsRestFit` for OvR).
 
         :meth:`EvidenceFit.rescaled` maps it; :func:`unscale_alpha` says when the alphas leave
         float64's range in these units.
         """
         if isinstance(fit, OneVsRestFit):
-            return tuple(self.unscale(f) for f in fit.fits)
+            return OneVsRestFit(tuple(self.unscale(f) for f in fit.fits))
         n_values = self.targets.size if self.likelihood == "gaussian" else 0
         out = fit.rescaled(self.norms, self.scale, n_values)
         return dataclasses.replace(out, alpha=unscale_alpha(fit.alpha, self.norms / self.scale))

@@ -111,13 +111,13 @@ def run_one(
     compile_s = 0.0
     if sampler == "nutpie":
         # Compile once outside the timed sampling call (sample_mcmc then hits its cache).
-        from bayes_rvm import inference
+        from bayes_rvm import sampling
 
-        inference._NUTPIE_CACHE.clear()
-        key = inference._nutpie_cache_key(model)
+        sampling._NUTPIE_CACHE.clear()
+        key = sampling._nutpie_cache_key(model)
         from bayes_rvm._nutpie import compile_nutpie
 
-        inference._NUTPIE_CACHE[key] = compile_nutpie(model)
+        sampling._NUTPIE_CACHE[key] = compile_nutpie(model)
         compile_s = time.perf_counter() - t0
     compile_cpu = _cpu() - c0
     c1 = _cpu()
@@ -194,8 +194,8 @@ PHASES = [
     ("initial_points", "bayes_rvm._nutpie", "with_initial_points"),
     ("sampling", "nutpie", "sample"),
     ("datatree", "pymc.backends.arviz", "patch_nutpie_idata"),
-    ("complete", "bayes_rvm.inference", "complete_posterior"),
-    ("diagnose", "bayes_rvm.inference", "diagnose"),
+    ("complete", "bayes_rvm.sampling", "complete_posterior"),
+    ("diagnose", "bayes_rvm.sampling", "diagnose"),
 ]
 
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from bayes_rvm._convergence import _rank_average, ess_bulk, ess_tail, rhat_rank
+from bayes_rvm.diagnostics import _rank_average, ess_bulk, ess_tail, rhat_rank
 
 
 def _chains(seed=0, K=7, C=4, S=301):

@@ -13,7 +13,7 @@ import pytest
 from scipy import stats
 from threadpoolctl import threadpool_limits
 
-from bayes_rvm import inference
+from bayes_rvm import sampling
 from bayes_rvm.comparison import compare, relevance_summary
 from bayes_rvm.datasets import make_sinc, sinc
 from bayes_rvm.dims import BASIS, OBS
@@ -259,7 +259,7 @@ def test_compare_validation(sinc60):
 
 
 def test_diagnostic_warnings_and_compile_cache(mcmc_ard, sinc60):
-    n_cached = len(inference._NUTPIE_CACHE)
+    n_cached = len(sampling._NUTPIE_CACHE)
     model = rvm_regression_model(sinc60["Phi"], sinc60["t"])  # a new model, same settings
     t0 = time.perf_counter()
     with pytest.warns(SamplingDiagnosticsWarning) as record:
@@ -271,7 +271,7 @@ def test_diagnostic_warnings_and_compile_cache(mcmc_ard, sinc60):
     assert any("R-hat" in m and "basis=fit.active" in m for m in messages)
     # The warnings point at the caller's line, here, not inside the package.
     assert {w.filename for w in record} == {__file__}
-    assert len(inference._NUTPIE_CACHE) == n_cached
+    assert len(sampling._NUTPIE_CACHE) == n_cached
     again = sample_mcmc(
         model, draws=20, tune=20, chains=2, random_seed=3, progressbar=False, warn=False
     )

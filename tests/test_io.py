@@ -12,6 +12,7 @@ import xarray as xr
 from bayes_rvm.datasets import make_sinc
 from bayes_rvm.estimators import RVR
 from bayes_rvm.io import _checksum, load_model, save_model
+from bayes_rvm.problem import OneVsRestFit
 
 X_TEST = np.linspace(-10, 10, 200)[:, None]
 
@@ -133,6 +134,6 @@ def test_files_saved_by_the_base_version_load_and_predict_as_they_did():
     mean, std = reg.predict(expected["X_reg"], return_std=True)
     np.testing.assert_array_equal(mean, expected["mean"])
     np.testing.assert_array_equal(std, expected["std"])
-    assert isinstance(clf.fit_, tuple) and len(clf.fit_) == 3  # one-vs-rest: three fits
+    assert isinstance(clf.fit_, OneVsRestFit) and len(clf.fit_) == 3  # one-vs-rest: three fits
     np.testing.assert_array_equal(clf.predict_proba(expected["X_clf"]), expected["proba"])
     np.testing.assert_array_equal(clf.classes_, ["ant", "bee", "cow"])

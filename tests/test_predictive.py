@@ -22,7 +22,7 @@ from bayes_rvm.calibration import (
     pit_mixture,
     reliability_curve,
 )
-from bayes_rvm.classifier import RVC
+from bayes_rvm.classifier import RVC, OneVsRestFit
 from bayes_rvm.datasets import sinc
 from bayes_rvm.estimators import RVR
 from bayes_rvm.io import load_model, save_model
@@ -343,9 +343,9 @@ def test_rvc_rvm_star_latent_equals_the_dense_augmented_laplace(kind):
     clf = RVC(gamma=gamma, predictive="rvm*", **multi).fit(X, y)
     X_star = np.array([[0.5, 0.2], [3.0, 3.0], [60.0, -60.0]])
     mean, var = clf._latent(X_star)
-    fits = clf.fit_ if isinstance(clf.fit_, tuple) else (clf.fit_,)
-    for c, fit in enumerate(fits):
-        pos = clf._positions[c] if isinstance(clf.fit_, tuple) else np.arange(clf.active_.size)
+    ovr = isinstance(clf.fit_, OneVsRestFit)
+    parts = clf.fit_.parts() if ovr else ((clf.fit_, np.arange(clf.active_.size)),)
+    for c, (fit, pos) in enumerate(parts):
         yi = clf.training_.y_index
         target = {"ovr": (yi == c) * 1.0, "multinomial": yi, "binary": yi * 1.0}[kind]
         for k, x in enumerate(X_star):

@@ -1,4 +1,4 @@
-"""nutpie on disk-cached numba callbacks (bayes_rvm._nutpie) and the progress-bar default."""
+"""nutpie on disk-cached numba callbacks (bayes_rvm._nutpie, bayes_rvm.sampling), progress bar."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pymc as pm
 import pytest
 
-from bayes_rvm import _nutpie, inference
+from bayes_rvm import _nutpie, sampling
 from bayes_rvm._nutpie import compile_nutpie, with_initial_points
 
 
@@ -121,12 +121,12 @@ def test_callbacks_give_pymcs_logp_and_gradient_on_new_data():
     assert set(split) == set(ip)
     # new targets, then a narrower kernel: a design of another rank, the same compiled model
     narrow = np.exp(-0.4 * (x[:, None] - x[None, :]) ** 2)
-    key = inference._nutpie_cache_key(model)
+    key = sampling._nutpie_cache_key(model)
     for new in (None, (Phi, np.cos(x)), (narrow, np.cos(x))):
         if new is not None:
             set_model_data(model, *new)
             compiled = with_model_data(compiled, model)
-            assert inference._nutpie_cache_key(model) == key
+            assert sampling._nutpie_cache_key(model) == key
         code, logp, grad = _call_logp_callback(compiled, point)
         assert code == 0
         np.testing.assert_allclose(logp, model.compile_logp()(split), rtol=1e-10)
@@ -164,8 +164,8 @@ def test_progressbar_auto_is_silent_in_non_interactive_output(capfd):
     rng = np.random.default_rng(1)
     Phi = rng.normal(size=(15, 4))
     model = rvm_regression_model(Phi, Phi @ np.array([1.0, 0, 0, -1]) + 0.1 * rng.normal(size=15))
-    assert not inference._interactive()  # pytest captures the streams
-    inference.sample_mcmc(model, draws=10, tune=10, chains=2, random_seed=0, warn=False)
+    assert not sampling._interactive()  # pytest captures the streams
+    sampling.sample_mcmc(model, draws=10, tune=10, chains=2, random_seed=0, warn=False)
     out, err = capfd.readouterr()
     assert out == "" and err == ""
 
@@ -187,7 +187,7 @@ def test_progressbar_auto_in_jupyter_needs_ipywidgets(monkeypatch, has_ipywidget
             (object() if has_ipywidgets else None) if name == "ipywidgets" else find_spec(name, *a)
         ),
     )
-    assert inference._interactive() is has_ipywidgets
+    assert sampling._interactive() is has_ipywidgets
 
 
 @pytest.mark.parametrize("value", [True, False])
@@ -197,7 +197,7 @@ def test_progressbar_explicit_values_are_accepted(value):
     rng = np.random.default_rng(2)
     Phi = rng.normal(size=(12, 3))
     model = rvm_regression_model(Phi, rng.normal(size=12))
-    dt = inference.sample_mcmc(
+    dt = sampling.sample_mcmc(
         model, draws=5, tune=5, chains=2, random_seed=0, warn=False, progressbar=value
     )
     assert dt["posterior"]["w"].shape == (2, 5, 3)

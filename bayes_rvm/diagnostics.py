@@ -1,0 +1,304 @@
+"""Sampling diagnostics: divergences, rank-normalised R-hat and bulk / tail ESS, with remedies.
+
+:func:`diagnose` summarises an MCMC fit and warns (:class:`SamplingDiagnosticsWarning`) with the
+usual remedy for each problem. Its R-hat and ESS are the estimators of ``arviz.rhat``
+(``method="rank"``) and ``arviz.ess`` (``"bulk"``, ``"tail"``) of ArviZ 1.x (Vehtari et al. 2021,
+"Rank-normalization, folding, and localization"), to rounding: ArviZ evaluates them one scalar at
+a time (a rank transform, a normal quantile function and an FFT per scalar), which cost about a
+second on an RVM fit with 101 basis functions and 4 x 1000 draws, more than the sampling itself.
+Here the ranks, quantile functions and autocovariances are computed for all scalars in one array
+operation; only Geyer's initial sequences, a few steps per scalar, are a loop. ``arviz_stats``'
+array layer (``array_stats.rhat``, ``array_stats.ess``) gives the same values to rounding on
+plain arrays but loops over the scalars too: 3-5x the time here on 101 x 4 x 1000 draws.
+:func:`rhat_rank`, :func:`ess_bulk` and :func:`ess_tail` take an array of shape
+``(K, chain, draw)`` and return shape ``(K,)``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import xarray as xr
+from scipy import fft, special
+
+from bayes_rvm._warnings import warn_at_user
+
+__all__ = ["SamplingDiagnosticsWarning", "diagnose", "ess_bulk", "ess_tail", "rhat_rank"]
+
+
+class SamplingDiagnosticsWarning(UserWarning):
+    """Divergences, large R-hat or small ESS after sampling."""
+
+
+def _split_chains(x: np.ndarray) -> np.ndarray:
+    # (K, C, S) -> (K, 2C, S // 2): first and last halves of each chain (the middle draw of an
+    # odd number is dropped, as ArviZ does).
+    half = x.shape[2] // 2
+    return np.concatenate([x[:, :, :half], x[:, :, x.shape[2] - half :]], axis=1)
+
+
+def _rank_average(x: np.ndarray) -> np.ndarray:
+    """Ranks (1-based) along the rows of a 2-D array, ties given their average rank.
+
+    ``scipy.stats.rankdata(x, method="average", axis=1)``, equal to it, in 2-3x less time: one
+    unstable sort per row (ties are found in the sorted values, so the sort's order among equal
+    values does not matter) instead of a stable one.
+    """
+    K, n = x.shape
+    order = np.argsort(x, axis=1)
+    xs = np.take_along_axis(x, order, axis=1)
+    idx = np.arange(n)
+    first = np.ones((K, n), dtype=bool)
+    first[:, 1:] = xs[:, 1:] != xs[:, :-1]
+    if first.all():
+        avg = np.broadcast_to(idx + 1.0, (K, n))
+    else:
+        # Each run of equal values gets the mean of its first and last positions.
+        last = np.ones((K, n), dtype=bool)
+        last[:, :-1] = first[:, 1:]
+        start = np.maximum.accumulate(np.where(first, idx, 0), axis=1)
+        stop = np.minimum.accumulate(np.where(last, idx, n)[:, ::-1], axis=1)[:, ::-1]
+        avg = (start + stop) / 2.0 + 1.0
+    ranks = np.empty((K, n))
+    np.put_along_axis(ranks, order, avg, axis=1)
+    return ranks
+
+
+def _z_scale(x: np.ndarray) -> np.ndarray:
+    # Ranks over all chains and draws (average ties), Blom's offset, the normal quantile.
+    K, C, S = x.shape
+    rank = _rank_average(x.reshape(K, C * S))
+    return special.ndtri((rank - 0.375) / (C * S + 0.25)).reshape(K, C, S)
+
+
+def _rhat(x: np.ndarray) -> np.ndarray:
+    S = x.shape[2]
+    between = S * np.var(np.mean(x, axis=2), axis=1, ddof=1)
+    within = np.mean(np.var(x, axis=2, ddof=1), axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.sqrt((between / within + S - 1) / S)
+
+
+def _valid(x: np.ndarray, min_chains: int) -> np.ndarray:
+    C, S = x.shape[1:]
+    ok = ~np.isnan(x).any(axis=(1, 2))
+    return ok & (C >= min_chains) & (S >= 4)
+
+
+def rhat_rank(x: np.ndarray) -> np.ndarray:
+    """Rank-normalised split R-hat: the larger of the bulk and the folded (tail) one.
+
+    Parameters
+    ----------
+    x : ndarray of shape (K, chain, draw)
+
+    Returns
+    -------
+    ndarray of shape (K,)
+        NaN where a scalar has a NaN draw or there are fewer than 2 chains or 4 draws.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    split = _split_chains(x)
+    bulk = _rhat(_z_scale(split))
+    folded = np.abs(split - np.median(split, axis=(1, 2), keepdims=True))
+    out = np.maximum(bulk, _rhat(_z_scale(folded)))
+    return np.where(_valid(x, 2), out, np.nan)
+
+
+def _autocov(x: np.ndarray) -> np.ndarray:
+    # Autocovariance of each chain at every lag, by FFT, divided by the number of draws.
+    S = x.shape[-1]
+    x = x - x.mean(axis=-1, keepdims=True)
+    f = fft.rfft(x, n=fft.next_fast_len(2 * S), axis=-1)
+    return fft.irfft(f * np.conjugate(f), n=fft.next_fast_len(2 * S), axis=-1)[..., :S] / S
+
+
+def _ess(x: np.ndarray) -> np.ndarray:
+    """ESS of each scalar of ``x`` (K, chain, draw), Geyer's initial monotone sequence."""
+    K, C, S = x.shape
+    acov = _autocov(x)
+    mean_var = np.mean(acov[:, :, 0], axis=1) * S / (S - 1.0)
+    var_plus = mean_var * (S - 1.0) / S
+    if C > 1:
+        var_plus = var_plus + np.var(np.mean(x, axis=2), axis=1, ddof=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rho = 1.0 - (mean_var[:, None] - np.mean(acov, axis=1)) / var_plus[:, None]
+    out = np.empty(K)
+    total = C * S
+    for k in range(K):
+        out[k] = total / _tau(rho[k], S, total)
+    constant = (x.max(axis=(1, 2)) - x.min(axis=(1, 2))) < np.finfo(float).resolution
+    return np.where(constant, float(total), out)
+
+
+def _tau(rho_all: np.ndarray, S: int, total: int) -> float:
+    # ArviZ's loop, step for step, on one scalar's autocorrelations at every lag.
+    rho = np.zeros(S)
+    rho[0] = 1.0
+    even, odd = 1.0, float(rho_all[1])
+    rho[1] = odd
+    t = 1
+    while t < S - 3 and even + odd > 0.0:
+        even, odd = float(rho_all[t + 1]), float(rho_all[t + 2])
+        if even + odd >= 0:
+            rho[t + 1], rho[t + 2] = even, odd
+        t += 2
+    max_t = t - 2
+    if even > 0:
+        rho[max_t + 1] = even
+    t = 1
+    while t <= max_t - 2:
+        if rho[t + 1] + rho[t + 2] > rho[t - 1] + rho[t]:
+            rho[t + 1] = rho[t + 2] = (rho[t - 1] + rho[t]) / 2.0
+        t += 2
+    if np.isnan(rho).any():
+        return np.nan
+    tau = -1.0 + 2.0 * np.sum(rho[: max_t + 1]) + np.sum(rho[max_t + 1 : max_t + 2])
+    return max(tau, 1.0 / np.log10(total))
+
+
+def ess_bulk(x: np.ndarray) -> np.ndarray:
+    """Bulk ESS: the ESS of the rank-normalised split chains.
+
+    Parameters
+    ----------
+    x : ndarray of shape (K, chain, draw)
+
+    Returns
+    -------
+    ndarray of shape (K,)
+    """
+    x = np.asarray(x, dtype=np.float64)
+    out = _ess(_z_scale(_split_chains(x)))
+    return np.where(_valid(x, 1), out, np.nan)
+
+
+def ess_tail(x: np.ndarray, prob: float | None = None) -> np.ndarray:
+    """Tail ESS: the smaller ESS of the indicators below the ``(1 - prob)`` and ``prob`` quantiles.
+
+    Parameters
+    ----------
+    x : ndarray of shape (K, chain, draw)
+    prob : float, optional
+        ArviZ's ``stats.ci_prob`` setting by default (0.89), as ``arviz.ess(method="tail")``.
+
+    Returns
+    -------
+    ndarray of shape (K,)
+    """
+    if prob is None:
+        from arviz_base import rcParams
+
+        prob = rcParams["stats.ci_prob"]
+    x = np.asarray(x, dtype=np.float64)
+    K = x.shape[0]
+    out = np.full(K, np.inf)
+    for p in sorted((prob, 1.0 - prob)):
+        q = np.quantile(x.reshape(K, -1), p, axis=1)
+        below = (x <= q[:, None, None]).astype(np.float64)
+        out = np.minimum(out, _ess(_split_chains(below)))
+    return np.where(_valid(x, 1), out, np.nan)
+
+
+def diagnose(dt: xr.DataTree, *, warn: bool = True, advice: str = "model") -> dict:
+    """Divergences, max R-hat and min bulk ESS of the hyperparameters, with warnings and remedies.
+
+    Parameters
+    ----------
+    dt : xarray.DataTree
+        An MCMC fit from :func:`sample_mcmc` (or any ``pm.sample`` result with ``alpha``).
+    warn : bool, default=True
+        Emit a :class:`SamplingDiagnosticsWarning` for each problem found, at the caller's line
+        outside this package.
+    advice : {"model", "estimator"}, default="model"
+        Word the remedies for a user's own model or for the RVR / RVC estimators.
+
+    Returns
+    -------
+    dict
+        ``divergences``, ``max_rhat``, ``min_ess_bulk``, ``min_ess_tail`` (over ``log alpha``,
+        ``sigma`` and ``nu``), ``max_rhat_w`` (over the weights), ``max_treedepth_hits``.
+    """
+    post = dt["posterior"].dataset
+    hyper = [v for v in ("alpha", "sigma", "nu") if v in post]
+
+    def scalars(name: str, log: bool = False) -> np.ndarray:
+        # (K, chain, draw): every scalar of the variable, for the vectorised diagnostics
+        # (ArviZ's estimators, one array operation for all scalars: see rhat_rank).
+        da = post[name]
+        x = da.transpose(..., "chain", "draw").values.reshape(
+            -1, da.sizes["chain"], da.sizes["draw"]
+        )
+        return np.log(x) if log else x
+
+    # As documented, on log alpha: the scale NUTS moves on (rank R-hat is not log-invariant).
+    x = np.concatenate([scalars(v, log=v == "alpha") for v in hyper])
+    out = {
+        "divergences": 0,
+        "max_rhat": float(np.nanmax(rhat_rank(x))),
+        "min_ess_bulk": float(np.nanmin(ess_bulk(x))),
+        "min_ess_tail": float(np.nanmin(ess_tail(x))),
+        "max_treedepth_hits": 0,
+    }
+    if "w" in post:
+        weights = [scalars(v) for v in ("w", "intercept") if v in post]
+        out["max_rhat_w"] = float(np.nanmax(rhat_rank(np.concatenate(weights))))
+    if "sample_stats" in dt.children:
+        ss = dt["sample_stats"].dataset
+        if "diverging" in ss:
+            out["divergences"] = int(ss["diverging"].sum())
+        for name in ("maxdepth_reached", "reached_max_treedepth"):
+            if name in ss:
+                out["max_treedepth_hits"] = int(ss[name].sum())
+    if warn:
+        n = post.sizes["chain"] * post.sizes["draw"]
+        tips = _ADVICE[advice]
+        if out["divergences"]:
+            _warn(f"{out['divergences']} of {n} draws diverged. {tips['divergences']}")
+        if out["max_rhat"] > 1.01:
+            _warn(
+                f"max R-hat of the hyperparameters is {_above(out['max_rhat'], 1.01)}, above "
+                f"1.01: the chains disagree. {tips['rhat']}"
+            )
+        if out["min_ess_bulk"] < 400:
+            _warn(
+                f"min bulk ESS of the hyperparameters is {int(out['min_ess_bulk'])}, below 400. "
+                f"{tips['ess']}"
+            )
+    return out
+
+
+#: Remedies by audience: a user's own model, or the RVR / RVC estimators (which already sample
+#: the weight-marginalised regression model and start from the type-II fit).
+_ADVICE = {
+    "model": {
+        "divergences": "Raise target_accept (nuts={'target_accept': 0.95}); prefer "
+        "form='marginal' over the joint form; avoid Gamma hyperpriors with tiny rates, whose wall "
+        "in log alpha NUTS cannot cross.",
+        "rhat": "Run longer (more tune and draws), start from type2_initvals(fit), or restrict "
+        "the basis to the type-II relevance vectors (basis=fit.active). Nearly collinear columns, "
+        "as from a wide kernel, make a ridged posterior; a narrower one (larger gamma) helps.",
+        "ess": "Draw more samples or use the marginal form.",
+    },
+    "estimator": {
+        "divergences": "Raise tune; with prior='student_t' a tiny nu puts a wall in log alpha "
+        "(prior='ard' or a larger nu samples well); mcmc_basis='relevant' samples only the "
+        "type-II relevance vectors.",
+        "rhat": "Raise tune and draws, or sample only the type-II relevance vectors "
+        "(mcmc_basis='relevant'). Nearly collinear basis columns, as from a wide kernel, make a "
+        "ridged posterior; a narrower kernel (larger gamma) helps.",
+        "ess": "Raise draws (or chains).",
+    },
+}
+
+
+def _above(value: float, limit: float) -> str:
+    """``value`` with enough decimals to differ visibly from ``limit`` (never "1.010 > 1.01")."""
+    for digits in range(3, 10):
+        text = f"{value:.{digits}f}"
+        if text != f"{limit:.{digits}f}":
+            return text
+    return repr(value)
+
+
+def _warn(message: str) -> None:
+    warn_at_user(message, SamplingDiagnosticsWarning)

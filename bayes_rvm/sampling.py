@@ -1,0 +1,462 @@
+"""MCMC: NUTS through nutpie (or ``pm.sample``), the compiled-model cache, the posterior completed.
+
+:func:`sample_mcmc` samples a model of :mod:`bayes_rvm.models` and returns its DataTree,
+completed by :func:`complete_posterior` with the weights drawn back from their Gaussian
+conditional and the pointwise log likelihood, and diagnosed by
+:func:`bayes_rvm.diagnostics.diagnose`. nutpie runs on the disk-cached callbacks of
+:mod:`bayes_rvm._nutpie`, its sampler backend.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import xarray as xr
+
+from bayes_rvm.datatree import extra_dims, make_datatree
+from bayes_rvm.diagnostics import diagnose
+from bayes_rvm.dims import BASIS, CLASS, OBS
+from bayes_rvm.draws import (
+    draw_weights,
+    gaussian_loo_terms,
+    pointwise_log_likelihood,
+    width_designs,
+)
+from bayes_rvm.evidence.gaussian import EvidenceFit
+
+__all__ = ["SAMPLERS", "complete_posterior", "sample_mcmc", "type2_initvals"]
+
+SAMPLERS = ("nutpie", "numpyro", "blackjax", "pymc")
+#: Cache of compiled nutpie models keyed on the model's settings and shapes (see sample_mcmc).
+_NUTPIE_CACHE: dict[tuple, object] = {}
+_NUTPIE_CACHE_SIZE = 8
+
+
+def _likelihood(model) -> str:
+    # Read from the graph: a clone or a pm.do transform keeps it, and a model that is not one of
+    # bayes_rvm.models' is refused (ValueError) rather than taken for a Gaussian one.
+    from bayes_rvm.graph_spec import model_spec
+
+    return model_spec(model).likelihood
+
+
+def _model_offset(model, post: xr.Dataset, shape: tuple[int, ...]) -> np.ndarray | None:
+    """The user's terms of the mean as (S, N, D) (a Deterministic) or (N, D) (data), or None."""
+    if "offset" in post:
+        off = post["offset"].values
+        return off.reshape(-1, *shape)
+    if "offset" in model.named_vars and hasattr(model["offset"], "get_value"):
+        return np.asarray(model["offset"].get_value(), dtype=np.float64).reshape(shape)
+    return None
+
+
+def _interactive() -> bool:
+    """Whether a person is watching: a Jupyter kernel, or standard error on a terminal.
+
+    In a Jupyter kernel the progress bar is live only through ipywidgets; without them rich
+    draws nothing but a warning to install them, so the bar is left out there.
+    """
+    import importlib.util
+    import sys
+
+    shell = getattr(sys.modules.get("IPython"), "get_ipython", lambda: None)()
+    if shell is not None and "IPKernelApp" in getattr(shell, "config", {}):
+        return importlib.util.find_spec("ipywidgets") is not None
+    stream = sys.stderr
+    return bool(getattr(stream, "isatty", lambda: False)())
+
+
+def _seed_from(random_seed) -> int:
+    # One integer seed for the sampler, derived reproducibly from whatever the user passed.
+    if random_seed is None:
+        return int(np.random.default_rng().integers(2**31 - 1))
+    if isinstance(random_seed, int | np.integer):
+        return int(random_seed)
+    return int(np.random.default_rng(random_seed).integers(2**31 - 1))
+
+
+def _nutpie_cache_key(model) -> tuple | None:
+    # Initial values are not part of the key: they are set per run (with_initial_points).
+    from bayes_rvm.models import model_cache_key
+
+    key = model_cache_key(model)
+    if key is None:
+        return None  # graphs with terms of the user's own cannot be compared by their spec
+    return (key, tuple(sorted(map(str, model.coords.items()))))
+
+
+def _check_nuts(nuts) -> None:
+    """``nuts`` is None or a mapping of sampler options; a ``target_accept`` lies in (0, 1)."""
+    if nuts is None:
+        return
+    if not isinstance(nuts, Mapping):
+        raise ValueError(
+            f"nuts must be a dict of NUTS options (e.g. {{'target_accept': 0.95}}), got {nuts!r}."
+        )
+    ta = nuts.get("target_accept")
+    if ta is not None and not (isinstance(ta, int | float) and 0.0 < ta < 1.0):
+        raise ValueError(f"nuts['target_accept'] must be a number in (0, 1), got {ta!r}.")
+
+
+def _sample_nutpie_cached(model, *, draws, tune, chains, cores, seed, progressbar, initvals, nuts):
+    """``pm.sample``'s nutpie branch, compiled through :func:`bayes_rvm._nutpie.compile_nutpie`.
+
+    Its numba callbacks are cached on disk, so a fresh process does not recompile them; models
+    built by :func:`rvm_regression_model` with the same settings and shapes compile to the same
+    function, so within a process a compiled one is reused with the new model's data
+    (``with_data``), coordinates and initial values.
+    """
+    import nutpie
+    from pymc.backends.arviz import patch_nutpie_idata
+
+    from bayes_rvm._nutpie import compile_nutpie, with_initial_points, with_model_data
+
+    key = _nutpie_cache_key(model)
+    compiled = _NUTPIE_CACHE.get(key) if key is not None else None
+    if compiled is None:
+        compiled = compile_nutpie(model)
+        if key is not None:
+            if len(_NUTPIE_CACHE) >= _NUTPIE_CACHE_SIZE:
+                _NUTPIE_CACHE.pop(next(iter(_NUTPIE_CACHE)))
+            _NUTPIE_CACHE[key] = compiled
+    compiled = with_model_data(with_initial_points(compiled, model, initvals), model)
+    nuts = dict(nuts or {})
+    if "max_treedepth" in nuts:
+        nuts["maxdepth"] = nuts.pop("max_treedepth")
+    try:
+        from pymc.progress_bar.progress import NutpieProgressBarManager
+
+        pb = NutpieProgressBarManager(
+            chains=chains, draws=draws, progressbar=progressbar, progressbar_theme=None
+        )
+        pb_kwargs = {"progress_bar": False, "progress_callback": pb.update}
+    except (ImportError, TypeError):  # pragma: no cover - PyMC moved its progress bar
+        pb, pb_kwargs = None, {"progress_bar": bool(progressbar)}
+    t0 = time.time()
+    with pb if pb is not None else contextlib.nullcontext():
+        dt = nutpie.sample(
+            compiled,
+            draws=draws,
+            tune=max(tune, 1),
+            chains=chains,
+            cores=cores,
+            seed=seed,
+            **pb_kwargs,
+            **nuts,
+        )
+    patch_nutpie_idata(dt, model, sampling_time=time.time() - t0)
+    return dt
+
+
+def sample_mcmc(
+    model,
+    *,
+    draws: int = 1000,
+    tune: int = 1000,
+    chains: int = 4,
+    sampler: str = "nutpie",
+    random_seed=None,
+    progressbar: bool | str = "auto",
+    initvals: Mapping | None = None,
+    cores: int | None = None,
+    nuts: Mapping | None = None,
+    warn: bool = True,
+    cache: bool = True,
+    keep_warmup: bool = False,
+    advice: str = "model",
+    **kwargs,
+) -> xr.DataTree:
+    """Sample a model of :mod:`bayes_rvm.models` with NUTS and complete its DataTree.
+
+    Parameters
+    ----------
+    model : pymc.Model
+    draws, tune, chains : int
+        As in :func:`pymc.sample`.
+    sampler : {"nutpie", "numpyro", "blackjax", "pymc"}, default="nutpie"
+        The NUTS implementation (``nuts_sampler`` of :func:`pymc.sample`). ``"nutpie"`` runs the
+        numba kernels with its chains in parallel threads and is the one to use on a CPU.
+        ``"numpyro"`` and ``"blackjax"`` run the JAX implementation of the marginal likelihood
+        (dense and low-rank); they are meant for a JAX accelerator: on a CPU they pay a JAX
+        compilation in every process and run their chains one core each. Measured on sinc,
+        N = 100, 101 basis functions, 4 x 1000 draws, 2 contended cores (the ``samplers``
+        section of ``benchmarks/bench_mcmc.py``): numpyro 4.0x nutpie's wall time and 2.4x its
+        time per effective draw. ``"pymc"`` is PyMC's own NUTS (C backend, one process per
+        chain): 5.2x nutpie's wall time there.
+    random_seed : int, optional
+        Makes the run reproducible (also the draws of ``w`` in the marginal form).
+    progressbar : bool or "auto", default="auto"
+        PyMC's progress bar. ``"auto"``: shown where a person is watching (a terminal or a
+        Jupyter kernel), left out of non-interactive output (logs, CI, redirected streams).
+    initvals : dict, optional
+        Starting values by variable name (one dict for all chains), for example
+        :func:`type2_initvals`.
+    cores : int, optional
+        Parallel chains (nutpie, pymc).
+    nuts : dict, optional
+        Sampler options, for example ``{"target_accept": 0.9}``.
+    warn : bool, default=True
+        Emit :class:`SamplingDiagnosticsWarning` for divergences, R-hat > 1.01 or bulk ESS < 400
+        of the hyperparameters, each with the usual remedy.
+    cache : bool, default=True
+        Reuse compiled nutpie models across calls (nutpie only; see Notes).
+    keep_warmup : bool, default=False
+        Keep the sampler's warmup groups (they hold as many draws as the posterior; saved fits
+        are several times smaller without them).
+    advice : {"model", "estimator"}, default="model"
+        Wording of the diagnostics' remedies (see :func:`diagnose`).
+    **kwargs
+        Passed to :func:`pymc.sample`.
+
+    Returns
+    -------
+    xarray.DataTree
+        Groups ``posterior`` (``w``, ``alpha``, ``sigma``, ``beta``), ``log_likelihood`` (``y``),
+        ``observed_data``, ``constant_data``, ``sample_stats``; root attrs ``method="mcmc"``,
+        ``settings`` (JSON) and ``diagnostics`` (JSON of :func:`diagnose`).
+
+    Notes
+    -----
+    The result goes through :func:`complete_posterior`: in the marginal form ``w`` is drawn from
+    its Gaussian conditional ``N(m, Sigma)`` for each posterior draw of ``(alpha, sigma)``, and
+    the pointwise log likelihood is computed from the weights in every form.
+
+    With nutpie and ``cache=True`` the model's log density and trace expansion are PyTensor numba
+    functions wrapped in C callbacks, all cached on disk (:mod:`bayes_rvm._nutpie`): a fresh
+    process loads them instead of compiling, and nutpie's chains call them from its own threads
+    without entering Python. Within a process the compiled model is also kept in a small cache
+    keyed on the model settings, data shapes (not the rank of the low-rank factors), variable
+    names and coordinates, so that refitting on new data of the same shape reuses it with new
+    data and initial values.
+
+    Large full-basis problems (N = 1000 on sinc, rank 25): the low-rank marginal form
+    (:mod:`bayes_rvm.marginal.lowrank`), initial values from the type-II fit
+    (:func:`type2_initvals`, as :class:`~bayes_rvm.estimators.RVR` does), nutpie's diagonal mass
+    matrix and the default half-Cauchy hyperprior on the weight scales sample it with no
+    divergence and R-hat below 1.01 (``benchmarks/bench_mcmc.py``, ``scale`` section).
+    """
+    import pymc as pm
+
+    if sampler not in SAMPLERS:
+        raise ValueError(f"sampler must be one of {SAMPLERS}, got {sampler!r}.")
+    _check_nuts(nuts)
+    spec = getattr(model, "rvm_spec", None)
+    settings = spec.to_dict() if spec is not None else {}
+    if sampler in ("numpyro", "blackjax"):
+        from bayes_rvm.marginal import register_jax_dispatch
+
+        register_jax_dispatch()
+    seed = _seed_from(random_seed)
+    progressbar = _interactive() if progressbar == "auto" else bool(progressbar)
+    t0 = time.time()
+    if sampler == "nutpie" and cache and not kwargs:
+        dt = _sample_nutpie_cached(
+            model,
+            draws=draws,
+            tune=tune,
+            chains=chains,
+            cores=cores,
+            seed=seed,
+            progressbar=progressbar,
+            initvals=initvals,
+            nuts=nuts,
+        )
+    else:
+        dt = pm.sample(
+            draws=draws,
+            tune=tune,
+            chains=chains,
+            cores=cores,
+            model=model,
+            nuts_sampler=sampler,
+            random_seed=seed,
+            progressbar=progressbar,
+            initvals=initvals,
+            nuts=dict(nuts or {}),
+            compute_convergence_checks=False,
+            **kwargs,
+        )
+    wall = time.time() - t0
+    if not keep_warmup:
+        for name in [k for k in dt.children if k.startswith("warmup")]:
+            del dt[name]
+    dt = complete_posterior(dt, model, random_seed=[seed, 1])
+    diag = diagnose(dt, warn=warn, advice=advice)
+    dt.attrs.update(
+        method="mcmc",
+        likelihood=_likelihood(model),
+        sampler=sampler,
+        settings=json.dumps(
+            {
+                **settings,
+                "draws": draws,
+                "tune": tune,
+                "chains": chains,
+                "sampler": sampler,
+                "random_seed": None if random_seed is None else seed,
+            },
+            sort_keys=True,
+        ),
+        diagnostics=json.dumps(diag, sort_keys=True),
+        wall_time=float(wall),
+    )
+    return dt
+
+
+def complete_posterior(dt: xr.DataTree, model, *, random_seed=None) -> xr.DataTree:
+    """Complete a plain ``pm.sample`` result of an RVM model with ``w`` and ``log_likelihood``.
+
+    ``pm.sample`` on the weight-marginalised model gives no ``w``, and
+    ``pm.compute_log_likelihood`` finds no pointwise terms in it; this adds both, so that
+    ``az.loo``, ``az.compare`` and :func:`sample_posterior_predictive` work. Any model of
+    :mod:`bayes_rvm.models` is accepted, with or without terms of the user's own in the mean
+    (their values are read from the ``offset`` deterministic or data).
+
+    Parameters
+    ----------
+    dt : xarray.DataTree
+        The result of ``pm.sample(model=model)`` (or of :func:`sample_mcmc`).
+    model : pymc.Model
+        The model that was sampled.
+    random_seed : int or sequence of int, optional
+        Seed of the weight draws (marginal form).
+
+    Returns
+    -------
+    xarray.DataTree
+        ``dt`` with ``w`` in ``posterior`` (drawn from ``N(m, Sigma)`` per draw in the marginal
+        form, with its non-centred coordinates ``z = w sqrt(alpha)`` of the joint form; the
+        sampled ``w`` in the joint form), ``log_likelihood`` (``y[obs]``), and the Gram matrix (a
+        sampling cache, not data) left out of ``constant_data``.
+
+    Notes
+    -----
+    Regression: given the hyperparameters the targets are dependent once ``w`` is integrated
+    out, and ``log_likelihood`` holds the exact leave-one-out terms ``ln p(t_n | t_-n, alpha,
+    sigma)`` (:func:`gaussian_loo_terms`), in every form: PSIS-LOO on them is the leave-one-out
+    of the non-factorised model (Buerkner, Gabry & Vehtari 2021) and has far smaller Pareto k
+    than the terms conditional on one weight draw (on sinc at width 1, max k 0.3 against 0.75).
+    Classifiers: ``ln p(t_n | w)`` for the sampled weights, which factorise given ``w``.
+
+    Examples
+    --------
+    >>> import pymc as pm  # doctest: +SKIP
+    >>> idata = pm.sample(model=est.model_)  # doctest: +SKIP
+    >>> idata = complete_posterior(idata, est.model_, random_seed=0)  # doctest: +SKIP
+    >>> az.loo(idata)  # doctest: +SKIP
+    """
+    likelihood = _likelihood(model)
+    post = dt["posterior"].dataset
+    y = np.asarray(model["y_obs"].get_value())
+    multi = likelihood == "gaussian" and y.ndim == 2
+    C, S = post.sizes["chain"], post.sizes["draw"]
+    if "kernel_dist" in model.named_vars:
+        # a sampled kernel width (rvm_width_model): one design per draw, at that draw's width
+        Phi = width_designs(np.asarray(model["kernel_dist"].get_value()), post, model.coords)
+    else:
+        Phi = np.asarray(model["Phi"].get_value(), dtype=np.float64)
+    if likelihood == "gaussian":
+        Y = (y if multi else y[:, None]).astype(np.float64)
+        offset = _model_offset(model, post, Y.shape)
+        sigma = post["sigma"].values.reshape(-1)
+        Yc = Y if offset is None else Y - offset
+        alpha = post["alpha"].values.reshape(C * S, -1)
+        lowrank = "Phi_U" in model.named_vars and Yc.ndim == 2
+        if lowrank:
+            # low-rank marginal form: O(M r) per draw, not O(M^3)
+            from bayes_rvm.marginal import draw_weights_lowrank, loo_terms_lowrank
+
+            U, VS = (np.asarray(model[k].get_value()) for k in ("Phi_U", "Phi_VS"))
+        if "w" in post:
+            w = post["w"].values.reshape(C * S, Phi.shape[-1], -1)
+        else:
+            args = (Yc, alpha, sigma**-2.0, np.random.default_rng(random_seed))
+            w = draw_weights_lowrank(U, VS, *args) if lowrank else draw_weights(Phi, *args)
+        # The targets are dependent given (alpha, sigma): the pointwise terms are the exact
+        # leave-one-out densities of the marginal, valid for PSIS-LOO whatever the form.
+        if lowrank:
+            ll = loo_terms_lowrank(U, VS, Yc, alpha, sigma**-2.0)
+        else:
+            ll = gaussian_loo_terms(Phi, Yc, alpha, sigma**-2.0)
+        z = w * np.sqrt(alpha)[..., None]
+    else:
+        D = post["w"].sizes.get(CLASS, 1)
+        w = post["w"].values.reshape(C * S, Phi.shape[1], D)
+        offset = _model_offset(model, post, (Phi.shape[0], D))
+        ll = pointwise_log_likelihood(Phi, y, w, likelihood=likelihood, offset=offset)
+    w_extra, y_extra = extra_dims(likelihood, multi)
+    w_out = w.reshape(C, S, *w.shape[1:])
+    coords = {
+        "chain": post.chain.values,
+        "draw": post.draw.values,
+        BASIS: post[BASIS].values if BASIS in post.coords else np.asarray(model.coords[BASIS]),
+        OBS: np.arange(Phi.shape[-2]),
+    }
+    if w_extra is not None:
+        coords[w_extra] = np.asarray(model.coords[w_extra])
+    else:
+        w_out = w_out[..., 0]
+    draws = {"w": w_out}
+    if likelihood == "gaussian" and "z" not in post and "kernel_dist" not in model.named_vars:
+        # The non-centred coordinates of the joint form: with them pm.sample_posterior_predictive
+        # on make_model(form="joint") uses the posterior of w rather than drawing z from its prior.
+        draws["z"] = z.reshape(w_out.shape)
+    new = make_datatree(
+        {
+            "posterior": draws,
+            "log_likelihood": {"y": ll.reshape(C, S, -1)},
+        },
+        coords=coords,
+        w_extra=w_extra,
+        y_extra=y_extra,
+    )
+    out = dt.copy()
+    out["posterior"] = xr.DataTree(
+        post.drop_vars("w", errors="ignore").assign(new["posterior"].dataset.data_vars)
+    )
+    out["log_likelihood"] = new["log_likelihood"]
+    if "constant_data" in out.children:
+        caches = ("gram", "Phi_U", "Phi_VS")  # sampling caches of the marginal form, not data
+        const = out["constant_data"].dataset.drop_vars(caches, errors="ignore")
+        const = const.drop_dims([d for d in const.dims if d.startswith(caches)])
+        out["constant_data"] = xr.DataTree(const)
+    out.attrs.setdefault("likelihood", likelihood)
+    return out
+
+
+def type2_initvals(
+    fit: EvidenceFit,
+    basis: Sequence[int] | None = None,
+    *,
+    alpha_max: float = 1e4,
+) -> dict[str, np.ndarray]:
+    """Initial values for MCMC from a type-II fit: ``alpha_rel`` (capped) and ``sigma_rel``.
+
+    Parameters
+    ----------
+    fit : EvidenceFit
+        A fit of the problem the model is stated on: the normalised one for a model with
+        ``phi_scale`` and ``y_scale`` (as the estimators build), the raw one for a model without.
+    basis : sequence of int, optional
+        The columns the MCMC model uses (default all columns of the fit).
+    alpha_max : float, default=1e4
+        Cap for pruned (infinite) or very large ``alpha``: a finite start in the region the
+        hyperprior supports.
+
+    Returns
+    -------
+    dict
+        ``{"alpha_rel": ..., "sigma_rel": ...}`` (no noise for a classifier's Laplace fit).
+    """
+    alpha = np.asarray(fit.alpha, dtype=np.float64)
+    if basis is not None:
+        alpha = alpha[np.asarray(basis, dtype=int)]
+    alpha = np.minimum(np.where(np.isfinite(alpha), alpha, alpha_max), alpha_max)
+    out = {"alpha_rel": alpha}
+    if getattr(fit, "likelihood", "gaussian") == "gaussian":
+        out["sigma_rel"] = np.asarray(fit.beta**-0.5)
+    return out
