@@ -135,5 +135,7 @@ def test_files_saved_by_the_base_version_load_and_predict_as_they_did():
     np.testing.assert_array_equal(mean, expected["mean"])
     np.testing.assert_array_equal(std, expected["std"])
     assert isinstance(clf.fit_, OneVsRestFit) and len(clf.fit_) == 3  # one-vs-rest: three fits
-    np.testing.assert_array_equal(clf.predict_proba(expected["X_clf"]), expected["proba"])
+    # The importance-sampled probabilities are PSIS-smoothed since (issue 28): within 1e-3, not
+    # bit for bit; the fit itself loads exactly.
+    np.testing.assert_allclose(clf.predict_proba(expected["X_clf"]), expected["proba"], rtol=1e-3)
     np.testing.assert_array_equal(clf.classes_, ["ant", "bee", "cow"])
