@@ -13,10 +13,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from scipy import linalg
-from scipy.special import expit, softmax
 
 from bayes_rvm.evidence.options import LIKELIHOODS
-from bayes_rvm.families import ETA_MAX
+from bayes_rvm.families import family
 
 __all__ = [
     "EvidenceFit",
@@ -251,9 +250,5 @@ def moderated_probabilities(
     if likelihood not in LIKELIHOODS[1:]:
         raise ValueError(f"likelihood must be one of {LIKELIHOODS[1:]}, got {likelihood!r}.")
     if likelihood == "poisson":
-        eta = mean + 0.5 * var if moderated else mean
-        return np.exp(np.minimum(eta, ETA_MAX))
-    score = mean * moderation(var) if moderated else mean
-    if likelihood == "bernoulli":
-        return expit(score)
-    return softmax(score, axis=1)
+        return family(likelihood).mean(mean + 0.5 * var if moderated else mean)
+    return family(likelihood).mean(mean * moderation(var) if moderated else mean)
