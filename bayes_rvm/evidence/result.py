@@ -25,6 +25,7 @@ __all__ = [
     "moderation",
 ]
 
+
 def _covariance(chol: np.ndarray) -> np.ndarray:
     inv = linalg.solve_triangular(chol, np.eye(chol.shape[0]), lower=True)
     return inv.T @ inv
