@@ -31,8 +31,10 @@ __all__ = [
     "width_designs",
 ]
 
-#: Draws factored at once in :func:`draw_weights`: bounds the (chunk, M, M) temporaries.
-_DRAW_CHUNK = 256
+#: Matrix entries :func:`draw_weights` factors at once (32 MB a temporary): draws go in blocks
+#: of this over ``M^2``, so that a large basis (M ~ N under MCMC) needs no more memory than a few
+#: draws' precision matrices.
+_DRAW_BLOCK_ELEMENTS = 2**22
 
 
 def draw_weights(
@@ -71,8 +73,9 @@ def draw_weights(
     if Phi.ndim == 2:  # one design: its products are shared by every draw
         gram, phi_y = Phi.T @ Phi, Phi.T @ Y
     out = np.empty((S, M, D))
-    for lo in range(0, S, _DRAW_CHUNK):
-        part = slice(lo, min(lo + _DRAW_CHUNK, S))
+    step = max(1, _DRAW_BLOCK_ELEMENTS // (M * M))
+    for lo in range(0, S, step):
+        part = slice(lo, min(lo + step, S))
         if Phi.ndim == 3:
             Pt = Phi[part].transpose(0, 2, 1)
             gram, phi_y = Pt @ Phi[part], Pt @ (Y[part] if Y.ndim == 3 else Y)
