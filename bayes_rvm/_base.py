@@ -23,6 +23,7 @@ from sklearn.base import BaseEstimator
 from sklearn.cluster import MiniBatchKMeans
 from sklearn.utils import check_random_state, check_scalar
 from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from bayes_rvm.draws import PosteriorDraws
@@ -214,6 +215,55 @@ def dense_input(X):
 ACCEPT_SPARSE = ("csr", "csc", "coo")
 
 
+def training_data(
+    estimator, X, y, *, regression: bool, min_samples: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """A ``fit``'s ``X`` and ``y`` through scikit-learn's checks, ``X`` dense.
+
+    Parameters
+    ----------
+    estimator : BaseEstimator
+        The estimator being fitted (``validate_data`` records ``n_features_in_`` on it).
+    X, y : array-like
+    regression : bool
+        Numeric targets, one or several outputs; else class labels.
+    min_samples : int
+        The fewest rows the fit takes.
+
+    Returns
+    -------
+    X : ndarray of shape (n_samples, n_features)
+    y : ndarray
+    """
+    extra = {"multi_output": True, "y_numeric": True} if regression else {}
+    X, y = validate_data(
+        estimator,
+        X,
+        y,
+        ensure_min_samples=min_samples,
+        dtype=np.float64,
+        accept_sparse=ACCEPT_SPARSE,
+        **extra,
+    )
+    if not regression:
+        check_classification_targets(y)
+    elif y.dtype.kind not in "biuf":
+        # scikit-learn converts object arrays but leaves text as text (it failed in T**2).
+        raise ValueError(
+            f"{type(estimator).__name__} needs numeric targets y; got dtype {y.dtype} (first "
+            f"value {str(y.flat[0])!r}). For class labels use RVC."
+        )
+    return dense_input(X), y
+
+
+def new_inputs(estimator, X) -> np.ndarray:
+    """New inputs of a fitted estimator through scikit-learn's checks (their feature count
+    against the fit's), dense."""
+    return dense_input(
+        validate_data(estimator, X, reset=False, dtype=np.float64, accept_sparse=ACCEPT_SPARSE)
+    )
+
+
 # Sampler settings that are estimator parameters, so that get_params / clone see them.
 _OWNED_SAMPLE_KWARGS = {"draws", "tune", "chains", "sampler", "random_seed", "initvals", "model"}
 
@@ -372,11 +422,29 @@ class BaseRVM(BaseEstimator):
     #: Whether the estimator samples a kernel width given as ``gamma=Prior(...)``.
     _samples_width_ok = False
 
-    def _width_rule(self) -> WidthRule:
-        """``gamma`` and ``kernel`` resolved into the rule the width code dispatches on."""
+    def _resolve_width_rule(self) -> WidthRule:
+        """Resolve ``gamma`` and ``kernel`` into the width rule, once, at the start of ``fit``.
+
+        Every later call of :meth:`_width_rule` reads this one: a ``set_params`` after the fit
+        does not change what the fitted estimator did.
+        """
+        self._fitted_width_rule = self._params_width_rule()
+        return self._fitted_width_rule
+
+    def _params_width_rule(self) -> WidthRule:
         return WidthRule.resolve(
             self.gamma, self.kernel, default=DEFAULT_GAMMA, sampled=isinstance(self.gamma, Prior)
         )
+
+    def _width_rule(self) -> WidthRule:
+        """The rule the width code dispatches on: the one ``fit`` resolved.
+
+        Resolved from the parameters, and not kept, where ``fit`` has not run (a check before
+        any fit, or an estimator unpickled from a version that did not keep it): a later
+        ``set_params`` must not meet a stale rule.
+        """
+        rule = getattr(self, "_fitted_width_rule", None)
+        return self._params_width_rule() if rule is None else rule
 
     def _samples_width(self) -> bool:
         """``gamma`` is a :class:`Prior`: the width sampled by NUTS, seeded by its evidence fit."""
@@ -696,9 +764,7 @@ class BaseRVM(BaseEstimator):
         dt = self.idata_
         Phi_new = None
         if X is not None:
-            X = dense_input(
-                validate_data(self, X, reset=False, dtype=np.float64, accept_sparse=ACCEPT_SPARSE)
-            )
+            X = new_inputs(self, X)
         draws = self._posterior_draws()
         self._check_output_memory(
             "sample_posterior_predictive",

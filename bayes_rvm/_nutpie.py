@@ -137,19 +137,33 @@ def _unpack_lines(shared: list[np.ndarray], offset_of: dict) -> list[str]:
     return lines
 
 
+def _guarded_callback(
+    signature: str, sizes: list[tuple[str, int]], body: str, work: str, fail: int
+) -> str:
+    """One C callback's source: nutpie's size checks, the shared arrays unpacked, then ``work``;
+    an exception inside returns the error code ``fail``."""
+    checks = "".join(f"    if {name} != {n}:\n        return -1\n" for name, n in sizes)
+    return f"""
+def {signature}:
+{checks}    try:
+{body}
+{work}    except Exception:  # noqa: BLE001
+        return {fail}
+    return 0
+"""
+
+
 def _callback_sources(n_dim: int, n_expanded: int, logp_shared, expand_shared, offsets):
     """The source of the logp and expand C callbacks (numba.cfunc with nutpie's signatures)."""
     logp_args = ", ".join(["x", *(f"s{offsets['index'][k]}" for k in logp_shared)])
     expand_args = ", ".join(["x", *(f"s{offsets['index'][k]}" for k in expand_shared)])
     unpack = _unpack_lines(offsets["arrays"], offsets)
     body = "\n".join("    " + ln for ln in unpack)
-    logp_src = f"""
-def nutpie_logp_callback(dim, x_, out_, logp_, user_data_):
-    if dim != {n_dim}:
-        return -1
-    try:
-{body}
-        x = numba.carray(x_, ({n_dim},))
+    logp_src = _guarded_callback(
+        "nutpie_logp_callback(dim, x_, out_, logp_, user_data_)",
+        [("dim", n_dim)],
+        body,
+        f"""        x = numba.carray(x_, ({n_dim},))
         out = numba.carray(out_, ({n_dim},))
         logp = numba.carray(logp_, ())
         logp_val, grad = logp_fn({logp_args})
@@ -159,26 +173,20 @@ def nutpie_logp_callback(dim, x_, out_, logp_, user_data_):
             return 3
         if not np.isfinite(logp_val):
             return 4
-    except Exception:  # noqa: BLE001
-        return 1
-    return 0
-"""
-    expand_src = f"""
-def nutpie_expand_callback(dim, expanded, x_, out_, user_data_):
-    if dim != {n_dim}:
-        return -1
-    if expanded != {n_expanded}:
-        return -1
-    try:
-{body}
-        x = numba.carray(x_, ({n_dim},))
+""",
+        1,
+    )
+    expand_src = _guarded_callback(
+        "nutpie_expand_callback(dim, expanded, x_, out_, user_data_)",
+        [("dim", n_dim), ("expanded", n_expanded)],
+        body,
+        f"""        x = numba.carray(x_, ({n_dim},))
         out = numba.carray(out_, ({n_expanded},))
         (values,) = expand_fn({expand_args})
         out[...] = values
-    except Exception:  # noqa: BLE001
-        return -2
-    return 0
-"""
+""",
+        -2,
+    )
     return logp_src, expand_src
 
 

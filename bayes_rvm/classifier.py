@@ -16,21 +16,19 @@ import dataclasses
 import warnings
 
 import numpy as np
-from scipy.special import expit, logsumexp
 from sklearn.base import ClassifierMixin, _fit_context
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import StrOptions
-from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted
 
 from bayes_rvm._base import (
-    ACCEPT_SPARSE,
     DEFAULT_GAMMA,
     POSITIVE,
     BaseRVM,
-    dense_input,
+    new_inputs,
     path_from_json,
     path_to_json,
+    training_data,
 )
 from bayes_rvm.evidence import SOLVERS, EvidenceFit, importance_draws
 from bayes_rvm.evidence.gaussian import one_blas_thread
@@ -39,6 +37,7 @@ from bayes_rvm.evidence.log_evidence import WARN_SKIP
 from bayes_rvm.evidence.options import FREE_LATENT_SD
 from bayes_rvm.evidence.result import moderation
 from bayes_rvm.evidence.width import shared_laplace_evidence
+from bayes_rvm.families import BERNOULLI, SOFTMAX
 from bayes_rvm.kernels import KernelBasis
 from bayes_rvm.persistence import Fail, SavedStateMixin
 from bayes_rvm.priors import as_prior
@@ -332,11 +331,8 @@ default="evidence_shared"
         -------
         self : RVC
         """
-        X, y = validate_data(
-            self, X, y, ensure_min_samples=2, dtype=np.float64, accept_sparse=ACCEPT_SPARSE
-        )
-        X = dense_input(X)
-        check_classification_targets(y)
+        self._resolve_width_rule()
+        X, y = training_data(self, X, y, regression=False, min_samples=2)
         self._check_predictive()
         self._check_priors()
         self._keep_sample_kwargs(sample_kwargs)
@@ -356,7 +352,7 @@ default="evidence_shared"
         problem = Problem.classification(None, yi, classes.size, one_vs_rest=ovr)
         engine = self.make_engine()
         if self._learns_width():
-            if self.gamma == "evidence_ard":
+            if self._width_rule().kind == "evidence_ard":
                 raise ValueError(
                     "gamma='evidence_ard' needs the closed-form width gradient of the Gaussian "
                     "likelihood (RVR); RVC learns one width: use gamma='evidence'."
@@ -580,20 +576,16 @@ default="evidence_shared"
 
     def _posterior_proba(self, X) -> np.ndarray:
         """Class probabilities averaged over the MCMC draws of the weights, (n_samples, C)."""
-        X = dense_input(
-            validate_data(self, X, reset=False, dtype=np.float64, accept_sparse=ACCEPT_SPARSE)
-        )
+        X = new_inputs(self, X)
         draws = self._posterior_draws()
 
         def proba(rows):
             phi = self.basis_.transform(rows, columns=draws.columns)
             eta = draws.function(phi, draws.intercept_at(rows.shape[0]))
             if eta.shape[2] == 1:
-                p1 = expit(eta[..., 0]).mean(axis=0)
+                p1 = BERNOULLI.mean(eta[..., 0]).mean(axis=0)
                 return np.column_stack([1.0 - p1, p1])
-            z = eta - eta.max(axis=2, keepdims=True)
-            p = np.exp(z)
-            return (p / p.sum(axis=2, keepdims=True)).mean(axis=0)
+            return SOFTMAX.mean(eta).mean(axis=0)
 
         # Each row's probabilities need only its own draws: blocks of rows bound the S draws'
         # latent values (S x rows x classes, three temporaries of it for the softmax).
@@ -603,9 +595,7 @@ default="evidence_shared"
     def _latent(self, X) -> tuple[np.ndarray, np.ndarray]:
         """Posterior mean and variance of the latent function(s), each (n_samples, n_outputs)."""
         check_is_fitted(self, "fit_")
-        X = dense_input(
-            validate_data(self, X, reset=False, dtype=np.float64, accept_sparse=ACCEPT_SPARSE)
-        )
+        X = new_inputs(self, X)
         star = self._rvm_star_inputs(X) if self.predictive == "rvm*" else None
         if star is None:
             phi = self.basis_.transform(X, columns=self.active_)
@@ -645,10 +635,10 @@ default="evidence_shared"
         eta = phi_train @ fit.mean
         C = fit.mean.shape[1]
         if C == 1:
-            p = expit(eta[:, 0])
+            p = BERNOULLI.mean(eta[:, 0])
             precision, score = p * (1.0 - p), (target - p)[:, None]
         else:
-            P = np.exp(eta - logsumexp(eta, axis=1, keepdims=True))
+            P = SOFTMAX.mean(eta)
             precision, score = None, np.eye(C)[target.astype(np.intp)] - P
         # The softmax model shares its alphas across classes: one latent prior variance.
         k_train = self.basis_.diagonal(self.training_.x_train)
@@ -738,9 +728,7 @@ default="evidence_shared"
     def _importance_scores(self, X, draws: list) -> np.ndarray:
         """Log-odds (binary, one-vs-rest) or log probabilities (softmax) of the importance-sampled
         posterior predictive, (n_samples, n_outputs)."""
-        X = dense_input(
-            validate_data(self, X, reset=False, dtype=np.float64, accept_sparse=ACCEPT_SPARSE)
-        )
+        X = new_inputs(self, X)
         phi = self.basis_.transform(X, columns=self.active_) / self._normalising_norms()
         parts = _parts(self.fit_)
         lps = [d.log_predictive(phi[:, pos]) for d, (_, pos) in zip(draws, parts, strict=True)]
@@ -798,15 +786,13 @@ default="evidence_shared"
             return self._posterior_proba(X)
         score = self.decision_function(X)
         if score.ndim == 1:
-            p1 = expit(score)
+            p1 = BERNOULLI.mean(score)
             return np.column_stack([1.0 - p1, p1])
         if isinstance(self.fit_, OneVsRestFit):
             # One-vs-rest: independent binary probabilities, normalised as scikit-learn's OvR does.
-            p = expit(score)
+            p = BERNOULLI.mean(score)
             return p / np.maximum(p.sum(axis=1, keepdims=True), np.finfo(float).tiny)
-        z = score - score.max(axis=1, keepdims=True)
-        p = np.exp(z)
-        return p / p.sum(axis=1, keepdims=True)
+        return SOFTMAX.mean(score)
 
     @one_blas_thread
     def predict_log_proba(self, X) -> np.ndarray:

@@ -23,10 +23,9 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, _fit_context
 from sklearn.model_selection import KFold, StratifiedKFold
 from sklearn.utils._param_validation import Interval, StrOptions
-from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted
 
-from bayes_rvm._base import ACCEPT_SPARSE, dense_input
+from bayes_rvm._base import training_data
 from bayes_rvm.classifier import RVC
 from bayes_rvm.estimators import RVR, drop_duplicate_rows
 from bayes_rvm.evidence.gaussian import one_blas_thread
@@ -295,17 +294,7 @@ class RVRCV(RegressorMixin, _WidthCV):
     @one_blas_thread
     def fit(self, X, y) -> RVRCV:
         """Choose the width by cross-validation, then fit on all the data."""
-        X, y = validate_data(
-            self,
-            X,
-            y,
-            multi_output=True,
-            y_numeric=True,
-            ensure_min_samples=4,
-            dtype=np.float64,
-            accept_sparse=ACCEPT_SPARSE,
-        )
-        X = dense_input(X)
+        X, y = training_data(self, X, y, regression=True, min_samples=4)
         if self.noise_variance is None:
             # As RVR does; here a row's copies would also sit in a fold's training and test rows.
             X, y = drop_duplicate_rows(X, y)
@@ -406,11 +395,7 @@ class RVCCV(ClassifierMixin, _WidthCV):
     @one_blas_thread
     def fit(self, X, y) -> RVCCV:
         """Choose the width by cross-validation, then fit on all the data."""
-        X, y = validate_data(
-            self, X, y, ensure_min_samples=4, dtype=np.float64, accept_sparse=ACCEPT_SPARSE
-        )
-        X = dense_input(X)
-        check_classification_targets(y)
+        X, y = training_data(self, X, y, regression=False, min_samples=4)
         self._check(X)
         classes, yi = np.unique(y, return_inverse=True)
         if classes.size < 2:

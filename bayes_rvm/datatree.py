@@ -29,12 +29,12 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 import xarray as xr
-from scipy.special import expit, softmax
 
 from bayes_rvm.dims import BASIS, CLASS, OBS, OUTPUT, variable_dims
 from bayes_rvm.draws import PosteriorDraws, latent, pointwise_log_likelihood, width_designs
 from bayes_rvm.evidence.gaussian import EvidenceFit
 from bayes_rvm.evidence.loo import RefitLOO
+from bayes_rvm.families import BERNOULLI, SOFTMAX
 
 __all__ = [
     "extra_dims",
@@ -315,9 +315,9 @@ def sample_posterior_predictive(
         sig = posterior.flat("sigma")[:, None, None]
         draws = eta + sig * rng.standard_normal(eta.shape)
     elif likelihood == "bernoulli":
-        draws = (rng.random(eta.shape) < expit(eta)).astype(np.int64)
+        draws = (rng.random(eta.shape) < BERNOULLI.mean(eta)).astype(np.int64)
     else:
-        p = softmax(eta, axis=2)
+        p = SOFTMAX.mean(eta)
         u = rng.random(eta.shape[:2])[..., None]
         draws = np.minimum((p.cumsum(axis=2) < u).sum(axis=2), D - 1)[..., None]
     multi = likelihood == "gaussian" and D > 1

@@ -19,17 +19,17 @@ from scipy import linalg
 from sklearn.base import RegressorMixin, _fit_context, clone
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import StrOptions
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted
 
 from bayes_rvm._base import (
-    ACCEPT_SPARSE,
     DEFAULT_GAMMA,
     POSITIVE,
     BaseRVM,
     check_number,
-    dense_input,
+    new_inputs,
     path_from_json,
     path_to_json,
+    training_data,
 )
 from bayes_rvm._warnings import warn_at_user
 from bayes_rvm.dims import BASIS, OUTPUT
@@ -440,6 +440,7 @@ array-like, default="evidence_shared"
         -------
         self : RVR
         """
+        self._resolve_width_rule()
         X, y = self._check_data(X, y, sample_kwargs)
         problem = Problem.regression(None, y, noise_variance=self.noise_variance)
         engine = self.make_engine()
@@ -465,23 +466,7 @@ array-like, default="evidence_shared"
 
     def _check_data(self, X, y, sample_kwargs: dict) -> tuple[np.ndarray, np.ndarray]:
         """``fit``'s checks: the data (repeated rows dropped), the parameters, the sampler's."""
-        X, y = validate_data(
-            self,
-            X,
-            y,
-            multi_output=True,
-            y_numeric=True,
-            ensure_min_samples=2,
-            dtype=np.float64,
-            accept_sparse=ACCEPT_SPARSE,
-        )
-        X = dense_input(X)
-        if y.dtype.kind not in "biuf":
-            # scikit-learn converts object arrays but leaves text as text (it failed in T**2).
-            raise ValueError(
-                f"RVR needs numeric targets y; got dtype {y.dtype} (first value "
-                f"{str(y.flat[0])!r}). For class labels use RVC."
-            )
+        X, y = training_data(self, X, y, regression=True, min_samples=2)
         self._check_predictive()
         self._check_priors()
         self._keep_sample_kwargs(sample_kwargs)
@@ -918,9 +903,7 @@ array-like, default="evidence_shared"
         if return_std and return_cov:
             raise RuntimeError("At most one of return_std or return_cov can be requested.")
         check_is_fitted(self, "fit_")
-        X = dense_input(
-            validate_data(self, X, reset=False, dtype=np.float64, accept_sparse=ACCEPT_SPARSE)
-        )
+        X = new_inputs(self, X)
         # Without a covariance, the draws are taken in blocks of rows (_predict_mcmc).
         draws = self._n_draws() if return_cov else 0
         self._check_output_memory(
@@ -994,9 +977,7 @@ array-like, default="evidence_shared"
         check_number("n_samples", n_samples, integer=True)
         rng = check_random_state(random_state)
         check_is_fitted(self, "fit_")
-        X = dense_input(
-            validate_data(self, X, reset=False, dtype=np.float64, accept_sparse=ACCEPT_SPARSE)
-        )
+        X = new_inputs(self, X)
         joint = self.inference != "mcmc" or self.predictive == "rvm*"
         self._check_output_memory(
             "sample_y",

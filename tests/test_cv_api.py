@@ -59,3 +59,14 @@ def test_rvccv_predicts_as_the_plain_estimator_at_its_width():
         np.testing.assert_allclose(getattr(cv, method)(Xt), getattr(plain, method)(Xt))
     np.testing.assert_array_equal(cv.classes_, [0, 1, 2])
     assert cv.sample_posterior_predictive(Xt, random_state=0) is cv.idata_
+
+
+@pytest.mark.parametrize("estimator", [RVR(gamma=1.0), RVRCV(widths=[1.0, 2.0], cv=2)])
+def test_regressors_reject_text_targets_at_the_door(estimator):
+    """Text targets stop in fit with the regressor's own name and a pointer to the classifier,
+    before any kernel is evaluated (the CV twin shares RVR's check)."""
+    X = np.linspace(0.0, 1.0, 8)[:, None]
+    y = np.array(["a", "b"] * 4)
+    name = type(estimator).__name__
+    with pytest.raises(ValueError, match=f"^{name} needs numeric targets y; got dtype <U1"):
+        estimator.fit(X, y)

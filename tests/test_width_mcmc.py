@@ -1,5 +1,6 @@
 """The kernel width sampled by NUTS: the model's density, the estimator, its predictions."""
 
+import copy
 import warnings
 
 import arviz as az
@@ -139,6 +140,19 @@ def test_predictions_average_over_the_sampled_width(sampled):
     mean, std = est.predict(Xt, return_std=True)
     np.testing.assert_allclose(mean, f.mean(0), rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(std**2, f.var(0) + np.mean(sigma**2), rtol=1e-10)
+
+
+def test_width_rule_is_the_one_fit_resolved(sampled):
+    """gamma is resolved once, in fit: a set_params after the fit leaves the fitted model's
+    predictions (the mixture over the sampled widths, checked above against rbf_kernel) as they
+    were, rather than switching it to one design at the new gamma."""
+    _, _, est = sampled
+    Xt = np.linspace(-9, 9, 7)[:, None]
+    mean, std = est.predict(Xt, return_std=True)
+    moved = copy.deepcopy(est).set_params(gamma=1.0)
+    mean_after, std_after = moved.predict(Xt, return_std=True)
+    np.testing.assert_array_equal(mean_after, mean)
+    np.testing.assert_array_equal(std_after, std)
 
 
 def test_sampled_width_posterior_predictive_and_loo(sampled):

@@ -33,11 +33,11 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy import linalg
-from scipy.special import expit, logsumexp, softmax
+from scipy.special import logsumexp, softmax
 
 from bayes_rvm._warnings import warn_at_user
 from bayes_rvm.evidence.result import LaplaceWeights
-from bayes_rvm.families import ETA_MAX, family
+from bayes_rvm.families import BERNOULLI, POISSON, family
 
 __all__ = ["IMPORTANCE_DRAWS", "MIN_ESS", "PARETO_K_MAX", "ImportanceDraws", "importance_draws"]
 
@@ -110,16 +110,16 @@ class ImportanceDraws:
             rows = slice(start, start + step)
             eta = _latent(phi_active[rows], self.draws)
             if self.likelihood == "bernoulli":
-                p1 = self.weights @ expit(eta[:, 0])
+                p1 = self.weights @ BERNOULLI.mean(eta[:, 0])
                 # 1 - p1 is exact below one half; above it, p0 takes its own sum.
                 p0 = 1.0 - p1
                 hi = p1 > 0.5
-                p0[hi] = self.weights @ expit(-eta[:, 0, hi])
+                p0[hi] = self.weights @ BERNOULLI.mean(-eta[:, 0, hi])
                 mean = np.column_stack([p0, p1])
             elif self.likelihood == "softmax":
                 mean = np.tensordot(self.weights, softmax(eta, axis=1), axes=1).T
             else:
-                mean = self.weights @ np.exp(np.minimum(eta[:, 0], ETA_MAX))
+                mean = self.weights @ POISSON.mean(eta[:, 0])
             with np.errstate(divide="ignore"):  # a probability below the smallest double
                 out[rows] = np.log(mean.reshape(out[rows].shape))
         return out

@@ -13,10 +13,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from scipy import linalg
-from scipy.special import expit, softmax
 
 from bayes_rvm.evidence.options import LIKELIHOODS
-from bayes_rvm.families import ETA_MAX
+from bayes_rvm.families import family
 
 __all__ = [
     "EvidenceFit",
@@ -25,6 +24,7 @@ __all__ = [
     "moderated_probabilities",
     "moderation",
 ]
+
 
 def _covariance(chol: np.ndarray) -> np.ndarray:
     inv = linalg.solve_triangular(chol, np.eye(chol.shape[0]), lower=True)
@@ -251,9 +251,5 @@ def moderated_probabilities(
     if likelihood not in LIKELIHOODS[1:]:
         raise ValueError(f"likelihood must be one of {LIKELIHOODS[1:]}, got {likelihood!r}.")
     if likelihood == "poisson":
-        eta = mean + 0.5 * var if moderated else mean
-        return np.exp(np.minimum(eta, ETA_MAX))
-    score = mean * moderation(var) if moderated else mean
-    if likelihood == "bernoulli":
-        return expit(score)
-    return softmax(score, axis=1)
+        return family(likelihood).mean(mean + 0.5 * var if moderated else mean)
+    return family(likelihood).mean(mean * moderation(var) if moderated else mean)

@@ -24,6 +24,8 @@ from __future__ import annotations
 import numpy as np
 from scipy import linalg
 
+from bayes_rvm.families import LOG_2PI
+
 __all__ = [
     "LOWRANK_MAX_FRACTION",
     "RANK_RTOL",
@@ -174,7 +176,5 @@ def loo_terms_lowrank(
         c = b[:, None] * (1.0 - u_sq) + np.einsum("nr,brn->bn", U, sol[:, :, :N])
         g = b[:, None, None] * resid + np.einsum("nr,brd->bnd", U, sol[:, :, N:])
         c = np.maximum(c, np.finfo(float).tiny)
-        out[sl] = (
-            0.5 * (np.log(c) - np.log(2.0 * np.pi))[..., None] - 0.5 * g**2 / c[..., None]
-        ).sum(2)
+        out[sl] = (0.5 * (np.log(c) - LOG_2PI)[..., None] - 0.5 * g**2 / c[..., None]).sum(2)
     return out
