@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import warnings
 
-__all__ = ["warn_at_user"]
+__all__ = ["PACKAGE_FRAMES", "warn_at_user"]
 
 
-def _package_frames() -> tuple[str, ...]:
-    import sklearn
+def _module_folder(name: str) -> str:
+    # Found without importing the package (the engines stay free of scikit-learn's import).
+    return importlib.util.find_spec(name).submodule_search_locations[0]
 
-    # This package's frames and scikit-learn's fit wrappers (_fit_context, clone, ...).
-    return (os.path.dirname(__file__), os.path.dirname(sklearn.__file__))
+
+#: The frames a warning skips to reach the user's line: this package's and scikit-learn's fit
+#: wrappers (``_fit_context``, ``clone``, ...).
+PACKAGE_FRAMES: tuple[str, ...] = (os.path.dirname(__file__), _module_folder("sklearn"))
 
 
 def warn_at_user(message: str, category: type[Warning] = UserWarning) -> None:
@@ -21,4 +25,4 @@ def warn_at_user(message: str, category: type[Warning] = UserWarning) -> None:
     A fixed ``stacklevel`` breaks whenever a decorator or a wrapper is added between the user's
     call and the check; skipping by file prefix does not.
     """
-    warnings.warn(message, category, skip_file_prefixes=_package_frames())
+    warnings.warn(message, category, skip_file_prefixes=PACKAGE_FRAMES)

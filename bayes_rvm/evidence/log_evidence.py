@@ -22,17 +22,17 @@ reference path can call):
 from __future__ import annotations
 
 import math
-import os
 import warnings
 
 import numpy as np
 from scipy import linalg
 from scipy.linalg import lapack
 
+from bayes_rvm._warnings import PACKAGE_FRAMES
 from bayes_rvm.families import LOG_2PI
 
-#: Warnings of the engines point at the first caller outside this package folder.
-WARN_SKIP = (os.path.dirname(__file__),)
+#: Warnings of the engines point at the first caller outside bayes_rvm and scikit-learn.
+WARN_SKIP = PACKAGE_FRAMES
 
 __all__ = ["cholesky", "gaussian_log_evidence", "laplace_log_evidence", "log_det"]
 
