@@ -14,9 +14,9 @@ and its negative Hessian
 
 The mode ``W*`` is found by Newton's method (IRLS) with step halving (:func:`newton_mode`, the one
 mode finder of the package: the Laplace engines of :mod:`bayes_rvm.evidence.laplace` call it);
-the Laplace approximation of the evidence is
+the Laplace approximation of the evidence is::
 
-    ln p(T | alpha) ~ ln p(T | W*) - 1/2 sum_i alpha_i |W*_i|^2 + C/2 sum_i ln alpha_i - 1/2 ln|H|.
+    ln p(T | alpha) ~ ln p(T | W*) - 1/2 sum_i alpha_i |W*_i|^2 + C/2 sum_i ln alpha_i - 1/2 ln|H|
 
 Layout of the multinomial results: ``mean`` is K x C; ``chol`` is the lower Cholesky factor of the
 KC x KC Hessian ``H`` with the weights ordered *class-major*: entry ``c * K + i`` is weight ``W_ic``
