@@ -31,29 +31,16 @@ import gzip
 import hashlib
 import time
 import warnings
-from pathlib import Path
 
 import numpy as np
+
+# The data folder and the optional peer, found as the width benchmark finds them.
+from bench_width import DATA, fastrvm
 from sklearn.preprocessing import StandardScaler
 
 from bayes_rvm.classifier import RVC
 from bayes_rvm.datasets import make_friedman
 from bayes_rvm.estimators import RVR
-
-try:
-    import fastrvm
-except ImportError:  # the peer is optional
-    fastrvm = None
-
-_ROOT = Path(__file__).resolve().parents[1]
-DATA = next(
-    (
-        p
-        for p in (_ROOT.parent / "shared" / "data", _ROOT.parents[1] / "shared" / "data")
-        if p.is_dir()
-    ),
-    _ROOT.parent / "shared" / "data",
-)
 
 # Tipping (2001), Table 2: RVM test error (%) and relevance vectors; the IDA repository's
 # Gaussian width c of each set (Raetsch, Onoda and Mueller 2001), which the paper's RVMs used.
