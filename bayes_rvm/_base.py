@@ -370,13 +370,13 @@ class BaseRVM(BaseEstimator):
                 "predictive='rvm*' needs k(x, x) at new inputs, which kernel='precomputed' does "
                 "not give; use predictive='rvm' or pass the kernel itself."
             )
-        if getattr(self, "inference", "type2") == "mcmc" and not self._rvm_star_mcmc:
+        if self._uses_draws() and not self._rvm_star_mcmc:
             raise ValueError(
                 f"{type(self).__name__}(predictive='rvm*') applies to type-II fits: under MCMC "
                 "each draw would need its own Laplace fit. Use predictive='rvm' with "
                 "inference='mcmc' (the mixture over the posterior draws)."
             )
-        if getattr(self, "inference", "type2") == "mcmc" and self._samples_width():
+        if self._uses_draws() and self._samples_width():
             raise ValueError(
                 "predictive='rvm*' is not defined for a sampled kernel width (its added "
                 "functions would need their own prior at each draw's width); use "
@@ -620,6 +620,10 @@ class BaseRVM(BaseEstimator):
         return int(self.relevance_.size)
 
     # -- the PyMC model ----------------------------------------------------------------------
+    def _uses_draws(self) -> bool:
+        """Whether predictions average over posterior draws (MCMC, VI), not a type-II optimum."""
+        return getattr(self, "inference", "type2") in ("mcmc", "vi")
+
     def _mcmc_basis(self) -> str:
         """``mcmc_basis`` resolved: ``"auto"`` is ``"relevant"`` for a sampled width, else all."""
         if self.mcmc_basis == "auto":
@@ -663,6 +667,8 @@ class BaseRVM(BaseEstimator):
         self.training_ = dataclasses.replace(training, **{inputs: X})
         self._idata = None
         self._model = None
+        if self.inference == "vi":
+            self._idata = self._fit_variational(self.model_)
         if self.inference == "mcmc":
             init = self._mcmc_initvals(fit_n)
             if self._samples_width():
@@ -691,10 +697,10 @@ class BaseRVM(BaseEstimator):
 
     def _keep_sample_kwargs(self, sample_kwargs: dict) -> None:
         """Check ``fit``'s keyword arguments for the sampler and keep them for this fit."""
-        if sample_kwargs and self.inference != "mcmc":
+        if sample_kwargs and not self._uses_draws():
             raise TypeError(
                 f"fit() got sampler arguments {sorted(sample_kwargs)}, which only "
-                "inference='mcmc' uses."
+                "inference='mcmc' (or 'vi') uses."
             )
         owned = _OWNED_SAMPLE_KWARGS & set(sample_kwargs)
         if owned:
@@ -809,8 +815,7 @@ class BaseRVM(BaseEstimator):
         from it makes.
         """
         # The columns predictions use: the sampled ones, or the type-II relevance vectors.
-        mcmc = self.inference == "mcmc"
-        n_basis = self._posterior_draws().basis.size if mcmc else self.active_.size
+        n_basis = self._posterior_draws().basis.size if self._uses_draws() else self.active_.size
         per_draw_design = draws and self._samples_width()
         floats = float(n) * n_basis * (draws if per_draw_design else 1)
         floats += 2.0 * draws * n * n_outputs + 2.0 * n_samples * n * n_outputs

@@ -15,11 +15,15 @@ has:
     ``y`` / ``Phi`` (and ``offset`` where the mean has terms of the user's own);
 ``sample_stats``
     MCMC only;
+``variational``
+    variational fits only (:func:`bayes_rvm.variational.fit_vi`): ``loss[iteration]``, the
+    negative ELBO at each iteration, and the settings and convergence of the fit as attrs
+    (:func:`variational_group`);
 ``posterior_predictive`` or ``predictions`` (+ ``predictions_constant_data``)
     from :func:`sample_posterior_predictive`.
 
-The root ``attrs`` name the method (``"mcmc"`` or ``"type2"``), the likelihood, and record the
-settings as JSON.
+The root ``attrs`` name the method (``"mcmc"``, ``"vi"`` or ``"type2"``), the likelihood, and
+record the settings as JSON.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import xarray as xr
 
-from bayes_rvm.dims import BASIS, CLASS, OBS, OUTPUT, variable_dims
+from bayes_rvm.dims import BASIS, CLASS, ITERATION, OBS, OUTPUT, variable_dims
 from bayes_rvm.draws import PosteriorDraws, latent, pointwise_log_likelihood, width_designs
 from bayes_rvm.evidence.gaussian import EvidenceFit
 from bayes_rvm.evidence.loo import RefitLOO
@@ -42,6 +46,7 @@ __all__ = [
     "posterior_group",
     "sample_posterior_predictive",
     "type2_datatree",
+    "variational_group",
 ]
 
 
@@ -107,6 +112,30 @@ def _loo_group(loo: RefitLOO, n_obs: int) -> xr.DataTree:
                 "exact": int(loo.exact),
                 "seconds": float(loo.seconds),
             },
+        )
+    )
+
+
+def variational_group(loss: np.ndarray, **attrs) -> xr.DataTree:
+    """The ``variational`` group: the loss (negative ELBO) per iteration of a variational fit.
+
+    Parameters
+    ----------
+    loss : ndarray of shape (n_iter,)
+        The loss at each iteration, in nats (PyMC's ``approx.hist``).
+    **attrs
+        The fit's settings and convergence (numbers, strings or booleans, stored as attrs;
+        booleans as 0 / 1, which every DataTree format keeps).
+    """
+    loss = np.asarray(loss, dtype=np.float64)
+    if loss.ndim != 1:
+        raise ValueError(f"loss must be one value per iteration, got shape {loss.shape}.")
+    kept = {k: int(v) if isinstance(v, bool | np.bool_) else v for k, v in attrs.items()}
+    return xr.DataTree(
+        xr.Dataset(
+            {"loss": ((ITERATION,), loss)},
+            coords={ITERATION: np.arange(1, loss.size + 1)},
+            attrs=kept,
         )
     )
 

@@ -6,7 +6,16 @@ Keeping them in one place is what lets a type-II fit and an MCMC fit line up in
 
 from __future__ import annotations
 
-__all__ = ["BASIS", "CENTRE", "CLASS", "FEATURE", "OBS", "OUTPUT", "variable_dims"]
+__all__ = [
+    "BASIS",
+    "CENTRE",
+    "CLASS",
+    "FEATURE",
+    "ITERATION",
+    "OBS",
+    "OUTPUT",
+    "variable_dims",
+]
 
 #: Observations (rows of the design matrix).
 OBS = "obs"
@@ -20,6 +29,8 @@ CLASS = "class"
 FEATURE = "feature"
 #: Kernel centres of a sampled-width model (the basis functions other than the bias).
 CENTRE = "centre"
+#: Iterations of a variational fit (its loss trace, the ``variational`` group).
+ITERATION = "iteration"
 
 
 def variable_dims(w_extra: str | None = None, y_extra: str | None = None) -> dict[str, list[str]]:

@@ -329,6 +329,8 @@ array-like, default="evidence_shared"
         "noise_prior": [Prior, dict, None],
         "threshold_alpha": [StrOptions({"auto"}), POSITIVE],
         "mcmc_basis": [StrOptions({"auto", "all", "relevant"})],
+        "inference": [StrOptions({"type2", "mcmc", "vi"})],
+        "vi_kwargs": [dict, None],
     }
     _samples_width_ok = True
 
@@ -358,6 +360,7 @@ array-like, default="evidence_shared"
         chains=4,
         sampler="nutpie",
         mcmc_basis="auto",
+        vi_kwargs=None,
         predictive="rvm",
         random_state=None,
         verbose=False,
@@ -385,6 +388,7 @@ array-like, default="evidence_shared"
         self.chains = chains
         self.sampler = sampler
         self.mcmc_basis = mcmc_basis
+        self.vi_kwargs = vi_kwargs
         self.predictive = predictive
         self.random_state = random_state
         self.verbose = verbose
@@ -470,6 +474,11 @@ array-like, default="evidence_shared"
         self._check_predictive()
         self._check_priors()
         self._keep_sample_kwargs(sample_kwargs)
+        if self.inference == "vi":
+            from bayes_rvm.variational import FIT_VI_OPTIONS, check_vi_kwargs
+
+            own = {k: v for k, v in self._sample_kwargs.items() if k not in FIT_VI_OPTIONS}
+            check_vi_kwargs({**(self.vi_kwargs or {}), **own})
         as_prior(self.noise_prior, "noise_prior", positive=True)
         T = y[:, None] if y.ndim == 1 else y
         if self.noise_variance is None and self.kernel != "precomputed":
@@ -489,7 +498,7 @@ array-like, default="evidence_shared"
     def _square_matrices(self) -> int:
         # MacKay's engine holds the Gram matrix, and so does the marginal model MCMC samples.
         squares = int(self._solver() == "mackay")
-        return squares + int(self.inference == "mcmc" and self._mcmc_basis() == "all")
+        return squares + int(self._uses_draws() and self._mcmc_basis() == "all")
 
     def make_engine(self) -> Engine:
         """The type-II engine with this estimator's options (:class:`bayes_rvm.problem.Engine`).
@@ -549,6 +558,28 @@ array-like, default="evidence_shared"
             offset=offset,
             basis_names=cols,
         )
+
+    def _fit_variational(self, model) -> xr.DataTree:
+        """ADVI on ``model`` (:func:`bayes_rvm.variational.fit_vi`) with this estimator's settings.
+
+        ``vi_kwargs`` and the keyword arguments of ``fit`` (the latter win) reach ``fit_vi``;
+        ``draws`` and ``random_state`` are the estimator's.
+        """
+        from bayes_rvm.variational import fit_vi
+
+        options = {"progressbar": bool(self.verbose), "advice": "estimator"}
+        options |= dict(self.vi_kwargs or {}) | getattr(self, "_sample_kwargs", {})
+        dt = fit_vi(
+            model,
+            draws=self.draws,
+            random_seed=check_random_state(self.random_state).randint(2**31 - 1),
+            **options,
+        )
+        dt.attrs.update(
+            estimator=type(self).__name__,
+            params=json.dumps(self.get_params(), sort_keys=True, default=repr),
+        )
+        return dt
 
     def _width_model(self, form: str, offset):
         """The model with the width sampled (:func:`bayes_rvm.models.rvm_width_model`)."""
@@ -909,7 +940,7 @@ array-like, default="evidence_shared"
         self._check_output_memory(
             "predict", X.shape[0], self._n_outputs(), draws=draws, cov=return_cov
         )
-        if self.inference == "mcmc":
+        if self._uses_draws():
             return self._predict_mcmc(X, return_std, return_cov)
         star = self.predictive == "rvm*"
         if star:
@@ -948,7 +979,7 @@ array-like, default="evidence_shared"
 
     def _n_draws(self) -> int:
         """Posterior draws predictions average over (0 for a type-II fit)."""
-        if self.inference != "mcmc":
+        if not self._uses_draws():
             return 0
         return self._posterior_draws().n_draws
 
@@ -978,7 +1009,7 @@ array-like, default="evidence_shared"
         rng = check_random_state(random_state)
         check_is_fitted(self, "fit_")
         X = new_inputs(self, X)
-        joint = self.inference != "mcmc" or self.predictive == "rvm*"
+        joint = not self._uses_draws() or self.predictive == "rvm*"
         self._check_output_memory(
             "sample_y",
             X.shape[0],
@@ -987,7 +1018,7 @@ array-like, default="evidence_shared"
             cov=joint,
             n_samples=n_samples,
         )
-        if self.inference == "mcmc" and self.predictive == "rvm*":
+        if self._uses_draws() and self.predictive == "rvm*":
             star = self._mcmc_star(X)
             pick = rng.randint(star.var.shape[0], size=n_samples)
             mean = star.mean if star.mean.ndim == 3 else star.mean[..., None]
@@ -998,7 +1029,7 @@ array-like, default="evidence_shared"
                 for d in range(mean.shape[2]):
                     out[:, d, where] = rng.multivariate_normal(mean[s, :, d], cov, where.size).T
             return out[:, 0] if self._single_output else out
-        if self.inference == "mcmc":
+        if self._uses_draws():
             f, sigma = self._mcmc_draws(X)
             pick = rng.randint(f.shape[0], size=n_samples)
             draws = f[pick] + sigma[pick].reshape(

@@ -1,0 +1,255 @@
+"""Variational inference: ADVI over the hyperparameters of the weight-marginalised model.
+
+:func:`fit_vi` fits PyMC's automatic differentiation variational inference (``pm.fit``) to a
+model of :mod:`bayes_rvm.models` and returns a DataTree of the same groups as
+:func:`bayes_rvm.sampling.sample_mcmc`: draws from the approximation in ``posterior``, completed by
+:func:`bayes_rvm.sampling.complete_posterior` (the weights drawn exactly from their Gaussian
+conditional given each draw of ``(alpha, sigma)``, the exact leave-one-out terms in
+``log_likelihood``), ``observed_data`` and ``constant_data``, and a ``variational`` group with
+the loss (the negative ELBO) per iteration.
+
+Why mean-field ADVI on the marginal model
+-----------------------------------------
+The regression model's free variables are only the hyperparameters (``alpha_rel``, one per basis
+function, and ``sigma_rel``): the weights are integrated out exactly in the graph, and drawn back
+exactly afterwards. The approximation therefore only has to describe ``log alpha_rel`` and
+``log sigma_rel``, M + 1 numbers. Measured on sinc (N = 100, width 2, 101 basis functions, a
+held-out set of 1000 points), against NUTS (4 x 1000 draws) in the same run:
+
+- mean-field ADVI, Adam at a learning rate of 0.01, stopped by the rule below: about 2000
+  iterations, held-out NLPD 0.001 nat/point above MCMC's; the posterior means of ``log alpha``
+  0.15-0.2 away from MCMC's on average, their standard deviations 0.92 of MCMC's (median ratio):
+  mean-field under-disperses the alphas, whose posteriors are correlated between neighbouring,
+  nearly collinear columns;
+- full-rank ADVI: no better predictions (NLPD 0.008 above MCMC after 13000 iterations at the
+  largest stable learning rate, 0.003; 0.01 and 0.03 diverged or stalled), 5-8x the time per
+  iteration and many more iterations for its 5000 covariance parameters;
+- PyMC's default optimiser (``adagrad_window``): 10000 iterations still 4 nats short of the
+  ELBO that Adam reaches in 2000.
+
+Pathfinder is not in PyMC 6.4 itself (it lives in pymc-extras); the closed-form variational RVM of
+Bishop & Tipping (2000) needs Gamma hyperpriors on ``alpha`` and ``beta``, not the package's
+default half-Cauchy on the weight scales, so ADVI on the model itself is the one method that
+fits every model :mod:`bayes_rvm.models` builds. ``method="fullrank_advi"`` stays available.
+
+Convergence
+-----------
+Every ``check_every`` iterations the mean loss over the last ``window`` iterations is compared with
+the mean over the ``window`` before: the fit stops once their relative change,
+``|mean_last - mean_before| / max(|mean_last|, 1)``, falls below ``tol``. A fit that reaches ``n``
+iterations without meeting the rule warns (:class:`VariationalConvergenceWarning`) with the hint
+to allow more iterations.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+
+import numpy as np
+import xarray as xr
+
+from bayes_rvm._warnings import warn_at_user
+from bayes_rvm.datatree import variational_group
+from bayes_rvm.graph_spec import model_spec
+from bayes_rvm.sampling import complete_posterior
+
+__all__ = [
+    "FIT_VI_OPTIONS",
+    "VI_DEFAULTS",
+    "VI_METHODS",
+    "VariationalConvergenceWarning",
+    "check_vi_kwargs",
+    "fit_vi",
+    "relative_change",
+]
+
+VI_METHODS = ("advi", "fullrank_advi")
+#: The settings :func:`fit_vi` takes beside the model, with their defaults.
+VI_DEFAULTS: dict = {
+    "method": "advi",
+    "n": 20_000,
+    "learning_rate": 0.01,
+    "tol": 2e-3,
+    "window": 500,
+    "obj_n_mc": 1,
+}
+
+
+#: The keyword arguments of :func:`fit_vi` that are not settings of the approximation.
+FIT_VI_OPTIONS = ("progressbar", "start", "warn")
+
+
+class VariationalConvergenceWarning(UserWarning):
+    """The ELBO was still changing when the iterations ran out."""
+
+
+def check_vi_kwargs(vi_kwargs: Mapping | None) -> dict:
+    """``vi_kwargs`` checked and completed with :data:`VI_DEFAULTS`.
+
+    Raises
+    ------
+    ValueError
+        For an unknown key or a value out of range, naming it.
+    """
+    if vi_kwargs is None:
+        vi_kwargs = {}
+    if not isinstance(vi_kwargs, Mapping):
+        raise ValueError(f"vi_kwargs must be a dict of VI settings, got {vi_kwargs!r}.")
+    unknown = sorted(set(vi_kwargs) - set(VI_DEFAULTS))
+    if unknown:
+        raise ValueError(f"vi_kwargs has unknown keys {unknown}; known: {sorted(VI_DEFAULTS)}.")
+    out = {**VI_DEFAULTS, **vi_kwargs}
+    if out["method"] not in VI_METHODS:
+        raise ValueError(f"vi_kwargs['method'] must be one of {VI_METHODS}, got {out['method']!r}.")
+    for key in ("n", "window", "obj_n_mc"):
+        v = out[key]
+        if not isinstance(v, int | np.integer) or isinstance(v, bool) or v < 1:
+            raise ValueError(f"vi_kwargs[{key!r}] must be a positive integer, got {v!r}.")
+    for key in ("learning_rate", "tol"):
+        v = out[key]
+        if not isinstance(v, int | float) or isinstance(v, bool) or not 0 < v < np.inf:
+            raise ValueError(f"vi_kwargs[{key!r}] must be a positive number, got {v!r}.")
+    return out
+
+
+def relative_change(loss: np.ndarray, window: int) -> float:
+    """Relative change of the mean loss between the last two windows (inf if too short)."""
+    loss = np.asarray(loss, dtype=np.float64)
+    if loss.size < 2 * window:
+        return np.inf
+    last, before = loss[-window:].mean(), loss[-2 * window : -window].mean()
+    return float(abs(last - before) / max(abs(last), 1.0))
+
+
+class _StopWhenFlat:
+    """``pm.fit`` callback: stop once the smoothed loss is flat (see the module docstring)."""
+
+    check_every = 100
+
+    def __init__(self, window: int, tol: float):
+        self.window, self.tol, self.converged = window, tol, False
+
+    def __call__(self, approx, loss, i) -> None:
+        if loss is None or i % self.check_every:
+            return
+        if relative_change(loss, self.window) < self.tol:
+            self.converged = True
+            raise StopIteration(f"relative change of the loss below {self.tol} at {i}")
+
+
+def fit_vi(
+    model,
+    *,
+    draws: int = 1000,
+    random_seed=None,
+    progressbar: bool = False,
+    start: Mapping | None = None,
+    warn: bool = True,
+    advice: str = "model",
+    **vi_kwargs,
+) -> xr.DataTree:
+    """Fit ADVI to a model of :mod:`bayes_rvm.models` and return the completed DataTree.
+
+    Parameters
+    ----------
+    model : pymc.Model
+        A regression model of :func:`bayes_rvm.models.rvm_regression_model` (any form, with or
+        without an offset) or :func:`~bayes_rvm.models.rvm_width_model`.
+    draws : int, default=1000
+        Draws from the fitted approximation (one chain).
+    random_seed : int, optional
+        Seeds the optimisation, the draws and the weights drawn back.
+    progressbar : bool, default=False
+        PyMC's progress bar.
+    start : dict, optional
+        Starting means by variable name (default the model's initial point).
+    warn : bool, default=True
+        Warn (:class:`VariationalConvergenceWarning`) when the loss is still changing after
+        ``n`` iterations.
+    advice : {"model", "estimator"}, default="model"
+        Wording of the warning's hint: the keyword ``n`` of this function, or the estimator's
+        ``vi_kwargs``.
+    **vi_kwargs
+        ``method`` ({"advi", "fullrank_advi"}, default "advi"), ``n`` (iteration cap, 20000),
+        ``learning_rate`` (Adam's, 0.01), ``tol`` (2e-3) and ``window`` (500) of the stopping
+        rule, ``obj_n_mc`` (Monte Carlo draws per gradient, 1).
+
+    Returns
+    -------
+    xarray.DataTree
+        Groups ``posterior`` (``alpha_rel``, ``sigma_rel``, ``alpha``, ``sigma``, ``beta``,
+        ``w`` and ``z``), ``log_likelihood`` (``y``), ``observed_data``, ``constant_data``, and
+        ``variational`` (``loss[iteration]``, the negative ELBO per iteration; attrs
+        ``vi_method``, ``converged``, ``relative_change``, ``tol``, ``window``,
+        ``learning_rate``); root attrs ``method="vi"``, ``likelihood``, ``vi_method``,
+        ``settings`` (JSON), ``converged``, ``n_iter``, ``wall_time``.
+    """
+    import pymc as pm
+
+    settings = check_vi_kwargs(vi_kwargs)
+    likelihood = model_spec(model).likelihood
+    if likelihood != "gaussian":
+        raise ValueError(
+            f"fit_vi fits the weight-marginalised regression models; this model's likelihood is "
+            f"{likelihood!r}. Sample it with bayes_rvm.inference.sample_mcmc."
+        )
+    if not isinstance(draws, int | np.integer) or draws < 1:
+        raise ValueError(f"draws must be a positive integer, got {draws!r}.")
+    seed = int(np.random.default_rng(random_seed).integers(2**31 - 1))
+    stop = _StopWhenFlat(settings["window"], settings["tol"])
+    t0 = time.time()
+    with model:
+        approx = pm.fit(
+            n=settings["n"],
+            method=settings["method"],
+            random_seed=seed,
+            progressbar=bool(progressbar),
+            start=None if start is None else dict(start),
+            obj_optimizer=pm.adam(learning_rate=settings["learning_rate"]),
+            obj_n_mc=settings["obj_n_mc"],
+            callbacks=[stop],
+        )
+        dt = approx.sample(draws, random_seed=seed + 1)
+    wall = time.time() - t0
+    loss = np.asarray(approx.hist, dtype=np.float64)
+    change = relative_change(loss, settings["window"])
+    if not np.all(np.isfinite(loss[-settings["window"] :])):
+        raise FloatingPointError(
+            "the ELBO became non-finite during ADVI; lower vi_kwargs['learning_rate']."
+        )
+    if warn and not stop.converged:
+        where = "vi_kwargs={'n': ...}" if advice == "estimator" else "n=..."
+        warn_at_user(
+            f"ADVI did not converge in {loss.size} iterations: the mean loss over the last "
+            f"{settings['window']} changed by {change:.2g} (relative), above tol="
+            f"{settings['tol']:g}. Allow more iterations ({where}), or raise the learning rate.",
+            VariationalConvergenceWarning,
+        )
+    if "sample_stats" in dt.children and not dt["sample_stats"].dataset.data_vars:
+        del dt["sample_stats"]  # an empty group: ADVI has no per-draw statistics
+    dt = complete_posterior(dt, model, random_seed=[seed, 2])
+    dt["variational"] = variational_group(
+        loss,
+        vi_method=settings["method"],
+        converged=stop.converged,
+        relative_change=change,
+        tol=settings["tol"],
+        window=settings["window"],
+        learning_rate=settings["learning_rate"],
+    )
+    dt.attrs.update(
+        method="vi",
+        likelihood=likelihood,
+        vi_method=settings["method"],
+        settings=json.dumps(
+            {**model_spec(model).to_dict(), **settings, "draws": int(draws), "random_seed": seed},
+            sort_keys=True,
+            default=str,
+        ),
+        converged=int(stop.converged),
+        n_iter=int(loss.size),
+        wall_time=float(wall),
+    )
+    return dt
