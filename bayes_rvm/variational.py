@@ -43,7 +43,9 @@ to allow more iterations.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import time
 from collections.abc import Mapping
 
@@ -123,6 +125,18 @@ def relative_change(loss: np.ndarray, window: int) -> float:
     return float(abs(last - before) / max(abs(last), 1.0))
 
 
+@contextlib.contextmanager
+def _quiet_logger(name: str):
+    """Keep a logger's INFO messages out for the duration."""
+    logger = logging.getLogger(name)
+    level = logger.level
+    logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
 class _StopWhenFlat:
     """``pm.fit`` callback: stop once the smoothed loss is flat (see the module docstring)."""
 
@@ -200,7 +214,10 @@ def fit_vi(
     seed = int(np.random.default_rng(random_seed).integers(2**31 - 1))
     stop = _StopWhenFlat(settings["window"], settings["tol"])
     t0 = time.time()
-    with model:
+    # PyMC logs why it stopped; the DataTree records it (attrs), so without a progress bar the
+    # log would be noise in scripts and notebooks.
+    quiet = contextlib.nullcontext() if progressbar else _quiet_logger("pymc.variational")
+    with model, quiet:
         approx = pm.fit(
             n=settings["n"],
             method=settings["method"],
