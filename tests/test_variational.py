@@ -169,6 +169,7 @@ def test_bad_vi_settings_fail_before_the_fit(sinc):
 
 
 @pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::bayes_rvm.diagnostics.SamplingDiagnosticsWarning")
 def test_vi_predicts_as_well_as_mcmc_and_compare_takes_three_engines(vi_fit, sinc):
     X, y, X_test, y_test = sinc
     mcmc = RVR(gamma=GAMMA, inference="mcmc", random_state=0, draws=500, chains=2).fit(X, y)
