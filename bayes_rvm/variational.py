@@ -8,34 +8,32 @@ conditional given each draw of ``(alpha, sigma)``, the exact leave-one-out terms
 ``log_likelihood``), ``observed_data`` and ``constant_data``, and a ``variational`` group with
 the loss (the negative ELBO) per iteration.
 
-Why mean-field ADVI on the marginal model
------------------------------------------
-The regression model's free variables are only the hyperparameters (``alpha_rel``, one per basis
-function, and ``sigma_rel``): the weights are integrated out exactly in the graph, and drawn back
-exactly afterwards. The approximation therefore only has to describe ``log alpha_rel`` and
-``log sigma_rel``, M + 1 numbers. Measured on sinc (N = 100, width 2, 101 basis functions, a
-held-out set of 1000 points), against NUTS (4 x 1000 draws) in the same run:
+**Why mean-field ADVI on the marginal model.** The regression model's free variables are only the
+hyperparameters (``alpha_rel``, one per basis function, and ``sigma_rel``): the weights are
+integrated out exactly in the graph, and drawn back exactly afterwards. The approximation only has
+to describe ``log alpha_rel`` and ``log sigma_rel``, M + 1 numbers. Measured on sinc (N = 100,
+width 2, 101 basis functions; NLPD on 1000 held-out points), against NUTS (4 x 1000 draws) in the
+same run (``benchmarks/bench_vi.py``, notebook 10):
 
-- mean-field ADVI, Adam at a learning rate of 0.01, stopped by the rule below: about 2000
-  iterations, held-out NLPD 0.001 nat/point above MCMC's; the posterior means of ``log alpha``
-  0.15-0.2 away from MCMC's on average, their standard deviations 0.92 of MCMC's (median ratio):
-  mean-field under-disperses the alphas, whose posteriors are correlated between neighbouring,
-  nearly collinear columns;
-- full-rank ADVI: no better predictions (NLPD 0.008 above MCMC after 13000 iterations at the
-  largest stable learning rate, 0.003; 0.01 and 0.03 diverged or stalled), 5-8x the time per
-  iteration and many more iterations for its 5000 covariance parameters;
-- PyMC's default optimiser (``adagrad_window``): 10000 iterations still 4 nats short of the
-  ELBO that Adam reaches in 2000.
+- mean-field ADVI, Adam at a learning rate of 0.01, stopped by the rule below: 2200 iterations;
+  held-out NLPD 0.002 nat/point *below* MCMC's (-0.8228 against -0.8209); first fit in a fresh
+  process 0.56-0.67 of MCMC's (load average 14 on 2 cores); the posterior means of
+  ``log alpha_rel`` within 0.18 MCMC sds of MCMC's (median 0.06), their sds 0.93 of MCMC's
+  (median ratio; 0.83-1.06): the exact marginals are skewed (median skewness 0.67) and nearly
+  uncorrelated between neighbouring columns, and the Gaussians cut their long upper tails;
+- full-rank ADVI: no better predictions (NLPD 0.008 above MCMC's after 13000 iterations at the
+  largest stable learning rate, 0.003; at 0.03 it diverged), 5-8x the time per iteration, and many
+  more iterations for its 5000 covariance parameters;
+- PyMC's default optimiser (``adagrad_window``): 10000 iterations still 4 nats short of the ELBO
+  that Adam reaches in 2000; starting from the type-II fit (as MCMC does) did not converge sooner.
 
-Pathfinder is not in PyMC 6.4 itself (it lives in pymc-extras); the closed-form variational RVM of
-Bishop & Tipping (2000) needs Gamma hyperpriors on ``alpha`` and ``beta``, not the package's
-default half-Cauchy on the weight scales, so ADVI on the model itself is the one method that
-fits every model :mod:`bayes_rvm.models` builds. ``method="fullrank_advi"`` stays available.
+Pathfinder is not in PyMC 6.4 itself (it lives in pymc-extras, which is not a dependency); the
+closed-form variational RVM of Bishop & Tipping (2000) needs Gamma hyperpriors on ``alpha`` and
+``beta``, not the package's default half-Cauchy on the weight scales, so ADVI on the model itself
+is the one method that fits every regression model :mod:`bayes_rvm.models` builds.
 
-Convergence
------------
-Every ``check_every`` iterations the mean loss over the last ``window`` iterations is compared with
-the mean over the ``window`` before: the fit stops once their relative change,
+**Convergence.** Every 100 iterations the mean loss over the last ``window`` iterations is
+compared with the mean over the ``window`` before: the fit stops once their relative change,
 ``|mean_last - mean_before| / max(|mean_last|, 1)``, falls below ``tol``. A fit that reaches ``n``
 iterations without meeting the rule warns (:class:`VariationalConvergenceWarning`) with the hint
 to allow more iterations.
