@@ -220,10 +220,11 @@ array-like, default="evidence_shared"
         :attr:`model_` (their logarithms), ``draws`` drawn from the approximation and the weights
         drawn back exactly per draw, as under MCMC (:func:`bayes_rvm.variational.fit_vi`, which
         says why this method and how it stops). On sinc (N = 100, width 2) its held-out NLPD
-        is within 0.002 nat/point of MCMC's, its first fit in 0.56-0.67 of MCMC's time, but the posterior sds of
-        ``log alpha`` are about 7% narrower (median) and their skew is lost (notebook 10). All
-        three expose ``idata_`` with the same groups (VI adds ``variational``, the ELBO trace).
-        ``RVC`` has no ``"vi"``: its weights are not integrated out in its graph.
+        is within 0.002 nat/point of MCMC's, its first fit in 0.56-0.67 of MCMC's time, but the
+        posterior sds of ``log alpha`` are about 7% narrower (median) and their skew is lost
+        (notebook 10). All three expose ``idata_`` with the same groups (VI adds
+        ``variational``, the ELBO trace). ``RVC`` has no ``"vi"``: its weights are not
+        integrated out in its graph.
     vi_kwargs : dict, optional
         VI settings (``inference="vi"``): ``method`` (``"advi"``, the default, or
         ``"fullrank_advi"``), ``n`` (iteration cap, 20000), ``learning_rate`` (Adam's, 0.01),
