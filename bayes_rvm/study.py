@@ -228,15 +228,15 @@ def loo_columns(dt) -> dict:
 def _regression_nlpd(est, dt, method: str, X_test, y_test) -> float:
     """Mean negative log predictive density of the test targets (summed over outputs).
 
-    Type-II: the Gaussian predictive is exact. MCMC: the predictive is a mixture over the draws of
-    ``(w, sigma)``, averaged in probability (log-sum-exp), not a Gaussian with the mixture's
-    moments.
+    Type-II: the Gaussian predictive is exact. MCMC and VI: the predictive is a mixture over the
+    draws of ``(w, sigma)``, averaged in probability (log-sum-exp), not a Gaussian with the
+    mixture's moments.
     """
     from scipy.special import logsumexp
     from scipy.stats import norm
 
     Y = np.asarray(y_test, dtype=np.float64)
-    if method != "mcmc" or dt is None:
+    if method not in ("mcmc", "vi") or dt is None:
         mean, std = est.predict(X_test, return_std=True)
         lp = norm.logpdf(Y, mean, std)
         return float(-np.mean(lp if lp.ndim == 1 else lp.sum(axis=1)))
