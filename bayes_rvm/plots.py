@@ -60,9 +60,9 @@ def plot_regression(
         _, ax = plt.subplots(figsize=(8, 4.5))
     grid = np.linspace(X.min(), X.max(), n_grid)[:, None]
     mean, std = model.predict(grid, return_std=True)
-    # An MCMC fit predicts by its posterior over every sampled basis function; its relevance_
-    # are those of the type-II fit that seeded the sampler.
-    mcmc = getattr(model, "inference", "type2") == "mcmc"
+    # An MCMC or VI fit predicts by its posterior over every sampled basis function; its
+    # relevance_ are those of the type-II fit that ran first.
+    mcmc = getattr(model, "inference", "type2") in ("mcmc", "vi")
     ax.fill_between(
         grid[:, 0],
         mean - n_sd * std,
