@@ -76,7 +76,7 @@ def test_mcmc_fit_survives_pickle_and_files(fits, tmp_path):
 @pytest.mark.parametrize(
     ("params", "match"),
     [
-        ({"inference": "vi"}, "inference"),
+        ({"inference": "laplace"}, "inference"),
         ({"inference": "mcmc", "draws": 0}, "draws"),
         ({"inference": "mcmc", "sampler": "emcee"}, "sampler"),
         ({"inference": "mcmc", "mcmc_basis": "some"}, "mcmc_basis"),
