@@ -97,6 +97,20 @@ def test_vi_matches_the_exact_posterior_of_a_one_column_model():
     assert dt.attrs["method"] == "vi" and dt.attrs["converged"] == 1
 
 
+def test_fullrank_advi_on_the_one_column_model():
+    rng = np.random.default_rng(5)
+    phi = rng.normal(size=60)
+    t = 0.8 * phi + 0.3 * rng.normal(size=60)
+    model = rvm_regression_model(phi[:, None], t, prior="student_t", nu=6.0)
+    dt = fit_vi(model, draws=2000, random_seed=2, method="fullrank_advi", learning_rate=0.003)
+    _, exact = _exact_posterior(phi, t, 6.0)
+    mean, sd = exact["log_sigma"]
+    got = np.log(dt["posterior"]["sigma_rel"].values.ravel())
+    assert got.mean() == pytest.approx(mean, abs=0.3 * sd)
+    assert got.std() == pytest.approx(sd, rel=0.25)
+    assert dt.attrs["vi_method"] == dt["variational"].attrs["vi_method"] == "fullrank_advi"
+
+
 def test_relative_change_and_settings():
     loss = np.r_[np.full(500, 10.0), np.full(500, 9.0)]
     assert relative_change(loss, 500) == pytest.approx(1.0 / 9.0)
@@ -137,6 +151,10 @@ def test_predict_is_the_mixture_over_the_draws(vi_fit, sinc):
     sigma = post["sigma"].values.reshape(-1)
     np.testing.assert_allclose(mean, f.mean(0), rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(std**2, (f.var(0) + (sigma**2).mean()), rtol=1e-8)
+    _, cov = vi_fit.predict(X_test[:50], return_cov=True)
+    np.testing.assert_allclose(np.diag(cov), std**2, rtol=1e-8)
+    draws = vi_fit.sample_y(X_test[:5], n_samples=4000, random_state=0)
+    assert np.all(np.abs(draws.mean(1) - mean[:5]) < 4 * std[:5] / np.sqrt(4000))
     pp = vi_fit.sample_posterior_predictive(extend_idata=False)
     assert pp["posterior_predictive"]["y"].shape == (1, 500, 100)
 
