@@ -97,6 +97,7 @@ def test_vi_matches_the_exact_posterior_of_a_one_column_model():
     assert dt.attrs["method"] == "vi" and dt.attrs["converged"] == 1
 
 
+@pytest.mark.slow
 def test_fullrank_advi_on_the_one_column_model():
     rng = np.random.default_rng(5)
     phi = rng.normal(size=60)
