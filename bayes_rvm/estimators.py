@@ -189,7 +189,26 @@ array-like, default="evidence_shared"
         ``threshold_alpha`` (the sequential engine, asked explicitly, leaves a basis function out
         whenever its hyperprior term outweighs its evidence gain, and gives sparser fits).
     noise_variance : float, optional
-        Fix the noise variance (in the units of ``y``) instead of estimating it.
+        Fix the noise variance (in the units of ``y``) instead of estimating it (Student-t
+        noise: the square of its scale ``sigma``).
+    likelihood : {"gaussian", "student_t"}, default="gaussian"
+        The noise. ``"student_t"``: robust regression, ``t_n ~ StudentT(nu, phi_n w, sigma)``,
+        the scale mixture ``N(phi_n w, sigma^2 / u_n)`` over ``u_n ~ Gamma(nu/2, nu/2)`` (Tipping
+        and Lawrence 2005): a gross outlier gets a small ``u_n`` and barely moves the fit. The
+        type-II fit is variational EM (:func:`bayes_rvm.evidence.student_t.fit_student_t`): each
+        E-step reweights the points by ``E[u_n] = (nu + 1) / (nu + r_n / sigma^2)``, with
+        ``r_n`` the expected squared residual under the weight posterior, and the Gaussian engine
+        of ``solver`` refits the reweighted problem; ``log_evidence_`` is then the variational
+        *lower bound* on the log marginal likelihood, not the marginal itself. MCMC samples the
+        weights (non-centred), ``log alpha``, ``sigma`` and ``nu`` jointly with a ``pm.StudentT``
+        likelihood (:func:`bayes_rvm.models.rvm_student_t_model`). ``predict`` returns the
+        location ``phi(x)^T m``; see :meth:`predict` for the standard deviations. One output
+        only; ``predictive="rvm"`` only.
+    noise_nu : float, optional
+        Degrees of freedom of the Student-t noise: a number fixes it; None (default) learns it
+        (type-II: its EM fixed point, kept within
+        :data:`bayes_rvm.evidence.student_t.NU_RANGE`; MCMC: sampled under a ``Gamma(2, 0.1)``
+        prior, Juarez and Steel 2010). Ignored for the Gaussian likelihood.
     max_iter : int, default=10000
         Iteration cap of the engine; reaching it warns with ``ConvergenceWarning``.
     tol : float, default=1e-3
@@ -284,7 +303,13 @@ array-like, default="evidence_shared"
     sigma_ : ndarray of shape (n_active, n_active)
         Posterior covariance of the retained weights.
     noise_variance_ : float
-        Estimated (or fixed) noise variance ``1 / beta``.
+        Estimated (or fixed) noise variance ``1 / beta`` (Student-t noise: the square of its
+        scale; its variance is ``noise_nu_ / (noise_nu_ - 2) noise_variance_``).
+    noise_nu_ : float
+        Degrees of freedom of the noise (``likelihood="student_t"``; ``inf`` for Gaussian noise).
+    outlier_weights_ : ndarray of shape (n_samples,) or None
+        Student-t type-II fit: ``E[u_n]``, each training point's weight in the fit (near 0 for a
+        point treated as an outlier); None otherwise.
     log_evidence_ : float
         Log marginal likelihood at the optimum.
     scores_ : ndarray
@@ -329,6 +354,8 @@ array-like, default="evidence_shared"
         "noise_prior": [Prior, dict, None],
         "threshold_alpha": [StrOptions({"auto"}), POSITIVE],
         "mcmc_basis": [StrOptions({"auto", "all", "relevant"})],
+        "likelihood": [StrOptions({"gaussian", "student_t"})],
+        "noise_nu": [POSITIVE, None],
     }
     _samples_width_ok = True
 
@@ -361,6 +388,8 @@ array-like, default="evidence_shared"
         predictive="rvm",
         random_state=None,
         verbose=False,
+        likelihood="gaussian",
+        noise_nu=None,
     ):
         self.kernel = kernel
         self.gamma = gamma
@@ -388,6 +417,8 @@ array-like, default="evidence_shared"
         self.predictive = predictive
         self.random_state = random_state
         self.verbose = verbose
+        self.likelihood = likelihood
+        self.noise_nu = noise_nu
 
     def _solver(self) -> str:
         if self.solver != "auto":
@@ -442,7 +473,9 @@ array-like, default="evidence_shared"
         """
         self._resolve_width_rule()
         X, y = self._check_data(X, y, sample_kwargs)
-        problem = Problem.regression(None, y, noise_variance=self.noise_variance)
+        problem = Problem.regression(
+            None, y, noise_variance=self.noise_variance, likelihood=self.likelihood
+        )
         engine = self.make_engine()
         if self._learns_width():
             basis, problem, fit = self._select_width(
@@ -469,6 +502,7 @@ array-like, default="evidence_shared"
         X, y = training_data(self, X, y, regression=True, min_samples=2)
         self._check_predictive()
         self._check_priors()
+        self._check_student_t(y)
         self._keep_sample_kwargs(sample_kwargs)
         as_prior(self.noise_prior, "noise_prior", positive=True)
         T = y[:, None] if y.ndim == 1 else y
@@ -485,6 +519,35 @@ array-like, default="evidence_shared"
                 "noise_variance."
             )
         return X, y
+
+    def _check_student_t(self, y: np.ndarray) -> None:
+        """Student-t noise: one output, the RVM predictive, a type-II or MCMC fit."""
+        if self.likelihood != "student_t":
+            return
+        if y.ndim == 2 and y.shape[1] != 1:
+            raise ValueError(
+                f"likelihood='student_t' fits one output; y has shape {y.shape}. Fit one RVR "
+                "per output."
+            )
+        if self.predictive != "rvm":
+            raise ValueError("likelihood='student_t' takes predictive='rvm' only.")
+
+    def _new_noise_variance(self) -> float:
+        """A new target's noise variance: ``1/beta``, or the Student-t's ``nu/(nu-2) sigma^2``."""
+        from bayes_rvm.families import student_t_variance
+
+        if self.likelihood != "student_t":
+            return 1.0 / self.fit_.beta
+        return float(student_t_variance(self.fit_.beta**-0.5, self.noise_nu_))
+
+    def _sample_y_student_t(self, X, n_samples: int, rng) -> np.ndarray:
+        """Type-II draws of new targets: a location from ``q(w)``, plus Student-t noise."""
+        phi = self.basis_.transform(X, columns=self.active_)
+        v = linalg.solve_triangular(self.fit_.chol, phi.T, lower=True, check_finite=False)
+        loc = rng.multivariate_normal((phi @ self.fit_.mean)[:, 0], v.T @ v, n_samples)
+        noise = self.fit_.beta**-0.5 * rng.standard_t(self.noise_nu_, size=loc.shape)
+        out = (loc + noise).T
+        return out if self._single_output else out[:, None, :]
 
     def _square_matrices(self) -> int:
         # MacKay's engine holds the Gram matrix, and so does the marginal model MCMC samples.
@@ -505,6 +568,7 @@ array-like, default="evidence_shared"
             max_iter=self.max_iter,
             threshold_alpha=self._threshold_alpha() if mackay else None,
             progress=bool(self.verbose),
+            noise_nu=self.noise_nu if self.likelihood == "student_t" else None,
         )
 
     def make_model(self, *, form: str = "marginal", offset=None):
@@ -796,6 +860,8 @@ array-like, default="evidence_shared"
         with np.errstate(over="ignore"):  # out of range only where unscale_alpha warned
             self.sigma_ = fit.covariance
         self.noise_variance_ = 1.0 / fit.beta
+        self.noise_nu_ = float(getattr(fit.posterior, "nu", np.inf))
+        self.outlier_weights_ = getattr(fit.posterior, "weights", None)
         self.log_evidence_ = fit.log_evidence
         self.scores_ = fit.trace
         self.n_iter_ = fit.n_iter
@@ -888,6 +954,12 @@ array-like, default="evidence_shared"
             Inputs (for ``kernel="precomputed"``: the kernel between them and the training inputs).
         return_std : bool, default=False
             Also return the predictive standard deviation of new targets (noise included).
+            Student-t noise (``likelihood="student_t"``): ``predict`` returns the location, and
+            the standard deviation is that of a new observation,
+            ``sqrt(phi^T Sigma phi + nu / (nu - 2) sigma^2)`` (``inf`` for ``nu <= 2``, where the
+            t noise has no variance); the location's own standard deviation is
+            ``sqrt(phi^T Sigma phi)`` (``fit_.predict(phi, with_noise=False)``). The predictive
+            is a t, not a Gaussian: for intervals use ``sample_y``.
         return_cov : bool, default=False
             Also return the joint predictive covariance of new targets (noise included), as
             :class:`sklearn.gaussian_process.GaussianProcessRegressor` does. At most one of
@@ -929,7 +1001,7 @@ array-like, default="evidence_shared"
         if return_cov:
             v = linalg.solve_triangular(self.fit_.chol, phi.T, lower=True, check_finite=False)
             cov = v.T @ v
-            cov[np.diag_indices_from(cov)] += 1.0 / self.fit_.beta
+            cov[np.diag_indices_from(cov)] += self._new_noise_variance()
             if star:
                 from bayes_rvm.predictive import rvm_star_cov
 
@@ -1005,6 +1077,8 @@ array-like, default="evidence_shared"
                 (-1,) + (1,) * (f.ndim - 1)
             ) * rng.standard_normal((n_samples, *f.shape[1:]))
             return np.moveaxis(draws, 0, -1)
+        if self.likelihood == "student_t":
+            return self._sample_y_student_t(X, n_samples, rng)
         mean, cov = self.predict(X, return_cov=True)
         if self._single_output:
             return rng.multivariate_normal(mean, cov, n_samples).T
