@@ -29,6 +29,7 @@ __all__ = [
     "ETA_MAX",
     "FAMILIES",
     "LOG_2PI",
+    "NOISE_LIKELIHOODS",
     "POISSON",
     "SOFTMAX",
     "Family",
@@ -40,6 +41,8 @@ __all__ = [
 
 #: ``ln 2 pi``, the constant of every Gaussian density in the package.
 LOG_2PI = math.log(2.0 * math.pi)
+#: Likelihoods of real targets with a noise scale ``sigma`` (the regression's).
+NOISE_LIKELIHOODS = ("gaussian", "student_t")
 #: Largest latent whose exponential is formed (a Poisson rate): ``exp(700)`` is finite.
 ETA_MAX = 700.0
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from bayes_rvm.evidence import EvidenceFit, fit_evidence
+from bayes_rvm.families import NOISE_LIKELIHOODS
 
 __all__ = [
     "Engine",
@@ -35,10 +36,6 @@ __all__ = [
     "target_scale",
     "unscale_alpha",
 ]
-
-
-#: Likelihoods of real targets with a noise scale: the targets are scaled, and so is the evidence.
-NOISE_LIKELIHOODS = ("gaussian", "student_t")
 
 
 def normalise_columns(Phi: np.ndarray) -> np.ndarray:

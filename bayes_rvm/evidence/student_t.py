@@ -35,14 +35,14 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy.optimize import brentq
-from scipy.special import digamma, gammaln
+from scipy.special import digamma, gammaln, logsumexp, roots_hermitenorm
 from sklearn.exceptions import ConvergenceWarning
 
 from bayes_rvm.evidence.gaussian import fit_mackay
 from bayes_rvm.evidence.options import EvidenceOptions
 from bayes_rvm.evidence.result import EvidenceFit, GaussianWeights
 from bayes_rvm.evidence.sequential import fit_sequential
-from bayes_rvm.families import student_t_variance
+from bayes_rvm.families import student_t_log_likelihood, student_t_variance
 
 __all__ = [
     "NU_RANGE",
@@ -93,6 +93,18 @@ class StudentTWeights(GaussianWeights):
         if with_noise:
             var = var + student_t_variance(self.beta**-0.5, self.nu)
         return mean, var
+
+    def log_predictive(self, phi_active: np.ndarray, T: np.ndarray) -> np.ndarray:
+        """``ln int St(t | f, sigma, nu) N(f | phi^T m, phi^T Sigma phi) df`` per row, (n, D).
+
+        The predictive density of new targets ``T`` (n, D): the t noise around the Gaussian
+        location has no closed form; 64-point Gauss-Hermite quadrature over the location.
+        """
+        mean, var = super().predict(phi_active, with_noise=False)
+        x, wq = roots_hermitenorm(64)
+        f = mean[..., None] + np.sqrt(var)[:, None, None] * x  # (n, D, 64)
+        ll = student_t_log_likelihood(np.asarray(T)[..., None], f, self.beta**-0.5, self.nu)
+        return logsumexp(ll, axis=-1, b=wq / wq.sum())
 
     def rescaled(self, column_norms: np.ndarray, target_scale: float) -> StudentTWeights:
         """The posterior for columns ``phi * column_norms`` and targets ``T * target_scale``."""
