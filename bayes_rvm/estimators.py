@@ -362,6 +362,9 @@ array-like, default="evidence_shared"
         "noise_nu": [POSITIVE, None],
     }
     _samples_width_ok = True
+    #: Parameters added after the first saved files, with the value the fits in them had
+    #: (:func:`bayes_rvm.io.load_model` fills them in).
+    added_params: dict = {"likelihood": "gaussian", "noise_nu": None}  # noqa: RUF012
 
     def __init__(
         self,
