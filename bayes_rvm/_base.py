@@ -627,7 +627,9 @@ class BaseRVM(BaseEstimator):
     def _mcmc_basis(self) -> str:
         """``mcmc_basis`` resolved: ``"auto"`` is ``"relevant"`` for a sampled width, else all."""
         if self.mcmc_basis == "auto":
-            return "relevant" if self._samples_width() else "all"
+            # Student-t noise samples the weights themselves: the robust fit's relevant columns.
+            t_noise = getattr(self, "likelihood", "gaussian") == "student_t"
+            return "relevant" if self._samples_width() or t_noise else "all"
         return self.mcmc_basis
 
     def _mcmc_columns(self) -> np.ndarray:

@@ -38,7 +38,7 @@ from bayes_rvm.dims import BASIS, CLASS, ITERATION, OBS, OUTPUT, variable_dims
 from bayes_rvm.draws import PosteriorDraws, latent, pointwise_log_likelihood, width_designs
 from bayes_rvm.evidence.gaussian import EvidenceFit
 from bayes_rvm.evidence.loo import RefitLOO
-from bayes_rvm.families import BERNOULLI, SOFTMAX
+from bayes_rvm.families import BERNOULLI, NOISE_LIKELIHOODS, SOFTMAX
 
 __all__ = [
     "extra_dims",
@@ -94,6 +94,8 @@ def posterior_group(draws: PosteriorDraws) -> dict[str, np.ndarray]:
         post["intercept"] = draws.intercept if draws.extra_dim else draws.intercept[..., 0]
     if draws.gamma is not None:
         post["gamma"] = draws.gamma
+    if draws.nu is not None:
+        post["noise_nu"] = draws.nu
     post["w"] = draws.w if draws.extra_dim else draws.w[..., 0]
     return post
 
@@ -201,13 +203,13 @@ def type2_datatree(
     """
     Phi = np.asarray(Phi, dtype=np.float64)
     likelihood = getattr(fit, "likelihood", "gaussian")
-    y = np.asarray(y, dtype=np.float64 if likelihood == "gaussian" else np.intp)
+    y = np.asarray(y, dtype=np.float64 if likelihood in NOISE_LIKELIHOODS else np.intp)
     multi = likelihood == "gaussian" and y.ndim == 2
     N, M = Phi.shape
     D = fit.mean.shape[1]
     if fit.alpha.shape != (M,):
         raise ValueError(f"the fit has {fit.alpha.shape[0]} basis functions, Phi has {M} columns.")
-    if likelihood == "gaussian" and D != (y.shape[1] if multi else 1):
+    if likelihood in NOISE_LIKELIHOODS and D != (y.shape[1] if multi else 1):
         raise ValueError(f"the fit has {D} outputs, y has {y.shape[1] if multi else 1}.")
     cols = np.arange(M) if basis is None else np.asarray(basis, dtype=int)
     if not np.isin(fit.active, cols).all():
@@ -217,9 +219,12 @@ def type2_datatree(
     draws = PosteriorDraws.at_optimum(
         fit, cols, n_draws, np.random.default_rng(random_seed), extra_dim=w_extra
     )
-    if likelihood == "gaussian":
+    if likelihood in NOISE_LIKELIHOODS:
         Y = y if multi else y[:, None]
-        ll = pointwise_log_likelihood(Phi[:, cols], Y, draws.weights, draws.flat("sigma"))
+        nu = draws.flat("nu") if likelihood == "student_t" else None
+        ll = pointwise_log_likelihood(
+            Phi[:, cols], Y, draws.weights, draws.flat("sigma"), likelihood=likelihood, nu=nu
+        )
     else:
         ll = pointwise_log_likelihood(Phi[:, cols], y, draws.weights, likelihood=likelihood)
     coords = {"chain": [0], "draw": np.arange(n_draws), BASIS: names, OBS: np.arange(N)}
@@ -343,6 +348,10 @@ def sample_posterior_predictive(
     if likelihood == "gaussian":
         sig = posterior.flat("sigma")[:, None, None]
         draws = eta + sig * rng.standard_normal(eta.shape)
+    elif likelihood == "student_t":
+        sig = posterior.flat("sigma")[:, None, None]
+        nu = np.broadcast_to(posterior.flat("nu")[:, None, None], eta.shape)
+        draws = eta + sig * rng.standard_t(nu)
     elif likelihood == "bernoulli":
         draws = (rng.random(eta.shape) < BERNOULLI.mean(eta)).astype(np.int64)
     else:

@@ -216,10 +216,11 @@ def diagnose(dt: xr.DataTree, *, warn: bool = True, advice: str = "model") -> di
     -------
     dict
         ``divergences``, ``max_rhat``, ``min_ess_bulk``, ``min_ess_tail`` (over ``log alpha``,
-        ``sigma`` and ``nu``), ``max_rhat_w`` (over the weights), ``max_treedepth_hits``.
+        ``sigma``, ``nu`` and a Student-t noise's ``noise_nu``), ``max_rhat_w`` (over the
+        weights), ``max_treedepth_hits``.
     """
     post = dt["posterior"].dataset
-    hyper = [v for v in ("alpha", "sigma", "nu") if v in post]
+    hyper = [v for v in ("alpha", "sigma", "nu", "noise_nu") if v in post]
 
     def scalars(name: str, log: bool = False) -> np.ndarray:
         # (K, chain, draw): every scalar of the variable, for the vectorised diagnostics

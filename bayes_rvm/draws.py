@@ -19,7 +19,14 @@ from scipy import linalg
 
 from bayes_rvm.dims import BASIS, CLASS, OBS, OUTPUT
 from bayes_rvm.evidence.gaussian import weight_posterior
-from bayes_rvm.families import BERNOULLI, LOG_2PI, SOFTMAX, gaussian_log_likelihood
+from bayes_rvm.families import (
+    BERNOULLI,
+    LOG_2PI,
+    NOISE_LIKELIHOODS,
+    SOFTMAX,
+    gaussian_log_likelihood,
+    student_t_log_likelihood,
+)
 
 __all__ = [
     "PosteriorDraws",
@@ -164,6 +171,7 @@ def pointwise_log_likelihood(
     *,
     likelihood: str = "gaussian",
     offset: np.ndarray | None = None,
+    nu: np.ndarray | None = None,
 ) -> np.ndarray:
     """``ln p(t_n | w, ...)`` for each draw and observation, summed over outputs.
 
@@ -175,10 +183,12 @@ def pointwise_log_likelihood(
     w : ndarray of shape (S, M, D)
         Weight draws (D classes for the softmax, 1 for Bernoulli).
     sigma : ndarray of shape (S,), optional
-        Noise sd draws (Gaussian only).
-    likelihood : {"gaussian", "bernoulli", "softmax"}, default="gaussian"
+        Noise sd draws (Gaussian), or scale draws (Student-t).
+    likelihood : {"gaussian", "student_t", "bernoulli", "softmax"}, default="gaussian"
     offset : ndarray of shape (N, D) or (S, N, D), optional
         Terms of the user's own in the mean (latent function).
+    nu : ndarray of shape (S,), optional
+        Degrees of freedom draws (Student-t only).
 
     Returns
     -------
@@ -188,6 +198,10 @@ def pointwise_log_likelihood(
     if likelihood == "gaussian":
         sig = np.asarray(sigma, dtype=np.float64)[:, None, None]
         return gaussian_log_likelihood(Y[None], eta, sig).sum(axis=2)
+    if likelihood == "student_t":
+        sig = np.asarray(sigma, dtype=np.float64)[:, None, None]
+        df = np.asarray(nu, dtype=np.float64)[:, None, None]
+        return student_t_log_likelihood(Y[None], eta, sig, df).sum(axis=2)
     t = np.asarray(Y).reshape(-1).astype(np.intp)
     if likelihood == "bernoulli":
         return BERNOULLI.log_likelihood(eta[..., 0], t)
@@ -246,6 +260,8 @@ class PosteriorDraws:
         A free bias outside the ARD columns (a classifier's ``bias="free"`` under MCMC).
     gamma : ndarray of shape (chain, draw), optional
         A sampled kernel width: the design differs per draw.
+    nu : ndarray of shape (chain, draw), optional
+        Degrees of freedom of Student-t noise (``noise_nu`` in a DataTree).
     """
 
     w: np.ndarray
@@ -256,6 +272,7 @@ class PosteriorDraws:
     sigma: np.ndarray | None = None
     intercept: np.ndarray | None = None
     gamma: np.ndarray | None = None
+    nu: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         if self.w.ndim != 4 or self.w.shape[2] != len(self.basis):
@@ -334,6 +351,7 @@ class PosteriorDraws:
             sigma=pick("sigma"),
             intercept=intercept,
             gamma=pick("gamma"),
+            nu=pick("noise_nu"),
         )
 
     @classmethod
@@ -357,9 +375,11 @@ class PosteriorDraws:
         w_full = np.zeros((n_draws, M, D))
         w_full[:, fit.active] = _laplace_weight_draws(fit, n_draws, rng)
         likelihood = getattr(fit, "likelihood", "gaussian")
-        sigma = None
-        if likelihood == "gaussian":
+        sigma = nu = None
+        if likelihood in NOISE_LIKELIHOODS:
             sigma = np.full((1, n_draws), float(fit.beta) ** -0.5)
+        if likelihood == "student_t":
+            nu = np.full((1, n_draws), float(fit.posterior.nu))
         return cls(
             w=w_full[None][:, :, columns],
             basis=np.asarray(columns),
@@ -367,6 +387,7 @@ class PosteriorDraws:
             extra_dim=extra_dim,
             alpha=np.broadcast_to(fit.alpha[columns], (1, n_draws, columns.size)).copy(),
             sigma=sigma,
+            nu=nu,
         )
 
 

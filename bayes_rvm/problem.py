@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from bayes_rvm.evidence import EvidenceFit, fit_evidence
+from bayes_rvm.families import NOISE_LIKELIHOODS
 
 __all__ = [
     "Engine",
@@ -179,7 +180,7 @@ class Problem:
     targets : ndarray of shape (N, D)
         Regression: the targets divided by :attr:`scale`. Classification: 0/1 labels of the
         positive class (binary), or the one-hot matrix of the classes (softmax, one-vs-rest).
-    likelihood : {"gaussian", "bernoulli", "softmax"}
+    likelihood : {"gaussian", "student_t", "bernoulli", "softmax"}
     scale : float
         The targets' root-mean-square (1 for classification).
     noise_precision : float or None
@@ -205,9 +206,17 @@ class Problem:
 
     @classmethod
     def regression(
-        cls, Phi: np.ndarray | None, T: np.ndarray, *, noise_variance: float | None = None
+        cls,
+        Phi: np.ndarray | None,
+        T: np.ndarray,
+        *,
+        noise_variance: float | None = None,
+        likelihood: str = "gaussian",
     ) -> Problem:
         """The Gaussian problem of design ``Phi`` and targets ``T`` (shape (N,) or (N, D)).
+
+        ``likelihood="student_t"``: Student-t noise (``noise_variance`` then fixes the square of
+        its scale).
 
         ``Phi`` is normalised in place (the N x M design is not copied); None gives the targets
         alone, for a design to come (:meth:`with_design`).
@@ -220,6 +229,7 @@ class Problem:
             design=np.empty((T.shape[0], 0)),
             norms=np.ones(0),
             targets=targets,
+            likelihood=likelihood,
             scale=scale,
             noise_precision=None if noise_variance is None else scale**2 / noise_variance,
             noise_start=100.0 / max(float(np.var(targets)), 1e-6),
@@ -274,7 +284,7 @@ class Problem:
         """
         if isinstance(fit, OneVsRestFit):
             return OneVsRestFit(tuple(self.unscale(f) for f in fit.fits))
-        n_values = self.targets.size if self.likelihood == "gaussian" else 0
+        n_values = self.targets.size if self.likelihood in NOISE_LIKELIHOODS else 0
         out = fit.rescaled(self.norms, self.scale, n_values)
         return dataclasses.replace(out, alpha=unscale_alpha(fit.alpha, self.norms / self.scale))
 
@@ -300,6 +310,8 @@ class Engine:
         The design's last column is a free (unregularised) intercept.
     progress : bool
         Show the engine's progress bar.
+    noise_nu : float or None
+        Student-t noise: its fixed degrees of freedom (None: learned).
     """
 
     solver: str = "sequential"
@@ -309,6 +321,7 @@ class Engine:
     threshold_alpha: float | None = None
     free_bias: bool = False
     progress: bool = False
+    noise_nu: float | None = None
 
     def fit(self, problem: Problem, warm: EvidenceFit | None = None) -> EvidenceFit | OneVsRestFit:
         """The fit of the normalised ``problem`` (:meth:`Problem.unscale` maps it back).
@@ -323,7 +336,9 @@ class Engine:
         if self.progress:
             kw["progress"] = True
         Phi, T = problem.design, problem.targets
-        if problem.likelihood == "gaussian":
+        if problem.likelihood == "student_t":
+            kw.update(likelihood="student_t", noise_nu=self.noise_nu)
+        if problem.likelihood in NOISE_LIKELIHOODS:
             return fit_evidence(Phi, T, solver=self.solver, **kw, **self._noise(problem, warm))
         kw["free"] = [Phi.shape[1] - 1] if self.free_bias else []
         if problem.one_vs_rest:

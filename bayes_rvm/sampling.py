@@ -387,7 +387,12 @@ def complete_posterior(dt: xr.DataTree, model, *, random_seed=None) -> xr.DataTr
         D = post["w"].sizes.get(CLASS, 1)
         w = post["w"].values.reshape(C * S, Phi.shape[1], D)
         offset = _model_offset(model, post, (Phi.shape[0], D))
-        ll = pointwise_log_likelihood(Phi, y, w, likelihood=likelihood, offset=offset)
+        noise = {}
+        if likelihood == "student_t":  # t noise: ln p(t_n | w, sigma, nu), given each draw
+            y = y[:, None]
+            noise = {"sigma": post["sigma"].values.reshape(-1)}
+            noise["nu"] = post["noise_nu"].values.reshape(-1)
+        ll = pointwise_log_likelihood(Phi, y, w, likelihood=likelihood, offset=offset, **noise)
     w_extra, y_extra = extra_dims(likelihood, multi)
     w_out = w.reshape(C, S, *w.shape[1:])
     coords = {
@@ -457,6 +462,6 @@ def type2_initvals(
         alpha = alpha[np.asarray(basis, dtype=int)]
     alpha = np.minimum(np.where(np.isfinite(alpha), alpha, alpha_max), alpha_max)
     out = {"alpha_rel": alpha}
-    if getattr(fit, "likelihood", "gaussian") == "gaussian":
+    if getattr(fit, "likelihood", "gaussian") in ("gaussian", "student_t"):
         out["sigma_rel"] = np.asarray(fit.beta**-0.5)
     return out

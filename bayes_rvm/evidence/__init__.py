@@ -13,6 +13,7 @@ from bayes_rvm.evidence.options import EvidenceOptions
 from bayes_rvm.evidence.result import EvidenceFit, GaussianWeights, LaplaceWeights
 from bayes_rvm.evidence.sequential import fit_sequential
 from bayes_rvm.evidence.single_basis import log_gain, log_hyperprior, optimal_alpha
+from bayes_rvm.evidence.student_t import StudentTWeights, fit_student_t
 
 __all__ = [
     "ENGINES",
@@ -23,11 +24,13 @@ __all__ = [
     "GaussianWeights",
     "ImportanceDraws",
     "LaplaceWeights",
+    "StudentTWeights",
     "fit_evidence",
     "fit_laplace_mackay",
     "fit_laplace_sequential",
     "fit_mackay",
     "fit_sequential",
+    "fit_student_t",
     "gaussian_log_evidence",
     "gaussian_posterior",
     "importance_draws",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import numpy as np
@@ -11,17 +12,21 @@ from bayes_rvm.evidence.laplace import fit_laplace_mackay, fit_laplace_sequentia
 from bayes_rvm.evidence.options import EvidenceOptions
 from bayes_rvm.evidence.result import EvidenceFit
 from bayes_rvm.evidence.sequential import fit_sequential
+from bayes_rvm.evidence.student_t import fit_student_t
 
 __all__ = ["ENGINES", "SOLVERS", "fit_evidence"]
 
 SOLVERS = ("sequential", "mackay")
 #: ``(family, solver) -> engine``: ``"gaussian"`` for the Gaussian likelihood, ``"laplace"`` for
-#: the others (Bernoulli, softmax, Poisson) through the Laplace approximation.
+#: the others (Bernoulli, softmax, Poisson) through the Laplace approximation, ``"student_t"``
+#: for Student-t noise (variational EM around the Gaussian engine of the same solver).
 ENGINES: dict[tuple[str, str], Callable[..., EvidenceFit]] = {
     ("gaussian", "sequential"): fit_sequential,
     ("gaussian", "mackay"): fit_mackay,
     ("laplace", "sequential"): fit_laplace_sequential,
     ("laplace", "mackay"): fit_laplace_mackay,
+    ("student_t", "sequential"): functools.partial(fit_student_t, solver="sequential"),
+    ("student_t", "mackay"): functools.partial(fit_student_t, solver="mackay"),
 }
 
 
@@ -44,7 +49,9 @@ def fit_evidence(
     solver : {"sequential", "mackay"}, default="sequential"
         Tipping and Faul's sequential algorithm, or MacKay's re-estimation with pruning.
     options : EvidenceOptions, optional
-        Engine settings; ``settings`` override its fields.
+        Engine settings; ``settings`` override its fields. ``likelihood="student_t"`` (a
+        setting) fits Student-t noise by :func:`~bayes_rvm.evidence.student_t.fit_student_t`,
+        which also takes ``noise_nu`` (None: learned) and its EM settings.
 
     Returns
     -------
@@ -54,4 +61,6 @@ def fit_evidence(
         raise ValueError(f"solver must be one of {SOLVERS}, got {solver!r}.")
     likelihood = settings.get("likelihood", options.likelihood if options else None)
     family = "gaussian" if likelihood in (None, "gaussian") else "laplace"
+    if likelihood == "student_t":
+        family = "student_t"
     return ENGINES[family, solver](Phi, T, options=options, **settings)

@@ -70,6 +70,8 @@ def gaussian_log_predictive(fit: EvidenceFit, phi: np.ndarray, T: np.ndarray) ->
 
     ``phi`` holds rows of the fit's full design (all M columns); ``T`` is (n, D).
     """
+    if hasattr(fit.posterior, "log_predictive"):  # Student-t noise: a t around a Gaussian
+        return fit.posterior.log_predictive(phi[:, fit.active], T).sum(1)
     mean, var = fit.predict(phi[:, fit.active])
     return gaussian_log_likelihood(T, mean, np.sqrt(var)[:, None]).sum(1)
 
