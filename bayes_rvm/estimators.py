@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from numbers import Integral
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 import numpy as np
 import xarray as xr
@@ -353,6 +353,9 @@ array-like, default="evidence_shared"
         "chunk_rows": [StrOptions({"auto"}), Interval(Integral, 1, None, closed="left"), None],
     }
     _samples_width_ok = True
+    #: Parameters added after saved files of earlier versions, with the value that makes such a
+    #: file's model what it was (read by :func:`bayes_rvm.io.load_model`).
+    added_parameters: ClassVar[dict] = {"chunk_rows": "auto"}
 
     def __init__(
         self,
