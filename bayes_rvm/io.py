@@ -617,8 +617,8 @@ def load_model(path: str | Path):
     params = json_attr(attrs, "params", str(path))
     if not isinstance(params, dict):
         raise ModelFileError(f"{path}: the stored parameters are not a JSON object")
-    # Parameters added since a file was written take the value every earlier fit had.
-    params = {**getattr(cls, "added_params", {}), **decode_params(params)}
+    # A parameter added after the file was written takes the value that behaves as before.
+    params = {**getattr(cls, "added_parameters", {}), **decode_params(params)}
     expected = set(cls().get_params(deep=False))
     if set(params) != expected:
         missing = sorted(expected - set(params))
