@@ -316,6 +316,7 @@ def _quick_eval(var) -> np.ndarray:
 
     return np.asarray(var.eval(mode=pytensor.compile.mode.Mode(linker="py", optimizer=None)))
 
+
 #: The JSON of every Prior whose parameters passed :meth:`Prior._check_support`.
 _SUPPORT_CHECKED: set[str] = set()
 
