@@ -33,6 +33,7 @@ from bayes_rvm._base import (
 )
 from bayes_rvm._warnings import warn_at_user
 from bayes_rvm.dims import BASIS, OUTPUT
+from bayes_rvm.distributed import is_dask_collection, predict_dask
 from bayes_rvm.evidence import EvidenceFit
 from bayes_rvm.evidence.gaussian import one_blas_thread
 from bayes_rvm.evidence.width import shared_evidence
@@ -884,8 +885,10 @@ array-like, default="evidence_shared"
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
+        X : array-like or dask.array.Array of shape (n_samples, n_features)
             Inputs (for ``kernel="precomputed"``: the kernel between them and the training inputs).
+            A Dask array gives lazy Dask arrays with its row blocks, each block predicted where
+            it lives (:func:`bayes_rvm.distributed.predict_dask`; not with ``return_cov``).
         return_std : bool, default=False
             Also return the predictive standard deviation of new targets (noise included).
         return_cov : bool, default=False
@@ -903,6 +906,13 @@ array-like, default="evidence_shared"
         if return_std and return_cov:
             raise RuntimeError("At most one of return_std or return_cov can be requested.")
         check_is_fitted(self, "fit_")
+        if is_dask_collection(X):
+            if return_cov:
+                raise ValueError(
+                    "return_cov=True on a Dask array would be an N x N matrix in memory: compute "
+                    "the rows whose joint covariance you need (X[rows].compute()) first."
+                )
+            return predict_dask(self, X, return_std=return_std)
         X = new_inputs(self, X)
         # Without a covariance, the draws are taken in blocks of rows (_predict_mcmc).
         draws = self._n_draws() if return_cov else 0
