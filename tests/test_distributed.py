@@ -173,3 +173,43 @@ def test_predict_of_several_outputs_keeps_their_axis():
     want_mean, want_std = model.predict(X, return_std=True)
     np.testing.assert_allclose(mean.compute(scheduler="sync"), want_mean, rtol=1e-12, atol=1e-14)
     np.testing.assert_allclose(std.compute(scheduler="sync"), want_std, rtol=1e-12)
+
+
+@pytest.mark.parametrize("gamma", [0.5, "scale", "evidence_shared"])
+def test_fit_on_dask_arrays_equals_the_in_memory_fit(client, gamma):
+    X, y = smooth_data(4000, seed=2)
+    Xt, _ = smooth_data(500, seed=3)
+    params = {"gamma": gamma, "centres": "random", "n_centres": 60, "random_state": 1}
+    memory = RVR(**params, chunk_rows=None).fit(X, y)
+    dask_fit = RVR(**params).fit(da.from_array(X, chunks=900), da.from_array(y, chunks=1300))
+    assert dask_fit.statistics_.n == 4000
+    np.testing.assert_array_equal(dask_fit.basis_.centres_, memory.basis_.centres_)
+    np.testing.assert_allclose(dask_fit.gamma_, memory.gamma_, rtol=1e-9)
+    np.testing.assert_array_equal(dask_fit.relevance_, memory.relevance_)
+    mean, std = dask_fit.predict(Xt, return_std=True)
+    want_mean, want_std = memory.predict(Xt, return_std=True)
+    np.testing.assert_allclose(mean, want_mean, rtol=1e-6, atol=1e-6 * np.abs(want_mean).max())
+    np.testing.assert_allclose(std, want_std, rtol=1e-6)
+    np.testing.assert_allclose(dask_fit.noise_variance_, memory.noise_variance_, rtol=1e-6)
+    np.testing.assert_allclose(dask_fit.log_evidence_, memory.log_evidence_, rtol=1e-9)
+    assert dask_fit.training_.y.shape[0] == 0  # no training rows came to the client
+    with pytest.raises(ValueError, match="sufficient statistics"):
+        dask_fit.refit_loo()
+
+
+def test_dask_fit_refuses_what_it_cannot_do(client, data):
+    X, y, _ = data
+    dX, dy = da.from_array(X, chunks=1000), da.from_array(y, chunks=1000)
+    keep = dX[:, 0] > 0
+    with pytest.raises(ValueError, match=r"unknown chunk sizes.*compute_chunk_sizes"):
+        RVR(gamma=0.5, centres="random", n_centres=10).fit(dX[keep], dy[keep])
+    with pytest.raises(ValueError, match=r"'kmeans' is not available on Dask.*'random'"):
+        RVR(gamma=0.5, centres="kmeans", n_centres=10).fit(dX, dy)
+    with pytest.raises(ValueError, match=r"needs a subset of centres"):
+        RVR(gamma=0.5).fit(dX, dy)
+    with pytest.raises(ValueError, match=r"inference='mcmc'"):
+        RVR(gamma=0.5, centres="random", n_centres=10, inference="mcmc").fit(dX, dy)
+    with pytest.raises(ValueError, match=r"chunk_rows=None.*Dask"):
+        RVR(gamma=0.5, centres="random", n_centres=10, chunk_rows=None).fit(dX, dy)
+    with pytest.raises(ValueError, match=r"n_centres=7000 exceeds the 6000"):
+        RVR(gamma=0.5, centres="random", n_centres=7000).fit(dX, dy)
