@@ -15,8 +15,8 @@ block (NaN inputs, a kernel that fails) stops the whole computation, and a worke
 mid-pass has its blocks recomputed by the scheduler (``distributed.scheduler.allowed-failures``):
 the reduction needs every block, so a partial sum is never returned.
 
-Example
--------
+Examples
+--------
 >>> import dask.array as da
 >>> from distributed import Client, LocalCluster
 >>> from bayes_rvm.estimators import RVR

@@ -29,6 +29,7 @@ Each fit runs in a fresh subprocess (one thread: ``OMP_NUM_THREADS=1``), which r
 
     python benchmarks/bench_scale.py            # the table (several minutes)
     python benchmarks/bench_scale.py --dask     # and N = 2e6 on a local cluster
+    python benchmarks/bench_scale.py --dask --no-table   # that row only
     python benchmarks/bench_scale.py --quick    # a smoke run (N = 2e4, 5e4; M = 100)
 """
 
@@ -199,6 +200,7 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--dask", action="store_true")
+    parser.add_argument("--no-table", action="store_true", help="with --dask: only its row")
     parser.add_argument("--centres", type=int, default=500)
     parser.add_argument("--dask-centres", type=int, default=1000)
     parser.add_argument("--max-gb", type=float, default=6.0)
@@ -219,6 +221,7 @@ def main(argv=None) -> None:
     rows = [(FASTRVM_N, "fastrvm"), (FASTRVM_N, "RVR")] if not args.quick else []
     methods = ("RVR", "Nystroem+BayesianRidge", "Nystroem+ARD", "fastrvm")
     rows += [(n, method) for n in sizes for method in methods]
+    rows = [] if args.no_table else rows
     for n, method in rows:
         need = 8.0 * n * (n if method == "fastrvm" else m) * PEER_COPIES.get(method, 1) / 2**30
         if method in PEER_COPIES and (need > args.max_gb or (args.quick and method == "fastrvm")):
