@@ -35,6 +35,7 @@ and read ``X`` and ``y`` with ``dask.array.from_zarr`` (or ``dask.dataframe``'s 
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import time
 from numbers import Integral
@@ -274,11 +275,27 @@ def _predict_block(estimator, X: np.ndarray, return_std: bool) -> np.ndarray:
     return np.stack(out, axis=-1) if return_std else out
 
 
+def _slim(estimator):
+    """The estimator without its training rows where its predictions do not read them.
+
+    The type-II RVM predictive needs the basis and the fit only; the training record (N rows of
+    inputs and targets, or their design) and a built DataTree would otherwise travel to every
+    worker. MCMC and RVM* predictions read them, and get the whole estimator.
+    """
+    if getattr(estimator, "inference", None) != "type2" or estimator.predictive != "rvm":
+        return estimator
+    slim = copy.copy(estimator)
+    slim.training_ = None
+    slim._idata = None
+    return slim
+
+
 def predict_dask(estimator, X, *, return_std: bool = False):
     """``estimator.predict`` on a Dask array: lazy Dask arrays with ``X``'s row blocks.
 
-    Each row block is predicted where it lives by the estimator's own ``predict`` (the estimator
-    is one key of the graph, sent once to each worker), so the numbers are the in-memory ones.
+    Each row block is predicted where it lives by the estimator's own ``predict`` (the estimator,
+    without its training rows for the type-II predictive, is one key of the graph, sent once to
+    each worker), so the numbers are the in-memory ones.
     Row blocks of unknown size are fine here.
 
     Parameters
@@ -316,7 +333,7 @@ def predict_dask(estimator, X, *, return_std: bool = False):
     new_axis = list(range(2, len(stacked) + 1)) if len(stacked) > 1 else None
     out = da.map_blocks(
         _predict_block,
-        dask.delayed(estimator, pure=True),
+        dask.delayed(_slim(estimator), pure=True),
         X,
         return_std,
         chunks=chunks,
