@@ -34,6 +34,7 @@ from bayes_rvm._base import (
 )
 from bayes_rvm._warnings import warn_at_user
 from bayes_rvm.dims import BASIS, OUTPUT
+from bayes_rvm.distributed import DaskFitMixin, is_dask_collection, predict_dask
 from bayes_rvm.evidence import EvidenceFit
 from bayes_rvm.evidence.gaussian import one_blas_thread
 from bayes_rvm.evidence.width import shared_evidence
@@ -97,7 +98,7 @@ class _StarDraws(NamedTuple):
     amplitude: float  # tau^2 of the added functions
 
 
-class RVR(StatisticsFitMixin, RegressorMixin, SavedStateMixin, BaseRVM):
+class RVR(DaskFitMixin, StatisticsFitMixin, RegressorMixin, SavedStateMixin, BaseRVM):
     """Relevance Vector Regression (Tipping 2001) fitted by type-II maximum likelihood.
 
     The model is ``t = Phi w + noise`` with one basis function ``k(x, x_i)`` per training input and
@@ -506,9 +507,14 @@ array-like, default="evidence_shared"
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
+        X : array-like or dask.array.Array of shape (n_samples, n_features)
             Training inputs (the square training kernel matrix for ``kernel="precomputed"``).
-        y : array-like of shape (n_samples,) or (n_samples, n_outputs)
+            A Dask array (chunked by rows) is fitted from its sufficient statistics, computed
+            on the workers of the Dask client in context (:mod:`bayes_rvm.distributed`):
+            ``centres="random"`` or given centres, ``gamma`` a number, ``"scale"``, ``"auto"`` or
+            the default rule (on at most 1000 rows fetched to the client), type-II only; the
+            same fit as in memory on the same data.
+        y : array-like or dask.array.Array of shape (n_samples,) or (n_samples, n_outputs)
             Targets; several outputs share the relevance vectors and the noise level.
 
             Rows that repeat another exactly (the same inputs and the same targets) are fitted
@@ -530,6 +536,8 @@ array-like, default="evidence_shared"
         self : RVR
         """
         self._resolve_width_rule()
+        if is_dask_collection(X) or is_dask_collection(y):
+            return self._fit_dask(X, y, sample_kwargs)
         X, y = self._check_data(X, y, sample_kwargs)
         problem = Problem.regression(
             None, y, noise_variance=self.noise_variance, likelihood=self.likelihood
@@ -1077,8 +1085,10 @@ array-like, default="evidence_shared"
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
+        X : array-like or dask.array.Array of shape (n_samples, n_features)
             Inputs (for ``kernel="precomputed"``: the kernel between them and the training inputs).
+            A Dask array gives lazy Dask arrays with its row blocks, each block predicted where
+            it lives (:func:`bayes_rvm.distributed.predict_dask`; not with ``return_cov``).
         return_std : bool, default=False
             Also return the predictive standard deviation of new targets (noise included).
             Student-t noise (``likelihood="student_t"``): ``predict`` returns the location, and
@@ -1102,6 +1112,13 @@ array-like, default="evidence_shared"
         if return_std and return_cov:
             raise RuntimeError("At most one of return_std or return_cov can be requested.")
         check_is_fitted(self, "fit_")
+        if is_dask_collection(X):
+            if return_cov:
+                raise ValueError(
+                    "return_cov=True on a Dask array would be an N x N matrix in memory: compute "
+                    "the rows whose joint covariance you need (X[rows].compute()) first."
+                )
+            return predict_dask(self, X, return_std=return_std)
         X = new_inputs(self, X)
         # Without a covariance, the draws are taken in blocks of rows (_predict_mcmc).
         draws = self._n_draws() if return_cov else 0

@@ -1,0 +1,215 @@
+"""Fits and predictions on Dask arrays (bayes_rvm.distributed) on a 2-worker LocalCluster.
+
+The truths: the statistics of the in-memory pass (:func:`bayes_rvm.statistics.accumulate`) and
+the in-memory estimator's predictions on the same data; the bad inputs of issue 29 (unknown chunk
+sizes, mismatched row blocks, NaN in a block, a worker that dies mid-pass).
+"""
+
+import os
+import sys
+
+import numpy as np
+import pytest
+from sklearn.metrics.pairwise import rbf_kernel
+
+da = pytest.importorskip("dask.array")
+distributed = pytest.importorskip("distributed")
+cloudpickle = pytest.importorskip("cloudpickle")
+
+from bayes_rvm.distributed import dask_statistics, dask_training_data  # noqa: E402
+from bayes_rvm.estimators import RVR  # noqa: E402
+from bayes_rvm.kernels import KernelBasis  # noqa: E402
+from bayes_rvm.statistics import accumulate  # noqa: E402
+
+# The worker processes cannot import this test module: its functions travel by value.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+def local_client(processes: bool):
+    """A 2-worker LocalCluster of one thread each (the 2-core machine) and its client."""
+    cluster = distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=processes, dashboard_address=None
+    )
+    return cluster, distributed.Client(cluster)
+
+
+@pytest.fixture(scope="module")
+def client():
+    # Workers in this process start in a second, not the ten that worker processes take to
+    # import the package on a busy machine; the test of a dying worker runs processes, which
+    # also carries the statistics across a pickle, as on a real cluster.
+    cluster, c = local_client(processes=False)
+    with cluster, c:
+        yield c
+
+
+def smooth_data(n, seed=0, outputs=1):
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-3, 3, size=(n, 2))
+    f = np.sin(X[:, 0]) * np.cos(X[:, 1])
+    y = f + 0.1 * rng.normal(size=n)
+    return X, (y if outputs == 1 else np.column_stack([y, 2 * f - 0.5]))
+
+
+@pytest.fixture(scope="module")
+def data():
+    X, y = smooth_data(6000)
+    basis = KernelBasis("rbf", gamma=0.5).fit(X, centres=X[:80])
+    return X, y, basis
+
+
+def test_statistics_of_uneven_blocks_equal_the_in_memory_pass(client, data):
+    X, y, basis = data
+    # Uneven row blocks, y cut differently (rechunked to X's), X in two column blocks.
+    dX = da.from_array(X, chunks=((1000, 2500, 7, 2493), (1, 1)))
+    dy = da.from_array(y, chunks=1700)
+    got = dask_statistics(basis, dX, dy, split_every=2)
+    want = accumulate(basis, X, y)
+    assert got.n == 6000
+    np.testing.assert_allclose(got.gram, want.gram, rtol=1e-12, atol=1e-12 * want.gram.max())
+    np.testing.assert_allclose(got.cross, want.cross, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(got.tt, np.sum(y**2), rtol=1e-12)
+    np.testing.assert_allclose(got.t_sum, np.sum(y), rtol=1e-10)
+    # The same as the dense sums, independently of the statistics module.
+    Phi = basis.transform(X)
+    np.testing.assert_allclose(got.gram, Phi.T @ Phi, rtol=1e-10, atol=1e-10)
+
+
+def test_multi_output_statistics_and_an_in_memory_y(client, data):
+    X, _, basis = data
+    _, Y = smooth_data(6000, outputs=2)
+    got = dask_statistics(basis, da.from_array(X, chunks=1500), Y)
+    Phi = basis.transform(X)
+    np.testing.assert_allclose(got.cross, Phi.T @ Y, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(got.tt, (Y**2).sum(axis=0), rtol=1e-12)
+
+
+def test_unknown_chunk_sizes_are_refused_with_the_remedy(data):
+    X, y, _ = data
+    dX, dy = da.from_array(X, chunks=1000), da.from_array(y, chunks=1000)
+    keep = dX[:, 0] > 0
+    with pytest.raises(ValueError, match=r"X has unknown chunk sizes.*compute_chunk_sizes"):
+        dask_training_data(dX[keep], dy[keep])
+    with pytest.raises(ValueError, match=r"y has unknown chunk sizes"):
+        dask_training_data(dX, dy[dy > -np.inf])
+
+
+def test_row_counts_that_differ_are_refused(data):
+    X, y, _ = data
+    with pytest.raises(ValueError, match="X has 6000 rows but y has 5999"):
+        dask_training_data(da.from_array(X, chunks=1000), da.from_array(y[:-1], chunks=1000))
+    with pytest.raises(TypeError, match="numeric"):
+        dask_training_data(da.from_array(X, chunks=1000), da.from_array(y.astype(str)))
+
+
+def test_nan_in_a_block_names_the_block_and_rows(client, data):
+    X, y, basis = data
+    X = X.copy()
+    X[3217, 1] = np.nan
+    with pytest.raises(ValueError, match=r"X has NaN .* row block 3 \(rows 3000 to 3999\).*3217"):
+        dask_statistics(basis, da.from_array(X, chunks=1000), da.from_array(y, chunks=1000))
+    y = y.copy()
+    y[12] = np.inf
+    with pytest.raises(ValueError, match=r"y has NaN .* row block 0 \(rows 0 to 999\)"):
+        dask_statistics(basis, da.from_array(X[:3000], chunks=1000), y[:3000])
+
+
+def kill_once_rbf(X, Y, *, marker, gamma):
+    """The rbf kernel, except that the first call anywhere kills its worker process."""
+    if not os.path.exists(marker):
+        open(marker, "w").close()
+        os._exit(1)
+    return rbf_kernel(X, Y, gamma=gamma)
+
+
+@pytest.mark.slow
+def test_a_worker_that_dies_mid_pass_gives_the_full_sum(data, tmp_path):
+    X, y, _ = data
+    marker = str(tmp_path / "killed")
+    basis = KernelBasis(kill_once_rbf, kernel_params={"marker": marker, "gamma": 0.5}).fit(
+        X, centres=X[:80]
+    )
+    cluster, client = local_client(processes=True)
+    with cluster, client:
+        pids = set(client.run(os.getpid).values())
+        dX, dy = da.from_array(X, chunks=1000), da.from_array(y, chunks=1000)
+        got = dask_statistics(basis, dX, dy)
+        client.wait_for_workers(2, timeout=60)
+        assert set(client.run(os.getpid).values()) != pids  # a worker did die (and restart)
+    assert os.path.exists(marker)
+    want = accumulate(KernelBasis("rbf", gamma=0.5).fit(X, centres=X[:80]), X, y)
+    assert got.n == want.n
+    np.testing.assert_allclose(got.gram, want.gram, rtol=1e-12, atol=1e-12 * want.gram.max())
+
+
+@pytest.fixture(scope="module")
+def fitted(data):
+    X, y, _ = data
+    return RVR(gamma=0.5, centres="random", n_centres=80, random_state=0).fit(X, y)
+
+
+def test_predict_on_a_dask_array_is_lazy_chunked_and_exact(client, fitted):
+    X, _ = smooth_data(3000, seed=1)
+    dX = da.from_array(X, chunks=700)
+    mean, std = fitted.predict(dX, return_std=True)
+    assert isinstance(mean, da.Array) and isinstance(std, da.Array)
+    assert mean.chunks == (dX.chunks[0],) and std.chunks == (dX.chunks[0],)
+    want_mean, want_std = fitted.predict(X, return_std=True)
+    got_mean, got_std = mean.compute(), std.compute()
+    np.testing.assert_allclose(got_mean, want_mean, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(got_std, want_std, rtol=1e-12)
+    np.testing.assert_allclose(fitted.predict(dX).compute(), want_mean, rtol=1e-12, atol=1e-14)
+    with pytest.raises(ValueError, match="N x N"):
+        fitted.predict(dX, return_cov=True)
+    with pytest.raises(ValueError, match="3 features"):
+        fitted.predict(da.zeros((10, 3), chunks=5))
+
+
+def test_predict_of_several_outputs_keeps_their_axis():
+    X, Y = smooth_data(1500, outputs=2)
+    model = RVR(gamma=0.5, centres="random", n_centres=40, random_state=0).fit(X, Y)
+    mean, std = model.predict(da.from_array(X, chunks=400), return_std=True)
+    assert mean.shape == (1500, 2) and mean.chunks[0] == (400, 400, 400, 300)
+    want_mean, want_std = model.predict(X, return_std=True)
+    np.testing.assert_allclose(mean.compute(scheduler="sync"), want_mean, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(std.compute(scheduler="sync"), want_std, rtol=1e-12)
+
+
+@pytest.mark.parametrize("gamma", [0.5, "scale", "evidence_shared"])
+def test_fit_on_dask_arrays_equals_the_in_memory_fit(client, gamma):
+    X, y = smooth_data(4000, seed=2)
+    Xt, _ = smooth_data(500, seed=3)
+    params = {"gamma": gamma, "centres": "random", "n_centres": 60, "random_state": 1}
+    memory = RVR(**params, chunk_rows=None).fit(X, y)
+    dask_fit = RVR(**params).fit(da.from_array(X, chunks=900), da.from_array(y, chunks=1300))
+    assert dask_fit.statistics_.n == 4000
+    np.testing.assert_array_equal(dask_fit.basis_.centres_, memory.basis_.centres_)
+    np.testing.assert_allclose(dask_fit.gamma_, memory.gamma_, rtol=1e-9)
+    np.testing.assert_array_equal(dask_fit.relevance_, memory.relevance_)
+    mean, std = dask_fit.predict(Xt, return_std=True)
+    want_mean, want_std = memory.predict(Xt, return_std=True)
+    np.testing.assert_allclose(mean, want_mean, rtol=1e-6, atol=1e-6 * np.abs(want_mean).max())
+    np.testing.assert_allclose(std, want_std, rtol=1e-6)
+    np.testing.assert_allclose(dask_fit.noise_variance_, memory.noise_variance_, rtol=1e-6)
+    np.testing.assert_allclose(dask_fit.log_evidence_, memory.log_evidence_, rtol=1e-9)
+    assert dask_fit.training_.y.shape[0] == 0  # no training rows came to the client
+    with pytest.raises(ValueError, match="sufficient statistics"):
+        dask_fit.refit_loo()
+
+
+def test_dask_fit_refuses_what_it_cannot_do(client, data):
+    X, y, _ = data
+    dX, dy = da.from_array(X, chunks=1000), da.from_array(y, chunks=1000)
+    keep = dX[:, 0] > 0
+    with pytest.raises(ValueError, match=r"unknown chunk sizes.*compute_chunk_sizes"):
+        RVR(gamma=0.5, centres="random", n_centres=10).fit(dX[keep], dy[keep])
+    with pytest.raises(ValueError, match=r"'kmeans' is not available on Dask.*'random'"):
+        RVR(gamma=0.5, centres="kmeans", n_centres=10).fit(dX, dy)
+    with pytest.raises(ValueError, match=r"needs a subset of centres"):
+        RVR(gamma=0.5).fit(dX, dy)
+    with pytest.raises(ValueError, match=r"inference='mcmc'"):
+        RVR(gamma=0.5, centres="random", n_centres=10, inference="mcmc").fit(dX, dy)
+    with pytest.raises(ValueError, match=r"chunk_rows=None.*Dask"):
+        RVR(gamma=0.5, centres="random", n_centres=10, chunk_rows=None).fit(dX, dy)
+    with pytest.raises(ValueError, match=r"n_centres=7000 exceeds the 6000"):
+        RVR(gamma=0.5, centres="random", n_centres=7000).fit(dX, dy)
