@@ -19,7 +19,7 @@ from scipy import linalg
 
 from bayes_rvm.dims import BASIS, CLASS, OBS, OUTPUT
 from bayes_rvm.evidence.gaussian import weight_posterior
-from bayes_rvm.families import BERNOULLI, LOG_2PI, SOFTMAX, gaussian_log_likelihood
+from bayes_rvm.families import BERNOULLI, LOG_2PI, POISSON, SOFTMAX, gaussian_log_likelihood
 
 __all__ = [
     "PosteriorDraws",
@@ -171,12 +171,13 @@ def pointwise_log_likelihood(
     ----------
     Phi : ndarray of shape (N, M), or (S, N, M) with a design per draw
     Y : ndarray of shape (N, D)
-        Targets (Gaussian), or class indices of shape (N,) or (N, 1) (Bernoulli, softmax).
+        Targets (Gaussian), class indices of shape (N,) or (N, 1) (Bernoulli, softmax), or
+        counts (Poisson, log link).
     w : ndarray of shape (S, M, D)
         Weight draws (D classes for the softmax, 1 for Bernoulli).
     sigma : ndarray of shape (S,), optional
         Noise sd draws (Gaussian only).
-    likelihood : {"gaussian", "bernoulli", "softmax"}, default="gaussian"
+    likelihood : {"gaussian", "bernoulli", "softmax", "poisson"}, default="gaussian"
     offset : ndarray of shape (N, D) or (S, N, D), optional
         Terms of the user's own in the mean (latent function).
 
@@ -193,6 +194,8 @@ def pointwise_log_likelihood(
         return BERNOULLI.log_likelihood(eta[..., 0], t)
     if likelihood == "softmax":
         return SOFTMAX.log_likelihood(eta, np.eye(eta.shape[2])[t])
+    if likelihood == "poisson":
+        return POISSON.log_likelihood(eta[..., 0], t)
     raise ValueError(f"unknown likelihood {likelihood!r}.")
 
 

@@ -32,10 +32,10 @@ from bayes_rvm._base import (
     training_data,
 )
 from bayes_rvm._warnings import warn_at_user
+from bayes_rvm.counts import LIKELIHOODS, CountsMixin
 from bayes_rvm.dims import BASIS, OUTPUT
 from bayes_rvm.evidence import EvidenceFit
 from bayes_rvm.evidence.gaussian import one_blas_thread
-from bayes_rvm.evidence.width import shared_evidence
 from bayes_rvm.kernels import KernelBasis
 from bayes_rvm.persistence import Fail, SavedStateMixin
 from bayes_rvm.priors import Prior, as_prior, default_alpha_prior
@@ -95,7 +95,7 @@ class _StarDraws(NamedTuple):
     amplitude: float  # tau^2 of the added functions
 
 
-class RVR(RegressorMixin, SavedStateMixin, BaseRVM):
+class RVR(CountsMixin, RegressorMixin, SavedStateMixin, BaseRVM):
     """Relevance Vector Regression (Tipping 2001) fitted by type-II maximum likelihood.
 
     The model is ``t = Phi w + noise`` with one basis function ``k(x, x_i)`` per training input and
@@ -326,6 +326,7 @@ array-like, default="evidence_shared"
         **BaseRVM._shared_constraints,
         "solver": [StrOptions({"auto", "sequential", "mackay"})],
         "noise_variance": [POSITIVE, None],
+        "likelihood": [StrOptions(set(LIKELIHOODS))],
         "noise_prior": [Prior, dict, None],
         "threshold_alpha": [StrOptions({"auto"}), POSITIVE],
         "mcmc_basis": [StrOptions({"auto", "all", "relevant"})],
@@ -347,6 +348,7 @@ array-like, default="evidence_shared"
         noise_prior=None,
         solver="auto",
         noise_variance=None,
+        likelihood="gaussian",
         max_iter=10_000,
         tol=1e-3,
         threshold_alpha="auto",
@@ -374,6 +376,7 @@ array-like, default="evidence_shared"
         self.noise_prior = noise_prior
         self.solver = solver
         self.noise_variance = noise_variance
+        self.likelihood = likelihood
         self.max_iter = max_iter
         self.tol = tol
         self.threshold_alpha = threshold_alpha
@@ -442,17 +445,17 @@ array-like, default="evidence_shared"
         """
         self._resolve_width_rule()
         X, y = self._check_data(X, y, sample_kwargs)
-        problem = Problem.regression(None, y, noise_variance=self.noise_variance)
+        problem = self._problem(None, y)
         engine = self.make_engine()
         if self._learns_width():
             basis, problem, fit = self._select_width(
                 X,
                 problem,
                 engine,
-                criterion=lambda Phi, rows: shared_evidence(
-                    Phi, problem.targets[rows], beta=problem.noise_precision
-                ),
+                criterion=self._width_criterion(problem),
                 log_scale=problem.targets.size * np.log(problem.scale),
+                # The closed-form width gradient is the Gaussian likelihood's.
+                gradient=not self._counts(),
             )
         else:
             basis, Phi = self._make_basis(X)
@@ -467,11 +470,14 @@ array-like, default="evidence_shared"
     def _check_data(self, X, y, sample_kwargs: dict) -> tuple[np.ndarray, np.ndarray]:
         """``fit``'s checks: the data (repeated rows dropped), the parameters, the sampler's."""
         X, y = training_data(self, X, y, regression=True, min_samples=2)
+        y = self._check_likelihood(y)
         self._check_predictive()
         self._check_priors()
         self._keep_sample_kwargs(sample_kwargs)
         as_prior(self.noise_prior, "noise_prior", positive=True)
         T = y[:, None] if y.ndim == 1 else y
+        if self._counts():  # rows that repeat others are repeated counts, with no noise to fit
+            return X, y
         if self.noise_variance is None and self.kernel != "precomputed":
             return drop_duplicate_rows(X, y)
         if self.noise_variance is None and distinct_rows(X, T).size < X.shape[0]:
@@ -485,6 +491,12 @@ array-like, default="evidence_shared"
                 "noise_variance."
             )
         return X, y
+
+    def _problem(self, Phi, y) -> Problem:
+        """The normalised problem of ``y`` on the design ``Phi`` (None: a design to come)."""
+        if self._counts():
+            return Problem.counts(Phi, y)
+        return Problem.regression(Phi, y, noise_variance=self.noise_variance)
 
     def _square_matrices(self) -> int:
         # MacKay's engine holds the Gram matrix, and so does the marginal model MCMC samples.
@@ -531,6 +543,8 @@ array-like, default="evidence_shared"
         from bayes_rvm.models import rvm_regression_model
 
         check_is_fitted(self, "fit_")
+        if self._counts():
+            return self._count_model(form, offset)
         if self._samples_width():
             return self._width_model(form, offset)
         Phi, norms, cols = self._mcmc_design()
@@ -715,14 +729,12 @@ array-like, default="evidence_shared"
         than drawing them from their priors; on a model of all columns the shapes differ and
         PyMC stops.
         """
-        y_scale = target_scale(self.training_.y)
+        y_scale = 1.0 if self._counts() else target_scale(self.training_.y)
         norms = column_scale(self.training_.phi_active)
         alpha = post["alpha"]
-        out = post.assign(
-            alpha_rel=alpha * y_scale**2 / norms**2,
-            sigma_rel=post["sigma"] / y_scale,
-            z=post["w"] * np.sqrt(alpha),
-        )
+        out = post.assign(alpha_rel=alpha * y_scale**2 / norms**2, z=post["w"] * np.sqrt(alpha))
+        if "sigma" in post:
+            out = out.assign(sigma_rel=post["sigma"] / y_scale)
         if self.noise_variance is not None:
             out = out.drop_vars("sigma_rel")  # the noise is data in the model, not a variable
         return xr.DataTree(out)
@@ -753,9 +765,7 @@ array-like, default="evidence_shared"
 
         check_is_fitted(self, "fit_")
         train = self.training_
-        problem = Problem.regression(
-            self.basis_.transform(train.inputs), train.y, noise_variance=self.noise_variance
-        )
+        problem = self._problem(self.basis_.transform(train.inputs), train.y)
         engine = self.make_engine()
         # The MacKay engine takes over a fold where the sequential one fails (its Newton step
         # met a non-finite curvature on a Friedman #2 subset of 29 rows).
@@ -795,7 +805,7 @@ array-like, default="evidence_shared"
         self.alpha_ = fit.alpha[fit.active]
         with np.errstate(over="ignore"):  # out of range only where unscale_alpha warned
             self.sigma_ = fit.covariance
-        self.noise_variance_ = 1.0 / fit.beta
+        self.noise_variance_ = 1.0 / fit.beta if fit.likelihood == "gaussian" else None
         self.log_evidence_ = fit.log_evidence
         self.scores_ = fit.trace
         self.n_iter_ = fit.n_iter
@@ -909,6 +919,8 @@ array-like, default="evidence_shared"
         self._check_output_memory(
             "predict", X.shape[0], self._n_outputs(), draws=draws, cov=return_cov
         )
+        if self._counts():
+            return self._predict_rate(X, return_std, return_cov)
         if self.inference == "mcmc":
             return self._predict_mcmc(X, return_std, return_cov)
         star = self.predictive == "rvm*"
@@ -987,6 +999,8 @@ array-like, default="evidence_shared"
             cov=joint,
             n_samples=n_samples,
         )
+        if self._counts():
+            return self._sample_counts(X, n_samples, rng)
         if self.inference == "mcmc" and self.predictive == "rvm*":
             star = self._mcmc_star(X)
             pick = rng.randint(star.var.shape[0], size=n_samples)

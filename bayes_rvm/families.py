@@ -22,7 +22,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import expit, gammaln, log_softmax
+from scipy.special import expit, gammaln, log_softmax, logsumexp
 
 __all__ = [
     "BERNOULLI",
@@ -34,6 +34,7 @@ __all__ = [
     "Family",
     "family",
     "gaussian_log_likelihood",
+    "rate_moments",
 ]
 
 #: ``ln 2 pi``, the constant of every Gaussian density in the package.
@@ -120,6 +121,25 @@ class Family:
             ll = float(np.sum(T * eta_c) - np.sum(Y) - np.sum(gammaln(T + 1.0)))
         return Y, ll
 
+    def log_predictive(self, mean: np.ndarray, var: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """``ln int p(t_n | eta) N(eta | mean_n, var_n) d eta`` per point (one-output families).
+
+        The predictive density of a target under a Gaussian latent (a Laplace posterior's), by
+        64-point Gauss-Hermite quadrature: exact to rounding for the smooth integrands of
+        Bernoulli and Poisson at latent variances up to tens.
+
+        Parameters
+        ----------
+        mean, var : ndarray of shape (n,)
+            The latent's moments.
+        t : ndarray of shape (n,)
+            Targets (0/1, or counts).
+        """
+        x, wq = np.polynomial.hermite.hermgauss(64)
+        eta = mean[None] + np.sqrt(2.0 * np.asarray(var))[None] * x[:, None]
+        ll = self.log_likelihood(eta, t)
+        return logsumexp(ll + np.log(wq / math.sqrt(math.pi))[:, None], axis=0)
+
     def curvature(self, Y: np.ndarray) -> np.ndarray:
         """The IRLS weights ``B = -d^2 ln p / d eta^2`` from the mean ``Y`` (softmax: the
         diagonal of each point's C x C block, per class)."""
@@ -142,6 +162,17 @@ SOFTMAX = Family("softmax")
 POISSON = Family("poisson")
 #: The non-Gaussian families by name (the ``likelihood`` option of the engines).
 FAMILIES = {f.name: f for f in (BERNOULLI, SOFTMAX, POISSON)}
+
+
+def rate_moments(mean: np.ndarray, var: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and standard deviation of the Poisson rate ``exp(eta)`` for ``eta ~ N(mean, var)``.
+
+    The lognormal moments: ``E = exp(mean + var / 2)``, ``sd = E sqrt(exp(var) - 1)``. They
+    describe the rate (the expected count), not a new count, whose variance adds ``E`` (the
+    Poisson's own). The latent is clipped at :data:`ETA_MAX` as everywhere else.
+    """
+    rate = POISSON.mean(mean + 0.5 * var)
+    return rate, rate * np.sqrt(np.expm1(np.minimum(var, ETA_MAX)))
 
 
 def family(name: str) -> Family:

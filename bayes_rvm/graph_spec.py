@@ -91,6 +91,7 @@ _GRAPH_LIKELIHOODS = {
     "BernoulliRV": "bernoulli",
     "CategoricalRV": "softmax",
     "NormalRV": "gaussian",
+    "PoissonRV": "poisson",
 }
 
 
