@@ -46,8 +46,8 @@ def check_counts(y: np.ndarray) -> np.ndarray:
         if np.any(bad):
             i = int(np.flatnonzero(bad)[0])
             raise ValueError(
-                f"likelihood='poisson' needs counts (whole numbers >= 0) in y; y[{i}] = {y[i]!r} "
-                f"{what} ({int(bad.sum())} such value(s))."
+                "likelihood='poisson' needs counts (whole numbers >= 0) in y; "
+                f"y[{i}] = {float(y[i])!r} {what} ({int(bad.sum())} such value(s))."
             )
     return y
 

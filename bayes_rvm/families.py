@@ -125,20 +125,37 @@ class Family:
         """``ln int p(t_n | eta) N(eta | mean_n, var_n) d eta`` per point (one-output families).
 
         The predictive density of a target under a Gaussian latent (a Laplace posterior's), by
-        64-point Gauss-Hermite quadrature: exact to rounding for the smooth integrands of
-        Bernoulli and Poisson at latent variances up to tens.
+        adaptive Gauss-Hermite quadrature (Liu & Pierce 1994): 64 nodes placed by the mode and
+        curvature of the integrand (found by Newton steps of at most 1 in the latent), so that
+        the nodes follow the integrand however far the likelihood pulls the latent from its
+        prior mean. Measured against ``scipy.integrate.quad`` (Poisson): within 1e-10 for counts
+        of 3 to 50 at latent variances up to 10 and zero counts up to 5; 5e-7 for a zero count
+        at variance 10, where the integrand's cliff ``exp(-e^eta)`` is least Gaussian.
 
         Parameters
         ----------
         mean, var : ndarray of shape (n,)
-            The latent's moments.
+            The latent's moments (``var`` > 0).
         t : ndarray of shape (n,)
             Targets (0/1, or counts).
         """
+        if self.name == "softmax":
+            raise ValueError("log_predictive is defined for one-output families only.")
+        mean, t = np.asarray(mean, dtype=np.float64), np.asarray(t, dtype=np.float64)
+        prec = 1.0 / np.maximum(np.asarray(var, dtype=np.float64), 1e-300)
+        mode = mean.copy()
+        for _ in range(100):
+            Y = self.mean(mode)
+            step = (t - Y - (mode - mean) * prec) / (self.curvature(Y) + prec)
+            mode += np.clip(step, -1.0, 1.0)
+            if np.all(np.abs(step) < 1e-10):
+                break
+        scale = np.sqrt(2.0 / (self.curvature(self.mean(mode)) + prec))
         x, wq = np.polynomial.hermite.hermgauss(64)
-        eta = mean[None] + np.sqrt(2.0 * np.asarray(var))[None] * x[:, None]
-        ll = self.log_likelihood(eta, t)
-        return logsumexp(ll + np.log(wq / math.sqrt(math.pi))[:, None], axis=0)
+        eta = mode[None] + scale[None] * x[:, None]
+        log_prior = -0.5 * (eta - mean) ** 2 * prec + 0.5 * np.log(prec) - 0.5 * LOG_2PI
+        terms = self.log_likelihood(eta, t) + log_prior + (np.log(wq) + x**2)[:, None]
+        return logsumexp(terms, axis=0) + np.log(scale)
 
     def curvature(self, Y: np.ndarray) -> np.ndarray:
         """The IRLS weights ``B = -d^2 ln p / d eta^2`` from the mean ``Y`` (softmax: the
