@@ -189,7 +189,11 @@ array-like, default="evidence_shared"
         ``threshold_alpha`` (the sequential engine, asked explicitly, leaves a basis function out
         whenever its hyperprior term outweighs its evidence gain, and gives sparser fits).
     noise_variance : float, optional
-        Fix the noise variance (in the units of ``y``) instead of estimating it.
+        Fix the noise variance (in the units of ``y``) instead of estimating it (Gaussian
+        likelihood only).
+    likelihood : {"gaussian", "poisson", "student_t"}, default="gaussian"
+        The observation model (see *Likelihoods* below): Gaussian noise, counts with a log link,
+        or Student-t noise (robust regression).
     max_iter : int, default=10000
         Iteration cap of the engine; reaching it warns with ``ConvergenceWarning``.
     tol : float, default=1e-3
@@ -283,8 +287,8 @@ array-like, default="evidence_shared"
         Prior precisions of the retained basis functions (in ``active_`` order).
     sigma_ : ndarray of shape (n_active, n_active)
         Posterior covariance of the retained weights.
-    noise_variance_ : float
-        Estimated (or fixed) noise variance ``1 / beta``.
+    noise_variance_ : float or None
+        Estimated (or fixed) noise variance ``1 / beta``; None for counts.
     log_evidence_ : float
         Log marginal likelihood at the optimum.
     scores_ : ndarray
@@ -310,6 +314,34 @@ array-like, default="evidence_shared"
         ``sigma``, ``beta``), ``log_likelihood``, ``observed_data``, ``constant_data`` (and
         ``sample_stats`` under MCMC). For a type-II fit it holds draws of ``w ~ N(m, Sigma)``
         at the optimum over the retained basis functions, built on first access.
+
+    Notes
+    -----
+    **Likelihoods.** Every likelihood shares the RVM prior ``w_i ~ N(0, 1/alpha_i)`` over the
+    same basis, the same estimators' options and the same :attr:`idata_` groups; what differs:
+
+    - ``"gaussian"`` (default): ``t ~ N(phi^T w, 1/beta)``. Type-II by the closed-form
+      marginal likelihood; MCMC over the hyperparameters with the weights integrated out.
+    - ``"poisson"``: counts ``t ~ Poisson(exp(phi^T w))`` (log link; ``y`` must be whole
+      numbers >= 0, one column). Type-II by the Laplace engine the classifiers use (the
+      evidence of the Gaussian approximation at the weights' mode;
+      :meth:`bayes_rvm.problem.Problem.counts`); MCMC samples the weights jointly with
+      ``log alpha`` (:func:`bayes_rvm.models.rvm_poisson_model`, which is :attr:`model_`; VI
+      approximates the same model). :meth:`predict` returns the posterior mean of the *rate*
+      ``exp(phi^T w)``, and ``return_std`` its posterior standard deviation: the uncertainty of
+      the rate, not of a new count (whose variance adds the rate itself, the Poisson's own).
+      Type-II: the lognormal moments of the Laplace latent ``N(m^T phi, phi^T Sigma phi)``,
+      ``E = exp(mu + v/2)``, ``sd = E sqrt(exp(v) - 1)``; MCMC: the mean and sd of ``exp(phi^T
+      w)`` over the draws. :meth:`sample_y` and :meth:`sample_posterior_predictive` draw counts.
+      :meth:`score` is D^2, the fraction of Poisson deviance explained (as scikit-learn's
+      ``PoissonRegressor``). ``noise_variance``, ``predictive="rvm*"``, a sampled width and
+      ``gamma="evidence_ard"`` need the Gaussian closed forms and are refused; the default width
+      rule uses the Laplace evidence with one shared precision
+      (:func:`bayes_rvm.evidence.width.shared_laplace_evidence`). ``noise_variance_`` is None.
+      The ``loo`` group of a type-II :attr:`idata_` holds refit densities of the counts
+      (:meth:`bayes_rvm.families.Family.log_predictive`).
+    - ``"student_t"``: Student-t noise with ``noise_nu`` degrees of freedom (robust
+      regression); it needs the Student-t noise engine.
 
     Examples
     --------
@@ -882,7 +914,10 @@ array-like, default="evidence_shared"
         (reference document 000, eqs. 2.1-2.2), built from the relevance vectors' kernel columns
         only. ``predictive="rvm*"``: the augmented predictive of :mod:`bayes_rvm.predictive`.
         MCMC: the moments of the mixture over the posterior draws (within-draw noise plus the
-        spread of the regression function between draws).
+        spread of the regression function between draws). Counts (``likelihood="poisson"``):
+        the posterior mean of the rate ``exp(phi(x)^T w)``, and the rate's standard deviation or
+        covariance (lognormal moments of the Laplace latent, or over the MCMC draws): the
+        uncertainty of the rate, not of a new count (class docstring, *Likelihoods*).
 
         The type-II predictive conditions on hyperparameters tuned to the training targets and
         ignores their uncertainty, so its intervals under-cover: nominal 90% intervals covered
@@ -968,7 +1003,9 @@ array-like, default="evidence_shared"
     def sample_y(self, X, n_samples: int = 1, random_state=0) -> np.ndarray:
         """Draws of new targets from the predictive distribution at ``X`` (noise included).
 
-        Type-II: the joint Gaussian of :meth:`predict` with ``return_cov=True``. MCMC: exact
+        Counts (``likelihood="poisson"``): Poisson counts at rates ``exp(phi^T w)``, one weight
+        draw (Laplace posterior or MCMC draw) per sample. Otherwise, type-II: the joint
+        Gaussian of :meth:`predict` with ``return_cov=True``. MCMC: exact
         draws from the mixture (a posterior draw chosen at random, its regression function plus
         its noise). The same interface as
         :meth:`sklearn.gaussian_process.GaussianProcessRegressor.sample_y`.
