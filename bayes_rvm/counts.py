@@ -16,13 +16,17 @@ from scipy import linalg
 from sklearn.metrics import d2_tweedie_score
 from sklearn.utils.validation import check_is_fitted
 
+from bayes_rvm._warnings import warn_at_user
 from bayes_rvm.families import POISSON, rate_moments
 from bayes_rvm.priors import Prior, as_prior
 
-__all__ = ["LIKELIHOODS", "CountsMixin", "check_counts"]
+__all__ = ["LATENT_VAR_WARN", "LIKELIHOODS", "CountsMixin", "check_counts"]
 
 #: The values of ``RVR(likelihood=...)``.
 LIKELIHOODS = ("gaussian", "poisson", "student_t")
+#: Laplace variance of the log rate above which ``predict`` warns: the lognormal mean is then
+#: ``exp(var / 2) > 7`` times the median ``exp(mean)``, a factor the Gaussian's upper tail makes.
+LATENT_VAR_WARN = 4.0
 
 
 def check_counts(y: np.ndarray) -> np.ndarray:
@@ -93,7 +97,15 @@ class CountsMixin:
         return lambda Phi, rows: shared_evidence(Phi, T[rows], beta=problem.noise_precision)
 
     def _count_model(self, form: str, offset):
-        """:func:`bayes_rvm.models.rvm_poisson_model` of this fit (the joint form only)."""
+        """:func:`bayes_rvm.models.rvm_poisson_model` of this fit (the joint form only).
+
+        Over the type-II relevance vectors (``mcmc_basis="relevant"``) the weights are sampled
+        centred: the counts pin each of them, and on the smooth log rate of the tests (300
+        counts, 4 x 1000 draws, seed 1) the centred form had no divergence, max R-hat 1.005 and
+        min bulk ESS 769 where the non-centred one had 5 divergences, 1.015 and 323 (target
+        acceptance 0.95 both). Over every column most weights are loose (their columns pruned),
+        and a loose weight makes a funnel of the centred form: non-centred there, as RVC.
+        """
         from bayes_rvm.models import rvm_poisson_model
 
         if form not in ("marginal", "joint"):
@@ -107,18 +119,21 @@ class CountsMixin:
             nu=self._mcmc_student_t(),
             phi_scale=norms,
             offset=offset,
+            centred=self._mcmc_basis() == "relevant",
             basis_names=cols,
         )
 
     def _mcmc_initvals(self, fit_n) -> dict:
         init = super()._mcmc_initvals(fit_n)
         if self._counts():
-            # The weights start at the Laplace mode (z = w sqrt(alpha); zero where pruned): from
-            # z = 0 the log rate starts flat at 0, far from counts of another level.
+            # The weights start at the Laplace mode (zero where pruned): from zero the log rate
+            # starts flat at 0, far from counts of another level. Non-centred: z = w sqrt(alpha),
+            # from the normalised fit (whose alphas stay in range).
             cols = self._mcmc_columns()
-            z = np.zeros(self.basis_.n_basis_)
+            w, z = np.zeros(self.basis_.n_basis_), np.zeros(self.basis_.n_basis_)
+            w[self.active_] = self.fit_.mean[:, 0]
             z[fit_n.active] = fit_n.mean[:, 0] * np.sqrt(fit_n.alpha[fit_n.active])
-            init["z"] = z[cols]
+            init["w"], init["z"] = w[cols], z[cols]
         return init
 
     def _target_accept(self) -> float | None:
@@ -148,6 +163,16 @@ class CountsMixin:
             return (mean, std) if return_std else mean
         phi = self.basis_.transform(X, columns=self.active_)
         m, v = self.fit_.predict(phi)
+        if v.size and v.max() > LATENT_VAR_WARN:
+            warn_at_user(
+                f"the Laplace posterior of the log rate has variance up to {v.max():.3g} at "
+                f"{int(np.sum(v > LATENT_VAR_WARN))} of these inputs (regions of zero or few "
+                "counts, or far from the data): there the rate's mean exp(mu + var/2) comes from "
+                "the upper tail of a Gaussian the counts do not support, and can be orders of "
+                "magnitude above the median exp(mu). Use inference='mcmc' for the rate's exact "
+                "posterior there.",
+                RuntimeWarning,
+            )
         mean, std = rate_moments(m[:, 0], v[:, 0])
         if return_cov:
             u = linalg.solve_triangular(self.fit_.chol, phi.T, lower=True, check_finite=False)
