@@ -47,6 +47,7 @@ from sklearn.utils.validation import check_is_fitted
 from bayes_rvm.priors import decode_params, encode_params
 
 __all__ = [
+    "ADDED_PARAMS",
     "ModelFileError",
     "atomic_write",
     "json_attr",
@@ -72,6 +73,10 @@ class ModelFileError(ValueError):
     """
 
 
+#: Constructor parameters added after files were first saved, by estimator, with the value that
+#: means what a file without them meant: filled in on loading (any other missing parameter is
+#: refused).
+ADDED_PARAMS: dict[str, dict[str, object]] = {"RVR": {"likelihood": "gaussian"}}
 #: The estimators a model file may hold, by class name (each has the saving protocol above).
 _SAVED_ESTIMATORS = ("RVR", "RVC", "RVRCV", "RVCCV")
 
@@ -617,7 +622,7 @@ def load_model(path: str | Path):
     params = json_attr(attrs, "params", str(path))
     if not isinstance(params, dict):
         raise ModelFileError(f"{path}: the stored parameters are not a JSON object")
-    params = decode_params(params)
+    params = {**ADDED_PARAMS.get(cls.__name__, {}), **decode_params(params)}
     expected = set(cls().get_params(deep=False))
     if set(params) != expected:
         missing = sorted(expected - set(params))
