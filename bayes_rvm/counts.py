@@ -123,6 +123,14 @@ class CountsMixin:
             basis_names=cols,
         )
 
+    def _mcmc_basis(self) -> str:
+        # Counts sample every weight with its alpha (no marginal): over all 301 columns of the
+        # 300-count test problem the default 4 x 1000 draws did not finish in 15 minutes on a
+        # busy 2-core machine, against 21 s over the type-II relevance vectors.
+        if self._counts() and self.mcmc_basis == "auto":
+            return "relevant"
+        return super()._mcmc_basis()
+
     def _mcmc_initvals(self, fit_n) -> dict:
         init = super()._mcmc_initvals(fit_n)
         if self._counts():

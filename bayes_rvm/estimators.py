@@ -233,7 +233,8 @@ array-like, default="evidence_shared"
     mcmc_basis : {"auto", "all", "relevant"}, default="auto"
         Sample over every basis function, or only over the type-II relevance vectors (much
         cheaper for large N, but conditional on the type-II selection). ``"auto"``: all of them
-        at a fixed width, the relevance vectors when the width is sampled (``gamma`` a Prior).
+        at a fixed width, the relevance vectors when the width is sampled (``gamma`` a Prior)
+        or for counts (``likelihood="poisson"``).
     predictive : {"rvm", "rvm*"}, default="rvm"
         ``"rvm"``: the RVM's own predictive, ``N(m^T phi(x), 1/beta + phi(x)^T Sigma phi(x))``,
         whose variance shrinks to the noise away from the relevance vectors. ``"rvm*"``:
@@ -327,7 +328,10 @@ array-like, default="evidence_shared"
       evidence of the Gaussian approximation at the weights' mode;
       :meth:`bayes_rvm.problem.Problem.counts`); MCMC samples the weights jointly with
       ``log alpha`` (:func:`bayes_rvm.models.rvm_poisson_model`, which is :attr:`model_`; VI
-      approximates the same model). :meth:`predict` returns the posterior mean of the *rate*
+      approximates the same model), over the type-II relevance vectors unless
+      ``mcmc_basis="all"`` (``"auto"`` picks them: every weight of a full basis with its own
+      alpha is hundreds of sampled dimensions; 21 s against over 15 minutes on 300 counts).
+      :meth:`predict` returns the posterior mean of the *rate*
       ``exp(phi^T w)``, and ``return_std`` its posterior standard deviation: the uncertainty of
       the rate, not of a new count (whose variance adds the rate itself, the Poisson's own).
       Type-II: the lognormal moments of the Laplace latent ``N(m^T phi, phi^T Sigma phi)``,
