@@ -356,10 +356,14 @@ def _fit(args) -> int:
         )
     lines += [
         f"  weights           : {np.array2string(model.coef_, precision=3)}",
-        f"  D^2 (deviance)    : {model.score(X, y):.4f} (Poisson deviance explained)"
-        if counts
-        else f"  noise sd          : {np.sqrt(model.noise_variance_):.4f}"
-        + (f" (true {args.noise:g})" if X_test is not None else ""),
+        *(
+            []
+            if counts
+            else [
+                f"  noise sd          : {np.sqrt(model.noise_variance_):.4f}"
+                + (f" (true {args.noise:g})" if X_test is not None else "")
+            ]
+        ),
         f"  log evidence      : {model.log_evidence_:.3f}",
         f"  iterations        : {model.n_iter_} "
         f"({'converged' if model.converged_ else 'NOT converged'}: {model.fit_.reason})",
@@ -368,6 +372,8 @@ def _fit(args) -> int:
         engine = "MCMC" if mcmc else "VI"
         lines += ["", f"predictions (posterior predictive mean of the {engine} fit):"]
     lines.append(f"  training RMSE     : {np.sqrt(np.mean((model.predict(X) - y) ** 2)):.4f}")
+    if counts:
+        lines.append(f"  D^2 (deviance)    : {model.score(X, y):.4f} (Poisson deviance explained)")
     if X_test is not None:
         rmse = float(np.sqrt(np.mean((model.predict(X_test) - truth(X_test[:, 0])) ** 2)))
         what = "the true rate" if counts else "the noise-free sinc"
