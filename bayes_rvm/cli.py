@@ -316,6 +316,28 @@ def _mcmc_report(model: RVR, n_obs: int) -> list[str]:
     ]
 
 
+def _type2_report(model: RVR, X, y, args, simulated: bool) -> list[str]:
+    """The type-II fit: relevance vectors, weights, noise (not for counts), evidence."""
+    bias = "kept" if model.bias and model.active_[-1] == model.basis_.n_centres_ else "pruned"
+    lines = [f"  relevance vectors : {model.n_relevance_vectors_} of {len(y)}  (bias {bias})"]
+    if X.shape[1] == 1:
+        lines.append(
+            f"  at x              : {np.array2string(model.relevance_vectors_[:, 0], precision=3)}"
+        )
+    lines.append(f"  weights           : {np.array2string(model.coef_, precision=3)}")
+    if args.likelihood != "poisson":
+        lines.append(
+            f"  noise sd          : {np.sqrt(model.noise_variance_):.4f}"
+            + (f" (true {args.noise:g})" if simulated else "")
+        )
+    return [
+        *lines,
+        f"  log evidence      : {model.log_evidence_:.3f}",
+        f"  iterations        : {model.n_iter_} "
+        f"({'converged' if model.converged_ else 'NOT converged'}: {model.fit_.reason})",
+    ]
+
+
 def _fit(args) -> int:
     from bayes_rvm.io import save_model
 
@@ -337,7 +359,6 @@ def _fit(args) -> int:
     _fit_model(model, X, y, args)
     elapsed = time.perf_counter() - start
 
-    bias = "kept" if model.bias and model.active_[-1] == model.basis_.n_centres_ else "pruned"
     mcmc = args.inference == "mcmc"
     lines = [
         f"bayes_rvm: relevance vector regression on {label}",
@@ -349,25 +370,7 @@ def _fit(args) -> int:
     if mcmc:
         lines += _mcmc_report(model, len(y))
         lines.append("type-II fit (the sampler's seed):")
-    lines.append(f"  relevance vectors : {model.n_relevance_vectors_} of {len(y)}  (bias {bias})")
-    if X.shape[1] == 1:
-        lines.append(
-            f"  at x              : {np.array2string(model.relevance_vectors_[:, 0], precision=3)}"
-        )
-    lines += [
-        f"  weights           : {np.array2string(model.coef_, precision=3)}",
-        *(
-            []
-            if counts
-            else [
-                f"  noise sd          : {np.sqrt(model.noise_variance_):.4f}"
-                + (f" (true {args.noise:g})" if X_test is not None else "")
-            ]
-        ),
-        f"  log evidence      : {model.log_evidence_:.3f}",
-        f"  iterations        : {model.n_iter_} "
-        f"({'converged' if model.converged_ else 'NOT converged'}: {model.fit_.reason})",
-    ]
+    lines += _type2_report(model, X, y, args, X_test is not None)
     if args.inference != "type2":
         engine = "MCMC" if mcmc else "VI"
         lines += ["", f"predictions (posterior predictive mean of the {engine} fit):"]
