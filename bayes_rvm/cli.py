@@ -4,9 +4,11 @@
 sd 0.1) by type-II maximum likelihood, prints the fit and writes a plot of the predictive band with
 the relevance vectors marked, a text summary and the saved model (with its ArviZ DataTree) into
 ``--output``. ``--data file.csv --target column`` fits a table instead; ``--inference mcmc``
-samples the hyperparameters by NUTS. ``bayes-rvm compare`` fits the default problem four ways
-(type-II and MCMC, ARD and Student-t priors) and writes the elpd comparison table (type-II by
-leave-one-out refits, MCMC by PSIS-LOO) and plots.
+samples the hyperparameters by NUTS, ``--inference vi`` fits a variational approximation of the
+same model. ``--likelihood poisson`` fits counts with a log link (with no data, counts of log rate
+``1 + sin(x)`` on [-5, 5]); ``--likelihood student_t`` robust regression. ``bayes-rvm compare``
+fits the default problem four ways (type-II and MCMC, ARD and Student-t priors) and writes the
+elpd comparison table (type-II by leave-one-out refits, MCMC by PSIS-LOO) and plots.
 ``bayes-rvm study config.toml [--scheduler ADDRESS]`` runs a model comparison study described in a
 TOML file (:func:`bayes_rvm.study_config.read_config`), locally or on a Dask cluster.
 
@@ -38,6 +40,14 @@ __all__ = ["main"]
 
 #: Gaussian kernel width of the built-in sinc problem (rbf gamma = 1 / width**2).
 SINC_WIDTH = 3.0
+#: The values of ``--likelihood`` and ``--inference`` (RVR's ``likelihood`` and ``inference``).
+LIKELIHOODS = ("gaussian", "poisson", "student_t")
+INFERENCES = ("type2", "mcmc", "vi")
+
+
+def count_rate(x: np.ndarray) -> np.ndarray:
+    """The rate of the built-in count problem: ``exp(1 + sin(x))``."""
+    return np.exp(1.0 + np.sin(x))
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -113,9 +123,17 @@ def _parser() -> argparse.ArgumentParser:
     )
     fit.add_argument(
         "--inference",
-        choices=("type2", "mcmc"),
+        choices=INFERENCES,
         default="type2",
-        help="type-II maximum likelihood or NUTS over the hyperparameters (default type2)",
+        help="type-II maximum likelihood, NUTS over the hyperparameters, or variational "
+        "inference on the same model (default type2)",
+    )
+    fit.add_argument(
+        "--likelihood",
+        choices=LIKELIHOODS,
+        default="gaussian",
+        help="Gaussian noise, Poisson counts (log link; the prediction is the rate) or "
+        "Student-t noise (default gaussian)",
     )
     _common(fit)
     cmp = sub.add_parser(
@@ -194,6 +212,11 @@ def _problem(args):
         return X, y, None, f"{args.data} ({len(y)} rows, features {names})", DEFAULT_GAMMA
     if args.n_samples < 2:
         raise SystemExit("bayes-rvm: --n-samples must be at least 2")
+    if getattr(args, "likelihood", "gaussian") == "poisson":
+        X = np.linspace(-5.0, 5.0, args.n_samples)[:, None]
+        y = np.random.default_rng(args.seed).poisson(count_rate(X[:, 0])).astype(np.float64)
+        label = f"counts of log rate 1 + sin(x) (N={args.n_samples})"
+        return X, y, np.linspace(-5.0, 5.0, 1000)[:, None], label, DEFAULT_GAMMA
     X, y = make_sinc(args.n_samples, noise=args.noise, random_state=args.seed)
     label = f"sinc (N={args.n_samples}, noise sd={args.noise:g})"
     return X, y, np.linspace(-10, 10, 1000)[:, None], label, 1.0 / SINC_WIDTH**2
@@ -258,7 +281,6 @@ def _mcmc_report(model: RVR, n_obs: int) -> list[str]:
     dt = model.idata_
     post = dt["posterior"].dataset
     diag = json.loads(dt.attrs["diagnostics"])
-    sigma = post["sigma"]
     w = post["w"]
     mean = w.mean(("chain", "draw")).values
     sd = w.std(("chain", "draw")).values
@@ -275,7 +297,14 @@ def _mcmc_report(model: RVR, n_obs: int) -> list[str]:
     return [
         f"MCMC ({dt.attrs['sampler']}): {post.sizes['chain']} chains x {post.sizes['draw']} draws"
         f" over {_n_sampled_basis(model)} basis functions (mcmc_basis={model._mcmc_basis()!r})",
-        f"  noise sd          : {float(sigma.mean()):.4f} ± {float(sigma.std()):.4f} (posterior)",
+        *(
+            [
+                f"  noise sd          : {float(post['sigma'].mean()):.4f} ± "
+                f"{float(post['sigma'].std()):.4f} (posterior)"
+            ]
+            if "sigma" in post
+            else []
+        ),
         # weights whose posterior keeps clear of zero: the sampled counterpart of relevance
         f"  weights           : {int(np.sum(np.abs(mean) > 2 * sd))} of {mean.size} beyond two "
         "posterior sd of zero",
@@ -284,6 +313,28 @@ def _mcmc_report(model: RVR, n_obs: int) -> list[str]:
         f"  max R-hat         : {diag['max_rhat']:.4f} (hyperparameters)",
         f"  min bulk ESS      : {diag['min_ess_bulk']:.0f}",
         "",
+    ]
+
+
+def _type2_report(model: RVR, X, y, args, simulated: bool) -> list[str]:
+    """The type-II fit: relevance vectors, weights, noise (not for counts), evidence."""
+    bias = "kept" if model.bias and model.active_[-1] == model.basis_.n_centres_ else "pruned"
+    lines = [f"  relevance vectors : {model.n_relevance_vectors_} of {len(y)}  (bias {bias})"]
+    if X.shape[1] == 1:
+        lines.append(
+            f"  at x              : {np.array2string(model.relevance_vectors_[:, 0], precision=3)}"
+        )
+    lines.append(f"  weights           : {np.array2string(model.coef_, precision=3)}")
+    if args.likelihood != "poisson":
+        lines.append(
+            f"  noise sd          : {np.sqrt(model.noise_variance_):.4f}"
+            + (f" (true {args.noise:g})" if simulated else "")
+        )
+    return [
+        *lines,
+        f"  log evidence      : {model.log_evidence_:.3f}",
+        f"  iterations        : {model.n_iter_} "
+        f"({'converged' if model.converged_ else 'NOT converged'}: {model.fit_.reason})",
     ]
 
 
@@ -297,42 +348,39 @@ def _fit(args) -> int:
         "prior": args.prior,
         "nu": "auto" if args.nu is None else args.nu,
         "inference": args.inference,
+        "likelihood": args.likelihood,
     }
     if args.inference == "mcmc":
         params.update(_mcmc_params(args))
+    elif args.inference == "vi":
+        params["random_state"] = args.seed
     model = RVR(**params)
     start = time.perf_counter()
     _fit_model(model, X, y, args)
     elapsed = time.perf_counter() - start
 
-    bias = "kept" if model.bias and model.active_[-1] == model.basis_.n_centres_ else "pruned"
     mcmc = args.inference == "mcmc"
     lines = [
         f"bayes_rvm: relevance vector regression on {label}",
-        f"  kernel={args.kernel}, prior={args.prior}, inference={args.inference}",
+        f"  kernel={args.kernel}, prior={args.prior}, inference={args.inference}, "
+        f"likelihood={args.likelihood}",
     ]
+    counts = args.likelihood == "poisson"
+    truth = None if X_test is None else (count_rate if counts else sinc)
     if mcmc:
         lines += _mcmc_report(model, len(y))
         lines.append("type-II fit (the sampler's seed):")
-    lines.append(f"  relevance vectors : {model.n_relevance_vectors_} of {len(y)}  (bias {bias})")
-    if X.shape[1] == 1:
-        lines.append(
-            f"  at x              : {np.array2string(model.relevance_vectors_[:, 0], precision=3)}"
-        )
-    lines += [
-        f"  weights           : {np.array2string(model.coef_, precision=3)}",
-        f"  noise sd          : {np.sqrt(model.noise_variance_):.4f}"
-        + (f" (true {args.noise:g})" if X_test is not None else ""),
-        f"  log evidence      : {model.log_evidence_:.3f}",
-        f"  iterations        : {model.n_iter_} "
-        f"({'converged' if model.converged_ else 'NOT converged'}: {model.fit_.reason})",
-    ]
-    if mcmc:
-        lines += ["", "predictions (posterior predictive mean of the MCMC fit):"]
+    lines += _type2_report(model, X, y, args, X_test is not None)
+    if args.inference != "type2":
+        engine = "MCMC" if mcmc else "VI"
+        lines += ["", f"predictions (posterior predictive mean of the {engine} fit):"]
     lines.append(f"  training RMSE     : {np.sqrt(np.mean((model.predict(X) - y) ** 2)):.4f}")
+    if counts:
+        lines.append(f"  D^2 (deviance)    : {model.score(X, y):.4f} (Poisson deviance explained)")
     if X_test is not None:
-        rmse = float(np.sqrt(np.mean((model.predict(X_test) - sinc(X_test[:, 0])) ** 2)))
-        lines.append(f"  test RMSE         : {rmse:.4f} against the noise-free sinc on 1000 points")
+        rmse = float(np.sqrt(np.mean((model.predict(X_test) - truth(X_test[:, 0])) ** 2)))
+        what = "the true rate" if counts else "the noise-free sinc"
+        lines.append(f"  test RMSE         : {rmse:.4f} against {what} on 1000 points")
     lines.append(f"  fit time          : {elapsed:.3f} s")
 
     args.output.mkdir(parents=True, exist_ok=True)
@@ -347,7 +395,7 @@ def _fit(args) -> int:
             model,
             X,
             y,
-            sinc if X_test is not None else None,
+            truth,
             plot,
             f"RVR by MCMC ({args.sampler}): {model.idata_['posterior'].sizes['chain']} chains x "
             f"{model.idata_['posterior'].sizes['draw']} draws over {_n_sampled_basis(model)} "

@@ -38,7 +38,7 @@ from bayes_rvm.dims import BASIS, CLASS, ITERATION, OBS, OUTPUT, variable_dims
 from bayes_rvm.draws import PosteriorDraws, latent, pointwise_log_likelihood, width_designs
 from bayes_rvm.evidence.gaussian import EvidenceFit
 from bayes_rvm.evidence.loo import RefitLOO
-from bayes_rvm.families import BERNOULLI, NOISE_LIKELIHOODS, SOFTMAX
+from bayes_rvm.families import BERNOULLI, NOISE_LIKELIHOODS, POISSON, SOFTMAX
 
 __all__ = [
     "extra_dims",
@@ -274,7 +274,8 @@ def sample_posterior_predictive(
     """Posterior predictive draws of ``y``, with ``w`` from its posterior, for any fit.
 
     Each posterior draw of ``w`` (and of the noise sd) gives one draw of ``y``: Gaussian around
-    ``Phi w + offset`` for regression, Bernoulli / categorical on the logits for a classifier.
+    ``Phi w + offset`` for regression, Bernoulli / categorical on the logits for a classifier,
+    Poisson counts of rate ``exp(Phi w + offset)`` for counts.
     Unlike ``pm.sample_posterior_predictive`` on the weight-marginalised model, whose ``y`` knows
     only the prior of ``w``, this uses the weights in the posterior (drawn back from ``N(m,
     Sigma)`` by :func:`complete_posterior`).
@@ -354,6 +355,8 @@ def sample_posterior_predictive(
         draws = eta + sig * rng.standard_t(nu)
     elif likelihood == "bernoulli":
         draws = (rng.random(eta.shape) < BERNOULLI.mean(eta)).astype(np.int64)
+    elif likelihood == "poisson":
+        draws = rng.poisson(POISSON.mean(eta)).astype(np.int64)
     else:
         p = SOFTMAX.mean(eta)
         u = rng.random(eta.shape[:2])[..., None]

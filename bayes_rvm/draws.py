@@ -23,6 +23,7 @@ from bayes_rvm.families import (
     BERNOULLI,
     LOG_2PI,
     NOISE_LIKELIHOODS,
+    POISSON,
     SOFTMAX,
     gaussian_log_likelihood,
     student_t_log_likelihood,
@@ -179,12 +180,13 @@ def pointwise_log_likelihood(
     ----------
     Phi : ndarray of shape (N, M), or (S, N, M) with a design per draw
     Y : ndarray of shape (N, D)
-        Targets (Gaussian), or class indices of shape (N,) or (N, 1) (Bernoulli, softmax).
+        Targets (Gaussian), class indices of shape (N,) or (N, 1) (Bernoulli, softmax), or
+        counts (Poisson, log link).
     w : ndarray of shape (S, M, D)
         Weight draws (D classes for the softmax, 1 for Bernoulli).
     sigma : ndarray of shape (S,), optional
         Noise sd draws (Gaussian), or scale draws (Student-t).
-    likelihood : {"gaussian", "student_t", "bernoulli", "softmax"}, default="gaussian"
+    likelihood : {"gaussian", "student_t", "bernoulli", "softmax", "poisson"}, default="gaussian"
     offset : ndarray of shape (N, D) or (S, N, D), optional
         Terms of the user's own in the mean (latent function).
     nu : ndarray of shape (S,), optional
@@ -207,6 +209,8 @@ def pointwise_log_likelihood(
         return BERNOULLI.log_likelihood(eta[..., 0], t)
     if likelihood == "softmax":
         return SOFTMAX.log_likelihood(eta, np.eye(eta.shape[2])[t])
+    if likelihood == "poisson":
+        return POISSON.log_likelihood(eta[..., 0], t)
     raise ValueError(f"unknown likelihood {likelihood!r}.")
 
 

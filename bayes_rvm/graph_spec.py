@@ -93,6 +93,7 @@ _GRAPH_LIKELIHOODS = {
     "BernoulliRV": "bernoulli",
     "CategoricalRV": "softmax",
     "NormalRV": "gaussian",
+    "PoissonRV": "poisson",
     "StudentTRV": "student_t",
 }
 

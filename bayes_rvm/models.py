@@ -57,7 +57,7 @@ import pymc as pm
 import pytensor.tensor as pt
 
 from bayes_rvm.dims import BASIS, CENTRE, CLASS, FEATURE, OBS, OUTPUT
-from bayes_rvm.families import LOG_2PI
+from bayes_rvm.families import ETA_MAX, LOG_2PI
 from bayes_rvm.graph_spec import RVMSpec, model_cache_key, model_spec, record_spec
 from bayes_rvm.kernels import stationary_distances, stationary_kernel
 from bayes_rvm.marginal import (
@@ -82,6 +82,7 @@ __all__ = [
     "model_cache_key",
     "model_spec",
     "rvm_classification_model",
+    "rvm_poisson_model",
     "rvm_regression_model",
     "rvm_width_model",
     "set_model_data",
@@ -655,7 +656,7 @@ def rvm_classification_model(
     Phi: np.ndarray,
     y: np.ndarray,
     *,
-    likelihood: Literal["auto", "bernoulli", "softmax"] = "auto",
+    likelihood: Literal["auto", "bernoulli", "softmax", "poisson"] = "auto",
     prior: Literal["ard", "student_t"] = "ard",
     alpha_prior: Prior | None = None,
     nu: float | Prior = DEFAULT_NU,
@@ -670,16 +671,17 @@ def rvm_classification_model(
     class_names: Sequence | None = None,
     coords: dict | None = None,
 ) -> pm.Model:
-    """Build the PyMC model of an RVM classifier.
+    """Build the PyMC model of an RVM classifier (or of counts: :func:`rvm_poisson_model`).
 
     Parameters
     ----------
     Phi : ndarray of shape (N, M)
         Design matrix (for instance the columns of the relevance vectors and the bias).
     y : array-like of shape (N,)
-        Class indices ``0 .. C-1`` (0/1 for two classes).
-    likelihood : {"auto", "bernoulli", "softmax"}, default="auto"
-        ``"auto"``: Bernoulli-logit for two classes, softmax for more.
+        Class indices ``0 .. C-1`` (0/1 for two classes); counts for ``"poisson"``.
+    likelihood : {"auto", "bernoulli", "softmax", "poisson"}, default="auto"
+        ``"auto"``: Bernoulli-logit for two classes, softmax for more. ``"poisson"``: counts
+        with a log link, ``y_n ~ Poisson(exp(eta_n))``.
     prior : {"ard", "student_t"}, default="ard"
         As in :func:`rvm_regression_model` (``alpha_rel`` on the columns scaled by ``phi_scale``).
     alpha_prior, nu, s
@@ -729,14 +731,15 @@ def rvm_classification_model(
     if y.shape != (Phi.shape[0],):
         raise ValueError(f"Phi must be (N, M) and y (N,); got {Phi.shape} and {y.shape}.")
     if not np.issubdtype(y.dtype, np.integer) or y.min() < 0:
-        raise ValueError("y must hold class indices 0 .. C-1.")
+        what = "counts (integers >= 0)" if likelihood == "poisson" else "class indices 0 .. C-1"
+        raise ValueError(f"y must hold {what}.")
     N = Phi.shape[0]
     C = int(y.max()) + 1 if class_names is None else len(class_names)
     if likelihood == "auto":
         likelihood = "bernoulli" if C <= 2 else "softmax"
-    if likelihood not in ("bernoulli", "softmax"):
+    if likelihood not in ("bernoulli", "softmax", "poisson"):
         raise ValueError(
-            f"likelihood must be 'auto', 'bernoulli' or 'softmax', got {likelihood!r}."
+            f"likelihood must be 'auto', 'bernoulli', 'softmax' or 'poisson', got {likelihood!r}."
         )
     alpha_prior = _check_priors(prior, "joint", alpha_prior, nu, s, forms=("joint",))
     alpha_prior, s = _resolve_priors(prior, alpha_prior, nu, s)
@@ -771,6 +774,9 @@ def rvm_classification_model(
             eta = eta + pm.Normal("intercept", 0.0, intercept_sd, dims=w_dims[1:] or None)
         if likelihood == "bernoulli":
             pm.Bernoulli("y", logit_p=eta, observed=y_data, dims=OBS)
+        elif likelihood == "poisson":
+            # exp of the clipped latent, as the Laplace engines form it (families.ETA_MAX).
+            pm.Poisson("y", mu=pt.exp(pt.minimum(eta, ETA_MAX)), observed=y_data, dims=OBS)
         else:
             pm.Categorical("y", logit_p=eta, observed=y_data, dims=OBS)
     spec = RVMSpec(
@@ -789,6 +795,36 @@ def rvm_classification_model(
         intercept_sd=None if intercept_sd is None else float(intercept_sd),
     )
     return record_spec(model, spec)
+
+
+def rvm_poisson_model(Phi: np.ndarray, y: np.ndarray, **options) -> pm.Model:
+    """Build the PyMC model of an RVM for counts: ``y_n ~ Poisson(exp(phi_n^T w + offset_n))``.
+
+    The RVM prior of :func:`rvm_classification_model` (``w_i ~ N(0, 1 / alpha_i)``, ``alpha_i``
+    from its hyperprior on the columns scaled by ``phi_scale``) with a Poisson likelihood and a
+    log link. The weights have no closed-form marginal under it, so they are sampled jointly with
+    the hyperparameters (non-centred by default). The log rate has no target scale: the
+    hyperpriors are stated on unit-norm columns and the latent in its own units.
+
+    Parameters
+    ----------
+    Phi : ndarray of shape (N, M)
+    y : array-like of int, shape (N,)
+        Counts.
+    **options
+        ``prior``, ``alpha_prior``, ``nu``, ``s``, ``phi_scale``, ``offset`` (the log of an
+        exposure, for example), ``centred``, ``slab``, ``intercept_sd`` (a free log-rate level
+        outside the ARD columns), ``basis``, ``basis_names``, ``coords``: as in
+        :func:`rvm_classification_model`.
+
+    Returns
+    -------
+    pymc.Model
+        Data ``Phi``, ``y_obs``, ``phi_scale``; free ``alpha_rel[basis]``, ``z``; deterministics
+        ``alpha``, ``w[basis]``; the observed ``y[obs]`` (its ``RVMSpec`` likelihood
+        ``"poisson"``).
+    """
+    return rvm_classification_model(Phi, y, likelihood="poisson", **options)
 
 
 # ---------------------------------------------------------------------------------------------

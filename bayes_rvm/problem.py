@@ -169,9 +169,9 @@ class OneVsRestFit:
 class Problem:
     """A type-II problem on the normalised scale: what every engine sees.
 
-    Build one with :meth:`regression`, :meth:`from_statistics` or :meth:`classification`;
-    :meth:`with_design` gives the
-    same targets on another design (another kernel width, a subset of rows).
+    Build one with :meth:`regression`, :meth:`from_statistics`, :meth:`classification` or
+    :meth:`counts`; :meth:`with_design` gives the same targets on another design (another kernel
+    width, a subset of rows).
 
     Attributes
     ----------
@@ -182,9 +182,10 @@ class Problem:
     targets : ndarray of shape (N, D)
         Regression: the targets divided by :attr:`scale`. Classification: 0/1 labels of the
         positive class (binary), or the one-hot matrix of the classes (softmax, one-vs-rest).
-    likelihood : {"gaussian", "student_t", "bernoulli", "softmax"}
+        Counts: the counts themselves, one column (a log link has no target scale to divide by).
+    likelihood : {"gaussian", "bernoulli", "softmax", "poisson", "student_t"}
     scale : float
-        The targets' root-mean-square (1 for classification).
+        The targets' root-mean-square (1 for classification and counts).
     noise_precision : float or None
         A fixed noise precision of the normalised problem (``scale**2 / noise_variance``), or
         None when the engine estimates it.
@@ -305,6 +306,20 @@ class Problem:
             targets=np.ascontiguousarray(onehot[:, 1:]) if binary else onehot,
             likelihood="bernoulli" if binary or one_vs_rest else "softmax",
             one_vs_rest=one_vs_rest and not binary,
+        )
+        return problem if Phi is None else problem.with_design(Phi)
+
+    @classmethod
+    def counts(cls, Phi: np.ndarray | None, y: np.ndarray) -> Problem:
+        """The Poisson (log link) problem of design ``Phi`` and counts ``y`` (shape (N,)).
+
+        The Laplace engines fit it as they fit a classifier's labels; the counts are not scaled
+        (a scale would change the likelihood, not only its units). ``Phi`` as in
+        :meth:`regression`.
+        """
+        T = np.asarray(y, dtype=np.float64).reshape(-1, 1)
+        problem = cls(
+            design=np.empty((T.shape[0], 0)), norms=np.ones(0), targets=T, likelihood="poisson"
         )
         return problem if Phi is None else problem.with_design(Phi)
 

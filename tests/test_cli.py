@@ -80,8 +80,38 @@ def test_bad_arguments_exit_with_a_message(tmp_path, capsys):
     with pytest.raises(SystemExit, match="not a column"):
         main(["fit", "--data", str(bad), "--target", "z"])
     with pytest.raises(SystemExit):
-        main(["fit", "--inference", "vi"])
+        main(["fit", "--inference", "nuts"])
     assert "invalid choice" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["fit", "--likelihood", "binomial"])
+    assert "invalid choice" in capsys.readouterr().err
+
+
+def test_likelihood_and_inference_flags_reach_the_estimator():
+    from bayes_rvm.cli import _parser
+
+    args = _parser().parse_args(["fit", "--likelihood", "poisson", "--inference", "vi"])
+    assert (args.likelihood, args.inference) == ("poisson", "vi")
+    args = _parser().parse_args(["fit"])
+    assert (args.likelihood, args.inference) == ("gaussian", "type2")
+
+
+def test_poisson_fit_of_the_built_in_counts(tmp_path, capsys):
+    """``--likelihood poisson`` with no data: counts of rate exp(1 + sin x); the prediction is
+    the rate, scored by the Poisson deviance explained."""
+    out = tmp_path / "p"
+    argv = ["fit", "--likelihood", "poisson", "--n-samples", "200", "--output", str(out)]
+    assert main(argv) == 0
+    summary = (out / "summary.txt").read_text()
+    assert "likelihood=poisson" in summary and "noise sd" not in summary
+    d2 = float(re.search(r"D\^2 \(deviance\)\s+: ([0-9.]+)", summary).group(1))
+    assert 0.3 < d2 < 1.0
+    rmse = float(re.search(r"test RMSE\s+: ([0-9.]+)", summary).group(1))
+    assert rmse < 0.5  # against rates of 1 to 7.4
+    model = load_model(out / "model.nc")
+    assert model.likelihood == "poisson"
+    assert model.idata_.attrs["likelihood"] == "poisson"
+    assert (out / "fit.png").read_bytes()[:8] == PNG
 
 
 def test_help_lists_every_option(capsys):
@@ -96,6 +126,7 @@ def test_help_lists_every_option(capsys):
         "--prior",
         "--nu",
         "--inference",
+        "--likelihood",
         "--draws",
         "--chains",
         "--sampler",
@@ -147,7 +178,11 @@ def test_every_failure_is_one_line_and_exit_status_1(tmp_path, capsys, csv_file)
     assert "column 'a'" in (err := _fails(["fit", "--data", text, *out], capsys))
     assert "'seven' at line 3" in err
     # Option errors of argparse follow the same rule (it exits with 2 and two lines by default).
-    assert "invalid choice: 'vi'" in _fails(["fit", "--inference", "vi"], capsys)
+    assert "invalid choice: 'nuts'" in _fails(["fit", "--inference", "nuts"], capsys)
+    assert "y[0] = -1.0 is negative" in _fails(
+        ["fit", "--data", csv_file("a,y\n1,-1\n2,3\n3,4\n"), "--likelihood", "poisson", *out],
+        capsys,
+    )
     assert "--draws" in _fails(["fit", "--draws", "many"], capsys)
     # Errors of the estimator itself (a bad --nu) and of the file system are one line too.
     assert "nu" in _fails(["--nu", "-2", *out], capsys)

@@ -22,7 +22,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.model_selection import KFold
 
 from bayes_rvm.evidence.result import EvidenceFit
-from bayes_rvm.families import gaussian_log_likelihood
+from bayes_rvm.families import family, gaussian_log_likelihood
 
 __all__ = ["LOO_EXACT_MAX", "RefitLOO", "refit_loo"]
 
@@ -68,11 +68,18 @@ class RefitLOO:
 def gaussian_log_predictive(fit: EvidenceFit, phi: np.ndarray, T: np.ndarray) -> np.ndarray:
     """``ln N(t_n | m^T phi_n, 1/beta + phi_n^T Sigma phi_n)`` per row, summed over outputs.
 
+    For a one-output Laplace fit (Poisson counts, Bernoulli labels): ``ln int p(t_n | eta)
+    N(eta | m^T phi_n, phi_n^T Sigma phi_n) d eta``
+    (:meth:`bayes_rvm.families.Family.log_predictive`).
+
     ``phi`` holds rows of the fit's full design (all M columns); ``T`` is (n, D).
     """
     if hasattr(fit.posterior, "log_predictive"):  # Student-t noise: a t around a Gaussian
         return fit.posterior.log_predictive(phi[:, fit.active], T).sum(1)
     mean, var = fit.predict(phi[:, fit.active])
+    if fit.likelihood != "gaussian":
+        # A Laplace fit (counts): the likelihood integrated over the latent's Gaussian.
+        return family(fit.likelihood).log_predictive(mean[:, 0], var[:, 0], T[:, 0])
     return gaussian_log_likelihood(T, mean, np.sqrt(var)[:, None]).sum(1)
 
 

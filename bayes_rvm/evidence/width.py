@@ -48,7 +48,7 @@ from scipy import linalg, optimize
 from bayes_rvm.evidence.gaussian import EvidenceFit, one_blas_thread, single_blas_thread
 from bayes_rvm.evidence.mode import LaplacePosterior, newton_mode
 from bayes_rvm.evidence.options import BETA_MAX
-from bayes_rvm.families import BERNOULLI
+from bayes_rvm.families import BERNOULLI, Family, family
 from bayes_rvm.kernels import WIDTH_KERNELS, stationary_kernel
 
 __all__ = [
@@ -681,7 +681,12 @@ def _principal_coordinates(Phi: np.ndarray) -> np.ndarray:
 
 
 def shared_laplace_evidence(
-    Phi: np.ndarray, labels: np.ndarray, *, max_iter: int = 200, tol: float = 1e-4
+    Phi: np.ndarray,
+    labels: np.ndarray,
+    *,
+    max_iter: int = 200,
+    tol: float = 1e-4,
+    likelihood: str = "bernoulli",
 ) -> SharedEvidence:
     """Maximise the Laplace evidence of a logistic model with ``w ~ N(0, I / alpha)``.
 
@@ -702,6 +707,9 @@ def shared_laplace_evidence(
         Most rounds of (Newton steps, alpha update) before the final search over ``ln alpha``.
     tol : float, default=1e-4
         Tolerance in ``ln alpha`` (the evidence is flat to second order there).
+    likelihood : {"bernoulli", "poisson"}, default="bernoulli"
+        The one-output family: ``"poisson"`` takes counts as ``labels`` (log link), the same
+        evidence with the Poisson likelihood.
 
     Returns
     -------
@@ -713,10 +721,12 @@ def shared_laplace_evidence(
     # while the other library's run, and these small products and factorisations alternate
     # between the two (iris: 16 s with two threads each on two cores, 1.4 s with one).
     with single_blas_thread():
-        return _shared_laplace_evidence(_principal_coordinates(Phi), Y, max_iter, tol)
+        return _shared_laplace_evidence(
+            _principal_coordinates(Phi), Y, max_iter, tol, family(likelihood)
+        )
 
 
-def _shared_laplace_evidence(Phi: np.ndarray, Y: np.ndarray, max_iter: int, tol: float):
+def _shared_laplace_evidence(Phi: np.ndarray, Y: np.ndarray, max_iter: int, tol: float, fam):
     # Only the span of Phi matters: in the coordinates of its principal directions,
     # ``Phi w = (U sqrt(s)) (V^T w)`` with ``V^T w ~ N(0, I / alpha)`` again, and the directions
     # Phi does not see add ``(M - r) ln(alpha) / 2 - (M - r) ln(alpha) / 2 = 0`` to the evidence.
@@ -724,7 +734,7 @@ def _shared_laplace_evidence(Phi: np.ndarray, Y: np.ndarray, max_iter: int, tol:
     M = Phi.shape[1]
     total, alphas, n_eff = 0.0, [], 0.0
     for t in Y.T:
-        mode = _LogisticMode(Phi, t)
+        mode = _LogisticMode(Phi, t, fam)
         # A few of MacKay's rounds (``alpha = g / ||w||^2``, ``g = M - alpha tr H^-1``) give the
         # search its start (measured within a factor of 1.2 to 30 of the maximum).
         w, a = np.zeros(M), 1.0
@@ -782,15 +792,15 @@ def _trace_inverse(L: np.ndarray) -> float:
 
 
 class _LogisticMode:
-    """Mode and Laplace evidence of a logistic model with ``w ~ N(0, I / alpha)``; the mode
-    found last is kept (``w``, ``L``) to warm-start the next.
+    """Mode and Laplace evidence of a logistic (or Poisson) model with ``w ~ N(0, I / alpha)``;
+    the mode found last is kept (``w``, ``L``) to warm-start the next.
 
     The mode is the Laplace engines' (:func:`~bayes_rvm.evidence.mode.newton_mode`) with one
     alpha shared by every weight: one Newton solver in the package.
     """
 
-    def __init__(self, Phi: np.ndarray, t: np.ndarray):
-        self.Phi, self.T = Phi, t[:, None]
+    def __init__(self, Phi: np.ndarray, t: np.ndarray, fam: Family = BERNOULLI):
+        self.Phi, self.T, self.family = Phi, t[:, None], fam
         self.eye = np.eye(Phi.shape[1])
         self.w = np.zeros(Phi.shape[1])
         self.L = self.eye
@@ -802,7 +812,7 @@ class _LogisticMode:
 
     def mode(self, w: np.ndarray, a: float, steps: int) -> LaplacePosterior:
         alpha = np.full(w.size, a)
-        return newton_mode(self.Phi, self.T, alpha, w[:, None], "bernoulli", _MODE_TOL, steps)
+        return newton_mode(self.Phi, self.T, alpha, w[:, None], self.family.name, _MODE_TOL, steps)
 
     def evidence(self, log_a: float) -> float:
         """The Laplace evidence at ``alpha = exp(log_a)``, from the last mode."""
@@ -825,7 +835,7 @@ class _LogisticMode:
         Linv = linalg.solve_triangular(L, self.eye, lower=True)
         B = Linv @ self.Phi.T  # columns L^-1 phi_n
         shift = self.Phi @ -(Linv.T @ (Linv @ w))
-        dW = BERNOULLI.curvature_slope(post.mu[:, 0])
+        dW = self.family.curvature_slope(post.mu[:, 0])
         trace = float(np.sum(Linv**2)) + float(np.sum(dW * shift * np.einsum("kn,kn->n", B, B)))
         return 0.5 * a * (w.size / a - float(w @ w) - trace)
 
