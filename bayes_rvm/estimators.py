@@ -196,7 +196,8 @@ array-like, default="evidence_shared"
         noise; Student-t noise: the square of its scale ``sigma``; not for counts).
     likelihood : {"gaussian", "poisson", "student_t"}, default="gaussian"
         The observation model (see *Likelihoods* below): Gaussian noise, counts with a log link
-        (``"poisson"``), or Student-t noise. ``"student_t"``: robust regression, ``t_n ~ StudentT(nu, phi_n w, sigma)``,
+        (``"poisson"``), or Student-t noise. ``"student_t"``: robust regression,
+        ``t_n ~ StudentT(nu, phi_n w, sigma)``,
         the scale mixture ``N(phi_n w, sigma^2 / u_n)`` over ``u_n ~ Gamma(nu/2, nu/2)`` (Tipping
         and Lawrence 2005): a gross outlier gets a small ``u_n`` and barely moves the fit. The
         type-II fit is variational EM (:func:`bayes_rvm.evidence.student_t.fit_student_t`): each
@@ -478,7 +479,6 @@ array-like, default="evidence_shared"
         predictive="rvm",
         random_state=None,
         verbose=False,
-        likelihood="gaussian",
         noise_nu=None,
     ):
         self.kernel = kernel
@@ -510,7 +510,6 @@ array-like, default="evidence_shared"
         self.predictive = predictive
         self.random_state = random_state
         self.verbose = verbose
-        self.likelihood = likelihood
         self.noise_nu = noise_nu
 
     def _solver(self) -> str:
