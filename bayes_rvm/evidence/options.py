@@ -397,6 +397,14 @@ def check_problem(Phi, T, options: EvidenceOptions, engine: str) -> Problem:
         dd = np.einsum("ij,ij->j", Phi, Phi)  # squared norms: finite only if Phi is
     if not np.all(np.isfinite(dd)):
         raise ValueError("Phi must be finite.")
+    return problem_from_norms(Phi, T, dd, options, engine)
+
+
+def problem_from_norms(Phi, T: np.ndarray, dd: np.ndarray, options: EvidenceOptions, engine: str):
+    """The :class:`Problem` of a checked design ``Phi`` (an array, or a design object with a
+    ``shape`` such as :class:`~bayes_rvm.evidence.design.ChunkedDesign`), its squared column
+    norms ``dd`` and checked 2-D targets ``T``: the index options resolved against them."""
+    M = Phi.shape[1]
     free = np.unique(_index_array("free", options.free, M))
     if free.size and np.any(dd[free] == 0):
         raise ValueError("a free column is identically zero.")
