@@ -23,7 +23,13 @@ import numpy as np
 
 from bayes_rvm.families import Family
 
-__all__ = ["ChunkedDesign", "DenseDesign", "PassCounter", "as_design", "data_hessian"]
+__all__ = [
+    "ChunkedDesign",
+    "DenseDesign",
+    "PassCounter",
+    "as_design",
+    "data_hessian",
+]
 
 #: Rows per block of the in-memory pass that forms the candidate statistics: small enough for
 #: the block and its square to stay in cache.
@@ -99,12 +105,15 @@ class DenseDesign:
 
 @dataclass
 class PassCounter:
-    """Passes over the rows of a chunked design: ``full`` (every column built) and ``columns``
-    (a subset of columns built: the active set beyond the cache)."""
+    """Passes over the rows of a chunked design: ``full`` (every column built by the kernel),
+    ``columns`` (a subset of columns built: the active set beyond its cache), ``cache_fills``
+    (of those, the ones that filled the active columns' cache) and ``cached`` (read from the
+    stored blocks, no kernel evaluation)."""
 
     full: int = 0
     columns: int = 0
     cache_fills: int = 0
+    cached: int = 0
 
 
 class ChunkedDesign:
@@ -113,15 +122,18 @@ class ChunkedDesign:
     Parameters
     ----------
     block : callable
-        ``block(rows, columns)`` -> the design's ``rows`` (a slice) over ``columns`` (int array,
-        or None for all), in the basis's own units (float64, C-ordered).
+        ``block(rows, columns)`` -> the design's ``rows`` (a slice or an int array) over
+        ``columns`` (int array, or None for all), in the basis's own units (a new float64
+        C-ordered array, which the design may modify).
     n_rows : int
     norms : ndarray of shape (M,)
         What each column is divided by (its norm over all rows; 1 for a zero column).
     chunk_rows : int
         Rows per block.
     cache_bytes : float
-        The most memory the cache of active columns may hold (N floats per column); 0 disables it.
+        The most memory the design may keep between passes: all its blocks when the N x M
+        design fits (then only the first pass evaluates the kernel), else the active columns
+        (N floats each); 0 keeps nothing. Either way the memory held is bounded by it, not by N.
     columns : ndarray of int, optional
         The columns of this view (default all); views share the cache and the counter.
     """
@@ -136,6 +148,8 @@ class ChunkedDesign:
         M = self.norms.size if self.columns is None else self.columns.size
         self.shape = (self.n_rows, M)
         self.cache: dict[int, np.ndarray] = {}
+        #: ``"blocks"``: the normalised row blocks over every column, once a pass stored them.
+        self.store: dict = {}
         self.counter = PassCounter()
 
     # -- blocks ------------------------------------------------------------------------------
@@ -143,16 +157,34 @@ class ChunkedDesign:
         """``(rows, block)``: the normalised design over ``columns`` of this view, by blocks."""
         cols = self._absolute(columns)
         counter = self.counter
-        if cols is None or cols.size == self.norms.size:
+        stored = self.store.get("blocks")
+        if stored is not None:
+            counter.cached += 1
+            for rows, P in stored:
+                yield rows, (P if cols is None else P[:, cols])
+            return
+        whole = cols is None or cols.size == self.norms.size
+        if whole:
             counter.full += 1
         else:
             counter.columns += 1
+        keep = [] if whole and 8.0 * self.n_rows * self.norms.size <= self.cache_bytes else None
         scale = self.norms if cols is None else self.norms[cols]
         for start in range(0, self.n_rows, self.chunk_rows):
             rows = slice(start, min(start + self.chunk_rows, self.n_rows))
             P = self._block(rows, cols)
             P /= scale
+            if keep is not None:
+                keep.append((rows, P))
             yield rows, P
+        if keep is not None and cols is None:
+            self.store["blocks"] = keep
+
+    def rows(self, index: np.ndarray) -> np.ndarray:
+        """The normalised design's rows ``index`` (all columns of this view) in memory."""
+        P = self._block(index, self.columns)
+        P /= self.norms if self.columns is None else self.norms[self.columns]
+        return P
 
     def _absolute(self, columns) -> np.ndarray | None:
         if columns is None:
@@ -165,7 +197,8 @@ class ChunkedDesign:
         """The design of ``columns``: in memory from the cache when they fit in it, else a
         chunked view (each use a pass over the rows)."""
         cols = self._absolute(columns)
-        if 8.0 * self.n_rows * cols.size <= self.cache_bytes:
+        design_bytes = 8.0 * self.n_rows * self.norms.size if "blocks" in self.store else 0.0
+        if 8.0 * self.n_rows * cols.size <= self.cache_bytes - design_bytes or design_bytes:
             return DenseDesign(self._cached(cols))
         view = ChunkedDesign.__new__(ChunkedDesign)
         view.__dict__.update(self.__dict__)
