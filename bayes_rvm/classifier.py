@@ -14,17 +14,20 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
+from numbers import Integral
 
 import numpy as np
 from sklearn.base import ClassifierMixin, _fit_context
 from sklearn.utils import check_random_state
-from sklearn.utils._param_validation import StrOptions
+from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
 from bayes_rvm._base import (
     DEFAULT_GAMMA,
     POSITIVE,
     BaseRVM,
+    design_fits,
+    memory_limit,
     new_inputs,
     path_from_json,
     path_to_json,
@@ -155,6 +158,18 @@ default="evidence_shared"
         ``relevance_`` indexes ``basis_.centres_``.
     n_centres : int, optional
         Number of centres for ``centres="random"`` or ``"kmeans"``.
+    chunk_rows : int, optional
+        Fit on the chunked path, building the design ``chunk_rows`` rows at a time
+        (:mod:`bayes_rvm.evidence.chunked`): the engine first runs in memory on a fixed subset
+        of rows (at most 50,000, a quarter of them), then refines on all rows, each step a pass
+        over row blocks; the blocks are kept between passes while the whole design fits in
+        :data:`~bayes_rvm.evidence.chunked.CACHE_BYTES` (and the memory limit), else rebuilt.
+        None (default): that path is taken when ``centres`` is a subset whose N x M design
+        exceeds the memory limit (where a fit stopped with ``MemoryError`` before), in blocks of
+        about 64 MB. Needs ``centres``; not with ``inference="mcmc"``, ``predictive="rvm*"``,
+        ``moderated="importance"`` or ``gamma="evidence"`` (they need the N x K training design
+        or fits at many widths; ``moderated="auto"`` takes the probit). ``chunked_passes_``
+        counts the passes.
     inference : {"type2", "mcmc"}, default="type2"
         ``"mcmc"``: after the type-II fit (which seeds it), NUTS over the weights and their
         precisions of :attr:`model_` (:func:`bayes_rvm.models.rvm_classification_model`,
@@ -221,6 +236,10 @@ default="evidence_shared"
         Engine iterations (summed over classes for ``"ovr"``).
     converged_ : bool
         Whether every engine met its stopping rule.
+    chunked_passes_ : dict or None
+        A chunked fit's passes over the rows (:class:`~bayes_rvm.evidence.design.PassCounter`:
+        ``full`` kernel passes over every column, ``columns`` over some, ``cached`` from kept
+        blocks); None for a fit in memory.
     moderation_ : {"importance", "probit", "mode", "mcmc"}
         How :meth:`predict_proba` averages over the weights under the current ``moderated``.
     model_ : pymc.Model
@@ -245,6 +264,7 @@ default="evidence_shared"
         "multi_class": [StrOptions(set(_MULTI_CLASS))],
         "moderated": ["boolean", StrOptions({"auto", "importance", "probit"})],
         "threshold_alpha": [POSITIVE],
+        "chunk_rows": [Interval(Integral, 1, None, closed="left"), None],
     }
 
     def __init__(
@@ -268,6 +288,7 @@ default="evidence_shared"
         threshold_alpha=1e9,
         centres=None,
         n_centres=None,
+        chunk_rows=None,
         inference="type2",
         draws=1000,
         tune=1000,
@@ -295,6 +316,7 @@ default="evidence_shared"
         self.threshold_alpha = threshold_alpha
         self.centres = centres
         self.n_centres = n_centres
+        self.chunk_rows = chunk_rows
         self.inference = inference
         self.draws = draws
         self.tune = tune
@@ -351,7 +373,10 @@ default="evidence_shared"
         ovr = classes.size > 2 and self.multi_class == "ovr"
         problem = Problem.classification(None, yi, classes.size, one_vs_rest=ovr)
         engine = self.make_engine()
-        if self._learns_width():
+        self.chunked_passes_ = None
+        if self._takes_chunks(X):
+            basis, problem, fit_n = self._fit_chunked(X, problem, engine, yi)
+        elif self._learns_width():
             if self._width_rule().kind == "evidence_ard":
                 raise ValueError(
                     "gamma='evidence_ard' needs the closed-form width gradient of the Gaussian "
@@ -379,7 +404,7 @@ default="evidence_shared"
         # leave float64's range with the columns' norms (a linear kernel on inputs of 1e80),
         # and importance sampling needs them.
         training = TrainingData(
-            phi_active=problem.active_design(act),
+            phi_active=None if self.chunked_passes_ else problem.active_design(act),
             y_index=yi,
             norms=problem.norms[act],
             alpha_normalised=np.stack([f.alpha[act] for f, _ in _parts(fit_n)]),
@@ -387,6 +412,78 @@ default="evidence_shared"
         self._finish_fit(X, training, fit_n)
         self._importance = self._make_importance() if self._samples_predictive() else None
         return self
+
+    def _takes_chunks(self, X: np.ndarray) -> bool:
+        """Whether ``fit`` takes the chunked path: asked for (``chunk_rows``), or a subset of
+        centres whose N x M design would not fit in memory (:func:`~bayes_rvm._base.design_fits`).
+        """
+        if self.chunk_rows is None:
+            if self.centres is None or self.kernel == "precomputed":
+                return False
+            centres = self.centres
+            n = self.n_centres if isinstance(centres, str) else np.shape(centres)[0]
+            if n is None:
+                return False
+            return not design_fits(
+                X.shape[0], int(n) + int(bool(self.bias)), squares=self._square_matrices()
+            )
+        if self.centres is None:
+            raise ValueError(
+                "chunk_rows builds the design in row blocks over a subset of centres; with "
+                "centres=None every training input is a basis function (an N x N design). "
+                "Pass centres='kmeans' (or 'random', or an array) with n_centres."
+            )
+        return True
+
+    def _check_chunked(self) -> None:
+        """What a chunked fit cannot give: it keeps no N x K training design."""
+        refused = {
+            "inference='mcmc'": self.inference == "mcmc",
+            "predictive='rvm*'": self.predictive == "rvm*",
+            "moderated='importance'": self.moderated == "importance",
+            f"gamma={self.gamma!r}": self._width_rule().learned
+            and self._width_rule().kind != DEFAULT_GAMMA,
+        }
+        bad = [name for name, is_bad in refused.items() if is_bad]
+        if bad:
+            raise ValueError(
+                f"{', '.join(bad)} cannot be used on the chunked path (chunk_rows, or a design "
+                "too large for memory): it needs the N x K training design or fits at many "
+                "widths. The chunked path fits at gamma='evidence_shared' (the default), a "
+                "number, 'scale' or 'auto', moderates by the probit, and samples no MCMC."
+            )
+
+    def _fit_chunked(self, X, problem: Problem, engine: Engine, yi: np.ndarray):
+        """The basis, the problem on a :class:`~bayes_rvm.evidence.design.ChunkedDesign` and
+        the engine's fit (:func:`~bayes_rvm.evidence.chunked.fit_laplace_chunked`)."""
+        from bayes_rvm.evidence.chunked import CACHE_BYTES, chunked_design
+
+        self._check_chunked()
+        centres = self._candidate_centres(X)
+        path = None
+        if self._width_rule().kind == DEFAULT_GAMMA:
+            onehot = (yi[:, None] == np.arange(self.classes_.size)).astype(np.float64)
+            labels = onehot[:, 1] if self.classes_.size == 2 else onehot
+            ls, path, _ = self._shared_length_scale(
+                X, centres, lambda Phi, rows: shared_laplace_evidence(Phi, labels[rows])
+            )
+            g = self._width_rule().kernel.gamma(ls)
+            basis = self._fit_basis(X, centres, gamma=float(g[0]) if ls.size == 1 else g)
+        else:
+            basis = self._fit_basis(X, centres)
+        step = self.chunk_rows or max(1, 8_000_000 // basis.n_basis_)
+        design = chunked_design(
+            lambda rows, cols: basis.transform(X[rows], columns=cols),
+            X.shape[0],
+            basis.n_basis_,
+            chunk_rows=step,
+            cache_bytes=min(CACHE_BYTES, memory_limit()[0] or CACHE_BYTES),
+        )
+        problem = dataclasses.replace(problem, design=design, norms=design.norms)
+        fit_n = engine.fit(problem)
+        self._set_width(basis, path)
+        self.chunked_passes_ = dataclasses.asdict(design.counter)
+        return basis, problem, fit_n
 
     def make_engine(self) -> Engine:
         """The Laplace engine with this estimator's options (:class:`bayes_rvm.problem.Engine`).
@@ -481,6 +578,11 @@ default="evidence_shared"
         indices into ``classes_``). Type-II: draws from the Laplace approximation at the mode over
         the relevance vectors, built on first use (binary and multinomial fits)."""
         check_is_fitted(self, "fit_")
+        if self._idata is None and self.training_.phi_active is None:
+            raise AttributeError(
+                "idata_ holds the pointwise log-likelihood of every training row, from the "
+                "N x K training design, which a fit on the chunked path (chunk_rows) does not keep."
+            )
         if self._idata is None:
             import json
 
