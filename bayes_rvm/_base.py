@@ -39,7 +39,6 @@ __all__ = [
     "check_fit_memory",
     "check_memory",
     "check_number",
-    "design_fits",
     "memory_limit",
 ]
 
@@ -175,14 +174,6 @@ def check_fit_memory(who: str, n_samples: int, n_basis: int, *, squares: int = 0
         floats(n_basis),
         advice,
     )
-
-
-def design_fits(n_samples: int, n_basis: int, *, squares: int = 0) -> bool:
-    """Whether :func:`check_fit_memory` lets the N x M design (and ``squares`` M x M matrices)
-    be built in memory: the estimators' rule for taking the chunked path instead."""
-    limit, _ = memory_limit()
-    need = 8.0 * (float(n_samples) * n_basis + squares * float(n_basis) ** 2)
-    return limit is None or need <= limit
 
 
 def path_to_json(path: WidthPath | None) -> dict | None:
@@ -351,9 +342,9 @@ class BaseRVM(BaseEstimator):
         # Rows in chunks of ~64 MB keep the kernel's pairwise temporaries small at large N.
         return basis, basis.transform(X, chunk_size=max(1, 8_000_000 // basis.n_basis_))
 
-    def _fit_basis(self, X: np.ndarray, centres: np.ndarray | None, gamma=None) -> KernelBasis:
-        """The basis on ``centres`` (None: the inputs) at ``gamma`` (default: the width rule's;
-        one that does not apply to this kernel, poly or sigmoid, falls back to "scale")."""
+    def _fit_basis(self, X: np.ndarray, centres, gamma=None) -> KernelBasis:
+        """The basis on ``centres`` (None: the inputs) at ``gamma`` (default: the width rule's)."""
+        # A width rule that does not apply to this kernel (poly, sigmoid) falls back to "scale".
         return KernelBasis(
             self.kernel,
             gamma=self._width_rule().basis_gamma if gamma is None else gamma,
@@ -535,11 +526,10 @@ class BaseRVM(BaseEstimator):
         rule = self._width_rule()
         if rule.kind == DEFAULT_GAMMA:
             start = time.perf_counter()
-            n = X.shape[0]
-            ls, path, rows = self._shared_length_scale(X, centres, criterion)
+            ls, path, rows = self._shared_width(X, centres, criterion)
             Phi = self._width_design(X, centres)(ls)
             fit = engine.fit(problem.with_design(Phi, normalised=True))
-            log_scale *= rows.size / n  # the curve's evidence is over these rows
+            log_scale *= rows.size / X.shape[0]  # the curve's evidence is over these rows
             wf = WidthFit(ls, fit, Phi, path, n_fits=1, seconds=time.perf_counter() - start)
         else:
             wf = maximise_width(
@@ -564,9 +554,11 @@ class BaseRVM(BaseEstimator):
         self.width_selection_ = wf
         return basis, problem, wf.fit
 
-    def _shared_length_scale(self, X: np.ndarray, centres, criterion):
-        """``gamma="evidence_shared"``'s length scale, its curve and the rows it was chosen on
-        (at most :data:`SHARED_MAX_SAMPLES`; see :meth:`_select_width`)."""
+    def _shared_width(self, X, centres, criterion) -> tuple[np.ndarray, WidthPath, np.ndarray]:
+        """The default width rule on at most :data:`SHARED_MAX_SAMPLES` rows: ``(ls, path, rows)``.
+
+        ``criterion(Phi, rows)`` is the estimator's shared evidence of those rows' targets.
+        """
         n = X.shape[0]
         rows = np.arange(n)
         if n > SHARED_MAX_SAMPLES:

@@ -26,7 +26,6 @@ from bayes_rvm._base import (
     DEFAULT_GAMMA,
     POSITIVE,
     BaseRVM,
-    design_fits,
     memory_limit,
     new_inputs,
     path_from_json,
@@ -42,9 +41,11 @@ from bayes_rvm.evidence.result import moderation
 from bayes_rvm.evidence.width import shared_laplace_evidence
 from bayes_rvm.families import BERNOULLI, SOFTMAX
 from bayes_rvm.kernels import KernelBasis
+from bayes_rvm.large_data import LARGE_DESIGN_BYTES
 from bayes_rvm.persistence import Fail, SavedStateMixin
 from bayes_rvm.priors import as_prior
 from bayes_rvm.problem import Engine, OneVsRestFit, Problem, TrainingData
+from bayes_rvm.statistics import chunk_rows_for
 
 __all__ = ["RVC", "OneVsRestFit"]
 
@@ -158,18 +159,24 @@ default="evidence_shared"
         ``relevance_`` indexes ``basis_.centres_``.
     n_centres : int, optional
         Number of centres for ``centres="random"`` or ``"kmeans"``.
-    chunk_rows : int, optional
-        Fit on the chunked path, building the design ``chunk_rows`` rows at a time
-        (:mod:`bayes_rvm.evidence.chunked`): the engine first runs in memory on a fixed subset
-        of rows (at most 50,000, a quarter of them), then refines on all rows, each step a pass
-        over row blocks; the blocks are kept between passes while the whole design fits in
-        :data:`~bayes_rvm.evidence.chunked.CACHE_BYTES` (and the memory limit), else rebuilt.
-        None (default): that path is taken when ``centres`` is a subset whose N x M design
-        exceeds the memory limit (where a fit stopped with ``MemoryError`` before), in blocks of
-        about 64 MB. Needs ``centres``; not with ``inference="mcmc"``, ``predictive="rvm*"``,
-        ``moderated="importance"`` or ``gamma="evidence"`` (they need the N x K training design
-        or fits at many widths; ``moderated="auto"`` takes the probit). ``chunked_passes_``
-        counts the passes.
+    chunk_rows : "auto", int or None, default="auto"
+        How the Laplace fit reads the N x M design of a subset of centres (the rule of
+        :class:`~bayes_rvm.estimators.RVR`). An int: the chunked path, building the design this
+        many rows at a time (:mod:`bayes_rvm.evidence.chunked`): the engine first runs in
+        memory on a fixed subset of rows (a quarter of them, at most 50,000), then refines on all
+        rows, each step a pass over the row blocks; the blocks are kept between passes while
+        the whole design fits in :data:`~bayes_rvm.evidence.chunked.CACHE_BYTES` (and the
+        memory limit), else rebuilt at each pass, so memory stays bounded whatever N. The subset
+        start may end at another local optimum of the evidence than a cold fit on all rows
+        (close in evidence and predictions; see the "Large data" page). None: the whole design
+        in memory (a MemoryError above the memory limit). ``"auto"``: the chunked path, in
+        blocks of about 64 MiB, when ``centres`` selects a subset, the design would take more
+        than :data:`bayes_rvm.large_data.LARGE_DESIGN_BYTES` (2 GiB) or the memory limit, and
+        the fit can run there; else the design. The chunked path keeps no N x K training
+        design: it takes no ``inference="mcmc"``, ``predictive="rvm*"``,
+        ``moderated="importance"`` or ``gamma="evidence"`` (a clear error),
+        ``moderated="auto"`` takes the probit, and ``idata_`` raises. ``chunked_passes_``
+        counts its passes.
     inference : {"type2", "mcmc"}, default="type2"
         ``"mcmc"``: after the type-II fit (which seeds it), NUTS over the weights and their
         precisions of :attr:`model_` (:func:`bayes_rvm.models.rvm_classification_model`,
@@ -264,7 +271,7 @@ default="evidence_shared"
         "multi_class": [StrOptions(set(_MULTI_CLASS))],
         "moderated": ["boolean", StrOptions({"auto", "importance", "probit"})],
         "threshold_alpha": [POSITIVE],
-        "chunk_rows": [Interval(Integral, 1, None, closed="left"), None],
+        "chunk_rows": [StrOptions({"auto"}), Interval(Integral, 1, None, closed="left"), None],
     }
 
     def __init__(
@@ -288,7 +295,7 @@ default="evidence_shared"
         threshold_alpha=1e9,
         centres=None,
         n_centres=None,
-        chunk_rows=None,
+        chunk_rows="auto",
         inference="type2",
         draws=1000,
         tune=1000,
@@ -414,30 +421,31 @@ default="evidence_shared"
         return self
 
     def _takes_chunks(self, X: np.ndarray) -> bool:
-        """Whether ``fit`` takes the chunked path: asked for (``chunk_rows``), or a subset of
-        centres whose N x M design would not fit in memory (:func:`~bayes_rvm._base.design_fits`).
-        """
+        """Whether ``fit`` takes the chunked path, by :class:`~bayes_rvm.estimators.RVR`'s rule:
+        an int ``chunk_rows``; or ``"auto"`` with a subset of centres whose N x M design exceeds
+        :data:`~bayes_rvm.large_data.LARGE_DESIGN_BYTES` or the memory limit, for a fit the
+        chunked path can make."""
         if self.chunk_rows is None:
-            if self.centres is None or self.kernel == "precomputed":
-                return False
-            centres = self.centres
-            n = self.n_centres if isinstance(centres, str) else np.shape(centres)[0]
-            if n is None:
-                return False
-            return not design_fits(
-                X.shape[0], int(n) + int(bool(self.bias)), squares=self._square_matrices()
-            )
-        if self.centres is None:
-            raise ValueError(
-                "chunk_rows builds the design in row blocks over a subset of centres; with "
-                "centres=None every training input is a basis function (an N x N design). "
-                "Pass centres='kmeans' (or 'random', or an array) with n_centres."
-            )
-        return True
+            return False
+        if self.chunk_rows != "auto":
+            self._check_chunked()
+            return True
+        if self.centres is None or self.kernel == "precomputed":
+            return False
+        try:
+            self._check_chunked()
+        except ValueError:
+            return False  # the design path, with its own memory check
+        n_basis = self.n_centres if isinstance(self.centres, str) else len(self.centres)
+        need = 8.0 * X.shape[0] * (n_basis + int(bool(self.bias)))
+        limit, _ = memory_limit()
+        return need > min(LARGE_DESIGN_BYTES, np.inf if limit is None else limit)
 
     def _check_chunked(self) -> None:
         """What a chunked fit cannot give: it keeps no N x K training design."""
         refused = {
+            "centres=None (every training input a basis function)": self.centres is None,
+            "kernel='precomputed'": self.kernel == "precomputed",
             "inference='mcmc'": self.inference == "mcmc",
             "predictive='rvm*'": self.predictive == "rvm*",
             "moderated='importance'": self.moderated == "importance",
@@ -447,10 +455,12 @@ default="evidence_shared"
         bad = [name for name, is_bad in refused.items() if is_bad]
         if bad:
             raise ValueError(
-                f"{', '.join(bad)} cannot be used on the chunked path (chunk_rows, or a design "
-                "too large for memory): it needs the N x K training design or fits at many "
-                "widths. The chunked path fits at gamma='evidence_shared' (the default), a "
-                "number, 'scale' or 'auto', moderates by the probit, and samples no MCMC."
+                f"RVC(chunk_rows={self.chunk_rows!r}) builds the design in row blocks, but "
+                f"{', '.join(bad)} cannot be used there: it needs the N x N or N x K training "
+                "design, or fits at many widths. The chunked path takes a subset of centres "
+                "(centres='random', 'kmeans' or an array), gamma='evidence_shared' (the "
+                "default), a number, 'scale' or 'auto', moderates by the probit and samples no "
+                "MCMC. Set chunk_rows=None for the in-memory design."
             )
 
     def _fit_chunked(self, X, problem: Problem, engine: Engine, yi: np.ndarray):
@@ -464,14 +474,14 @@ default="evidence_shared"
         if self._width_rule().kind == DEFAULT_GAMMA:
             onehot = (yi[:, None] == np.arange(self.classes_.size)).astype(np.float64)
             labels = onehot[:, 1] if self.classes_.size == 2 else onehot
-            ls, path, _ = self._shared_length_scale(
+            ls, path, _ = self._shared_width(
                 X, centres, lambda Phi, rows: shared_laplace_evidence(Phi, labels[rows])
             )
             g = self._width_rule().kernel.gamma(ls)
             basis = self._fit_basis(X, centres, gamma=float(g[0]) if ls.size == 1 else g)
         else:
             basis = self._fit_basis(X, centres)
-        step = self.chunk_rows or max(1, 8_000_000 // basis.n_basis_)
+        step = chunk_rows_for(basis.n_basis_) if self.chunk_rows == "auto" else self.chunk_rows
         design = chunked_design(
             lambda rows, cols: basis.transform(X[rows], columns=cols),
             X.shape[0],
