@@ -74,9 +74,7 @@ def test_chunked_engine_equals_the_in_memory_engine(problem):
     D = chunked_design(block, Phi.shape[0], basis.n_basis_, chunk_rows=500, cache_bytes=0.0)
     chunked = fit_laplace_sequential(D, y)
     np.testing.assert_array_equal(chunked.active, dense.active)
-    np.testing.assert_allclose(
-        chunked.alpha[chunked.active], dense.alpha[dense.active], rtol=1e-6
-    )
+    np.testing.assert_allclose(chunked.alpha[chunked.active], dense.alpha[dense.active], rtol=1e-6)
     np.testing.assert_allclose(chunked.posterior.mean, dense.posterior.mean, rtol=1e-7, atol=1e-9)
     assert chunked.log_evidence == pytest.approx(dense.log_evidence, rel=1e-10)
     assert chunked.actions == dense.actions

@@ -27,7 +27,14 @@ from bayes_rvm.evidence.laplace import fit_laplace_mackay, fit_laplace_sequentia
 from bayes_rvm.evidence.options import EvidenceOptions, resolve_options
 from bayes_rvm.evidence.result import EvidenceFit
 
-__all__ = ["CACHE_BYTES", "SUBSET_ROWS", "chunked_design", "fit_laplace_chunked", "subset_rows"]
+__all__ = [
+    "CACHE_BYTES",
+    "SUBSET_ROWS",
+    "chunked_design",
+    "column_norms",
+    "fit_laplace_chunked",
+    "subset_rows",
+]
 
 #: Rows of the in-memory subset fit that starts a chunked one (at most a quarter of the rows).
 SUBSET_ROWS = 50_000
