@@ -49,6 +49,8 @@ class StatisticsFitMixin:
         except ValueError:
             return False  # the design path, with its own memory check
         n_basis = self.n_centres if isinstance(self.centres, str) else len(self.centres)
+        if n_basis is None:
+            return False  # the design path says what is missing
         need = 8.0 * X.shape[0] * (n_basis + int(bool(self.bias)))
         limit, _ = memory_limit()
         return need > min(LARGE_DESIGN_BYTES, np.inf if limit is None else limit)

@@ -198,3 +198,36 @@ def test_rvr_chunk_rows_rules(sinc2d, monkeypatch):
         kw = {"centres": "random", "n_centres": 50, "chunk_rows": 500} | bad
         with pytest.raises(ValueError, match=match):
             RVR(**kw).fit(X, y)
+
+
+def test_rvr_from_statistics_saves_and_loads(sinc2d, tmp_path):
+    import pickle
+
+    from bayes_rvm import RVR, load_model, save_model
+
+    X, y, X_test = sinc2d
+    model = RVR(gamma=0.5, centres="random", n_centres=60, chunk_rows=700, random_state=0)
+    model.fit(X[:3000], y[:3000])
+    expected = model.predict(X_test, return_std=True)
+    save_model(model, tmp_path / "m.nc")
+    for loaded in (load_model(tmp_path / "m.nc"), pickle.loads(pickle.dumps(model))):
+        for got, want in zip(loaded.predict(X_test, return_std=True), expected, strict=True):
+            np.testing.assert_allclose(got, want, rtol=1e-12)
+        with pytest.raises(ValueError, match="sufficient statistics"):
+            loaded.refit_loo()
+
+
+def test_auto_takes_the_statistics_where_the_design_would_not_fit(sinc2d, monkeypatch):
+    """Above the memory limit the design path stops; ``"auto"`` fits from the statistics."""
+    from bayes_rvm import RVR
+
+    X, y, X_test = sinc2d
+    X, y = X[:3000], y[:3000]
+    kw = {"gamma": 0.5, "centres": "random", "n_centres": 100, "random_state": 0}
+    reference = RVR(chunk_rows=None, **kw).fit(X, y).predict(X_test[:20])
+    monkeypatch.setenv("BAYES_RVM_MAX_MEMORY", "2MB")  # the 3000 x 101 design needs 2.4 MB
+    with pytest.raises(MemoryError, match="design matrix"):
+        RVR(chunk_rows=None, **kw).fit(X, y)
+    model = RVR(**kw).fit(X, y)
+    assert model.statistics_ is not None
+    np.testing.assert_allclose(model.predict(X_test[:20]), reference, rtol=1e-6, atol=1e-7)
