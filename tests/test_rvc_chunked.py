@@ -104,7 +104,7 @@ def test_fit_evidence_on_a_chunked_design_starts_from_a_subset(problem):
     assert D.counter.full == 1
 
 
-def test_rvc_chunk_rows_fits_and_predicts(problem):
+def test_rvc_chunk_rows_fits_and_predicts(problem, tmp_path):
     X, y, *_ = problem
     Xt, yt = _boundary(4000, 1)
     kw = dict(gamma=1.0, centres="random", n_centres=60, random_state=0, moderated="probit")
@@ -125,6 +125,11 @@ def test_rvc_chunk_rows_fits_and_predicts(problem):
     assert chunked.moderation_ == "probit"
     with pytest.raises(AttributeError, match="chunked path"):
         chunked.idata_
+    # Saved without a training design, loaded to the same predictions.
+    from bayes_rvm import load_model, save_model
+
+    save_model(chunked, tmp_path / "chunked.nc")
+    np.testing.assert_array_equal(load_model(tmp_path / "chunked.nc").predict_proba(Xt), p)
 
 
 @pytest.mark.parametrize(
