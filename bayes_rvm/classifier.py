@@ -14,17 +14,19 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
+from numbers import Integral
 
 import numpy as np
 from sklearn.base import ClassifierMixin, _fit_context
 from sklearn.utils import check_random_state
-from sklearn.utils._param_validation import StrOptions
+from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
 from bayes_rvm._base import (
     DEFAULT_GAMMA,
     POSITIVE,
     BaseRVM,
+    memory_limit,
     new_inputs,
     path_from_json,
     path_to_json,
@@ -39,9 +41,11 @@ from bayes_rvm.evidence.result import moderation
 from bayes_rvm.evidence.width import shared_laplace_evidence
 from bayes_rvm.families import BERNOULLI, SOFTMAX
 from bayes_rvm.kernels import KernelBasis
+from bayes_rvm.large_data import LARGE_DESIGN_BYTES
 from bayes_rvm.persistence import Fail, SavedStateMixin
 from bayes_rvm.priors import as_prior
 from bayes_rvm.problem import Engine, OneVsRestFit, Problem, TrainingData
+from bayes_rvm.statistics import chunk_rows_for
 
 __all__ = ["RVC", "OneVsRestFit"]
 
@@ -155,6 +159,24 @@ default="evidence_shared"
         ``relevance_`` indexes ``basis_.centres_``.
     n_centres : int, optional
         Number of centres for ``centres="random"`` or ``"kmeans"``.
+    chunk_rows : "auto", int or None, default="auto"
+        How the Laplace fit reads the N x M design of a subset of centres (the rule of
+        :class:`~bayes_rvm.estimators.RVR`). An int: the chunked path, building the design this
+        many rows at a time (:mod:`bayes_rvm.evidence.chunked`): the engine first runs in
+        memory on a fixed subset of rows (a quarter of them, at most 50,000), then refines on all
+        rows, each step a pass over the row blocks; the blocks are kept between passes while
+        the whole design fits in :data:`~bayes_rvm.evidence.chunked.CACHE_BYTES` (and the
+        memory limit), else rebuilt at each pass, so memory stays bounded whatever N. The subset
+        start may end at another local optimum of the evidence than a cold fit on all rows
+        (close in evidence and predictions; see the "Large data" page). None: the whole design
+        in memory (a MemoryError above the memory limit). ``"auto"``: the chunked path, in
+        blocks of about 64 MiB, when ``centres`` selects a subset, the design would take more
+        than :data:`bayes_rvm.large_data.LARGE_DESIGN_BYTES` (2 GiB) or the memory limit, and
+        the fit can run there; else the design. The chunked path keeps no N x K training
+        design: it takes no ``inference="mcmc"``, ``predictive="rvm*"``,
+        ``moderated="importance"`` or ``gamma="evidence"`` (a clear error),
+        ``moderated="auto"`` takes the probit, and ``idata_`` raises. ``chunked_passes_``
+        counts its passes.
     inference : {"type2", "mcmc"}, default="type2"
         ``"mcmc"``: after the type-II fit (which seeds it), NUTS over the weights and their
         precisions of :attr:`model_` (:func:`bayes_rvm.models.rvm_classification_model`,
@@ -221,6 +243,10 @@ default="evidence_shared"
         Engine iterations (summed over classes for ``"ovr"``).
     converged_ : bool
         Whether every engine met its stopping rule.
+    chunked_passes_ : dict or None
+        A chunked fit's passes over the rows (:class:`~bayes_rvm.evidence.design.PassCounter`:
+        ``full`` kernel passes over every column, ``columns`` over some, ``cached`` from kept
+        blocks); None for a fit in memory.
     moderation_ : {"importance", "probit", "mode", "mcmc"}
         How :meth:`predict_proba` averages over the weights under the current ``moderated``.
     model_ : pymc.Model
@@ -245,6 +271,7 @@ default="evidence_shared"
         "multi_class": [StrOptions(set(_MULTI_CLASS))],
         "moderated": ["boolean", StrOptions({"auto", "importance", "probit"})],
         "threshold_alpha": [POSITIVE],
+        "chunk_rows": [StrOptions({"auto"}), Interval(Integral, 1, None, closed="left"), None],
     }
 
     def __init__(
@@ -268,6 +295,7 @@ default="evidence_shared"
         threshold_alpha=1e9,
         centres=None,
         n_centres=None,
+        chunk_rows="auto",
         inference="type2",
         draws=1000,
         tune=1000,
@@ -295,6 +323,7 @@ default="evidence_shared"
         self.threshold_alpha = threshold_alpha
         self.centres = centres
         self.n_centres = n_centres
+        self.chunk_rows = chunk_rows
         self.inference = inference
         self.draws = draws
         self.tune = tune
@@ -351,7 +380,10 @@ default="evidence_shared"
         ovr = classes.size > 2 and self.multi_class == "ovr"
         problem = Problem.classification(None, yi, classes.size, one_vs_rest=ovr)
         engine = self.make_engine()
-        if self._learns_width():
+        self.chunked_passes_ = None
+        if self._takes_chunks(X):
+            basis, problem, fit_n = self._fit_chunked(X, problem, engine, yi)
+        elif self._learns_width():
             if self._width_rule().kind == "evidence_ard":
                 raise ValueError(
                     "gamma='evidence_ard' needs the closed-form width gradient of the Gaussian "
@@ -379,7 +411,7 @@ default="evidence_shared"
         # leave float64's range with the columns' norms (a linear kernel on inputs of 1e80),
         # and importance sampling needs them.
         training = TrainingData(
-            phi_active=problem.active_design(act),
+            phi_active=None if self.chunked_passes_ else problem.active_design(act),
             y_index=yi,
             norms=problem.norms[act],
             alpha_normalised=np.stack([f.alpha[act] for f, _ in _parts(fit_n)]),
@@ -387,6 +419,81 @@ default="evidence_shared"
         self._finish_fit(X, training, fit_n)
         self._importance = self._make_importance() if self._samples_predictive() else None
         return self
+
+    def _takes_chunks(self, X: np.ndarray) -> bool:
+        """Whether ``fit`` takes the chunked path, by :class:`~bayes_rvm.estimators.RVR`'s rule:
+        an int ``chunk_rows``; or ``"auto"`` with a subset of centres whose N x M design exceeds
+        :data:`~bayes_rvm.large_data.LARGE_DESIGN_BYTES` or the memory limit, for a fit the
+        chunked path can make."""
+        if self.chunk_rows is None:
+            return False
+        if self.chunk_rows != "auto":
+            self._check_chunked()
+            return True
+        if self.centres is None or self.kernel == "precomputed":
+            return False
+        try:
+            self._check_chunked()
+        except ValueError:
+            return False  # the design path, with its own memory check
+        n_basis = self.n_centres if isinstance(self.centres, str) else len(self.centres)
+        need = 8.0 * X.shape[0] * (n_basis + int(bool(self.bias)))
+        limit, _ = memory_limit()
+        return need > min(LARGE_DESIGN_BYTES, np.inf if limit is None else limit)
+
+    def _check_chunked(self) -> None:
+        """What a chunked fit cannot give: it keeps no N x K training design."""
+        refused = {
+            "centres=None (every training input a basis function)": self.centres is None,
+            "kernel='precomputed'": self.kernel == "precomputed",
+            "inference='mcmc'": self.inference == "mcmc",
+            "predictive='rvm*'": self.predictive == "rvm*",
+            "moderated='importance'": self.moderated == "importance",
+            f"gamma={self.gamma!r}": self._width_rule().learned
+            and self._width_rule().kind != DEFAULT_GAMMA,
+        }
+        bad = [name for name, is_bad in refused.items() if is_bad]
+        if bad:
+            raise ValueError(
+                f"RVC(chunk_rows={self.chunk_rows!r}) builds the design in row blocks, but "
+                f"{', '.join(bad)} cannot be used there: it needs the N x N or N x K training "
+                "design, or fits at many widths. The chunked path takes a subset of centres "
+                "(centres='random', 'kmeans' or an array), gamma='evidence_shared' (the "
+                "default), a number, 'scale' or 'auto', moderates by the probit and samples no "
+                "MCMC. Set chunk_rows=None for the in-memory design."
+            )
+
+    def _fit_chunked(self, X, problem: Problem, engine: Engine, yi: np.ndarray):
+        """The basis, the problem on a :class:`~bayes_rvm.evidence.design.ChunkedDesign` and
+        the engine's fit (:func:`~bayes_rvm.evidence.chunked.fit_laplace_chunked`)."""
+        from bayes_rvm.evidence.chunked import CACHE_BYTES, chunked_design
+
+        self._check_chunked()
+        centres = self._candidate_centres(X)
+        path = None
+        if self._width_rule().kind == DEFAULT_GAMMA:
+            onehot = (yi[:, None] == np.arange(self.classes_.size)).astype(np.float64)
+            labels = onehot[:, 1] if self.classes_.size == 2 else onehot
+            ls, path, _ = self._shared_width(
+                X, centres, lambda Phi, rows: shared_laplace_evidence(Phi, labels[rows])
+            )
+            g = self._width_rule().kernel.gamma(ls)
+            basis = self._fit_basis(X, centres, gamma=float(g[0]) if ls.size == 1 else g)
+        else:
+            basis = self._fit_basis(X, centres)
+        step = chunk_rows_for(basis.n_basis_) if self.chunk_rows == "auto" else self.chunk_rows
+        design = chunked_design(
+            lambda rows, cols: basis.transform(X[rows], columns=cols),
+            X.shape[0],
+            basis.n_basis_,
+            chunk_rows=step,
+            cache_bytes=min(CACHE_BYTES, memory_limit()[0] or CACHE_BYTES),
+        )
+        problem = dataclasses.replace(problem, design=design, norms=design.norms)
+        fit_n = engine.fit(problem)
+        self._set_width(basis, path)
+        self.chunked_passes_ = dataclasses.asdict(design.counter)
+        return basis, problem, fit_n
 
     def make_engine(self) -> Engine:
         """The Laplace engine with this estimator's options (:class:`bayes_rvm.problem.Engine`).
@@ -481,6 +588,11 @@ default="evidence_shared"
         indices into ``classes_``). Type-II: draws from the Laplace approximation at the mode over
         the relevance vectors, built on first use (binary and multinomial fits)."""
         check_is_fitted(self, "fit_")
+        if self._idata is None and self.training_.phi_active is None:
+            raise AttributeError(
+                "idata_ holds the pointwise log-likelihood of every training row, from the "
+                "N x K training design, which a fit on the chunked path (chunk_rows) does not keep."
+            )
         if self._idata is None:
             import json
 

@@ -7,6 +7,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from bayes_rvm.evidence.chunked import fit_laplace_chunked
+from bayes_rvm.evidence.design import ChunkedDesign
 from bayes_rvm.evidence.gaussian import fit_mackay
 from bayes_rvm.evidence.laplace import fit_laplace_mackay, fit_laplace_sequential
 from bayes_rvm.evidence.options import EvidenceOptions
@@ -42,8 +44,10 @@ def fit_evidence(
 
     Parameters
     ----------
-    Phi : ndarray of shape (N, M)
-        Design matrix, float64.
+    Phi : ndarray of shape (N, M) or ChunkedDesign
+        Design matrix, float64; a :class:`~bayes_rvm.evidence.design.ChunkedDesign` (built in
+        row blocks, Laplace likelihoods only) goes to
+        :func:`~bayes_rvm.evidence.chunked.fit_laplace_chunked`.
     T : array-like of shape (N,) or (N, D)
         Targets.
     solver : {"sequential", "mackay"}, default="sequential"
@@ -59,6 +63,9 @@ def fit_evidence(
     """
     if solver not in SOLVERS:
         raise ValueError(f"solver must be one of {SOLVERS}, got {solver!r}.")
+    if isinstance(Phi, ChunkedDesign):
+        # A design built in row blocks: the Laplace engines start from a subset of rows.
+        return fit_laplace_chunked(Phi, T, solver=solver, options=options, **settings)
     likelihood = settings.get("likelihood", options.likelihood if options else None)
     family = "gaussian" if likelihood in (None, "gaussian") else "laplace"
     if likelihood == "student_t":

@@ -51,6 +51,7 @@ The Gamma(a, b) hyperprior on ``alpha`` (over ``log alpha``, as in
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import warnings
 from dataclasses import dataclass
@@ -59,6 +60,7 @@ import numpy as np
 from scipy import linalg
 from sklearn.exceptions import ConvergenceWarning
 
+from bayes_rvm.evidence.design import ChunkedDesign, DenseDesign
 from bayes_rvm.evidence.gaussian import KEPT_ONE, MacKayStop, keep_one, single_blas_thread
 from bayes_rvm.evidence.log_evidence import WARN_SKIP, cholesky
 from bayes_rvm.evidence.mode import (
@@ -68,7 +70,14 @@ from bayes_rvm.evidence.mode import (
     posterior_mode,
     warn_mode,
 )
-from bayes_rvm.evidence.options import EvidenceOptions, check_problem, free_alpha, resolve_options
+from bayes_rvm.evidence.options import (
+    EvidenceOptions,
+    check_problem,
+    check_targets,
+    free_alpha,
+    problem_from_norms,
+    resolve_options,
+)
 from bayes_rvm.evidence.record import Recorder
 from bayes_rvm.evidence.result import (
     EvidenceFit,
@@ -105,9 +114,6 @@ _RETRIES = 1
 #: were among the 10 largest alphas (5 missed the full-Ripley one). A screen costs
 #: O(N (KC)^2 + (KC)^3) a MacKay step, a second at KC = 100 and N = 600 on a 2-core machine.
 _PROBES, _PROBE_ROUNDS, _PROBE_MAX_WEIGHTS = 10, 20, 100
-#: Rows of the design matrix per block of the one pass that forms ``Phi^T Z`` and ``(Phi**2)^T B``:
-#: small enough for the block and its square to stay in cache.
-_CHUNK = 128
 #: MacKay updates at most in a deletion probe's screen (loose: the sequential steps refine). 10
 #: missed two of the Ripley subsets' probes, 20 and 30 found the same; with 20 a fit with probes
 #: costs 1.3-2x one without (Ripley, Pima, Banana).
@@ -116,39 +122,34 @@ _SCREEN_STEPS = 20
 STOPPED = "stopped by callback"
 
 
-def _project(Phi: np.ndarray, Z: np.ndarray, B: np.ndarray, buf: np.ndarray):
-    """``Phi^T Z`` and ``(Phi * Phi)^T B`` in one pass over ``Phi`` (no N x M temporary).
-
-    The design matrix is the big object; reading it once per step, in cache-sized row blocks,
-    is what bounds the cost of a sequential step.
-    """
-    N = Phi.shape[0]
-    G = np.zeros((Phi.shape[1], Z.shape[1]))
-    S = np.zeros((Phi.shape[1], B.shape[1]))
-    for start in range(0, N, buf.shape[0]):
-        P = Phi[start : start + buf.shape[0]]
-        G += P.T @ Z[start : start + P.shape[0]]
-        sq = np.multiply(P, P, out=buf[: P.shape[0]])
-        S += sq.T @ B[start : start + P.shape[0]]
-    return G, S
-
-
 # ---------------------------------------------------------------------------------------------
 # engines
 # ---------------------------------------------------------------------------------------------
 def _laplace_problem(engine: str, Phi, T, options, settings):
-    problem = check_problem(Phi, T, resolve_options(engine, options, settings), engine)
+    opt = resolve_options(engine, options, settings)
+    if isinstance(Phi, ChunkedDesign):
+        # Its columns have unit norm (zero columns stay zero), checked finite when built.
+        T = check_targets(T, Phi.shape[0], opt.likelihood)
+        dd = (Phi.norms if Phi.columns is None else Phi.norms[Phi.columns]) > 0
+        return problem_from_norms(Phi, T, dd.astype(np.float64), opt, engine)
+    problem = check_problem(Phi, T, opt, engine)
     if not np.all(np.isfinite(problem.Phi)):
         # The squared norms were finite, yet a product overflowed: still not a usable design.
         raise ValueError("Phi must be finite.")
-    return problem
+    return dataclasses.replace(problem, Phi=DenseDesign(problem.Phi))
 
 
 def _mode(problem, active, alpha: np.ndarray, W: np.ndarray, tol: float) -> LaplacePosterior:
     """Posterior mode of the columns ``active`` at ``alpha`` (all M), warm-started from ``W``."""
     opt = problem.options
     return newton_mode(
-        problem.Phi[:, active], problem.T, alpha[active], W, opt.likelihood, tol, opt.mode_max_iter
+        problem.Phi.take(active),
+        problem.T,
+        alpha[active],
+        W,
+        opt.likelihood,
+        tol,
+        opt.mode_max_iter,
     )
 
 
@@ -296,7 +297,7 @@ class _Steps:
         return out
 
 
-def _linearised_factors(Phi, post: LaplacePosterior, act, alpha, Tl, buf):
+def _linearised_factors(Phi, post: LaplacePosterior, act, alpha, Tl):
     """Leave-one-out factors ``s``, ``q`` (M x C) of every column at the mode, and ``S``, ``B``.
 
     ``Tl = (T, likelihood)``. At the mode ``Q_m = phi_m^T (t - y)`` and
@@ -304,16 +305,11 @@ def _linearised_factors(Phi, post: LaplacePosterior, act, alpha, Tl, buf):
     diagonal curvature block); active columns remove their own contribution.
     """
     T, likelihood = Tl
-    N, M = Phi.shape
+    M = Phi.shape[1]
     C = T.shape[1]
     K = act.size
-    Phi_a = Phi[:, act]
     B = family(likelihood).curvature(post.mu)
-    Z = np.empty((N, C * K + C))
-    for c in range(C):
-        Z[:, c * K : (c + 1) * K] = Phi_a * B[:, c : c + 1]
-    Z[:, C * K :] = T - post.mu
-    G, S = _project(Phi, Z, B, buf)
+    G, S = Phi.statistics(np.asarray(act, dtype=np.intp), B, T - post.mu)
     Q = G[:, C * K :]
     diag_BB = S.copy()
     for c in range(C):
@@ -418,10 +414,9 @@ class _LaplaceSequential:
     def __init__(self, problem, record: Recorder) -> None:
         self.problem, self.opt, self.record = problem, problem.options, record
         Phi, T = problem.Phi, problem.T
-        N, M, C = problem.shape
+        _, M, C = problem.shape
         self.M, self.C = M, C
         self.Tl = (T, self.opt.likelihood)
-        self.buf = np.empty((min(N, _CHUNK), M))
         self.is_free = np.zeros(M, dtype=bool)
         self.is_free[problem.free] = True
         self.alpha = np.full(M, np.inf)
@@ -457,7 +452,7 @@ class _LaplaceSequential:
         fam = family(self.opt.likelihood)
         Y0 = fam.mean(np.zeros((N, C)))
         B0 = fam.curvature(Y0)
-        Q0, S0 = _project(Phi, T - Y0, B0, self.buf)
+        Q0, S0 = Phi.statistics(np.empty(0, dtype=np.intp), B0, T - Y0)
         with np.errstate(divide="ignore", invalid="ignore"):
             score = np.where(self.problem.allowed, np.sum(Q0 * Q0 / S0, axis=1), -np.inf)
         first = int(np.argmax(score))
@@ -603,7 +598,7 @@ class _LaplaceSequential:
             self.n_partial += 1
             K = act.size
             sub = self.statistics(
-                self.problem.Phi[:, act],
+                self.problem.Phi.take(act),
                 post,
                 np.arange(K),
                 self.alpha[act],
@@ -744,8 +739,7 @@ class _LaplaceSequential:
         """Candidate steps at the current mode: masks, gains and optimal alphas of every column."""
         (a, b), thr = self.opt.alpha_prior, self.opt.threshold_alpha
         M, C, K = Phi.shape[1], self.C, act.size
-        buf = self.buf[:, :M]
-        s, q, is_act, in_span_ok = _linearised_factors(Phi, post, act, alpha, self.Tl, buf)
+        s, q, is_act, in_span_ok = _linearised_factors(Phi, post, act, alpha, self.Tl)
         alpha_a = alpha[act]
         ok = (cand & in_span_ok) | is_act
         # A free column's leave-one-out factors are meaningless (its alpha is ~0): neutral ones.

@@ -33,6 +33,7 @@ import numpy as np
 from scipy import linalg
 from sklearn.exceptions import ConvergenceWarning
 
+from bayes_rvm.evidence.design import as_design, data_hessian
 from bayes_rvm.evidence.log_evidence import WARN_SKIP, cholesky, laplace_log_evidence
 from bayes_rvm.evidence.options import check_targets
 from bayes_rvm.families import Family, family
@@ -52,19 +53,18 @@ Likelihood = Literal["bernoulli", "softmax", "poisson"]
 def laplace_hessian(Phi_a: np.ndarray, Y: np.ndarray, alpha: np.ndarray, fam: Family) -> np.ndarray:
     """Negative Hessian of the log posterior at the likelihood mean ``Y`` (N x C), with prior
     precisions ``alpha`` (K,) shared by the classes (class-major layout for the softmax)."""
-    N, K = Phi_a.shape
-    C = Y.shape[1]
-    if fam.name != "softmax":
-        H = (Phi_a * fam.curvature(Y)).T @ Phi_a
-    else:
-        # Z[:, c*K + i] = y_c phi_i: Z^T Z holds every sum_n y_c y_c' phi phi^T at once.
-        Z = (Y[:, :, None] * Phi_a[:, None, :]).reshape(N, C * K)
-        H = -(Z.T @ Z)
-        for c in range(C):
-            blk = slice(c * K, (c + 1) * K)
-            H[blk, blk] += Phi_a.T @ Z[:, blk]
-    H[np.diag_indices_from(H)] += np.tile(alpha, C)
+    return _add_prior(data_hessian(Phi_a, Y, fam), alpha)
+
+
+def _add_prior(H: np.ndarray, alpha: np.ndarray) -> np.ndarray:
+    H[np.diag_indices_from(H)] += np.tile(alpha, H.shape[0] // max(alpha.size, 1))
     return H
+
+
+def _gradient_hessian(design, T, Y, W, alpha, fam):
+    """Gradient and negative Hessian of the log posterior: one pass over the design."""
+    G, H = design.curvature(T - Y, Y, fam)
+    return G - alpha[:, None] * W, _add_prior(H, alpha)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -129,22 +129,23 @@ def newton_mode(
     """Newton's method with step halving on the log posterior, from ``W0`` (not modified).
 
     The mode finder of every Laplace fit, without input checks (the engines' inner loop; see
-    :func:`posterior_mode` for the checked entry point): ``Phi_a`` (N, K) float64, ``T`` (N, C),
+    :func:`posterior_mode` for the checked entry point): ``Phi_a`` (N, K) float64 or a design
+    object of :mod:`bayes_rvm.evidence.design` (each product one pass over it), ``T`` (N, C),
     ``alpha`` (K,) finite and positive, ``W0`` (K, C). Converged when the largest gradient entry
     is at most ``tol``, or at the rounding floor; at most ``max_iter`` steps (no warning here).
     """
     fam = family(likelihood)
-    K = Phi_a.shape[1]
+    design = as_design(Phi_a)
+    K = design.shape[1]
     C = T.shape[1]
     W = np.array(W0, dtype=np.float64, copy=True)
-    Y, ll = fam.mean_and_log_likelihood(Phi_a @ W, T)
+    Y, ll = fam.mean_and_log_likelihood(design.dot(W), T)
     psi = ll - 0.5 * float(np.sum(alpha[:, None] * W * W))
     converged = False
     it = 0
     while True:
-        G = Phi_a.T @ (T - Y) - alpha[:, None] * W
+        G, H = _gradient_hessian(design, T, Y, W, alpha, fam)
         gmax = float(np.max(np.abs(G))) if G.size else 0.0
-        H = laplace_hessian(Phi_a, Y, alpha, fam)
         L = cholesky(H)
         if gmax <= tol:
             converged = True
@@ -156,7 +157,7 @@ def newton_mode(
         step = 1.0
         while True:
             Wn = W + step * d
-            Yn, lln = fam.mean_and_log_likelihood(Phi_a @ Wn, T)
+            Yn, lln = fam.mean_and_log_likelihood(design.dot(Wn), T)
             psin = lln - 0.5 * float(np.sum(alpha[:, None] * Wn * Wn))
             # Psi is concave, so a Newton direction ascends for a small enough step; the slack
             # admits steps that only lose to rounding near the optimum.
@@ -167,9 +168,8 @@ def newton_mode(
         W, Y, ll, psi = Wn, Yn, lln, psin
         if moved <= 1e-15 * (1.0 + float(np.max(np.abs(W)))):
             # The gradient cannot fall further than rounding allows: accept the rounding floor.
-            G = Phi_a.T @ (T - Y) - alpha[:, None] * W
+            G, H = _gradient_hessian(design, T, Y, W, alpha, fam)
             gmax = float(np.max(np.abs(G)))
-            H = laplace_hessian(Phi_a, Y, alpha, fam)
             L = cholesky(H)
             # The Newton decrement G^T H^-1 G / 2, the rise of Psi a full step would bring, is
             # the test that does not depend on the scale of the gradient's terms: below Psi's

@@ -451,6 +451,13 @@ def check_statistics(stats: SufficientStatistics, options: EvidenceOptions, engi
     return dataclasses.replace(problem, statistics=stats)
 
 
+def problem_from_norms(Phi, T: np.ndarray, dd: np.ndarray, options: EvidenceOptions, engine: str):
+    """The :class:`Problem` of a checked design ``Phi`` (an array, or a design object with a
+    ``shape`` such as :class:`~bayes_rvm.evidence.design.ChunkedDesign`), its squared column
+    norms ``dd`` and checked 2-D targets ``T``: the index options resolved against them."""
+    return _checked(Phi, T, dd, options, engine, float(np.var(T)))
+
+
 def _checked(Phi, T, dd, options: EvidenceOptions, engine: str, var: float, M=None) -> Problem:
     """The index options and the noise start, checked against the squared column norms."""
     M = Phi.shape[1] if M is None else M
