@@ -304,6 +304,8 @@ default="evidence_shared"
         self.random_state = random_state
         self.verbose = verbose
 
+    _is_classifier = True
+
     def _square_matrices(self) -> int:
         # MacKay's engine holds a Hessian over every basis function (per class pair if softmax).
         C = self.classes_.size

@@ -202,7 +202,7 @@ def test_default_width_subset_is_the_same_every_fit(monkeypatch):
 
     X, y, _, _ = load_ripley()
     X, y = X[:150], y[:150]
-    monkeypatch.setattr(base, "SHARED_MAX_SAMPLES", 60)
+    monkeypatch.setattr(base, "SHARED_MAX_SAMPLES_CLASSIFIER", 60)
     first = RVC().fit(X, y)
     second = RVC().fit(X, y)
     seeded = RVC(random_state=0).fit(X, y)
