@@ -68,6 +68,10 @@ SHARED_MAX_SAMPLES_CLASSIFIER = 500
 #: picked widths within a factor 2 of the paper's on all six of Tipping's Table 2 sets
 #: (``benchmarks/bench_tables.py``).
 CLASSIFIER_WIDTH_PENALTY = 0.5
+#: A classifier's width search stops narrowing once the penalised evidence is this many nats
+#: below its best (German: the three narrowest grid widths, 15 s of the search's 60 s, were 12 to
+#: 80 nats below).
+CLASSIFIER_STOP_DROP = 20.0
 SAMPLERS = ("nutpie", "numpyro", "pymc", "blackjax")
 #: The constraint of a positive real parameter (``_parameter_constraints``), shared by RVR and RVC.
 POSITIVE = Interval(Real, 0, None, closed="neither")
@@ -500,11 +504,17 @@ class BaseRVM(BaseEstimator):
     #: Whether the estimator is a classifier (the default width rule's options differ).
     _is_classifier = False
 
-    def _shared_width_options(self) -> tuple[int, float]:
-        """Rows the default width rule looks at, and its cost per effective parameter."""
+    def _shared_width_options(self) -> tuple[int, dict]:
+        """Rows the default width rule looks at, and the options of its search."""
         if self._is_classifier:
-            return SHARED_MAX_SAMPLES_CLASSIFIER, CLASSIFIER_WIDTH_PENALTY
-        return SHARED_MAX_SAMPLES, 0.0
+            # The penalised curve is flat near its maximum: 10% in the width is close enough,
+            # and saves two of the 8-10 evaluations.
+            return SHARED_MAX_SAMPLES_CLASSIFIER, {
+                "penalty": CLASSIFIER_WIDTH_PENALTY,
+                "stop_drop": CLASSIFIER_STOP_DROP,
+                "xtol": 0.1,
+            }
+        return SHARED_MAX_SAMPLES, {}
 
     def _select_width(
         self,
@@ -544,7 +554,7 @@ class BaseRVM(BaseEstimator):
             start = time.perf_counter()
             n = X.shape[0]
             rows = np.arange(n)
-            limit, penalty = self._shared_width_options()
+            limit, options = self._shared_width_options()
             if n > limit:
                 # A fixed seed when none is given: the same data must give the same model.
                 seed = 0 if self.random_state is None else self.random_state
@@ -554,7 +564,7 @@ class BaseRVM(BaseEstimator):
                 self._width_design(X[rows], centres),
                 X[rows],
                 lambda Phi: criterion(Phi, rows),
-                penalty=penalty,
+                **options,
             )
             Phi = self._width_design(X, centres)(ls)
             fit = engine.fit(problem.with_design(Phi, normalised=True))
