@@ -15,6 +15,9 @@ one run on one machine prints:
 Image's split 10 is byte for byte its split 1 in the Raetsch files (inputs and labels): the
 benchmark says so and averages over the distinct splits only.
 
+``--no-fastrvm image`` leaves fastrvm out on Image (it ran past 10 minutes on 2 of 10 splits).
+``--sets`` with no names skips the Table 2 sets (for ``--usps`` or ``--friedman`` alone).
+
 ``--usps`` adds the U.S. Postal Service digits (7291 training, 2007 test, 10 classes): the
 multinomial ``RVC()`` and the one-vs-rest one, against the paper's 5.1% with 316 vectors and
 SVM's 4.4% with 2540. ``--friedman`` adds the regression defaults on Friedman #2 and #3
