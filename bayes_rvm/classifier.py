@@ -38,7 +38,7 @@ from bayes_rvm.evidence.importance import MIN_ESS
 from bayes_rvm.evidence.log_evidence import WARN_SKIP
 from bayes_rvm.evidence.options import FREE_LATENT_SD
 from bayes_rvm.evidence.result import moderation
-from bayes_rvm.evidence.width import shared_laplace_evidence
+from bayes_rvm.evidence.width import SEARCH_RANK_TOL, shared_laplace_evidence
 from bayes_rvm.families import BERNOULLI, SOFTMAX
 from bayes_rvm.kernels import KernelBasis
 from bayes_rvm.large_data import LARGE_DESIGN_BYTES
@@ -333,6 +333,8 @@ default="evidence_shared"
         self.random_state = random_state
         self.verbose = verbose
 
+    _is_classifier = True
+
     def _square_matrices(self) -> int:
         # MacKay's engine holds a Hessian over every basis function (per class pair if softmax).
         C = self.classes_.size
@@ -396,7 +398,9 @@ default="evidence_shared"
                 X,
                 problem,
                 engine,
-                criterion=lambda Phi, rows: shared_laplace_evidence(Phi, labels[rows]),
+                criterion=lambda Phi, rows: shared_laplace_evidence(
+                    Phi, labels[rows], rank_tol=SEARCH_RANK_TOL
+                ),
                 gradient=False,
             )
         else:
