@@ -188,7 +188,7 @@ def _rvr_kwargs(gamma: str | None) -> dict:
 
 #: The phases of an estimator's MCMC fit that the fresh section times: (module, attribute).
 PHASES = [
-    ("type2", "bayes_rvm.estimators", "fit_evidence"),
+    ("type2", "bayes_rvm.problem", "fit_evidence"),
     ("model", "bayes_rvm.estimators.RVR", "make_model"),
     ("compile", "bayes_rvm._nutpie", "compile_nutpie"),
     ("initial_points", "bayes_rvm._nutpie", "with_initial_points"),
