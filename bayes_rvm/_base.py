@@ -335,20 +335,24 @@ class BaseRVM(BaseEstimator):
                 f"with kernel='precomputed', X must be the square training kernel matrix; "
                 f"got shape {X.shape}."
             )
-        # A width rule that does not apply to this kernel (poly, sigmoid) falls back to "scale".
-        basis = KernelBasis(
-            self.kernel,
-            gamma=self._width_rule().basis_gamma,
-            degree=self.degree,
-            coef0=self.coef0,
-            kernel_params=self.kernel_params,
-            bias=bool(self.bias),
-        ).fit(X, centres=self._candidate_centres(X))
+        basis = self._fit_basis(X, self._candidate_centres(X))
         check_fit_memory(
             type(self).__name__, X.shape[0], basis.n_basis_, squares=self._square_matrices()
         )
         # Rows in chunks of ~64 MB keep the kernel's pairwise temporaries small at large N.
         return basis, basis.transform(X, chunk_size=max(1, 8_000_000 // basis.n_basis_))
+
+    def _fit_basis(self, X: np.ndarray, centres, gamma=None) -> KernelBasis:
+        """The basis on ``centres`` (None: the inputs) at ``gamma`` (default: the width rule's)."""
+        # A width rule that does not apply to this kernel (poly, sigmoid) falls back to "scale".
+        return KernelBasis(
+            self.kernel,
+            gamma=self._width_rule().basis_gamma if gamma is None else gamma,
+            degree=self.degree,
+            coef0=self.coef0,
+            kernel_params=self.kernel_params,
+            bias=bool(self.bias),
+        ).fit(X, centres=centres)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -522,19 +526,10 @@ class BaseRVM(BaseEstimator):
         rule = self._width_rule()
         if rule.kind == DEFAULT_GAMMA:
             start = time.perf_counter()
-            n = X.shape[0]
-            rows = np.arange(n)
-            if n > SHARED_MAX_SAMPLES:
-                # A fixed seed when none is given: the same data must give the same model.
-                seed = 0 if self.random_state is None else self.random_state
-                rng = check_random_state(seed)
-                rows = np.sort(rng.choice(n, SHARED_MAX_SAMPLES, replace=False))
-            ls, path, _ = select_width_shared(
-                self._width_design(X[rows], centres), X[rows], lambda Phi: criterion(Phi, rows)
-            )
+            ls, path, rows = self._shared_width(X, centres, criterion)
             Phi = self._width_design(X, centres)(ls)
             fit = engine.fit(problem.with_design(Phi, normalised=True))
-            log_scale *= rows.size / n  # the curve's evidence is over these rows
+            log_scale *= rows.size / X.shape[0]  # the curve's evidence is over these rows
             wf = WidthFit(ls, fit, Phi, path, n_fits=1, seconds=time.perf_counter() - start)
         else:
             wf = maximise_width(
@@ -558,6 +553,23 @@ class BaseRVM(BaseEstimator):
         self._set_width(basis, path)
         self.width_selection_ = wf
         return basis, problem, wf.fit
+
+    def _shared_width(self, X, centres, criterion) -> tuple[np.ndarray, WidthPath, np.ndarray]:
+        """The default width rule on at most :data:`SHARED_MAX_SAMPLES` rows: ``(ls, path, rows)``.
+
+        ``criterion(Phi, rows)`` is the estimator's shared evidence of those rows' targets.
+        """
+        n = X.shape[0]
+        rows = np.arange(n)
+        if n > SHARED_MAX_SAMPLES:
+            # A fixed seed when none is given: the same data must give the same model.
+            seed = 0 if self.random_state is None else self.random_state
+            rng = check_random_state(seed)
+            rows = np.sort(rng.choice(n, SHARED_MAX_SAMPLES, replace=False))
+        ls, path, _ = select_width_shared(
+            self._width_design(X[rows], centres), X[rows], lambda Phi: criterion(Phi, rows)
+        )
+        return ls, path, rows
 
     def _set_width(self, basis: KernelBasis, path) -> None:
         """``gamma_``, ``length_scale_`` and ``width_path_`` from the fitted basis."""

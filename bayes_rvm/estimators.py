@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from numbers import Integral
 from typing import NamedTuple
 
 import numpy as np
@@ -18,7 +19,7 @@ import xarray as xr
 from scipy import linalg
 from sklearn.base import RegressorMixin, _fit_context, clone
 from sklearn.utils import check_random_state
-from sklearn.utils._param_validation import StrOptions
+from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
 from bayes_rvm._base import (
@@ -37,6 +38,7 @@ from bayes_rvm.evidence import EvidenceFit
 from bayes_rvm.evidence.gaussian import one_blas_thread
 from bayes_rvm.evidence.width import shared_evidence
 from bayes_rvm.kernels import KernelBasis
+from bayes_rvm.large_data import StatisticsFitMixin
 from bayes_rvm.persistence import Fail, SavedStateMixin
 from bayes_rvm.priors import Prior, as_prior, default_alpha_prior
 from bayes_rvm.problem import Engine, Problem, TrainingData, column_scale, target_scale
@@ -95,7 +97,7 @@ class _StarDraws(NamedTuple):
     amplitude: float  # tau^2 of the added functions
 
 
-class RVR(RegressorMixin, SavedStateMixin, BaseRVM):
+class RVR(StatisticsFitMixin, RegressorMixin, SavedStateMixin, BaseRVM):
     """Relevance Vector Regression (Tipping 2001) fitted by type-II maximum likelihood.
 
     The model is ``t = Phi w + noise`` with one basis function ``k(x, x_i)`` per training input and
@@ -211,6 +213,20 @@ array-like, default="evidence_shared"
         With a subset, ``relevance_`` indexes ``basis_.centres_``, not the training samples.
     n_centres : int, optional
         Number of centres for ``centres="random"`` or ``"kmeans"``.
+    chunk_rows : "auto", int or None, default="auto"
+        How the type-II fit reads the N x M design of a subset of centres. An int: from its
+        sufficient statistics (``Phi'Phi``, ``Phi'y``, ``y'y``, N), accumulated in one pass over
+        blocks of this many rows (:func:`bayes_rvm.statistics.accumulate`), so memory is
+        O(M^2 + chunk_rows M) whatever N; the fit equals the in-memory one up to rounding. None:
+        the whole design in memory (a MemoryError above the limit of
+        :func:`bayes_rvm._base.memory_limit`). ``"auto"``: the statistics, in blocks of about
+        64 MiB, when ``centres`` selects a subset, the design would take more than
+        :data:`bayes_rvm.large_data.LARGE_DESIGN_BYTES` (2 GiB) or more than the memory limit,
+        and the fit can run on them (``inference="type2"``, ``predictive="rvm"``, ``gamma`` a
+        number, ``"scale"`` or the default rule, which chooses the width on a subset of rows);
+        else the design. A fit from
+        statistics keeps no training design: ``idata_``, ``refit_loo``, ``model_`` and
+        ``make_model`` raise a ValueError that says so (see the "Large data" page).
     inference : {"type2", "mcmc"}, default="type2"
         ``"type2"``: the hyperparameters at their evidence maximum. ``"mcmc"``: after the type-II
         fit (which seeds it), NUTS over the hyperparameters of :attr:`model_` (the
@@ -266,7 +282,12 @@ array-like, default="evidence_shared"
         problem (:mod:`bayes_rvm.problem`).
     training_ : bayes_rvm.problem.TrainingData
         The training inputs (or kernel matrix), targets and retained design columns that
-        prediction, :attr:`model_`, :attr:`idata_` and saving use.
+        prediction, :attr:`model_`, :attr:`idata_` and saving use (no design columns after a
+        fit from sufficient statistics).
+    statistics_ : bayes_rvm.statistics.SufficientStatistics or None
+        After a fit from sufficient statistics (``chunk_rows``): ``Phi'Phi``, ``Phi'y``, ``y'y``
+        and N of the training design in the user's units (M x M; not saved by ``save_model``).
+        None after a fit on the design.
     active_ : ndarray of int
         Indices of the retained basis functions (``n_centres`` is the bias).
     relevance_ : ndarray of int
@@ -329,6 +350,7 @@ array-like, default="evidence_shared"
         "noise_prior": [Prior, dict, None],
         "threshold_alpha": [StrOptions({"auto"}), POSITIVE],
         "mcmc_basis": [StrOptions({"auto", "all", "relevant"})],
+        "chunk_rows": [StrOptions({"auto"}), Interval(Integral, 1, None, closed="left"), None],
     }
     _samples_width_ok = True
 
@@ -352,6 +374,7 @@ array-like, default="evidence_shared"
         threshold_alpha="auto",
         centres=None,
         n_centres=None,
+        chunk_rows="auto",
         inference="type2",
         draws=1000,
         tune=300,
@@ -379,6 +402,7 @@ array-like, default="evidence_shared"
         self.threshold_alpha = threshold_alpha
         self.centres = centres
         self.n_centres = n_centres
+        self.chunk_rows = chunk_rows
         self.inference = inference
         self.draws = draws
         self.tune = tune
@@ -444,7 +468,10 @@ array-like, default="evidence_shared"
         X, y = self._check_data(X, y, sample_kwargs)
         problem = Problem.regression(None, y, noise_variance=self.noise_variance)
         engine = self.make_engine()
-        if self._learns_width():
+        self.statistics_ = None
+        if self._on_statistics(X):
+            basis, problem, fit = self._fit_statistics(X, y, problem, engine)
+        elif self._learns_width():
             basis, problem, fit = self._select_width(
                 X,
                 problem,
@@ -460,8 +487,11 @@ array-like, default="evidence_shared"
             fit = engine.fit(problem)
             self._set_width(basis, None)
         self._set_fitted(basis, problem.unscale(fit), single=y.ndim == 1)
-        # Enough of the training problem to build the type-II DataTree on demand.
-        self._finish_fit(X, TrainingData(phi_active=problem.active_design(fit.active), y=y), fit)
+        # Enough of the training problem to build the type-II DataTree on demand (a fit from
+        # statistics keeps the inputs and targets only: an N x K design is what it avoids).
+        self._fitted_on_statistics = self.statistics_ is not None
+        phi = None if self._fitted_on_statistics else problem.active_design(fit.active)
+        self._finish_fit(X, TrainingData(phi_active=phi, y=y), fit)
         return self
 
     def _check_data(self, X, y, sample_kwargs: dict) -> tuple[np.ndarray, np.ndarray]:
@@ -531,6 +561,7 @@ array-like, default="evidence_shared"
         from bayes_rvm.models import rvm_regression_model
 
         check_is_fitted(self, "fit_")
+        self._require_design("make_model")
         if self._samples_width():
             return self._width_model(form, offset)
         Phi, norms, cols = self._mcmc_design()
@@ -688,6 +719,8 @@ array-like, default="evidence_shared"
         if self._idata is None:
             from bayes_rvm.inference import type2_datatree
 
+            self._require_design("idata_")
+
             k = self.active_.size
             local = dataclasses.replace(self.fit_, active=np.arange(k), alpha=self.alpha_)
             seed = check_random_state(self.random_state).randint(2**31 - 1)
@@ -752,6 +785,7 @@ array-like, default="evidence_shared"
         from bayes_rvm.evidence.loo import refit_loo
 
         check_is_fitted(self, "fit_")
+        self._require_design("refit_loo")
         train = self.training_
         problem = Problem.regression(
             self.basis_.transform(train.inputs), train.y, noise_variance=self.noise_variance
@@ -810,6 +844,7 @@ array-like, default="evidence_shared"
             "extras": {
                 "single": self._single_output,
                 "width_path": path_to_json(self.width_path_),
+                "statistics": bool(getattr(self, "_fitted_on_statistics", False)),
             },
             "arrays": self.training_.to_arrays(),
             "idata": self._idata,
@@ -821,6 +856,9 @@ array-like, default="evidence_shared"
         self.training_ = TrainingData.from_arrays(state["arrays"])
         self._idata = state.get("idata")
         self._model = None
+        # A fit from statistics keeps no training design; its statistics are not saved.
+        self._fitted_on_statistics = bool(state["extras"].get("statistics", False))
+        self.statistics_ = None
 
     @classmethod
     def _check_persisted(cls, state: dict, params: dict, fail: Fail) -> None:
@@ -837,6 +875,9 @@ array-like, default="evidence_shared"
             fail(f"a single-output model with {D} outputs")
         arrays = state["arrays"]
         phi, y = arrays.get("phi_active"), arrays.get("y")
+        if state["extras"].get("statistics", False) and y is not None and phi is None:
+            # A fit from sufficient statistics keeps no training design (chunk_rows).
+            phi = np.empty((y.shape[0], fit.active.size))
         if phi is None or y is None:
             fail("the training arrays phi_active and y are missing")
         if (y.ndim == 1) != single or (y.ndim == 2 and y.shape[1] != D):

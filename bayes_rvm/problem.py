@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from bayes_rvm.evidence import EvidenceFit, fit_evidence
+from bayes_rvm.statistics import SufficientStatistics
 
 __all__ = [
     "Engine",
@@ -167,7 +168,8 @@ class OneVsRestFit:
 class Problem:
     """A type-II problem on the normalised scale: what every engine sees.
 
-    Build one with :meth:`regression` or :meth:`classification`; :meth:`with_design` gives the
+    Build one with :meth:`regression`, :meth:`from_statistics` or :meth:`classification`;
+    :meth:`with_design` gives the
     same targets on another design (another kernel width, a subset of rows).
 
     Attributes
@@ -192,6 +194,10 @@ class Problem:
         targets the problem was built with, and kept by :meth:`with_design`.
     one_vs_rest : bool
         Fit one binary model per class (the columns of :attr:`targets`).
+    statistics : SufficientStatistics or None
+        A Gaussian problem built by :meth:`from_statistics`: the sums of the normalised design
+        and targets (``Phi' Phi``, ``Phi' T``, ``T' T``, N), which the engines read instead of
+        :attr:`design` and :attr:`targets` (both then empty, (0, M) and (0, D)).
     """
 
     design: np.ndarray
@@ -202,6 +208,7 @@ class Problem:
     noise_precision: float | None = None
     noise_start: float | None = None
     one_vs_rest: bool = False
+    statistics: SufficientStatistics | None = None
 
     @classmethod
     def regression(
@@ -225,6 +232,44 @@ class Problem:
             noise_start=100.0 / max(float(np.var(targets)), 1e-6),
         )
         return problem if Phi is None else problem.with_design(Phi)
+
+    @classmethod
+    def from_statistics(
+        cls, stats: SufficientStatistics, *, noise_variance: float | None = None
+    ) -> Problem:
+        """The Gaussian problem of :meth:`regression`, from the statistics of design and targets.
+
+        The column norms are ``sqrt(diag(gram))`` and the target scale ``sqrt(sum(tt) / (N D))``,
+        as :meth:`regression` computes them from ``Phi`` and ``T`` (equal up to rounding); the
+        normalised Gram matrix ``gram / (norms norms')`` and cross products are formed from the
+        M x M and M x D sums, never from an N x M design.
+        """
+        norms = stats.column_norms()
+        scale = stats.target_scale()
+        inv = 1.0 / norms
+        normalised = SufficientStatistics(
+            stats.gram * np.multiply.outer(inv, inv),
+            stats.cross * (inv[:, None] / scale),
+            stats.tt / scale**2,
+            stats.n,
+            stats.t_sum / scale,
+        )
+        return cls(
+            design=np.empty((0, stats.n_basis)),
+            norms=norms,
+            targets=np.empty((0, stats.n_outputs)),
+            scale=scale,
+            noise_precision=None if noise_variance is None else scale**2 / noise_variance,
+            noise_start=100.0 / max(stats.target_variance() / scale**2, 1e-6),
+            statistics=normalised,
+        )
+
+    @property
+    def n_values(self) -> int:
+        """The number of target values (rows times outputs) the problem fits."""
+        if self.statistics is not None:
+            return self.statistics.n * self.statistics.n_outputs
+        return int(self.targets.size)
 
     @classmethod
     def classification(
@@ -274,12 +319,17 @@ class Problem:
         """
         if isinstance(fit, OneVsRestFit):
             return OneVsRestFit(tuple(self.unscale(f) for f in fit.fits))
-        n_values = self.targets.size if self.likelihood == "gaussian" else 0
+        n_values = self.n_values if self.likelihood == "gaussian" else 0
         out = fit.rescaled(self.norms, self.scale, n_values)
         return dataclasses.replace(out, alpha=unscale_alpha(fit.alpha, self.norms / self.scale))
 
     def active_design(self, columns: np.ndarray) -> np.ndarray:
         """The design's ``columns`` in the user's units (``design * norms``)."""
+        if self.statistics is not None:
+            raise ValueError(
+                "a problem built from sufficient statistics holds no design matrix; build its "
+                "rows with the basis (bayes_rvm.statistics.design_chunks)."
+            )
         return self.design[:, columns] * self.norms[columns]
 
 
@@ -323,6 +373,8 @@ class Engine:
         if self.progress:
             kw["progress"] = True
         Phi, T = problem.design, problem.targets
+        if problem.statistics is not None:
+            Phi, T = problem.statistics, None
         if problem.likelihood == "gaussian":
             return fit_evidence(Phi, T, solver=self.solver, **kw, **self._noise(problem, warm))
         kw["free"] = [Phi.shape[1] - 1] if self.free_bias else []

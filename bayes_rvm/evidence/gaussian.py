@@ -308,9 +308,11 @@ def fit_mackay(
 
     Parameters
     ----------
-    Phi : ndarray of shape (N, M)
-        Design matrix, float64 (not modified, not copied per iteration).
-    T : ndarray of shape (N,) or (N, D)
+    Phi : ndarray of shape (N, M) or SufficientStatistics
+        Design matrix, float64 (not modified, not copied per iteration); or the problem's
+        :class:`~bayes_rvm.statistics.SufficientStatistics` (then ``T`` is None): the engine
+        reads only ``Phi^T Phi``, ``Phi^T T``, ``T^T T`` and N.
+    T : ndarray of shape (N,) or (N, D), or None
         Targets; D outputs share the alphas and the noise precision.
     options : EvidenceOptions, optional
         Settings (see :class:`~bayes_rvm.evidence.EvidenceOptions`); this engine reads
@@ -334,16 +336,17 @@ class _MacKay:
     """State of MacKay re-estimation: the active block of the sufficient statistics."""
 
     def __init__(self, problem) -> None:
-        Phi, T, opt = problem.Phi, problem.T, problem.options
+        opt = problem.options
         self.opt, self.problem = opt, problem
         N, _, D = problem.shape
         self.N, self.D = N, D
         self.ab, self.cd = opt.alpha_prior, opt.beta_prior
         self.alpha = alpha = problem.start_all()
         self.beta = problem.beta_init
-        gram = Phi.T @ Phi if opt.gram is None else opt.gram
-        phi_t_all = Phi.T @ T
-        self.tt = tt = float(np.sum(T**2))
+        gram, phi_t_all = problem.sums()
+        if gram is None:
+            gram = problem.Phi.T @ problem.Phi if opt.gram is None else opt.gram
+        self.tt = tt = problem.tt
         self.beta_max = BETA_MAX * N * D / tt if tt > 0 else BETA_MAX
         keep = np.isfinite(alpha)
         # The active block of the sufficient statistics, sliced again only when something is

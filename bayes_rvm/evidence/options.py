@@ -19,12 +19,15 @@ from typing import Any, Literal
 import numpy as np
 from sklearn.utils import check_scalar
 
+from bayes_rvm.statistics import SufficientStatistics
+
 __all__ = [
     "ENGINE_NAMES",
     "LIKELIHOODS",
     "EvidenceOptions",
     "Problem",
     "check_problem",
+    "check_statistics",
     "check_targets",
 ]
 
@@ -321,28 +324,48 @@ class Problem:
     ``T`` is 2-D (N x D outputs, or N x C classes); ``dd`` the squared column norms of ``Phi``;
     ``allowed`` the columns that may enter the model (candidates, non-zero, not free); ``free``
     the unregularised columns; ``alpha_init`` an (M,) array or None; ``beta_init`` resolved.
+    A Gaussian problem given by its sufficient statistics (``Phi' Phi``, ``Phi' T``, ``T' T``,
+    N) has ``statistics`` set and ``Phi`` and ``T`` None: the Gaussian engines read those sums
+    only (:func:`check_statistics`).
     """
 
-    Phi: np.ndarray
-    T: np.ndarray
+    Phi: np.ndarray | None
+    T: np.ndarray | None
     dd: np.ndarray
     allowed: np.ndarray
     free: np.ndarray
     alpha_init: np.ndarray | None
     beta_init: float
     options: EvidenceOptions
+    statistics: SufficientStatistics | None = None
 
     @property
     def shape(self) -> tuple[int, int, int]:
         """``(N, M, D)``."""
+        if self.statistics is not None:
+            s = self.statistics
+            return s.n, s.n_basis, s.n_outputs
         return self.Phi.shape[0], self.Phi.shape[1], self.T.shape[1]
+
+    @property
+    def tt(self) -> float:
+        """``sum(T**2)`` over all rows and outputs."""
+        if self.statistics is not None:
+            return float(np.sum(self.statistics.tt))
+        return float(np.sum(self.T * self.T))
+
+    def sums(self) -> tuple[np.ndarray | None, np.ndarray]:
+        """``(Phi' Phi or None, Phi' T)``: the Gram matrix where the problem holds it."""
+        if self.statistics is not None:
+            return self.statistics.gram, self.statistics.cross
+        return None, self.Phi.T @ self.T
 
     def start_all(self) -> np.ndarray:
         """Starting alphas of the re-estimation engines (``inf``: out of the model).
 
         Every allowed column at ``alpha_init`` (default 1.0), the free ones at their free alpha.
         """
-        M = self.Phi.shape[1]
+        M = self.shape[1]
         alpha = np.ones(M) if self.alpha_init is None else self.alpha_init.copy()
         keep = self.allowed & np.isfinite(alpha)
         keep[self.free] = True
@@ -383,7 +406,15 @@ def check_targets(T, N: int, likelihood: str) -> np.ndarray:
 
 
 def check_problem(Phi, T, options: EvidenceOptions, engine: str) -> Problem:
-    """The one input check of every engine: shapes, finiteness, targets and index options."""
+    """The one input check of every engine: shapes, finiteness, targets and index options.
+
+    ``Phi`` may be a :class:`~bayes_rvm.statistics.SufficientStatistics` with ``T`` None, for the
+    Gaussian engines (:func:`check_statistics`).
+    """
+    if isinstance(Phi, SufficientStatistics):
+        if T is not None:
+            raise ValueError("with sufficient statistics in place of Phi, T must be None.")
+        return check_statistics(Phi, options, engine)
     Phi = np.asarray(Phi)
     if Phi.ndim != 2 or Phi.dtype != np.float64:
         raise ValueError(
@@ -397,6 +428,32 @@ def check_problem(Phi, T, options: EvidenceOptions, engine: str) -> Problem:
         dd = np.einsum("ij,ij->j", Phi, Phi)  # squared norms: finite only if Phi is
     if not np.all(np.isfinite(dd)):
         raise ValueError("Phi must be finite.")
+    return _checked(Phi, T, dd, options, engine, float(np.var(T)))
+
+
+def check_statistics(stats: SufficientStatistics, options: EvidenceOptions, engine: str) -> Problem:
+    """:func:`check_problem` of a Gaussian problem given by its sufficient statistics."""
+    if engine not in ("mackay", "sequential"):
+        raise ValueError(
+            f"fit_{engine} needs the design matrix itself: sufficient statistics (Phi' Phi, "
+            "Phi' T, T' T) determine only a Gaussian fit (fit_mackay, fit_sequential)."
+        )
+    if stats.n < 1 or stats.n_basis < 1:
+        raise ValueError(
+            f"the statistics must cover at least one row and one column, got {stats.n} rows "
+            f"and {stats.n_basis} columns."
+        )
+    finite = (np.isfinite(a).all() for a in (stats.gram, stats.cross, stats.tt, stats.t_sum))
+    if not all(finite):
+        raise ValueError("the sufficient statistics must be finite.")
+    dd = np.diag(stats.gram).copy()
+    problem = _checked(None, None, dd, options, engine, stats.target_variance(), stats.n_basis)
+    return dataclasses.replace(problem, statistics=stats)
+
+
+def _checked(Phi, T, dd, options: EvidenceOptions, engine: str, var: float, M=None) -> Problem:
+    """The index options and the noise start, checked against the squared column norms."""
+    M = Phi.shape[1] if M is None else M
     free = np.unique(_index_array("free", options.free, M))
     if free.size and np.any(dd[free] == 0):
         raise ValueError("a free column is identically zero.")
@@ -426,7 +483,6 @@ def check_problem(Phi, T, options: EvidenceOptions, engine: str) -> Problem:
         raise ValueError("the design matrix has no non-zero column to fit with.")
     beta_init = options.beta_init
     if beta_init is None:
-        var = float(np.var(T))
         ratio = _ENGINE_DEFAULTS[engine].get("beta_init", 1.0)
         beta_init = ratio / var if var > 0 else 1.0
     return Problem(Phi, T, dd, allowed, free, alpha_init, float(beta_init), options)
@@ -438,6 +494,5 @@ def free_alpha(problem: Problem) -> np.ndarray:
     N, _, D = problem.shape
     if problem.options.likelihood != "gaussian":
         return problem.dd[problem.free] / (N * FREE_LATENT_SD**2)
-    tt = float(np.sum(problem.T * problem.T))
-    msq = max(tt / (N * D), 1e-300)
+    msq = max(problem.tt / (N * D), 1e-300)
     return FREE_ALPHA_FACTOR * problem.dd[problem.free] / (N * msq)

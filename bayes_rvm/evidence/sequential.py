@@ -53,9 +53,9 @@ from bayes_rvm.evidence.options import (
 )
 from bayes_rvm.evidence.record import Recorder
 from bayes_rvm.evidence.result import EvidenceFit, GaussianWeights
-from bayes_rvm.evidence.sequential_state import SequentialState
+from bayes_rvm.evidence.sequential_state import GramState, SequentialState
 from bayes_rvm.evidence.single_basis import log_gain, optimal_alpha
-from bayes_rvm.evidence.width import shared_evidence
+from bayes_rvm.evidence.width import shared_evidence, shared_evidence_gram
 
 __all__ = ["FREE_ALPHA_FACTOR", "fit_sequential"]
 
@@ -84,11 +84,14 @@ def fit_sequential(
 
     Parameters
     ----------
-    Phi : ndarray of shape (N, M)
+    Phi : ndarray of shape (N, M) or SufficientStatistics
         Design matrix, float64, C- or F-ordered. It is neither copied nor modified; the engine
         keeps only ``Phi^T T``, the squared column norms and ``Phi^T phi_i`` of the active columns,
-        so an N x M design of M << N candidate centres never leads to anything N x N.
-    T : ndarray of shape (N,) or (N, D)
+        so an N x M design of M << N candidate centres never leads to anything N x N. Or the
+        problem's :class:`~bayes_rvm.statistics.SufficientStatistics` (then ``T`` is None):
+        ``Phi^T phi_i`` is then read from the Gram matrix, and the fit is the design's up to
+        rounding (the large-data path: memory and time independent of N).
+    T : ndarray of shape (N,) or (N, D), or None
         Targets; D outputs share one ``alpha`` per basis function and the noise precision.
     options : EvidenceOptions, optional
         Settings (see :class:`~bayes_rvm.evidence.EvidenceOptions`); this engine reads
@@ -194,17 +197,23 @@ class _Sequential:
         self.D, self.M = D, M
         self.ab, self.cd = opt.alpha_prior, opt.beta_prior
         self.no_prior = not any(self.ab)
-        self.tt = tt = float(np.sum(T * T))
+        self.tt = tt = problem.tt
         self.beta_max = BETA_MAX * D * N / max(tt, 1e-300)
         self.allowed = problem.allowed
         self.T = T
         self.align = opt.alignment_threshold > 0
         self.restart = ""  # what the shared-precision bound changed, for the warning
         self.addable = problem.allowed.copy()  # allowed, out of the model and not set aside
-        PT = Phi.T @ T  # with the squared norms, the two passes over Phi everything comes from
+        # With the squared norms, the two passes over Phi everything comes from (or the sums
+        # of a problem given by its statistics).
+        gram, PT = problem.sums()
         if not np.all(np.isfinite(PT)):
             raise ValueError("Phi must be finite.")
-        st = self.st = SequentialState(Phi, PT, dd, tt, problem.beta_init, self.ab)
+        if gram is None:
+            st = SequentialState(Phi, PT, dd, tt, problem.beta_init, self.ab)
+        else:
+            st = GramState(gram, N, PT, dd, tt, problem.beta_init, self.ab)
+        self.st = st
         for j, alpha_j in zip(problem.free, free_alpha(problem), strict=True):
             st.append(int(j), alpha_j, True, st.column_products(st.column(int(j))))
         self.init_action = self._start(problem.alpha_init, problem.free)
@@ -361,14 +370,18 @@ class _Sequential:
         reg = st.idx[~st.is_free]
         cols = np.concatenate([reg, extra[: max(_BOUND_MAX_COLUMNS - reg.size, 0)]])
         fixed = st.beta if self.opt.fixed_beta else None
-        bound = shared_evidence(st.Phi[:, cols], self.T, beta=fixed)
+        if st.Phi is None:
+            sub = np.ix_(cols, cols)
+            bound = shared_evidence_gram(st.gram[sub], st.PT[cols], self.tt, st.N, beta=fixed)
+        else:
+            bound = shared_evidence(st.Phi[:, cols], self.T, beta=fixed)
         obj = bound.log_evidence + self.beta_term(bound.beta)
         if self.ab[0] or self.ab[1]:
             obj += cols.size * (self.ab[0] * math.log(bound.alpha) - self.ab[1] * bound.alpha)
         if st.n_free == 0 and obj <= self.objective + _BOUND_MARGIN:
             self.align = True
             return False
-        trial = SequentialState(st.Phi, st.PT, st.dd, self.tt, bound.beta, self.ab)
+        trial = st.like(bound.beta)
         for j, alpha_j in zip(st.idx[st.is_free], st.alpha[st.is_free], strict=True):
             trial.append(int(j), float(alpha_j), True, st.C[st.pos[j]].copy())
         for j in cols:

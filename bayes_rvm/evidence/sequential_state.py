@@ -13,7 +13,7 @@ from scipy.linalg import lapack
 
 from bayes_rvm.evidence.log_evidence import cholesky, gaussian_log_evidence
 
-__all__ = ["SequentialState"]
+__all__ = ["GramState", "SequentialState"]
 
 
 class SequentialState:
@@ -27,8 +27,8 @@ class SequentialState:
 
     def __init__(self, Phi, PT, dd, tt, beta, ab):
         self.Phi, self.PT, self.dd, self.tt = Phi, PT, dd, tt
-        self.N, self.D = Phi.shape[0], PT.shape[1]
-        self.M = Phi.shape[1]
+        self.N, self.D = self.n_rows(), PT.shape[1]
+        self.M = PT.shape[0]
         self.beta = beta
         self.a, self.b = ab
         self.idx = np.empty(0, dtype=np.intp)  # active columns
@@ -48,6 +48,13 @@ class SequentialState:
     @property
     def K(self) -> int:
         return self.idx.size
+
+    def n_rows(self) -> int:
+        return self.Phi.shape[0]
+
+    def like(self, beta: float) -> SequentialState:
+        """An empty state of the same problem at noise precision ``beta``."""
+        return SequentialState(self.Phi, self.PT, self.dd, self.tt, beta, (self.a, self.b))
 
     def column(self, j: int) -> np.ndarray:
         return np.ascontiguousarray(self.Phi[:, j])
@@ -225,3 +232,28 @@ class SequentialState:
         self.is_free = self.is_free[:last]
         self.idx = self.idx[:last]
         self.pos[j] = -1
+
+
+class GramState(SequentialState):
+    """The state of a problem given by its sufficient statistics: no design, its Gram matrix.
+
+    ``Phi^T phi_j`` is column ``j`` of ``gram = Phi^T Phi`` (read, not computed: an addition
+    costs O(M) instead of O(N M)); everything else is the parent's.
+    """
+
+    def __init__(self, gram, n_rows, PT, dd, tt, beta, ab):
+        self.gram, self._n = gram, int(n_rows)
+        super().__init__(None, PT, dd, tt, beta, ab)
+
+    def n_rows(self) -> int:
+        return self._n
+
+    def like(self, beta: float) -> GramState:
+        return GramState(self.gram, self._n, self.PT, self.dd, self.tt, beta, (self.a, self.b))
+
+    def column(self, j: int) -> int:
+        return int(j)
+
+    def column_products(self, phi_j: int) -> np.ndarray:
+        # The Gram matrix is symmetric: row j is column j, and contiguous.
+        return self.gram[phi_j].copy()

@@ -62,6 +62,7 @@ __all__ = [
     "maximise_width",
     "select_width_shared",
     "shared_evidence",
+    "shared_evidence_gram",
     "shared_laplace_evidence",
     "width_to_gamma",
 ]
@@ -615,11 +616,35 @@ def shared_evidence(
     P = (Z.T @ T) / np.sqrt(s)[:, None]
     P2 = np.sum(P * P, axis=1)
     # What of the targets lies outside the span of Phi: noise whatever alpha is.
-    rest = max(float(np.sum(T * T) - np.sum(P2)), 0.0)
+    tt = float(np.sum(T * T))
+    return _shared_on_spectrum(s, P2, tt, (N, D), beta, max_iter, tol)
+
+
+def shared_evidence_gram(
+    gram: np.ndarray, cross: np.ndarray, tt: float, n_rows: int, *, beta: float | None = None
+) -> SharedEvidence:
+    """:func:`shared_evidence` from the sufficient statistics of the design and the targets.
+
+    ``gram = Phi^T Phi`` (M x M), ``cross = Phi^T T`` (M x D), ``tt = sum(T**2)`` and N: the
+    eigenvalues of ``gram`` are those of ``Phi Phi^T`` and ``P = V^T Phi^T T / sqrt(s)``, so
+    the design itself is not needed (the large-data path of :mod:`bayes_rvm.statistics`).
+    """
+    s, V = linalg.eigh(gram, driver="evd")
+    keep = s > _RANK_TOL * max(float(s[-1]), 1e-300)
+    s, V = s[keep], V[:, keep]
+    P = (V.T @ cross) / np.sqrt(s)[:, None]
+    P2 = np.sum(P * P, axis=1)
+    return _shared_on_spectrum(s, P2, float(tt), (int(n_rows), cross.shape[1]), beta, 1000, 1e-10)
+
+
+def _shared_on_spectrum(s, P2, tt, shape, beta, max_iter, tol) -> SharedEvidence:
+    """MacKay's fixed point of the shared precision on the spectrum ``s`` and projections P2."""
+    N, D = shape
+    rest = max(tt - float(np.sum(P2)), 0.0)
     r = s.size
     fixed = beta is not None
     a = 1.0
-    b = float(beta) if fixed else 1.0 / max(float(np.mean(T * T)) * 0.1, 1e-12)
+    b = float(beta) if fixed else 1.0 / max(tt / (N * D) * 0.1, 1e-12)
     for _ in range(max_iter):
         shrink = a / (a + b * s)  # the fraction of each component the prior pulls to zero
         g = float(np.sum(1.0 - shrink))

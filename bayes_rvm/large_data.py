@@ -1,0 +1,124 @@
+"""The large-data path of :class:`~bayes_rvm.estimators.RVR`: a fit from sufficient statistics.
+
+With a subset of centres, the Gaussian type-II fit reads the N x M design only through
+``Phi'Phi``, ``Phi'y``, ``y'y`` and N (:mod:`bayes_rvm.statistics`). :class:`StatisticsFitMixin`
+holds the estimator's side of it: when ``fit`` takes that path (``chunk_rows``), what it cannot
+do there (a clear error naming the cause), and the fit itself, whose accumulation
+(:meth:`StatisticsFitMixin._statistics_of`) is the one place a distributed pass plugs in.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import numpy as np
+
+from bayes_rvm._base import DEFAULT_GAMMA, memory_limit
+from bayes_rvm.evidence.width import WidthFit, shared_evidence
+from bayes_rvm.problem import Engine, Problem
+from bayes_rvm.statistics import SufficientStatistics, accumulate
+
+__all__ = ["LARGE_DESIGN_BYTES", "StatisticsFitMixin"]
+
+#: Above this size of the N x M design (2 GiB), ``RVR(chunk_rows="auto")`` fits a subset of
+#: centres from the design's sufficient statistics (a chunked pass) rather than holding it: the
+#: design path's per-addition products then cost more memory traffic than the statistics' one
+#: pass, and its memory grows with N.
+LARGE_DESIGN_BYTES = 2 * 2**30
+
+
+class StatisticsFitMixin:
+    """``fit`` from sufficient statistics, for an estimator with ``chunk_rows`` (RVR).
+
+    Sets ``statistics_`` (the :class:`~bayes_rvm.statistics.SufficientStatistics` of the fit,
+    in the user's units, or None for a fit on the design) and ``_fitted_on_statistics``.
+    """
+
+    def _on_statistics(self, X: np.ndarray) -> bool:
+        """Whether ``fit`` reads the design through its sufficient statistics (``chunk_rows``)."""
+        if self.chunk_rows is None:
+            return False
+        if self.chunk_rows != "auto":
+            self._check_statistics_fit()
+            return True
+        if self.centres is None or self.kernel == "precomputed":
+            return False
+        try:
+            self._check_statistics_fit()
+        except ValueError:
+            return False  # the design path, with its own memory check
+        n_basis = self.n_centres if isinstance(self.centres, str) else len(self.centres)
+        need = 8.0 * X.shape[0] * (n_basis + int(bool(self.bias)))
+        limit, _ = memory_limit()
+        return need > min(LARGE_DESIGN_BYTES, np.inf if limit is None else limit)
+
+    def _check_statistics_fit(self) -> None:
+        """What a fit from sufficient statistics cannot do, as a ValueError naming the cause."""
+        rule = self._width_rule()
+        reason = None
+        if self.centres is None or self.kernel == "precomputed":
+            reason = "it needs a subset of centres (centres='random', 'kmeans' or an array)"
+        elif self.inference != "type2":
+            reason = f"inference={self.inference!r} samples a model of the N training rows"
+        elif self.predictive != "rvm":
+            reason = "predictive='rvm*' needs the training design at prediction"
+        elif rule.learned and rule.kind != DEFAULT_GAMMA:
+            reason = (
+                f"gamma={self.gamma!r} searches the width on the whole design; use a number or "
+                f"the default {DEFAULT_GAMMA!r} (chosen on a subset of rows)"
+            )
+        if reason is not None:
+            raise ValueError(
+                f"RVR(chunk_rows={self.chunk_rows!r}) fits from sufficient statistics, but "
+                f"{reason}. Set chunk_rows=None for the in-memory design."
+            )
+
+    def _fit_statistics(self, X: np.ndarray, y: np.ndarray, problem: Problem, engine: Engine):
+        """The fit from the statistics of a chunked pass: ``(basis, problem, fit)``.
+
+        The width (default rule) is chosen on at most ``SHARED_MAX_SAMPLES`` rows, as the
+        design path chooses it; then one pass accumulates ``Phi'Phi``, ``Phi'y`` and ``y'y``.
+        """
+        centres = self._candidate_centres(X)
+        gamma, path = None, None
+        if self._learns_width():
+            start = time.perf_counter()
+            ls, path, rows = self._shared_width(
+                X,
+                centres,
+                lambda Phi, r: shared_evidence(
+                    Phi, problem.targets[r], beta=problem.noise_precision
+                ),
+            )
+            g = self._width_rule().kernel.gamma(ls)
+            gamma = float(g[0]) if ls.size == 1 else g
+            # The curve's evidence is over these rows, in the user's units.
+            log_scale = problem.targets.shape[1] * rows.size * np.log(problem.scale)
+            path = dataclasses.replace(path, log_evidence=path.log_evidence - log_scale)
+        basis = self._fit_basis(X, centres, gamma)
+        self.statistics_ = self._statistics_of(basis, X, y)
+        stats_problem = Problem.from_statistics(
+            self.statistics_, noise_variance=self.noise_variance
+        )
+        fit = engine.fit(stats_problem)
+        self._set_width(basis, path)
+        if path is not None:
+            self.width_selection_ = WidthFit(
+                ls, fit, None, path, n_fits=1, seconds=time.perf_counter() - start
+            )
+        return basis, stats_problem, fit
+
+    def _require_design(self, what: str) -> None:
+        """A ValueError for ``what`` when the fit was made from sufficient statistics."""
+        if getattr(self, "_fitted_on_statistics", False):
+            raise ValueError(
+                f"RVR.{what} needs the N x K training design, which a fit from sufficient "
+                "statistics (chunk_rows) does not keep: refit with chunk_rows=None (on a subset "
+                "of rows if the design does not fit in memory)."
+            )
+
+    def _statistics_of(self, basis, X, y) -> SufficientStatistics:
+        """The statistics of the design of ``basis`` at ``X`` against ``y``: one chunked pass."""
+        chunk = None if self.chunk_rows == "auto" else self.chunk_rows
+        return accumulate(basis, X, y, chunk_rows=chunk)
