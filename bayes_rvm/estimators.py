@@ -561,6 +561,15 @@ array-like, default="evidence_shared"
         from bayes_rvm.models import rvm_regression_model
 
         check_is_fitted(self, "fit_")
+        priors = {
+            "prior": self.prior,
+            "alpha_prior": as_prior(self.alpha_prior, "alpha_prior"),
+            "nu": self._mcmc_student_t(),
+            "noise_prior": as_prior(self.noise_prior, "noise_prior"),
+            "noise_sd": None if self.noise_variance is None else float(self.noise_variance) ** 0.5,
+        }
+        if getattr(self, "_fitted_on_statistics", False):
+            return self._statistics_model(form, offset, priors)
         self._require_design("make_model")
         if self._samples_width():
             return self._width_model(form, offset)
@@ -569,16 +578,12 @@ array-like, default="evidence_shared"
         return rvm_regression_model(
             Phi,
             y,
-            prior=self.prior,
             form=form,
-            alpha_prior=as_prior(self.alpha_prior, "alpha_prior"),
-            nu=self._mcmc_student_t(),
-            noise_prior=as_prior(self.noise_prior, "noise_prior"),
-            noise_sd=None if self.noise_variance is None else float(self.noise_variance) ** 0.5,
             phi_scale=norms,
             y_scale=target_scale(y),
             offset=offset,
             basis_names=cols,
+            **priors,
         )
 
     def _width_model(self, form: str, offset):
