@@ -222,11 +222,15 @@ array-like, default="evidence_shared"
         :func:`bayes_rvm._base.memory_limit`). ``"auto"``: the statistics, in blocks of about
         64 MiB, when ``centres`` selects a subset, the design would take more than
         :data:`bayes_rvm.large_data.LARGE_DESIGN_BYTES` (2 GiB) or more than the memory limit,
-        and the fit can run on them (``inference="type2"``, ``predictive="rvm"``, ``gamma`` a
-        number, ``"scale"`` or the default rule, which chooses the width on a subset of rows);
-        else the design. A fit from
-        statistics keeps no training design: ``idata_``, ``refit_loo``, ``model_`` and
-        ``make_model`` raise a ValueError that says so (see the "Large data" page).
+        and the fit can run on them (``predictive="rvm"``, ``gamma`` a number, ``"scale"`` or
+        the default rule, which chooses the width on a subset of rows; not a sampled width);
+        else the design. A type-II fit from statistics keeps no training design: ``idata_`` and
+        ``refit_loo`` raise a ValueError that says so (see the "Large data" page). Under
+        ``inference="mcmc"`` NUTS samples the model of the statistics
+        (:func:`bayes_rvm.statistics_model.rvm_statistics_model`, the same density at a cost
+        independent of N), and ``idata_``'s ``log_likelihood`` holds the exact leave-one-out
+        terms of 2000 evenly spaced rows (:func:`bayes_rvm.statistics_model.log_likelihood_rows`;
+        its ``log_likelihood_rows`` attribute says so), not of all N.
     inference : {"type2", "mcmc"}, default="type2"
         ``"type2"``: the hyperparameters at their evidence maximum. ``"mcmc"``: after the type-II
         fit (which seeds it), NUTS over the hyperparameters of :attr:`model_` (the
