@@ -21,7 +21,8 @@ from bayes_rvm.statistics import SufficientStatistics, accumulate
 
 __all__ = ["LARGE_DESIGN_BYTES", "StatisticsFitMixin"]
 
-#: Above this size of the N x M design (2 GiB), ``RVR(chunk_rows="auto")`` fits a subset of
+#: Above this size of the N x M design (2 GiB; under ``inference="mcmc"`` also of the N x draws
+#: pointwise log likelihood), ``RVR(chunk_rows="auto")`` fits a subset of
 #: centres from the design's sufficient statistics (a chunked pass) rather than holding it: the
 #: design path's per-addition products then cost more memory traffic than the statistics' one
 #: pass, and its memory grows with N.
@@ -50,6 +51,9 @@ class StatisticsFitMixin:
             return False  # the design path, with its own memory check
         n_basis = self.n_centres if isinstance(self.centres, str) else len(self.centres)
         need = 8.0 * X.shape[0] * (n_basis + int(bool(self.bias)))
+        if self.inference == "mcmc":
+            # The design path's pointwise log likelihood holds N values a draw.
+            need = max(need, 8.0 * X.shape[0] * self.draws * self.chains)
         limit, _ = memory_limit()
         return need > min(LARGE_DESIGN_BYTES, np.inf if limit is None else limit)
 

@@ -247,3 +247,15 @@ def test_rvr_mcmc_from_statistics_samples_the_same_posterior_as_the_design(sinc2
     s = [float(m.idata_["posterior"]["sigma"].mean()) for m in (stats, design)]
     assert s[0] == pytest.approx(s[1], rel=0.02)
     np.testing.assert_allclose(stats.predict(X_test), design.predict(X_test), atol=0.02)
+
+
+def test_rvr_auto_chunk_rows_counts_the_mcmc_log_likelihood(sinc2d, monkeypatch):
+    # Under MCMC the design path holds an N x draws pointwise log likelihood: "auto" counts it.
+    from bayes_rvm import RVR, large_data
+
+    X = sinc2d[0][:3000]
+    monkeypatch.setattr(large_data, "LARGE_DESIGN_BYTES", 8 * 3000 * 51 * 10)
+    kw = {"centres": "random", "n_centres": 50}
+    assert RVR(**kw)._on_statistics(X) is False
+    assert RVR(inference="mcmc", draws=500, chains=2, **kw)._on_statistics(X) is True
+    assert RVR(inference="mcmc", draws=100, chains=2, **kw)._on_statistics(X) is False
