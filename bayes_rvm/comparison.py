@@ -133,7 +133,8 @@ def compare(fits: Mapping[str, object], *, round_to="none", **kwargs) -> pd.Data
     ------
     ValueError
         With fewer than two fits, a fit without log likelihood, or fits on different numbers of
-        observations.
+        observations or log likelihoods on different rows (a fit from sufficient statistics
+        keeps those of a subset of rows: its DataTree's ``log_likelihood_rows`` attribute).
 
     Warns
     -----
@@ -159,6 +160,13 @@ def compare(fits: Mapping[str, object], *, round_to="none", **kwargs) -> pd.Data
         n_obs[name] = int(np.prod([s for d, s in var.sizes.items() if d not in ("chain", "draw")]))
     if len(set(n_obs.values())) > 1:
         raise ValueError(f"fits were made on different numbers of observations: {n_obs}.")
+    # A fit from sufficient statistics keeps the log likelihood of a subset of its rows only.
+    rows = {name: dt.attrs.get("log_likelihood_rows", "all rows") for name, dt in trees.items()}
+    if len(set(rows.values())) > 1:
+        raise ValueError(
+            f"the fits' log likelihoods are on different rows, so their elpd cannot be "
+            f"compared: {rows}."
+        )
     scored, methods = {}, {}
     for name, fit in fits.items():
         if name in trees:

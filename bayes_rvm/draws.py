@@ -99,6 +99,8 @@ def gaussian_loo_terms(
     Y: np.ndarray,
     alpha: np.ndarray,
     beta: np.ndarray,
+    *,
+    statistics: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> np.ndarray:
     """Exact leave-one-out terms ``ln p(t_n | t_-n, alpha, beta)`` of the Gaussian marginal.
 
@@ -122,6 +124,10 @@ def gaussian_loo_terms(
         Draws of the prior precisions (``inf`` for a column out of the model).
     beta : ndarray of shape (S,)
         Draws of the noise precision.
+    statistics : (gram, cross), optional
+        ``Phi'Phi`` (M, M) and ``Phi'T`` (M, D) of the *whole* data, when ``Phi`` and ``Y`` are
+        only some of its rows (one design): the terms are then those of these rows in the fit
+        to all of them (a model of sufficient statistics keeps a subset of rows).
 
     Returns
     -------
@@ -132,7 +138,7 @@ def gaussian_loo_terms(
     per_draw = Y.ndim == 3
     designs = Phi.ndim == 3
     N = Y.shape[-2]
-    gram = None if designs else Phi.T @ Phi
+    gram, cross = (None, None) if designs else statistics or (Phi.T @ Phi, None)
     out = np.empty((S, N))
     for s in range(S):
         Ps = Phi[s] if designs else Phi
@@ -140,7 +146,8 @@ def gaussian_loo_terms(
         keep = np.isfinite(alpha[s])
         G = (Ps.T @ Ps if designs else gram)[np.ix_(keep, keep)]
         P = Ps[:, keep]
-        post = weight_posterior(G, P.T @ Ys, alpha[s, keep], beta[s])
+        c = P.T @ Ys if cross is None else cross[keep]
+        post = weight_posterior(G, c, alpha[s, keep], beta[s])
         V = post.whiten(P.T)
         m = post.mean
         # 1 - h_n > 0 for finite alphas; the floor keeps a leverage rounded to one finite.

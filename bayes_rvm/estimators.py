@@ -245,11 +245,16 @@ array-like, default="evidence_shared"
         :func:`bayes_rvm._base.memory_limit`). ``"auto"``: the statistics, in blocks of about
         64 MiB, when ``centres`` selects a subset, the design would take more than
         :data:`bayes_rvm.large_data.LARGE_DESIGN_BYTES` (2 GiB) or more than the memory limit,
-        and the fit can run on them (``inference="type2"``, ``predictive="rvm"``, ``gamma`` a
-        number, ``"scale"`` or the default rule, which chooses the width on a subset of rows);
-        else the design. A fit from
-        statistics keeps no training design: ``idata_``, ``refit_loo``, ``model_`` and
-        ``make_model`` raise a ValueError that says so (see the "Large data" page).
+        and the fit can run on them (``predictive="rvm"``, ``gamma`` a number, ``"scale"`` or
+        the default rule, which chooses the width on a subset of rows; not a sampled width, not
+        ``inference="vi"``, Gaussian noise only);
+        else the design. A type-II fit from statistics keeps no training design: ``idata_`` and
+        ``refit_loo`` raise a ValueError that says so (see the "Large data" page). Under
+        ``inference="mcmc"`` NUTS samples the model of the statistics
+        (:func:`bayes_rvm.statistics_model.rvm_statistics_model`, the same density at a cost
+        independent of N), and ``idata_``'s ``log_likelihood`` holds the exact leave-one-out
+        terms of 2000 evenly spaced rows (:func:`bayes_rvm.statistics_model.log_likelihood_rows`;
+        its ``log_likelihood_rows`` attribute says so), not of all N.
     inference : {"type2", "mcmc", "vi"}, default="type2"
         ``"type2"``: the hyperparameters at their evidence maximum. ``"mcmc"``: after the type-II
         fit (which seeds it), NUTS over the hyperparameters of :attr:`model_` (the
@@ -727,6 +732,15 @@ array-like, default="evidence_shared"
         from bayes_rvm.models import rvm_regression_model
 
         check_is_fitted(self, "fit_")
+        priors = {
+            "prior": self.prior,
+            "alpha_prior": as_prior(self.alpha_prior, "alpha_prior"),
+            "nu": self._mcmc_student_t(),
+            "noise_prior": as_prior(self.noise_prior, "noise_prior"),
+            "noise_sd": None if self.noise_variance is None else float(self.noise_variance) ** 0.5,
+        }
+        if getattr(self, "_fitted_on_statistics", False):
+            return self._statistics_model(form, offset, priors)
         self._require_design("make_model")
         if self._counts():
             return self._count_model(form, offset)
@@ -737,12 +751,7 @@ array-like, default="evidence_shared"
         return rvm_regression_model(
             Phi,
             y,
-            prior=self.prior,
             form="joint" if self.likelihood == "student_t" else form,
-            alpha_prior=as_prior(self.alpha_prior, "alpha_prior"),
-            nu=self._mcmc_student_t(),
-            noise_prior=as_prior(self.noise_prior, "noise_prior"),
-            noise_sd=None if self.noise_variance is None else float(self.noise_variance) ** 0.5,
             phi_scale=norms,
             y_scale=target_scale(y),
             offset=offset,
@@ -750,6 +759,7 @@ array-like, default="evidence_shared"
             likelihood=self.likelihood,
             noise_nu=self.noise_nu,
             centred=self._student_t_centred(),
+            **priors,
         )
 
     def _fit_variational(self, model) -> xr.DataTree:

@@ -21,7 +21,8 @@ from bayes_rvm.statistics import SufficientStatistics, accumulate
 
 __all__ = ["LARGE_DESIGN_BYTES", "StatisticsFitMixin"]
 
-#: Above this size of the N x M design (2 GiB), ``RVR(chunk_rows="auto")`` fits a subset of
+#: Above this size of the N x M design (2 GiB; under ``inference="mcmc"`` also of the N x draws
+#: pointwise log likelihood), ``RVR(chunk_rows="auto")`` fits a subset of
 #: centres from the design's sufficient statistics (a chunked pass) rather than holding it: the
 #: design path's per-addition products then cost more memory traffic than the statistics' one
 #: pass, and its memory grows with N.
@@ -52,6 +53,9 @@ class StatisticsFitMixin:
         if n_basis is None:
             return False  # the design path says what is missing
         need = 8.0 * X.shape[0] * (n_basis + int(bool(self.bias)))
+        if self.inference == "mcmc":
+            # The design path's pointwise log likelihood holds N values a draw.
+            need = max(need, 8.0 * X.shape[0] * self.draws * self.chains)
         limit, _ = memory_limit()
         return need > min(LARGE_DESIGN_BYTES, np.inf if limit is None else limit)
 
@@ -66,8 +70,10 @@ class StatisticsFitMixin:
                 f"likelihood={self.likelihood!r} reweights every row at each step (its sums "
                 "are not fixed statistics)"
             )
-        elif self.inference != "type2":
-            reason = f"inference={self.inference!r} samples a model of the N training rows"
+        elif self.inference == "vi":
+            reason = "inference='vi' fits the model of the N training rows"
+        elif self.inference == "mcmc" and self._samples_width():
+            reason = "a sampled width (gamma a Prior) needs the design at every width"
         elif self.predictive != "rvm":
             reason = "predictive='rvm*' needs the training design at prediction"
         elif rule.learned and rule.kind != DEFAULT_GAMMA:
@@ -115,6 +121,39 @@ class StatisticsFitMixin:
                 ls, fit, None, path, n_fits=1, seconds=time.perf_counter() - start
             )
         return basis, stats_problem, fit
+
+    def _statistics_model(self, form: str, offset, priors: dict):
+        """The model ``inference="mcmc"`` samples after a fit from sufficient statistics.
+
+        :func:`bayes_rvm.statistics_model.rvm_statistics_model` on the statistics of the MCMC
+        columns, with the rows of :func:`bayes_rvm.statistics_model.log_likelihood_rows` (2000,
+        evenly spaced) for the pointwise log likelihood: ``idata_``'s ``log_likelihood`` holds
+        those rows' exact leave-one-out terms, not all N (its attribute
+        ``log_likelihood_rows`` says so, and :func:`bayes_rvm.compare` refuses to set it beside
+        a fit scored on other rows).
+        """
+        from bayes_rvm.statistics_model import log_likelihood_rows, rvm_statistics_model
+
+        if form != "marginal" or offset is not None:
+            raise ValueError(
+                "a fit from sufficient statistics (chunk_rows) samples the weight-marginalised "
+                "model with no offset: form='marginal', offset=None."
+            )
+        cols = self._mcmc_columns()
+        st = self.statistics_
+        sub = SufficientStatistics(
+            st.gram[np.ix_(cols, cols)], st.cross[cols], st.tt, st.n, st.t_sum
+        )
+        rows = log_likelihood_rows(st.n)
+        Phi_rows = self.basis_.transform(self.training_.inputs[rows], columns=cols)
+        return rvm_statistics_model(
+            sub,
+            rows=(rows, Phi_rows, self.training_.y[rows]),
+            phi_scale=sub.column_norms(),
+            y_scale=sub.target_scale(),
+            basis_names=cols,
+            **priors,
+        )
 
     def _require_design(self, what: str) -> None:
         """A ValueError for ``what`` when the fit was made from sufficient statistics."""

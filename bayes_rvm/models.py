@@ -63,6 +63,7 @@ from bayes_rvm.kernels import stationary_distances, stationary_kernel
 from bayes_rvm.marginal import (
     lowrank_marginal_log_likelihood,
     marginal_log_likelihood,
+    statistics_log_density_offset,
     thin_svd,
     use_lowrank,
 )
@@ -357,10 +358,32 @@ def _noise_sd(noise_prior: Prior | None, noise_sd: float | None, y_scale_data):
     return sigma
 
 
-def _marginal_y(Phi: np.ndarray, marginal: str, terms: tuple, y_data, y_dims) -> bool:
+def _with_row_count(logp: Callable, random: Callable) -> tuple[Callable, Callable]:
+    """The marginal ``y``'s density and draw on a compressed design of ``n_rows`` data rows.
+
+    The compressed design (:func:`bayes_rvm.marginal.compressed_design`) has the data's
+    sufficient statistics over ``k`` rows; the density misses only its ``N``-dependent constant
+    and ``log beta`` terms, added here (the last parameter is ``n_rows``).
+    """
+
+    def counted_logp(value, *params):
+        *params, n_rows = params
+        n_outputs = 1 if value.ndim == 1 else value.shape[1]
+        log_beta = params[1]
+        missing = statistics_log_density_offset(log_beta, n_rows, value.shape[0], n_outputs)
+        return logp(value, *params) + missing
+
+    def counted_random(*params, rng=None, size=None):
+        return random(*params[:-1], rng=rng, size=size)
+
+    return counted_logp, counted_random
+
+
+def _marginal_y(Phi: np.ndarray, marginal: str, terms: tuple, y_data, y_dims, n_rows=None) -> bool:
     """The observed ``y`` of the marginal form, dense or low-rank; whether it is low-rank.
 
-    ``terms`` are ``(log_alpha, log_beta, Phi_data, offset)`` of the model being built.
+    ``terms`` are ``(log_alpha, log_beta, Phi_data, offset)`` of the model being built;
+    ``n_rows`` (a data variable) makes ``Phi`` and ``y`` a compressed design of that many rows.
     """
     log_alpha, log_beta, Phi_data, off = terms
     lowrank, design = _marginal_design(Phi, marginal)
@@ -370,13 +393,21 @@ def _marginal_y(Phi: np.ndarray, marginal: str, terms: tuple, y_data, y_dims) ->
     else:
         params = [log_alpha, log_beta, Phi_data, pm.Data("gram", design["gram"])]
         signature = "(m),(),(n,m),(m,m)"
-    signature += ",(n,d)->(n,d)" if len(y_dims) == 2 else ",(n)->(n)"
+    signature += ",(n,d)" if len(y_dims) == 2 else ",(n)"
+    logp = _lowrank_y_logp if lowrank else _marginal_y_logp
+    random = _lowrank_y_random if lowrank else _marginal_y_random
+    extra = []
+    if n_rows is not None:
+        logp, random = _with_row_count(logp, random)
+        extra, signature = [n_rows], signature + ",()"
+    signature += "->(n,d)" if len(y_dims) == 2 else "->(n)"
     pm.CustomDist(
         "y",
         *params,
         off,
-        logp=_lowrank_y_logp if lowrank else _marginal_y_logp,
-        random=_lowrank_y_random if lowrank else _marginal_y_random,
+        *extra,
+        logp=logp,
+        random=random,
         signature=signature,
         observed=y_data,
         dims=y_dims,
@@ -417,6 +448,7 @@ def rvm_regression_model(
     centred: bool = False,
     likelihood: Literal["gaussian", "student_t"] = "gaussian",
     noise_nu: float | Prior | None = None,
+    n_rows: int | None = None,
 ) -> pm.Model:
     """Build the RVM regression model on a design matrix.
 
@@ -488,6 +520,11 @@ def rvm_regression_model(
         Student-t degrees of freedom: a number fixes it, a :class:`Prior` samples it; None
         samples it under :data:`NOISE_NU_PRIOR`. It is ``noise_nu`` in the posterior either way
         (a Deterministic when fixed).
+    n_rows : int, optional
+        ``Phi`` and ``y`` are a compressed design of this many data rows
+        (:func:`bayes_rvm.marginal.compressed_design`; built by
+        :func:`bayes_rvm.statistics_model.rvm_statistics_model`): the marginal form only, no
+        ``offset``.
 
     Returns
     -------
@@ -524,6 +561,12 @@ def rvm_regression_model(
     t_spec = _noise_nu_spec(likelihood, form, noise_nu)
     alpha_prior, s = _resolve_priors(prior, alpha_prior, nu, s)
     noise_prior = as_prior(noise_prior, "noise_prior", positive=True)
+    if n_rows is not None and (form != "marginal" or offset is not None or not n_rows >= 1):
+        raise ValueError(
+            "n_rows (a compressed design of sufficient statistics) needs form='marginal', no "
+            f"offset and a positive count; got form={form!r}, offset "
+            f"{'given' if offset is not None else 'None'}, n_rows={n_rows!r}."
+        )
     if noise_sd is not None and not (np.isfinite(noise_sd) and noise_sd > 0):
         raise ValueError(f"noise_sd must be positive, got {noise_sd!r}.")
     N = Phi.shape[0]
@@ -548,8 +591,9 @@ def rvm_regression_model(
         off, off_kind = _offset_term(offset, y_dims, y.shape)
 
         if form == "marginal":
+            count = None if n_rows is None else pm.Data("n_rows", float(n_rows))
             lowrank = _marginal_y(
-                Phi, marginal, (log_alpha, log_beta, Phi_data, off), y_data, y_dims
+                Phi, marginal, (log_alpha, log_beta, Phi_data, off), y_data, y_dims, count
             )
         else:
             scale = pt.exp(-0.5 * log_alpha)
@@ -627,6 +671,10 @@ def set_model_data(model: pm.Model, Phi: np.ndarray, y: np.ndarray) -> None:
     coordinate, and lets compiled samplers be reused (no new graph is built). A fixed offset is
     reset to zero unless it is set again with ``pm.set_data``.
     """
+    if "n_rows" in model.named_vars:
+        raise ValueError(
+            "a model of sufficient statistics: build a new one (bayes_rvm.statistics_model)."
+        )
     Phi = np.asarray(Phi, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
     values = {"Phi": Phi, "y_obs": y}

@@ -378,7 +378,11 @@ def complete_posterior(dt: xr.DataTree, model, *, random_seed=None) -> xr.DataTr
             w = draw_weights_lowrank(U, VS, *args) if lowrank else draw_weights(Phi, *args)
         # The targets are dependent given (alpha, sigma): the pointwise terms are the exact
         # leave-one-out densities of the marginal, valid for PSIS-LOO whatever the form.
-        if lowrank:
+        if "n_rows" in model.named_vars:
+            # A model of sufficient statistics: its Phi and y are a compressed design; the
+            # terms are those of the documented subset of data rows it keeps, if any.
+            ll, obs = _statistics_loo_terms(model, Phi, Yc, alpha, sigma**-2.0)
+        elif lowrank:
             ll = loo_terms_lowrank(U, VS, Yc, alpha, sigma**-2.0)
         else:
             ll = gaussian_loo_terms(Phi, Yc, alpha, sigma**-2.0)
@@ -393,13 +397,15 @@ def complete_posterior(dt: xr.DataTree, model, *, random_seed=None) -> xr.DataTr
             noise = {"sigma": post["sigma"].values.reshape(-1)}
             noise["nu"] = post["noise_nu"].values.reshape(-1)
         ll = pointwise_log_likelihood(Phi, y, w, likelihood=likelihood, offset=offset, **noise)
+    if likelihood != "gaussian" or "n_rows" not in model.named_vars:
+        obs = np.arange(Phi.shape[-2])
     w_extra, y_extra = extra_dims(likelihood, multi)
     w_out = w.reshape(C, S, *w.shape[1:])
     coords = {
         "chain": post.chain.values,
         "draw": post.draw.values,
         BASIS: post[BASIS].values if BASIS in post.coords else np.asarray(model.coords[BASIS]),
-        OBS: np.arange(Phi.shape[-2]),
+        OBS: obs,
     }
     if w_extra is not None:
         coords[w_extra] = np.asarray(model.coords[w_extra])
@@ -411,10 +417,8 @@ def complete_posterior(dt: xr.DataTree, model, *, random_seed=None) -> xr.DataTr
         # on make_model(form="joint") uses the posterior of w rather than drawing z from its prior.
         draws["z"] = z.reshape(w_out.shape)
     new = make_datatree(
-        {
-            "posterior": draws,
-            "log_likelihood": {"y": ll.reshape(C, S, -1)},
-        },
+        {"posterior": draws}
+        | ({} if ll is None else {"log_likelihood": {"y": ll.reshape(C, S, -1)}}),
         coords=coords,
         w_extra=w_extra,
         y_extra=y_extra,
@@ -423,7 +427,12 @@ def complete_posterior(dt: xr.DataTree, model, *, random_seed=None) -> xr.DataTr
     out["posterior"] = xr.DataTree(
         post.drop_vars("w", errors="ignore").assign(new["posterior"].dataset.data_vars)
     )
-    out["log_likelihood"] = new["log_likelihood"]
+    if ll is not None:
+        out["log_likelihood"] = new["log_likelihood"]
+    if "n_rows" in model.named_vars:
+        out.attrs["log_likelihood_rows"] = (
+            "none" if ll is None else f"subset of {obs.size} of {_n_rows(model)} data rows"
+        )
     if "constant_data" in out.children:
         caches = ("gram", "Phi_U", "Phi_VS")  # sampling caches of the marginal form, not data
         const = out["constant_data"].dataset.drop_vars(caches, errors="ignore")
@@ -431,6 +440,26 @@ def complete_posterior(dt: xr.DataTree, model, *, random_seed=None) -> xr.DataTr
         out["constant_data"] = xr.DataTree(const)
     out.attrs.setdefault("likelihood", likelihood)
     return out
+
+
+def _n_rows(model) -> int:
+    return int(np.asarray(model["n_rows"].get_value()))
+
+
+def _statistics_loo_terms(model, R, S, alpha, beta) -> tuple[np.ndarray | None, np.ndarray]:
+    """Leave-one-out terms of a statistics model's subset of rows, and the rows' indices.
+
+    ``R`` and ``S`` are its compressed design and targets, whose ``R'R`` and ``R'S`` are the
+    whole data's statistics; the subset's design and targets are the data ``Phi_rows`` and
+    ``y_rows`` (:func:`bayes_rvm.statistics_model.rvm_statistics_model`).
+    """
+    if "ll_rows" not in model.named_vars:
+        return None, np.arange(0)
+    rows = np.asarray(model["ll_rows"].get_value())
+    Phi_rows = np.asarray(model["Phi_rows"].get_value(), dtype=np.float64)
+    y_rows = np.asarray(model["y_rows"].get_value(), dtype=np.float64).reshape(rows.size, -1)
+    ll = gaussian_loo_terms(Phi_rows, y_rows, alpha, beta, statistics=(R.T @ R, R.T @ S))
+    return ll, rows
 
 
 def type2_initvals(

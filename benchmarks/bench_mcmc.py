@@ -22,6 +22,10 @@ One run prints, in this order (``--sections`` picks some of them):
     nutpie, numpyro and PyMC's NUTS on the same marginal model (N = 100, full basis). numpyro and
     blackjax run the JAX implementation of the Op; no GPU was lent to this machine, so JAX runs
     on the CPU here (the table says which device JAX saw).
+``large`` (not in the default set)
+    ``RVR(inference="mcmc", centres="random", n_centres=200)``, 2 chains x 500 draws, on
+    ``--large-n`` rows (10^6) of a 2-D sinc, fitted from sufficient statistics: wall and CPU
+    time, peak memory, R-hat, for ``mcmc_basis="all"`` and ``"relevant"`` (issue 29, item 3).
 ``forms`` (not in the default set)
     The weight-marginalised against the joint (non-centred) and centred forms, as before.
 
@@ -188,7 +192,7 @@ def _rvr_kwargs(gamma: str | None) -> dict:
 
 #: The phases of an estimator's MCMC fit that the fresh section times: (module, attribute).
 PHASES = [
-    ("type2", "bayes_rvm.estimators", "fit_evidence"),
+    ("type2", "bayes_rvm.problem", "fit_evidence"),
     ("model", "bayes_rvm.estimators.RVR", "make_model"),
     ("compile", "bayes_rvm._nutpie", "compile_nutpie"),
     ("initial_points", "bayes_rvm._nutpie", "with_initial_points"),
@@ -467,12 +471,53 @@ def section_forms(a) -> list[dict]:
     return []
 
 
+def section_large(a) -> list[dict]:
+    """``RVR(inference="mcmc", centres="random", n_centres=200)``, 2 chains x 500 draws, on N
+    rows of a 2-D sinc from sufficient statistics (``chunk_rows=65536``), in a fresh process:
+    wall and CPU time, peak memory (the issue's targets: 180 s, 8 GB, R-hat <= 1.01), per
+    ``mcmc_basis``."""
+    n = 20_000 if a.quick else a.large_n
+    code = (
+        "import json, resource, sys, time, warnings\n"
+        "import numpy as np\n"
+        "from bayes_rvm import RVR\n"
+        f"n = {n}\n"
+        "rng = np.random.default_rng(0)\n"
+        "X = rng.uniform(-5, 5, (n, 2))\n"
+        "y = np.sinc(X[:, 0] / np.pi) * np.cos(X[:, 1] / 2) + 0.1 * rng.standard_normal(n)\n"
+        "t = time.perf_counter()\n"
+        "with warnings.catch_warnings():\n"
+        "    warnings.simplefilter('ignore')\n"
+        "    est = RVR(inference='mcmc', centres='random', n_centres=200, draws=500, chains=2,\n"
+        "              random_state=0, mcmc_basis=sys.argv[1], chunk_rows=65536)\n"
+        "    est.fit(X, y, progressbar=False)\n"
+        "wall = time.perf_counter() - t\n"
+        "ru = resource.getrusage(resource.RUSAGE_SELF)\n"
+        "d = json.loads(est.idata_.attrs['diagnostics'])\n"
+        "print('RESULT ' + json.dumps({'wall_s': wall, 'cpu_s': ru.ru_utime + ru.ru_stime,\n"
+        "    'peak_gib': ru.ru_maxrss / 2**20, 'rhat': d['max_rhat'], 'div': d['divergences'],\n"
+        "    'ess_bulk': d['min_ess_bulk'], 'statistics': est._fitted_on_statistics,\n"
+        "    'sigma': float(est.idata_['posterior']['sigma'].mean())}))\n"
+    )
+    rows = []
+    for basis in ("all", "relevant"):
+        proc = subprocess.run(
+            [sys.executable, "-c", code, basis], capture_output=True, text=True, check=False
+        )
+        lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+        row = {"case": f"large N={n} mcmc_basis={basis}"}
+        row.update(json.loads(lines[-1][7:]) if lines else {"error": proc.stderr[-300:]})
+        rows.append(row)
+    return rows
+
+
 SECTIONS = {
     "fresh": section_fresh,
     "scale": section_scale,
     "multi": section_multi,
     "samplers": section_samplers,
     "forms": section_forms,
+    "large": section_large,
 }
 
 
@@ -508,6 +553,7 @@ def main(argv=None) -> int:
         help="target_accept of an extra nutpie run of the joint form (0 to skip)",
     )
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--large-n", type=int, default=1_000_000, help="N of the large section")
     p.add_argument(
         "--gamma",
         default=None,

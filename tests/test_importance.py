@@ -164,3 +164,51 @@ def test_explicit_importance_warns_when_the_sample_degenerates(monkeypatch):
         clf.predict_proba(Xt)
     auto = clf.set_params(moderated="auto")
     assert auto.moderation_ == "probit"
+
+
+@pytest.mark.parametrize("n_draws", [40, 225, 1000, 4000])
+@pytest.mark.parametrize("tail", ["gaussian", "student_t", "wide"])
+def test_local_psis_matches_arviz_stats(n_draws, tail):
+    # Oracle: arviz-stats' psislw (Vehtari et al. 2024), on log ratios with light to heavy tails.
+    from arviz_stats.base import array_stats
+
+    from bayes_rvm.evidence.importance import pareto_smoothed_log_weights
+
+    rng = np.random.default_rng(n_draws)
+    log_ratios = {
+        "gaussian": rng.standard_normal(n_draws),
+        "student_t": 2.0 * rng.standard_t(3, n_draws),
+        "wide": 6.0 * rng.standard_normal(n_draws),
+    }[tail]
+    expected, k_expected = array_stats.psislw(-log_ratios)
+    log_w, k = pareto_smoothed_log_weights(log_ratios)
+    np.testing.assert_allclose(log_w, expected, rtol=1e-12, atol=1e-12)
+    assert k == pytest.approx(float(k_expected), rel=1e-12)
+    assert logsumexp(log_w) == pytest.approx(0.0, abs=1e-12)
+
+
+_FIRST_FITS = """
+import sys
+from bayes_rvm import RVC, RVR
+from bayes_rvm.datasets import load_ripley, make_sinc
+
+X, y = load_ripley()[:2]
+RVC().fit(X, y).predict_proba(X)
+X, y = make_sinc(100, noise=0.1, random_state=0)
+RVR().fit(X, y).predict(X, return_std=True)
+print(sorted(m for m in ("jax", "pymc", "pytensor", "arviz_base") if m in sys.modules))
+"""
+
+
+def test_type2_first_fits_import_neither_jax_nor_pymc():
+    # A first RVC fit cost 2.5 s when PSIS came from arviz-stats: its arviz-base registers a
+    # lazy ``jax`` module, and the next SciPy ``logsumexp`` imported JAX.
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run(
+        [sys.executable, "-c", _FIRST_FITS], capture_output=True, text=True, check=True, cwd=root
+    )
+    assert out.stdout.strip().splitlines()[-1] == "[]"

@@ -298,3 +298,101 @@ def test_model_chooses_lowrank_automatically_and_keeps_the_density():
     assert abs(low.compile_logp()(point) - dense.compile_logp()(point)) < 1e-8
     with pytest.raises(ValueError, match="marginal"):
         rvm_regression_model(Phi, Y[:, 0], marginal="svd")
+
+
+# ---------------------------------------------------------------------------------------------
+# The statistics form: the model on Phi'Phi, Phi't, t't and N (issue 29, item 3)
+# ---------------------------------------------------------------------------------------------
+def _statistics_problem(n: int, m: int, d: int, seed: int = 0):
+    from types import SimpleNamespace
+
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(-3.0, 3.0, n)
+    Phi = np.column_stack(
+        [np.ones(n), np.exp(-0.5 * (x[:, None] - np.linspace(-3, 3, m - 1)) ** 2)]
+    )
+    Y = np.sin(x)[:, None] + 0.1 * rng.standard_normal((n, d))
+    stats = SimpleNamespace(gram=Phi.T @ Phi, cross=Phi.T @ Y, tt=np.sum(Y**2, axis=0), n=n)
+    return Phi, Y, stats
+
+
+@pytest.mark.parametrize("d", [1, 2])
+def test_statistics_model_log_density_equals_the_design_form(d):
+    # Truth: the model on the full design (the same priors, scales and hyperparameter points).
+    from bayes_rvm.models import rvm_regression_model
+    from bayes_rvm.statistics_model import rvm_statistics_model
+
+    Phi, Y, stats = _statistics_problem(300, 10, d)  # well conditioned: Cholesky path
+    y = Y if d > 1 else Y[:, 0]
+    kw = {"phi_scale": np.linalg.norm(Phi, axis=0), "y_scale": float(np.sqrt(np.mean(Y**2)))}
+    full = rvm_regression_model(Phi, y, marginal="dense", **kw)
+    small = rvm_statistics_model(stats, marginal="dense", **kw)
+    assert small["Phi"].get_value().shape[0] == 10 + d  # M + D rows, whatever N
+    logp = (full.compile_logp(), small.compile_logp())
+    dlogp = (full.compile_dlogp(), small.compile_dlogp())
+    rng = np.random.default_rng(1)
+    for _ in range(4):
+        point = {k: v + rng.normal(0.0, 1.0, np.shape(v)) for k, v in full.initial_point().items()}
+        assert logp[1](point) == pytest.approx(logp[0](point), rel=1e-10)
+        np.testing.assert_allclose(dlogp[1](point), dlogp[0](point), rtol=1e-10, atol=1e-10)
+
+
+def test_compressed_design_keeps_the_statistics_of_a_singular_gram():
+    # 81 columns over 40 rows: Phi'Phi is singular, factorised through its eigendecomposition.
+    from bayes_rvm.marginal import compressed_design
+
+    for n, m in ((300, 30), (40, 81)):
+        _, _, stats = _statistics_problem(n, m, 2)
+        R, S = compressed_design(stats.gram, stats.cross, stats.tt)
+        scale = np.linalg.norm(stats.gram)
+        np.testing.assert_allclose(R.T @ R, stats.gram, atol=1e-12 * scale)
+        np.testing.assert_allclose(R.T @ S, stats.cross, atol=1e-9 * np.linalg.norm(stats.cross))
+        np.testing.assert_allclose(np.sum(S * S, axis=0), stats.tt, rtol=1e-12)
+    with pytest.raises(ValueError, match="statistics do not match"):
+        compressed_design(stats.gram, stats.cross[:-1], stats.tt)
+
+
+def test_statistics_model_refuses_what_it_cannot_hold():
+    from bayes_rvm.models import rvm_regression_model, set_model_data
+    from bayes_rvm.statistics_model import rvm_statistics_model
+
+    Phi, Y, stats = _statistics_problem(50, 6, 1)
+    with pytest.raises(TypeError, match="'offset'"):
+        rvm_statistics_model(stats, offset=np.zeros(50))
+    with pytest.raises(ValueError, match="n_rows"):
+        rvm_regression_model(Phi, Y[:, 0], form="joint", n_rows=50)
+    with pytest.raises(ValueError, match="rows: 3 indices"):
+        rvm_statistics_model(stats, rows=(np.arange(3), Phi[:2], Y[:2, 0]))
+    with pytest.raises(ValueError, match="sufficient statistics"):
+        set_model_data(rvm_statistics_model(stats), Phi, Y[:, 0])
+
+
+def test_statistics_model_samples_and_keeps_the_loo_terms_of_its_row_subset():
+    # Truth: the exact LOO terms of the same rows computed on the full design (dense), at the
+    # sampled hyperparameters; and compare() refusing a fit whose terms are on all rows.
+    from bayes_rvm.comparison import compare
+    from bayes_rvm.draws import gaussian_loo_terms
+    from bayes_rvm.inference import sample_mcmc
+    from bayes_rvm.statistics_model import log_likelihood_rows, rvm_statistics_model
+
+    Phi, Y, stats = _statistics_problem(3000, 8, 1)
+    rows = log_likelihood_rows(3000, 200)
+    assert rows.size == 200 and rows[0] == 0 and rows[-1] == 2999
+    kw = {"phi_scale": np.linalg.norm(Phi, axis=0), "y_scale": float(np.sqrt(np.mean(Y**2)))}
+    model = rvm_statistics_model(stats, rows=(rows, Phi[rows], Y[rows, 0]), **kw)
+    dt = sample_mcmc(
+        model, draws=150, tune=150, chains=2, random_seed=0, progressbar=False, warn=False
+    )
+    post = dt["posterior"].dataset
+    alpha = post["alpha"].values.reshape(300, -1)
+    beta = post["beta"].values.reshape(-1)
+    ll = dt["log_likelihood"].dataset["y"].values.reshape(300, -1)
+    np.testing.assert_allclose(ll, gaussian_loo_terms(Phi, Y, alpha, beta)[:, rows], rtol=1e-8)
+    assert dt.attrs["log_likelihood_rows"] == "subset of 200 of 3000 data rows"
+    assert post["w"].shape == (2, 150, 8)
+    # The noise sd is learnt from all 3000 rows (truth 0.1).
+    assert float(post["sigma"].mean()) == pytest.approx(0.1, rel=0.05)
+    other = dt.copy()
+    other.attrs.pop("log_likelihood_rows")
+    with pytest.raises(ValueError, match="different rows"):
+        compare({"statistics": dt, "full": other})

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -179,6 +181,7 @@ def test_rvr_from_statistics_equals_in_memory(sinc2d, gamma):
 
 def test_rvr_chunk_rows_rules(sinc2d, monkeypatch):
     from bayes_rvm import RVR, large_data
+    from bayes_rvm.priors import DEFAULT_GAMMA_PRIOR
 
     X, y, _ = sinc2d
     X, y = X[:3000], y[:3000]
@@ -191,7 +194,7 @@ def test_rvr_chunk_rows_rules(sinc2d, monkeypatch):
     # A forced statistics fit that cannot run on statistics says why.
     for bad, match in [
         ({"centres": None}, "subset of centres"),
-        ({"inference": "mcmc"}, "inference='mcmc'"),
+        ({"inference": "mcmc", "gamma": DEFAULT_GAMMA_PRIOR}, "sampled width"),
         ({"predictive": "rvm*"}, "rvm\\*"),
         ({"gamma": "evidence"}, "gamma='evidence'"),
     ]:
@@ -231,3 +234,44 @@ def test_auto_takes_the_statistics_where_the_design_would_not_fit(sinc2d, monkey
     model = RVR(**kw).fit(X, y)
     assert model.statistics_ is not None
     np.testing.assert_allclose(model.predict(X_test[:20]), reference, rtol=1e-6, atol=1e-7)
+
+
+def test_rvr_mcmc_from_statistics_samples_the_same_posterior_as_the_design(sinc2d):
+    # Truth: the same estimator sampled on the in-memory design (its density equals the
+    # statistics form's to rounding, so at a fixed seed the chains agree to MC error at most).
+    from bayes_rvm import RVR
+
+    X, y, X_test = sinc2d
+    X, y = X[:2500], y[:2500]
+    kw = dict(
+        inference="mcmc",
+        gamma=0.5,
+        centres="random",
+        n_centres=15,
+        random_state=0,
+        draws=150,
+        tune=150,
+        chains=2,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        stats = RVR(chunk_rows=400, **kw).fit(X, y, progressbar=False)
+        design = RVR(chunk_rows=None, **kw).fit(X, y, progressbar=False)
+    dt = stats.idata_
+    assert dt.attrs["log_likelihood_rows"] == "subset of 2000 of 2500 data rows"
+    assert dt["log_likelihood"]["y"].sizes["obs"] == 2000
+    s = [float(m.idata_["posterior"]["sigma"].mean()) for m in (stats, design)]
+    assert s[0] == pytest.approx(s[1], rel=0.02)
+    np.testing.assert_allclose(stats.predict(X_test), design.predict(X_test), atol=0.02)
+
+
+def test_rvr_auto_chunk_rows_counts_the_mcmc_log_likelihood(sinc2d, monkeypatch):
+    # Under MCMC the design path holds an N x draws pointwise log likelihood: "auto" counts it.
+    from bayes_rvm import RVR, large_data
+
+    X = sinc2d[0][:3000]
+    monkeypatch.setattr(large_data, "LARGE_DESIGN_BYTES", 8 * 3000 * 51 * 10)
+    kw = {"centres": "random", "n_centres": 50}
+    assert RVR(**kw)._on_statistics(X) is False
+    assert RVR(inference="mcmc", draws=500, chains=2, **kw)._on_statistics(X) is True
+    assert RVR(inference="mcmc", draws=100, chains=2, **kw)._on_statistics(X) is False

@@ -24,10 +24,15 @@ from bayes_rvm.marginal.op import (
     lowrank_marginal_log_likelihood,
     marginal_log_likelihood,
 )
+from bayes_rvm.marginal.statistics_form import (
+    compressed_design,
+    statistics_log_density_offset,
+)
 
 __all__ = [
     "RANK_RTOL",
     "MarginalLogLikelihood",
+    "compressed_design",
     "draw_weights_lowrank",
     "log_evidence_and_grad",
     "loo_terms_lowrank",
@@ -35,6 +40,7 @@ __all__ = [
     "lowrank_marginal_log_likelihood",
     "marginal_log_likelihood",
     "register_jax_dispatch",
+    "statistics_log_density_offset",
     "thin_svd",
     "use_lowrank",
 ]
