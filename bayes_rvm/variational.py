@@ -202,11 +202,6 @@ def fit_vi(
 
     settings = check_vi_kwargs(vi_kwargs)
     likelihood = model_spec(model).likelihood
-    if likelihood != "gaussian":
-        raise ValueError(
-            f"fit_vi fits the weight-marginalised regression models; this model's likelihood is "
-            f"{likelihood!r}. Sample it with bayes_rvm.inference.sample_mcmc."
-        )
     if not isinstance(draws, int | np.integer) or draws < 1:
         raise ValueError(f"draws must be a positive integer, got {draws!r}.")
     seed = int(np.random.default_rng(random_seed).integers(2**31 - 1))
