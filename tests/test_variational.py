@@ -312,3 +312,21 @@ def test_vi_on_the_joint_models_agrees_with_mcmc():
     mcmc = RVR(likelihood="student_t", inference="mcmc", random_state=0)
     mcmc.fit(X, y, progressbar=False)
     assert np.sqrt(np.mean((vi.predict(X_test) - mcmc.predict(X_test)) ** 2)) < 0.02
+
+
+def test_fit_vi_on_a_classifier_model_completes_as_mcmc_does():
+    """``fit_vi`` takes every joint model of bayes_rvm.models, the classifier's too: the weights
+    are the approximation's draws and log_likelihood is ln Bernoulli(t_n | sigmoid(phi_n w))."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(80, 2))
+    t = (X[:, 0] + X[:, 1] > 0).astype(int)
+    model = RVC(random_state=0).fit(X, t).model_
+    dt = fit_vi(model, random_seed=0, draws=200)
+    assert {"posterior", "log_likelihood", "observed_data", "variational"} <= set(dt.children)
+    w = dt["posterior"]["w"].values.reshape(200, -1)
+    Phi = np.asarray(model["Phi"].get_value())
+    eta = w @ Phi.T
+    ll = t[None, :] * eta - np.logaddexp(0.0, eta)  # ln sigmoid(eta)^t (1 - sigmoid(eta))^(1-t)
+    np.testing.assert_allclose(
+        dt["log_likelihood"]["y"].values.reshape(ll.shape), ll, rtol=1e-6, atol=1e-9
+    )
