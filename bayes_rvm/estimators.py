@@ -266,9 +266,13 @@ array-like, default="evidence_shared"
         says why this method and how it stops). On sinc (N = 100, width 2) its held-out NLPD
         is within 0.002 nat/point of MCMC's, its first fit in 0.56-0.67 of MCMC's time, but the
         posterior sds of ``log alpha`` are about 7% narrower (median) and their skew is lost
-        (notebook 10). All three expose ``idata_`` with the same groups (VI adds
-        ``variational``, the ELBO trace). ``RVC`` has no ``"vi"``: its weights are not
-        integrated out in its graph.
+        (notebook 10). Counts and Student-t noise (``likelihood="poisson"``, ``"student_t"``):
+        their models sample the weights (no closed-form marginal), so ADVI approximates the
+        weights too, with the hyperparameters, and the posterior weights are the
+        approximation's draws; on the problems of the tests the log-rate RMSE is 0.09 and the
+        outlier-sinc test RMSE 0.23 of the Gaussian RVR's (:mod:`bayes_rvm.variational`). All
+        three expose ``idata_`` with the same groups (VI adds ``variational``, the ELBO trace,
+        and has no ``sample_stats``). ``RVC`` has no ``"vi"``.
     vi_kwargs : dict, optional
         VI settings (``inference="vi"``): ``method`` (``"advi"``, the default, or
         ``"fullrank_advi"``), ``n`` (iteration cap, 20000), ``learning_rate`` (Adam's, 0.01),

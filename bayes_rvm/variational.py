@@ -1,12 +1,33 @@
-"""Variational inference: ADVI over the hyperparameters of the weight-marginalised model.
+"""Variational inference: ADVI over the free variables of a model of :mod:`bayes_rvm.models`.
 
 :func:`fit_vi` fits PyMC's automatic differentiation variational inference (``pm.fit``) to a
 model of :mod:`bayes_rvm.models` and returns a DataTree of the same groups as
 :func:`bayes_rvm.sampling.sample_mcmc`: draws from the approximation in ``posterior``, completed by
-:func:`bayes_rvm.sampling.complete_posterior` (the weights drawn exactly from their Gaussian
-conditional given each draw of ``(alpha, sigma)``, the exact leave-one-out terms in
-``log_likelihood``), ``observed_data`` and ``constant_data``, and a ``variational`` group with
-the loss (the negative ELBO) per iteration.
+:func:`bayes_rvm.sampling.complete_posterior` as MCMC's draws are, ``observed_data`` and
+``constant_data``, and a ``variational`` group with the loss (the negative ELBO) per iteration.
+What the approximation covers is what the sampler would sample:
+
+- the weight-marginalised Gaussian regression models: the hyperparameters only; the weights
+  are drawn back exactly from their Gaussian conditional given each draw of ``(alpha, sigma)``,
+  and ``log_likelihood`` holds the exact leave-one-out terms;
+- the joint models, where the weights are variables of the graph (counts,
+  :func:`bayes_rvm.models.rvm_poisson_model`; Student-t noise, the ``likelihood="student_t"``
+  branch of :func:`bayes_rvm.models.rvm_regression_model`; also the ``form="joint"`` Gaussian
+  model): the weights too, with the hyperparameters (and ``sigma``, ``noise_nu``) in one
+  mean-field Gaussian over the unconstrained space. The weights in ``posterior`` are then the
+  approximation's own draws (a Deterministic of the non-centred ``z`` where the model is
+  non-centred), never a Gaussian conditional, and ``log_likelihood`` holds
+  ``ln p(t_n | w, ...)`` per draw, as under MCMC. Measured on the problems of the tests (300
+  counts of log rate ``1 + sin x``; sinc, N = 100, with 10% gross outliers), over the type-II
+  relevance vectors the estimators use: about 3000-3600 iterations to the stopping rule below,
+  a log-rate RMSE of 0.09 (type-II 0.11) and a test RMSE 0.23 of the Gaussian RVR's. Against
+  NUTS (4 x 1000 draws) in the same run: the rates within 2.7% of MCMC's (relative RMS), the
+  Student-t locations within 0.006; the posterior sds of the Student-t weights 0.66-0.95 of
+  MCMC's, but those of the three strongly correlated count weights (two basis functions and the
+  bias) only 0.4 of MCMC's, the price of a factorised Gaussian: there the rate's posterior sd is
+  0.5-1.5 times MCMC's (median 1.16). Full-rank ADVI at the default settings did not help
+  (12000 iterations; rates 5% off MCMC's, weight sds 1.1-2.3 times MCMC's). Starting the
+  weights at the type-II mode did not stop sooner (3100-4300 iterations either way).
 
 **Why mean-field ADVI on the marginal model.** The regression model's free variables are only the
 hyperparameters (``alpha_rel``, one per basis function, and ``sigma_rel``): the weights are
@@ -167,8 +188,10 @@ def fit_vi(
     Parameters
     ----------
     model : pymc.Model
-        A regression model of :func:`bayes_rvm.models.rvm_regression_model` (any form, with or
-        without an offset) or :func:`~bayes_rvm.models.rvm_width_model`.
+        A regression model of :func:`bayes_rvm.models.rvm_regression_model` (any form and
+        likelihood, with or without an offset), :func:`~bayes_rvm.models.rvm_width_model` or
+        :func:`~bayes_rvm.models.rvm_poisson_model`: every model of :mod:`bayes_rvm.models`
+        that :func:`~bayes_rvm.sampling.complete_posterior` completes.
     draws : int, default=1000
         Draws from the fitted approximation (one chain).
     random_seed : int, optional
@@ -192,7 +215,8 @@ def fit_vi(
     -------
     xarray.DataTree
         Groups ``posterior`` (``alpha_rel``, ``sigma_rel``, ``alpha``, ``sigma``, ``beta``,
-        ``w`` and ``z``), ``log_likelihood`` (``y``), ``observed_data``, ``constant_data``, and
+        ``w`` and ``z``; as the model has them: counts have no noise, Student-t noise adds
+        ``noise_nu``), ``log_likelihood`` (``y``), ``observed_data``, ``constant_data``, and
         ``variational`` (``loss[iteration]``, the negative ELBO per iteration; attrs
         ``vi_method``, ``converged``, ``relative_change``, ``tol``, ``window``,
         ``learning_rate``); root attrs ``method="vi"``, ``likelihood``, ``vi_method``,
@@ -202,11 +226,6 @@ def fit_vi(
 
     settings = check_vi_kwargs(vi_kwargs)
     likelihood = model_spec(model).likelihood
-    if likelihood != "gaussian":
-        raise ValueError(
-            f"fit_vi fits the weight-marginalised regression models; this model's likelihood is "
-            f"{likelihood!r}. Sample it with bayes_rvm.inference.sample_mcmc."
-        )
     if not isinstance(draws, int | np.integer) or draws < 1:
         raise ValueError(f"draws must be a positive integer, got {draws!r}.")
     seed = int(np.random.default_rng(random_seed).integers(2**31 - 1))
