@@ -369,6 +369,12 @@ class DaskFitMixin:
                 "fitted from its sufficient statistics on the cluster: leave chunk_rows='auto' "
                 "(or fit on X.compute(), y.compute())."
             )
+        if self.inference != "type2":
+            raise ValueError(
+                f"RVR(inference={self.inference!r}) on Dask arrays: a fit on a cluster is "
+                "type-II only; sample on X.compute(), y.compute() with chunk_rows='auto' (MCMC "
+                "from the sufficient statistics on one machine)."
+            )
         self._check_statistics_fit()
         self._check_priors()
         start = time.perf_counter()
