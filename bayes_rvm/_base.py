@@ -87,7 +87,6 @@ def check_number(name: str, value, *, low=0.0, integer=False, allow_none=False, 
         raise ValueError(f"{name} must be {what} {rel} {low}, got {value!r}.")
 
 
-
 def path_to_json(path: WidthPath | None) -> dict | None:
     """A width path as lists (for the JSON attributes of a saved model)."""
     if path is None:
