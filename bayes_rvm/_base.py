@@ -1,8 +1,8 @@
 """What :class:`~bayes_rvm.estimators.RVR` and :class:`~bayes_rvm.classifier.RVC` share.
 
 The declared parameter constraints (scikit-learn's ``_parameter_constraints``, checked once at the
-start of ``fit``), the kernel basis and its candidate centres, the width search (through the
-normalised :class:`~bayes_rvm.problem.Problem` and :class:`~bayes_rvm.problem.Engine`), the
+start of ``fit``), the kernel basis and its candidate centres, the width search (the mixin of
+:mod:`bayes_rvm.width_selection`; the memory checks are :mod:`bayes_rvm.memory`'s), the
 :class:`~bayes_rvm.problem.TrainingData` an estimator keeps to rebuild its PyMC model, and
 ``model_``: the exact :class:`pymc.Model` that ``inference="mcmc"`` samples, rebuilt on demand and
 never pickled.
@@ -11,10 +11,7 @@ never pickled.
 from __future__ import annotations
 
 import dataclasses
-import os
-import re
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from numbers import Integral, Real
 
 import numpy as np
@@ -28,50 +25,40 @@ from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from bayes_rvm.draws import PosteriorDraws
 from bayes_rvm.evidence.gaussian import one_blas_thread
-from bayes_rvm.evidence.width import WidthFit, WidthPath, maximise_width, select_width_shared
-from bayes_rvm.kernels import WIDTH_RULES, KernelBasis, WidthRule, stationary_kernel
+from bayes_rvm.evidence.width import WidthPath
+from bayes_rvm.kernels import WIDTH_RULES, KernelBasis
+from bayes_rvm.memory import MEMORY_ENV, check_fit_memory, check_memory, memory_limit
 from bayes_rvm.priors import DEFAULT_MCMC_NU, DEFAULT_NU, Prior, as_prior
-from bayes_rvm.problem import Engine, Problem, TrainingData, column_scale, normalise_columns
+from bayes_rvm.problem import TrainingData, column_scale, normalise_columns
+from bayes_rvm.width_selection import (
+    CLASSIFIER_STOP_DROP,
+    CLASSIFIER_WIDTH_PENALTY,
+    DEFAULT_GAMMA,
+    SHARED_MAX_SAMPLES,
+    SHARED_MAX_SAMPLES_CLASSIFIER,
+    WidthSelectionMixin,
+)
 
+# The constants and memory checks of width_selection.py and memory.py (moved there from here)
+# stay importable from this module.
 __all__ = [
+    "CLASSIFIER_STOP_DROP",
+    "CLASSIFIER_WIDTH_PENALTY",
+    "DEFAULT_GAMMA",
+    "MEMORY_ENV",
     "POSITIVE",
+    "SHARED_MAX_SAMPLES",
+    "SHARED_MAX_SAMPLES_CLASSIFIER",
+    "WIDTH_RULES",
     "BaseRVM",
     "check_fit_memory",
     "check_memory",
     "check_number",
     "memory_limit",
+    "normalise_columns",
 ]
 
 PRIORS = ("ard", "student_t")
-#: The default ``gamma`` of RVR and RVC. ``"evidence_shared"`` chooses the rbf / laplacian width
-#: that maximises the evidence of the same basis when all weights share one prior precision (a
-#: Gaussian process of covariance ``Phi Phi^T / alpha``, plus noise for RVR; its Laplace evidence
-#: for RVC), then fits the RVM at that width. With two hyperparameters that evidence cannot be
-#: raised by tuning one alpha per basis function to the training targets, which is how the RVM's
-#: own evidence (``gamma="evidence"``) collapses onto narrow widths; SVR's ``"scale"``,
-#: ``1 / (n_features X.var())``, ignores the targets. The measurements behind the choice
-#: (``benchmarks/bench_width.py``) are in the README, "Choosing the kernel width". Kernels
-#: without a width ignore it; poly and sigmoid fall back to ``"scale"``.
-DEFAULT_GAMMA = "evidence_shared"
-#: Rows the default width rule looks at: beyond, a subset of this many drawn with ``random_state``
-#: (seed 0 when it is None, so that two fits agree), with the basis on the subset's inputs unless
-#: centres are given. Its Gram matrix is ``min(N, M)`` square and costs ``O(min(N, M)^3)`` a width.
-SHARED_MAX_SAMPLES = 1000
-#: The same for a classifier, whose shared evidence costs Newton steps on ``r x r`` Hessians (r up
-#: to the rows) at each width: 500 rows cut the width search on Image (1300 rows) 4-8x.
-SHARED_MAX_SAMPLES_CLASSIFIER = 500
-#: The default rule's cost per well-determined parameter for a classifier, in nats: it picks the
-#: width maximising ``evidence - CLASSIFIER_WIDTH_PENALTY * n_effective``. The shared-prior
-#: evidence is the dense model's; the RVM keeps one basis function, each with its own precision,
-#: per well-determined direction, and narrow widths that the dense evidence favours by a few
-#: nats doubled the RVM's vectors on German and Image (issue 31). Half a nat per parameter
-#: picked widths within a factor 2 of the paper's on all six of Tipping's Table 2 sets
-#: (``benchmarks/bench_tables.py``).
-CLASSIFIER_WIDTH_PENALTY = 0.5
-#: A classifier's width search stops narrowing once the penalised evidence is this many nats
-#: below its best (German: the three narrowest grid widths, 15 s of the search's 60 s, were 12 to
-#: 80 nats below; Banana: the narrowest, 3.7 s of 8, came after one 16 nats below).
-CLASSIFIER_STOP_DROP = 10.0
 SAMPLERS = ("nutpie", "numpyro", "pymc", "blackjax")
 #: The constraint of a positive real parameter (``_parameter_constraints``), shared by RVR and RVC.
 POSITIVE = Interval(Real, 0, None, closed="neither")
@@ -98,97 +85,6 @@ def check_number(name: str, value, *, low=0.0, integer=False, allow_none=False, 
         what = "an integer" if integer else "a finite number"
         rel = ">=" if inclusive else ">"
         raise ValueError(f"{name} must be {what} {rel} {low}, got {value!r}.")
-
-
-#: Environment variable that sets the memory a fit may plan for (bytes, or "16GiB", "500MB").
-MEMORY_ENV = "BAYES_RVM_MAX_MEMORY"
-_UNITS = {"": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12}
-_UNITS.update({"kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40})
-
-
-def memory_limit() -> tuple[float | None, str]:
-    """Bytes a fit may plan to allocate, and where that figure comes from.
-
-    ``BAYES_RVM_MAX_MEMORY`` if set, else half the memory the system reports as available
-    (``MemAvailable`` on Linux): the engines, the kernel's temporaries and whatever else runs need
-    room beside the design matrix. None (no check) where the system does not say.
-    """
-    value = os.environ.get(MEMORY_ENV)
-    if value:
-        match = re.fullmatch(r"\s*([0-9.]+(?:e[0-9]+)?)\s*([a-zA-Z]*)\s*", value)
-        unit = match and _UNITS.get(match.group(2).lower())
-        if not match or unit is None:
-            raise ValueError(
-                f"{MEMORY_ENV}={value!r} is not an amount of memory (examples: 16GiB, 500MB, 2e10)."
-            )
-        return float(match.group(1)) * unit, f"{MEMORY_ENV}={value}"
-    try:
-        with open("/proc/meminfo") as f:
-            info = dict(line.split(":", 1) for line in f)
-        available = float(info["MemAvailable"].split()[0]) * 1024
-    except (OSError, KeyError, ValueError):
-        try:
-            available = float(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
-        except (ValueError, OSError, AttributeError):
-            return None, "unknown"
-    return 0.5 * available, f"half the {available / 2**30:.1f} GiB available"
-
-
-def check_memory(who: str, what: str, n_floats: float, advice: Callable[[float], str]) -> None:
-    """Stop with a MemoryError that says what to do before an allocation that cannot fit.
-
-    Parameters
-    ----------
-    who : str
-        The call, as the message names it (``"RVR"``, ``"RVR.sample_y"``).
-    what : str
-        What needs the memory (``"a 50000 x 50001 design matrix"``).
-    n_floats : float
-        The float64 values it holds (a float: counts can leave the integers' range).
-    advice : callable
-        ``advice(limit) -> str``: what to do instead, given the limit in bytes.
-    """
-    need = 8.0 * n_floats
-    limit, source = memory_limit()
-    if limit is None or need <= limit:
-        return
-    raise MemoryError(
-        f"{who}: {what}, {need / 2**30:.1f} GiB, more than the limit of {limit / 2**30:.1f} GiB "
-        f"({source}). {advice(limit)} Set the environment variable {MEMORY_ENV} (e.g. 64GiB) to "
-        "change the limit."
-    )
-
-
-def check_fit_memory(who: str, n_samples: int, n_basis: int, *, squares: int = 0) -> None:
-    """:func:`check_memory` of a fit, with a subset of centres that fits as the advice.
-
-    The estimate is the N x M float64 design matrix plus ``squares`` M x M float64 matrices (the
-    MacKay engines' Gram matrix or Hessian, the marginal MCMC model's Gram matrix); everything
-    else a fit allocates is O(N K) in the K retained basis functions.
-    """
-
-    def floats(m: int) -> float:
-        return float(n_samples) * m + squares * float(m) ** 2
-
-    def advice(limit: float) -> str:
-        sizes = [n for n in (2000, 1000, 500, 200, 100) if n < n_samples]
-        fits = [n for n in sizes if 8.0 * floats(n + 1) <= limit / 2]
-        hint = (
-            f"{who}(centres='kmeans', n_centres={fits[0]}) (or centres='random') needs "
-            f"{8.0 * floats(fits[0] + 1) / 2**30:.2f} GiB"
-            if fits
-            else f"even {who}(centres='random', n_centres=100) does not fit: subsample the data"
-        )
-        return f"Place the basis functions on a subset of the inputs: {hint}."
-
-    check_memory(
-        who,
-        f"a fit on {n_samples} samples with {n_basis} basis functions needs a "
-        f"{n_samples} x {n_basis} design matrix"
-        + (f" and {squares} more of {n_basis} x {n_basis}" if squares else ""),
-        floats(n_basis),
-        advice,
-    )
 
 
 def path_to_json(path: WidthPath | None) -> dict | None:
@@ -283,7 +179,7 @@ def new_inputs(estimator, X) -> np.ndarray:
 _OWNED_SAMPLE_KWARGS = {"draws", "tune", "chains", "sampler", "random_seed", "initvals", "model"}
 
 
-class BaseRVM(BaseEstimator):
+class BaseRVM(WidthSelectionMixin, BaseEstimator):
     """Parameters and helpers shared by the RVM estimators.
 
     Subclasses declare their own ``_parameter_constraints`` (extending :attr:`_shared_constraints`)
@@ -436,187 +332,6 @@ class BaseRVM(BaseEstimator):
         is_centre = cols < self.basis_.n_centres_
         out[:, is_centre] = cross[:, cols[is_centre]]
         return out
-
-    # -- the kernel width as a hyperparameter ------------------------------------------------------
-    #: Whether the estimator samples a kernel width given as ``gamma=Prior(...)``.
-    _samples_width_ok = False
-
-    def _resolve_width_rule(self) -> WidthRule:
-        """Resolve ``gamma`` and ``kernel`` into the width rule, once, at the start of ``fit``.
-
-        Every later call of :meth:`_width_rule` reads this one: a ``set_params`` after the fit
-        does not change what the fitted estimator did.
-        """
-        self._fitted_width_rule = self._params_width_rule()
-        return self._fitted_width_rule
-
-    def _params_width_rule(self) -> WidthRule:
-        return WidthRule.resolve(
-            self.gamma, self.kernel, default=DEFAULT_GAMMA, sampled=isinstance(self.gamma, Prior)
-        )
-
-    def _width_rule(self) -> WidthRule:
-        """The rule the width code dispatches on: the one ``fit`` resolved.
-
-        Resolved from the parameters, and not kept, where ``fit`` has not run (a check before
-        any fit, or an estimator unpickled from a version that did not keep it): a later
-        ``set_params`` must not meet a stale rule.
-        """
-        rule = getattr(self, "_fitted_width_rule", None)
-        return self._params_width_rule() if rule is None else rule
-
-    def _samples_width(self) -> bool:
-        """``gamma`` is a :class:`Prior`: the width sampled by NUTS, seeded by its evidence fit."""
-        return self._width_rule().sampled
-
-    def _target_accept(self) -> float | None:
-        """NUTS's target acceptance for this estimator's model, or None for the sampler's own.
-
-        With the width sampled, nearly collinear relevance vectors (two centres close together)
-        leave a narrow ridge in their alphas, which a step size tuned to the default 0.8
-        acceptance crosses with a rare divergence; 0.95 has none on sinc (N = 100).
-        """
-        return 0.95 if self._samples_width() else None
-
-    def _learns_width(self) -> bool:
-        # A sampled width is learned too: the type-II fit that seeds the sampler (and chooses its
-        # basis) learns it. The default rule on a kernel without a width resolves to "scale".
-        rule = self._width_rule()
-        if rule.learned and not rule.sampled:
-            rule.require_width(
-                f"gamma={self.gamma!r} learns the width of the kernels {{kernels}}; "
-                f"got kernel={self.kernel!r}."
-            )
-        return rule.learned
-
-    def _width_design(self, X: np.ndarray, centres: np.ndarray | None):
-        """``design(l, columns=None)``: the unit-norm design at length scale(s) ``l``."""
-
-        width = stationary_kernel(self.kernel, purpose="a learned kernel width")
-
-        def design(length_scale, columns=None):
-            g = width.gamma(length_scale)
-            basis = KernelBasis(
-                self.kernel, gamma=float(g[0]) if g.size == 1 else g, bias=bool(self.bias)
-            ).fit(X, centres=centres)
-            Phi = basis.transform(X, columns=columns)
-            normalise_columns(Phi)
-            return Phi
-
-        return design
-
-    #: Whether the estimator is a classifier (the default width rule's options differ).
-    _is_classifier = False
-
-    def _shared_width_options(self) -> tuple[int, dict]:
-        """Rows the default width rule looks at, and the options of its search."""
-        if self._is_classifier:
-            # The penalised curve is flat near its maximum: 10% in the width is close enough,
-            # and saves two of the 8-10 evaluations.
-            return SHARED_MAX_SAMPLES_CLASSIFIER, {
-                "penalty": CLASSIFIER_WIDTH_PENALTY,
-                "stop_drop": CLASSIFIER_STOP_DROP,
-                "xtol": 0.1,
-            }
-        return SHARED_MAX_SAMPLES, {}
-
-    def _select_width(
-        self,
-        X,
-        problem: Problem,
-        engine: Engine,
-        *,
-        criterion=None,
-        log_scale: float = 0.0,
-        gradient: bool = True,
-    ) -> tuple[KernelBasis, Problem, object]:
-        """Maximise the evidence over the kernel width(s); the basis, problem and fit there.
-
-        ``problem`` holds the normalised targets (its design is replaced at each width);
-        ``engine`` fits it. The returned problem has the design at the chosen width, and the
-        fit is the engine's, of that normalised problem.
-
-        ``log_scale`` is what the log evidence loses in the user's units (the Jacobian of the
-        targets' scaling, over all rows), so that ``width_path_`` compares with
-        ``log_evidence_``. With
-        ``gamma="evidence_shared"`` the width maximises ``criterion(Phi, rows) ->
-        SharedEvidence`` (the estimator's likelihood on the normalised targets of ``rows``) by
-        :func:`~bayes_rvm.evidence.width.select_width_shared`, on at most
-        :data:`SHARED_MAX_SAMPLES` rows, and the engine runs once, cold, at that width: the fit
-        is the one a fixed ``gamma`` of that value gives.
-        """
-        centres = self._candidate_centres(X)
-        n_centres = X.shape[0] if centres is None else centres.shape[0]
-        check_fit_memory(
-            type(self).__name__,
-            X.shape[0],
-            n_centres + int(bool(self.bias)),
-            squares=self._square_matrices(),
-        )
-        rule = self._width_rule()
-        if rule.kind == DEFAULT_GAMMA:
-            start = time.perf_counter()
-            ls, path, rows = self._shared_width(X, centres, criterion)
-            Phi = self._width_design(X, centres)(ls)
-            fit = engine.fit(problem.with_design(Phi, normalised=True))
-            log_scale *= rows.size / X.shape[0]  # the curve's evidence is over these rows
-            wf = WidthFit(ls, fit, Phi, path, n_fits=1, seconds=time.perf_counter() - start)
-        else:
-            wf = maximise_width(
-                self._width_design(X, centres),
-                engine,
-                X,
-                problem,
-                centres=centres,
-                kernel=self.kernel,
-                bias=bool(self.bias),
-                ard=rule.kind == "evidence_ard",
-                refine="gradient" if gradient else "bounded",
-            )
-        ls = wf.length_scale
-        g = rule.kernel.gamma(ls)
-        basis = KernelBasis(
-            self.kernel, gamma=float(g[0]) if ls.size == 1 else g, bias=bool(self.bias)
-        ).fit(X, centres=centres)
-        problem = problem.with_design(basis.transform(X))
-        path = dataclasses.replace(wf.path, log_evidence=wf.path.log_evidence - log_scale)
-        self._set_width(basis, path)
-        self.width_selection_ = wf
-        return basis, problem, wf.fit
-
-    def _shared_width(self, X, centres, criterion) -> tuple[np.ndarray, WidthPath, np.ndarray]:
-        """The default width rule on a row subset: ``(ls, path, rows)``.
-
-        ``criterion(Phi, rows)`` is the estimator's shared evidence of those rows' targets; the
-        rows and the search options are :meth:`_shared_width_options`'s.
-        """
-        n = X.shape[0]
-        rows = np.arange(n)
-        limit, options = self._shared_width_options()
-        if n > limit:
-            # A fixed seed when none is given: the same data must give the same model.
-            seed = 0 if self.random_state is None else self.random_state
-            rng = check_random_state(seed)
-            rows = np.sort(rng.choice(n, limit, replace=False))
-        ls, path, _ = select_width_shared(
-            self._width_design(X[rows], centres),
-            X[rows],
-            lambda Phi: criterion(Phi, rows),
-            **options,
-        )
-        return ls, path, rows
-
-    def _set_width(self, basis: KernelBasis, path) -> None:
-        """``gamma_``, ``length_scale_`` and ``width_path_`` from the fitted basis."""
-        g = basis.gamma_
-        self.gamma_ = None if g is None else (np.asarray(g) if isinstance(g, list) else g)
-        width = stationary_kernel(self.kernel)
-        if self.gamma_ is not None and width is not None:
-            ls = width.length_scale(self.gamma_)
-            self.length_scale_ = ls if np.ndim(ls) else float(ls)
-        else:
-            self.length_scale_ = None
-        self.width_path_ = path
 
     def _check_priors(self) -> None:
         """What the declared constraints cannot say about the hyperpriors."""

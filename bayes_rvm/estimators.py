@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from numbers import Integral
-from typing import ClassVar, NamedTuple
+from typing import ClassVar
 
 import numpy as np
 import xarray as xr
@@ -36,6 +36,7 @@ from bayes_rvm._warnings import warn_at_user
 from bayes_rvm.counts import LIKELIHOODS, CountsMixin
 from bayes_rvm.dims import BASIS, OUTPUT
 from bayes_rvm.distributed import DaskFitMixin, is_dask_collection, predict_dask
+from bayes_rvm.draws_prediction import DrawsPredictionMixin
 from bayes_rvm.evidence import EvidenceFit
 from bayes_rvm.evidence.gaussian import one_blas_thread
 from bayes_rvm.kernels import KernelBasis
@@ -43,6 +44,7 @@ from bayes_rvm.large_data import StatisticsFitMixin
 from bayes_rvm.persistence import Fail, SavedStateMixin
 from bayes_rvm.priors import Prior, as_prior, default_alpha_prior
 from bayes_rvm.problem import Engine, Problem, TrainingData, column_scale, target_scale
+from bayes_rvm.student_t_noise import StudentTMixin
 
 __all__ = ["RVR", "distinct_rows", "drop_duplicate_rows"]
 
@@ -84,21 +86,16 @@ def drop_duplicate_rows(X: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.nd
     return X[keep], y[keep]
 
 
-class _StarDraws(NamedTuple):
-    """RVM* under MCMC at some inputs: per-draw moments and what the joint covariance needs."""
-
-    mean: np.ndarray  # (S, n[, D])
-    var: np.ndarray  # (S, n), noise included
-    phi: np.ndarray  # (N, M) training design of the sampled columns
-    alpha: np.ndarray  # (S, M)
-    beta: np.ndarray  # (S,)
-    phi_test: np.ndarray  # (n, M)
-    cross: np.ndarray  # (n, N)
-    self_k: np.ndarray  # (n,)
-    amplitude: float  # tau^2 of the added functions
-
-
-class RVR(DaskFitMixin, StatisticsFitMixin, CountsMixin, RegressorMixin, SavedStateMixin, BaseRVM):
+class RVR(
+    DaskFitMixin,
+    StatisticsFitMixin,
+    CountsMixin,
+    StudentTMixin,
+    DrawsPredictionMixin,
+    RegressorMixin,
+    SavedStateMixin,
+    BaseRVM,
+):
     """Relevance Vector Regression (Tipping 2001) fitted by type-II maximum likelihood.
 
     The model is ``t = Phi w + noise`` with one basis function ``k(x, x_i)`` per training input and
@@ -642,43 +639,6 @@ array-like, default="evidence_shared"
             )
         return X, y
 
-    def _check_student_t(self, y: np.ndarray) -> None:
-        """Student-t noise: one output, the RVM predictive, a type-II or MCMC fit."""
-        if self.likelihood != "student_t":
-            return
-        if y.ndim == 2 and y.shape[1] != 1:
-            raise ValueError(
-                f"likelihood='student_t' fits one output; y has shape {y.shape}. Fit one RVR "
-                "per output."
-            )
-        if self.predictive != "rvm" or isinstance(self.gamma, Prior):
-            raise ValueError(
-                "likelihood='student_t' takes predictive='rvm' and a fixed or chosen kernel "
-                "width (gamma not a Prior) only."
-            )
-
-    def _student_t_centred(self) -> bool:
-        """Student-t noise samples the weights: centred over the relevance vectors, which the
-        data pin (non-centred there, R-hat 1.12 against 1.005 on outlier sinc), else not."""
-        return self.likelihood == "student_t" and self._mcmc_basis() == "relevant"
-
-    def _new_noise_variance(self) -> float:
-        """A new target's noise variance: ``1/beta``, or the Student-t's ``nu/(nu-2) sigma^2``."""
-        from bayes_rvm.families import student_t_variance
-
-        if self.likelihood != "student_t":
-            return 1.0 / self.fit_.beta
-        return float(student_t_variance(self.fit_.beta**-0.5, self.noise_nu_))
-
-    def _sample_y_student_t(self, X, n_samples: int, rng) -> np.ndarray:
-        """Type-II draws of new targets: a location from ``q(w)``, plus Student-t noise."""
-        phi = self.basis_.transform(X, columns=self.active_)
-        v = linalg.solve_triangular(self.fit_.chol, phi.T, lower=True, check_finite=False)
-        loc = rng.multivariate_normal((phi @ self.fit_.mean)[:, 0], v.T @ v, n_samples)
-        noise = self.fit_.beta**-0.5 * rng.standard_t(self.noise_nu_, size=loc.shape)
-        out = (loc + noise).T
-        return out if self._single_output else out[:, None, :]
-
     def _problem(self, Phi, y) -> Problem:
         """The normalised problem of ``y`` on the design ``Phi`` (None: a design to come)."""
         if self._counts():
@@ -819,86 +779,6 @@ array-like, default="evidence_shared"
             y_scale=target_scale(y),
             basis_names=cols,
         )
-
-    def _mcmc_draws(self, X) -> tuple[np.ndarray, np.ndarray]:
-        """Regression function at ``X`` per MCMC draw, (S, n[, D]), and the noise sd, (S,)."""
-        draws = self._posterior_draws()
-        f = draws.function(self._design_draws(X, draws.columns))
-        sd = draws.flat("sigma")
-        if self.likelihood == "student_t":  # the t noise's sd: its moments are what is mixed
-            from bayes_rvm.families import student_t_variance
-
-            sd = np.sqrt(student_t_variance(sd, draws.flat("nu")))
-        return (f[..., 0] if draws.extra_dim is None else f), sd
-
-    def _mcmc_star(self, X) -> _StarDraws:
-        """RVM* per MCMC draw at ``X``: :func:`bayes_rvm.predictive.rvm_star_draws`."""
-        from bayes_rvm.predictive import rvm_star_draws, target_amplitude
-
-        draws = self._posterior_draws()
-        cols = draws.columns
-        x_train = self.training_.x_train
-        phi = self.basis_.transform(x_train, columns=cols)
-        alpha = draws.flat("alpha")
-        beta = draws.flat("sigma") ** -2.0
-        cross, self_k = self._rvm_star_inputs(X)
-        phi_test = self._rows_from_cross(X, cross, cols)
-        y = self.training_.y
-        tau2 = target_amplitude(y)
-        mean, var = rvm_star_draws(phi, y, alpha, beta, phi_test, cross, self_k, tau2)
-        if self._single_output:
-            mean = mean[..., 0]
-        return _StarDraws(mean, var, phi, alpha, beta, phi_test, cross, self_k, tau2)
-
-    def _mcmc_star_cov(self, X, star: _StarDraws, s: int) -> np.ndarray:
-        """Joint RVM* covariance of new targets at ``X`` given draw ``s`` (noise included)."""
-        from bayes_rvm.predictive import DrawPosteriors, rvm_star_cov
-
-        y = self.training_.y
-        T = y[:, None] if y.ndim == 1 else y
-        one = DrawPosteriors.from_draws(
-            star.phi.T @ star.phi, star.phi.T @ T, star.alpha[s : s + 1], star.beta[s : s + 1]
-        )
-        data = one.augmentation(0, star.phi, y, star.amplitude)
-        v = linalg.solve_triangular(data.chol, star.phi_test.T, lower=True, check_finite=False)
-        cov = v.T @ v
-        cov[np.diag_indices_from(cov)] += 1.0 / star.beta[s]
-        test_k = self.basis_.kernel_matrix(X, X)
-        return rvm_star_cov(cov, star.var[s], star.phi_test, star.cross, star.self_k, test_k, data)
-
-    def _predict_mcmc(self, X, return_std: bool, return_cov: bool):
-        """Moments of the mixture over MCMC draws (per draw: the RVM or RVM* predictive)."""
-        from bayes_rvm.predictive import mixture_moments
-
-        if not return_cov:
-            # Each row's moments need only its own draws: in blocks of rows, the S draws at
-            # each stay a bounded temporary however many rows are asked for.
-            def moments(rows):
-                if self.predictive == "rvm*":
-                    star = self._mcmc_star(rows)
-                    f, sd = star.mean, np.sqrt(star.var)
-                else:
-                    f, sd = self._mcmc_draws(rows)
-                mean, var = mixture_moments(f, sd)
-                return mean, np.sqrt(var)
-
-            # Per draw and row: the function values and deviations (and, with the width
-            # sampled, the draw's design row).
-            per_draw = 2 * self._n_outputs()
-            if self._samples_width():
-                per_draw += self._posterior_draws().basis.size
-            mean, std = self._in_row_blocks(moments, X, self._n_draws() * per_draw)
-            return (mean, std) if return_std else mean
-        if self.predictive != "rvm*":
-            f, sigma = self._mcmc_draws(X)
-            return mixture_moments(f, sigma, return_cov=True)
-        star = self._mcmc_star(X)
-        # Law of total covariance: the draws' joint RVM* covariances (one n x n factorisation
-        # per draw), averaged, plus the covariance of the draws' means.
-        mean, between = mixture_moments(star.mean, np.zeros(star.var.shape), return_cov=True)
-        within = sum(self._mcmc_star_cov(X, star, s) for s in range(star.var.shape[0]))
-        within /= star.var.shape[0]
-        return mean, between + (within if self._single_output else within[..., None])
 
     def _augmentation(self):
         """RVM*'s view of the training problem (:class:`bayes_rvm.predictive.AugmentationData`)."""

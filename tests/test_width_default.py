@@ -175,7 +175,7 @@ def test_default_falls_back_to_scale_for_kernels_without_a_width():
 
 
 def test_default_width_on_a_subset_of_rows_beyond_the_limit(monkeypatch):
-    import bayes_rvm._base as base
+    import bayes_rvm.width_selection as base
 
     X, y = make_sinc(150, noise=0.1, random_state=4)
     monkeypatch.setattr(base, "SHARED_MAX_SAMPLES", 60)
@@ -198,7 +198,7 @@ def test_default_width_on_a_subset_of_rows_beyond_the_limit(monkeypatch):
 def test_default_width_subset_is_the_same_every_fit(monkeypatch):
     # Issue 31 item 4: without a random_state the subset was drawn from the global state, so
     # two RVC() fits on the same data differed. Seed 0 stands in for a missing random_state.
-    import bayes_rvm._base as base
+    import bayes_rvm.width_selection as base
 
     X, y, _, _ = load_ripley()
     X, y = X[:150], y[:150]
