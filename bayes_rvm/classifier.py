@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import warnings
 from numbers import Integral
+from typing import ClassVar
 
 import numpy as np
 from sklearn.base import ClassifierMixin, _fit_context
@@ -273,6 +274,9 @@ default="evidence_shared"
         "threshold_alpha": [POSITIVE],
         "chunk_rows": [StrOptions({"auto"}), Interval(Integral, 1, None, closed="left"), None],
     }
+    #: Parameters added after saved files of earlier versions, with the value that makes such a
+    #: file's model what it was (read by :func:`bayes_rvm.io.load_model`).
+    added_parameters: ClassVar[dict] = {"chunk_rows": "auto"}
 
     def __init__(
         self,
@@ -657,6 +661,7 @@ default="evidence_shared"
                 "classes": self.classes_.tolist(),
                 "ovr": ovr,
                 "width_path": path_to_json(self.width_path_),
+                "chunked_passes": self.chunked_passes_,
             },
             "arrays": self.training_.to_arrays(),
             "idata": getattr(self, "_idata", None),
@@ -670,6 +675,7 @@ default="evidence_shared"
         self.training_ = TrainingData.from_arrays(state.get("arrays"))
         self._set_width(state["basis"], path_from_json(state["extras"].get("width_path")))
         self._idata = state.get("idata")
+        self.chunked_passes_ = state["extras"].get("chunked_passes")
         self._model = None
         self._importance = self._make_importance() if self._samples_predictive() else None
 

@@ -67,6 +67,7 @@ from bayes_rvm.marginal import (
     thin_svd,
     use_lowrank,
 )
+from bayes_rvm.noise_graph import NOISE_NU_PRIOR, joint_weights, noise_nu_spec, observed_noise
 from bayes_rvm.priors import (
     DEFAULT_GAMMA_PRIOR,
     DEFAULT_MCMC_NU,
@@ -426,6 +427,19 @@ def _gaussian_spec(y: np.ndarray, noise_prior, noise_sd, **fields) -> RVMSpec:
     )
 
 
+def _check_targets(y, n: int, y_scale) -> tuple[np.ndarray, float]:
+    """Regression targets of ``n`` rows and their scale, checked."""
+    y = np.asarray(y, dtype=np.float64)
+    if y.ndim not in (1, 2) or y.shape[0] != n:
+        raise ValueError(f"y must have shape ({n},) or ({n}, D), got {y.shape}.")
+    if not np.all(np.isfinite(y)):
+        raise ValueError("y must be finite.")
+    y_scale = 1.0 if y_scale is None else float(y_scale)
+    if not (np.isfinite(y_scale) and y_scale > 0):
+        raise ValueError(f"y_scale must be positive, got {y_scale!r}.")
+    return y, y_scale
+
+
 def rvm_regression_model(
     Phi: np.ndarray,
     y: np.ndarray,
@@ -546,19 +560,10 @@ def rvm_regression_model(
     names :func:`bayes_rvm.inference.sample_posterior_predictive`). Change the data with
     :func:`set_model_data`, which keeps ``gram`` consistent with ``Phi``.
     """
-    y = np.asarray(y, dtype=np.float64)
     Phi, phi_scale, cols, names = _check_design(Phi, phi_scale, basis, basis_names)
-    if y.ndim not in (1, 2) or y.shape[0] != Phi.shape[0]:
-        raise ValueError(
-            f"y must have shape ({Phi.shape[0]},) or ({Phi.shape[0]}, D), got {y.shape}."
-        )
-    if not np.all(np.isfinite(y)):
-        raise ValueError("y must be finite.")
-    y_scale = 1.0 if y_scale is None else float(y_scale)
-    if not (np.isfinite(y_scale) and y_scale > 0):
-        raise ValueError(f"y_scale must be positive, got {y_scale!r}.")
+    y, y_scale = _check_targets(y, Phi.shape[0], y_scale)
     alpha_prior = _check_priors(prior, form, alpha_prior, nu, s)
-    t_spec = _noise_nu_spec(likelihood, form, noise_nu)
+    t_spec = noise_nu_spec(likelihood, form, noise_nu)
     alpha_prior, s = _resolve_priors(prior, alpha_prior, nu, s)
     noise_prior = as_prior(noise_prior, "noise_prior", positive=True)
     if n_rows is not None and (form != "marginal" or offset is not None or not n_rows >= 1):
@@ -596,23 +601,8 @@ def rvm_regression_model(
                 Phi, marginal, (log_alpha, log_beta, Phi_data, off), y_data, y_dims, count
             )
         else:
-            scale = pt.exp(-0.5 * log_alpha)
-            scale = scale[:, None] if multi else scale
-            if centred:
-                w = pm.Normal("w", 0.0, scale, dims=w_dims)
-            else:
-                z = pm.Normal("z", 0.0, 1.0, dims=w_dims)
-                w = pm.Deterministic("w", z * scale, dims=w_dims)
-            t_noise = {} if t_spec is None else {"nu": _noise_nu(t_spec)}
-            (pm.StudentT if t_noise else pm.Normal)(
-                "y",
-                mu=Phi_data @ w + off,
-                sigma=sigma,
-                observed=y_data,
-                shape=y_data.shape,
-                dims=y_dims,
-                **t_noise,
-            )
+            w = joint_weights(log_alpha, w_dims, centred=centred)
+            observed_noise("y", Phi_data @ w + off, sigma, y_data, y_dims, t_spec)
 
     spec = _gaussian_spec(
         y,
@@ -630,38 +620,6 @@ def rvm_regression_model(
         noise_nu=t_spec,
     )
     return record_spec(model, spec)
-
-
-def _noise_nu(noise_nu: float | Prior):
-    """The Student-t noise's ``noise_nu``: sampled (a Prior) or fixed (a Deterministic)."""
-    if isinstance(noise_nu, Prior):
-        return noise_nu.create_variable("noise_nu")
-    return pm.Deterministic("noise_nu", pt.as_tensor_variable(noise_nu))
-
-
-def _noise_nu_spec(likelihood: str, form: str, noise_nu) -> float | Prior | None:
-    """``noise_nu`` as the spec records it (None: Gaussian); a fixed one enters the graph."""
-    t_noise = likelihood == "student_t"
-    if likelihood not in ("gaussian", "student_t") or (t_noise and form == "marginal"):
-        raise ValueError(
-            f"likelihood must be 'gaussian' or 'student_t' (not in the marginal form), got "
-            f"{likelihood!r}."
-        )
-    if likelihood == "gaussian":
-        return None
-    if isinstance(noise_nu, Prior | None):
-        return noise_nu or NOISE_NU_PRIOR
-    if not (np.isfinite(noise_nu) and noise_nu > 0):
-        raise ValueError(f"noise_nu must be positive, a Prior or None, got {noise_nu!r}.")
-    return float(noise_nu)
-
-
-#: Prior of the Student-t noise's degrees of freedom when it is sampled: Gamma(2, rate 0.1)
-#: (Juarez and Steel 2010; the Stan prior-choice recommendations), mean 20 and mode 10, with mass
-#: from heavy tails (0.5% below nu = 1) to nearly Gaussian noise (14% above 35). A proper prior is
-#: needed: as nu -> inf the likelihood tends to the Gaussian's, a positive constant, so a flat
-#: prior on nu would leave the posterior improper.
-NOISE_NU_PRIOR = Prior("Gamma", alpha=2.0, beta=0.1)
 
 
 def set_model_data(model: pm.Model, Phi: np.ndarray, y: np.ndarray) -> None:

@@ -359,34 +359,9 @@ def complete_posterior(dt: xr.DataTree, model, *, random_seed=None) -> xr.DataTr
         Phi = width_designs(np.asarray(model["kernel_dist"].get_value()), post, model.coords)
     else:
         Phi = np.asarray(model["Phi"].get_value(), dtype=np.float64)
+    obs = None
     if likelihood == "gaussian":
-        Y = (y if multi else y[:, None]).astype(np.float64)
-        offset = _model_offset(model, post, Y.shape)
-        sigma = post["sigma"].values.reshape(-1)
-        Yc = Y if offset is None else Y - offset
-        alpha = post["alpha"].values.reshape(C * S, -1)
-        lowrank = "Phi_U" in model.named_vars and Yc.ndim == 2
-        if lowrank:
-            # low-rank marginal form: O(M r) per draw, not O(M^3)
-            from bayes_rvm.marginal import draw_weights_lowrank, loo_terms_lowrank
-
-            U, VS = (np.asarray(model[k].get_value()) for k in ("Phi_U", "Phi_VS"))
-        if "w" in post:
-            w = post["w"].values.reshape(C * S, Phi.shape[-1], -1)
-        else:
-            args = (Yc, alpha, sigma**-2.0, np.random.default_rng(random_seed))
-            w = draw_weights_lowrank(U, VS, *args) if lowrank else draw_weights(Phi, *args)
-        # The targets are dependent given (alpha, sigma): the pointwise terms are the exact
-        # leave-one-out densities of the marginal, valid for PSIS-LOO whatever the form.
-        if "n_rows" in model.named_vars:
-            # A model of sufficient statistics: its Phi and y are a compressed design; the
-            # terms are those of the documented subset of data rows it keeps, if any.
-            ll, obs = _statistics_loo_terms(model, Phi, Yc, alpha, sigma**-2.0)
-        elif lowrank:
-            ll = loo_terms_lowrank(U, VS, Yc, alpha, sigma**-2.0)
-        else:
-            ll = gaussian_loo_terms(Phi, Yc, alpha, sigma**-2.0)
-        z = w * np.sqrt(alpha)[..., None]
+        w, ll, z, obs = _gaussian_completion(model, post, Phi, y, multi, random_seed)
     else:
         D = post["w"].sizes.get(CLASS, 1)
         w = post["w"].values.reshape(C * S, Phi.shape[1], D)
@@ -397,7 +372,7 @@ def complete_posterior(dt: xr.DataTree, model, *, random_seed=None) -> xr.DataTr
             noise = {"sigma": post["sigma"].values.reshape(-1)}
             noise["nu"] = post["noise_nu"].values.reshape(-1)
         ll = pointwise_log_likelihood(Phi, y, w, likelihood=likelihood, offset=offset, **noise)
-    if likelihood != "gaussian" or "n_rows" not in model.named_vars:
+    if obs is None:
         obs = np.arange(Phi.shape[-2])
     w_extra, y_extra = extra_dims(likelihood, multi)
     w_out = w.reshape(C, S, *w.shape[1:])
@@ -440,6 +415,41 @@ def complete_posterior(dt: xr.DataTree, model, *, random_seed=None) -> xr.DataTr
         out["constant_data"] = xr.DataTree(const)
     out.attrs.setdefault("likelihood", likelihood)
     return out
+
+
+def _gaussian_completion(model, post, Phi, y, multi: bool, random_seed):
+    """The Gaussian models' weights (drawn given alpha, sigma where marginalised), their exact
+    leave-one-out terms, the non-centred coordinates and the rows of the terms (None: all)."""
+    C, S = post.sizes["chain"], post.sizes["draw"]
+    obs = None
+    Y = (y if multi else y[:, None]).astype(np.float64)
+    offset = _model_offset(model, post, Y.shape)
+    sigma = post["sigma"].values.reshape(-1)
+    Yc = Y if offset is None else Y - offset
+    alpha = post["alpha"].values.reshape(C * S, -1)
+    lowrank = "Phi_U" in model.named_vars and Yc.ndim == 2
+    if lowrank:
+        # low-rank marginal form: O(M r) per draw, not O(M^3)
+        from bayes_rvm.marginal import draw_weights_lowrank, loo_terms_lowrank
+
+        U, VS = (np.asarray(model[k].get_value()) for k in ("Phi_U", "Phi_VS"))
+    if "w" in post:
+        w = post["w"].values.reshape(C * S, Phi.shape[-1], -1)
+    else:
+        args = (Yc, alpha, sigma**-2.0, np.random.default_rng(random_seed))
+        w = draw_weights_lowrank(U, VS, *args) if lowrank else draw_weights(Phi, *args)
+    # The targets are dependent given (alpha, sigma): the pointwise terms are the exact
+    # leave-one-out densities of the marginal, valid for PSIS-LOO whatever the form.
+    if "n_rows" in model.named_vars:
+        # A model of sufficient statistics: its Phi and y are a compressed design; the
+        # terms are those of the documented subset of data rows it keeps, if any.
+        ll, obs = _statistics_loo_terms(model, Phi, Yc, alpha, sigma**-2.0)
+    elif lowrank:
+        ll = loo_terms_lowrank(U, VS, Yc, alpha, sigma**-2.0)
+    else:
+        ll = gaussian_loo_terms(Phi, Yc, alpha, sigma**-2.0)
+    z = w * np.sqrt(alpha)[..., None]
+    return w, ll, z, obs
 
 
 def _n_rows(model) -> int:
