@@ -24,12 +24,12 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from bayes_rvm.draws import PosteriorDraws
-from bayes_rvm.evidence.gaussian import one_blas_thread
 from bayes_rvm.evidence.width import WidthPath
 from bayes_rvm.kernels import WIDTH_RULES, KernelBasis
 from bayes_rvm.memory import MEMORY_ENV, check_fit_memory, check_memory, memory_limit
 from bayes_rvm.priors import DEFAULT_MCMC_NU, DEFAULT_NU, Prior, as_prior
 from bayes_rvm.problem import TrainingData, column_scale, normalise_columns
+from bayes_rvm.threads import one_blas_thread
 from bayes_rvm.width_selection import (
     CLASSIFIER_STOP_DROP,
     CLASSIFIER_WIDTH_PENALTY,

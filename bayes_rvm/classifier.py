@@ -34,7 +34,6 @@ from bayes_rvm._base import (
     training_data,
 )
 from bayes_rvm.evidence import SOLVERS, EvidenceFit, importance_draws
-from bayes_rvm.evidence.gaussian import one_blas_thread
 from bayes_rvm.evidence.importance import MIN_ESS
 from bayes_rvm.evidence.log_evidence import WARN_SKIP
 from bayes_rvm.evidence.options import FREE_LATENT_SD
@@ -47,6 +46,7 @@ from bayes_rvm.persistence import Fail, SavedStateMixin
 from bayes_rvm.priors import as_prior
 from bayes_rvm.problem import Engine, OneVsRestFit, Problem, TrainingData
 from bayes_rvm.statistics import chunk_rows_for
+from bayes_rvm.threads import one_blas_thread
 
 __all__ = ["RVC", "OneVsRestFit"]
 

@@ -28,12 +28,12 @@ from sklearn.utils.validation import check_is_fitted
 from bayes_rvm._base import training_data
 from bayes_rvm.classifier import RVC
 from bayes_rvm.estimators import RVR, drop_duplicate_rows
-from bayes_rvm.evidence.gaussian import one_blas_thread
 from bayes_rvm.evidence.width import default_width_grid
 from bayes_rvm.kernels import WIDTH_KERNELS, KernelBasis, stationary_kernel
 from bayes_rvm.persistence import Fail, SavedStateMixin
 from bayes_rvm.priors import DEFAULT_NU
 from bayes_rvm.problem import Problem
+from bayes_rvm.threads import one_blas_thread
 
 __all__ = ["RVCCV", "RVRCV"]
 

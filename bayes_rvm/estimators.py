@@ -38,13 +38,13 @@ from bayes_rvm.dims import BASIS, OUTPUT
 from bayes_rvm.distributed import DaskFitMixin, is_dask_collection, predict_dask
 from bayes_rvm.draws_prediction import DrawsPredictionMixin
 from bayes_rvm.evidence import EvidenceFit
-from bayes_rvm.evidence.gaussian import one_blas_thread
 from bayes_rvm.kernels import KernelBasis
 from bayes_rvm.large_data import StatisticsFitMixin
 from bayes_rvm.persistence import Fail, SavedStateMixin
 from bayes_rvm.priors import Prior, as_prior, default_alpha_prior
 from bayes_rvm.problem import Engine, Problem, TrainingData, column_scale, target_scale
 from bayes_rvm.student_t_noise import StudentTMixin
+from bayes_rvm.threads import one_blas_thread
 
 __all__ = ["RVR", "distinct_rows", "drop_duplicate_rows"]
 

@@ -40,6 +40,10 @@ KERNELS = ("rbf", "linear", "poly", "polynomial", "laplacian", "sigmoid", "cosin
 _USES_GAMMA = {"rbf", "poly", "polynomial", "laplacian", "sigmoid"}
 _USES_DEGREE = {"poly", "polynomial"}
 _USES_COEF0 = {"poly", "polynomial", "sigmoid"}
+#: Blocks of a named stationary kernel with at least this many entries are built by the fused,
+#: multi-threaded loop of :mod:`~bayes_rvm.kernel_blocks` (8x faster than scikit-learn's on 2-D
+#: inputs); smaller ones keep scikit-learn's kernels, so small fits never import numba.
+FUSED_MIN_ENTRIES = 2**22
 
 KernelSpec = str | Callable[[np.ndarray, np.ndarray], np.ndarray] | GPKernel
 
@@ -419,7 +423,29 @@ class KernelBasis(TransformerMixin, BaseEstimator):
             out[start : start + chunk_size] = np.diag(self.kernel_matrix(block, block))
         return out
 
-    def transform(self, X, columns=None, *, chunk_size: int | None = None) -> np.ndarray:
+    def _fused(self, entries: int) -> bool:
+        """Whether a block of ``entries`` values goes to the fused kernel of
+        :mod:`~bayes_rvm.kernel_blocks` (a named stationary kernel on a large block)."""
+        return (
+            isinstance(self.kernel, str)
+            and self.kernel in STATIONARY_KERNELS
+            and entries >= FUSED_MIN_ENTRIES
+        )
+
+    def _fused_block(self, X: np.ndarray, C: np.ndarray, out: np.ndarray) -> None:
+        from bayes_rvm.kernel_blocks import stationary_block
+        from bayes_rvm.threads import process_threads
+
+        gamma = self.gamma_
+        if np.ndim(gamma) == 1:
+            # One coefficient per input feature: the kernel of rescaled inputs (kernel_matrix).
+            s = STATIONARY_KERNELS[self.kernel].feature_scale(np.asarray(gamma, dtype=np.float64))
+            X, C, gamma = X * s, C * s, 1.0
+        stationary_block(X, C, gamma, self.kernel, out, threads=process_threads())
+
+    def transform(
+        self, X, columns=None, *, chunk_size: int | None = None, out: np.ndarray | None = None
+    ) -> np.ndarray:
         """Build the design matrix for ``X``.
 
         Parameters
@@ -432,6 +458,10 @@ class KernelBasis(TransformerMixin, BaseEstimator):
         chunk_size : int, optional
             Evaluate the kernel this many rows at a time, to bound the temporary memory of
             kernels that allocate pairwise-distance intermediates.
+        out : ndarray of shape (n_samples, n_columns), optional
+            A C-contiguous float64 array to build the design in (a pass over many blocks reuses
+            one, instead of faulting in fresh pages for every block). Needs the centre columns
+            before the bias, as they are when ``columns`` is None.
 
         Returns
         -------
@@ -451,10 +481,20 @@ class KernelBasis(TransformerMixin, BaseEstimator):
         order = np.argsort(cols >= self.n_centres_, kind="stable")
         centre_cols = cols[order][: int(np.sum(cols < self.n_centres_))]
         k = centre_cols.size
-        block_out = np.empty((X.shape[0], cols.size), dtype=np.float64)
+        shape = (X.shape[0], cols.size)
+        if out is None:
+            block_out = np.empty(shape, dtype=np.float64)
+        elif out.shape != shape or out.dtype != np.float64 or not out.flags.c_contiguous:
+            raise ValueError(f"out must be a C-contiguous float64 array of shape {shape}.")
+        elif not np.all(order == np.arange(cols.size)):
+            raise ValueError("out needs the centre columns before the bias.")
+        else:
+            block_out = out
         block_out[:, k:] = 1.0
         if self.kernel == "precomputed":
             block_out[:, :k] = X[:, centre_cols]
+        elif k and self._fused(X.shape[0] * k):
+            self._fused_block(X, self.centres_[centre_cols], block_out[:, :k])
         elif k:
             C = self.centres_[centre_cols]
             step = X.shape[0] if chunk_size is None else max(int(chunk_size), 1)

@@ -173,3 +173,31 @@ def test_width_rule_resolves_gamma_once():
     assert sampled.sampled and sampled.learned and sampled.kernel is stationary_kernel("rbf")
     with pytest.raises(ValueError, match=r"kernels \('rbf', 'laplacian'\)"):
         WidthRule.resolve("evidence", "poly").require_width("needs the kernels {kernels}")
+
+
+@pytest.mark.parametrize("kernel", ["rbf", "laplacian"])
+@pytest.mark.parametrize("gamma", [0.7, [0.3, 2.0, 0.9]])
+def test_fused_block_equals_scikit_learn_kernel(kernel, gamma):
+    # A block over FUSED_MIN_ENTRIES goes to the numba loop; below it, to scikit-learn's kernel.
+    from bayes_rvm.kernels import FUSED_MIN_ENTRIES
+
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(FUSED_MIN_ENTRIES // 1000 + 7, 3))
+    basis = KernelBasis(kernel=kernel, gamma=gamma).fit(X, centres=X[:1000])
+    fused = basis.transform(X)
+    small = np.vstack([basis.transform(X[i : i + 500]) for i in range(0, len(X), 500)])
+    assert basis._fused(X.shape[0] * 1000) and not basis._fused(500 * 1000)
+    np.testing.assert_allclose(fused, small, rtol=1e-12, atol=1e-14)
+    assert np.all(fused[:, -1] == 1.0)
+
+
+def test_transform_into_a_buffer_checks_it():
+    X = np.random.default_rng(0).normal(size=(20, 2))
+    basis = KernelBasis(kernel="rbf", gamma=1.0).fit(X)
+    buffer = np.empty((20, 21))
+    assert basis.transform(X, out=buffer) is buffer
+    np.testing.assert_array_equal(buffer, basis.transform(X))
+    with pytest.raises(ValueError, match="out must be a C-contiguous float64 array"):
+        basis.transform(X, out=np.empty((20, 20)))
+    with pytest.raises(ValueError, match="centre columns before the bias"):
+        basis.transform(X, columns=[20, 0], out=np.empty((20, 2)))

@@ -185,7 +185,7 @@ def test_readme_quick_start_runs_as_written():
 
 
 def test_public_entry_points_run_with_one_blas_thread():
-    # One guard (evidence.gaussian.one_blas_thread) on fit / predict / sample_y / the
+    # One guard (threads.one_blas_thread) on fit / predict / sample_y / the
     # classifier's probabilities: a kernel of our own records BLAS's thread count
     # where the estimators evaluate it, with two threads allowed outside.
     from sklearn.metrics.pairwise import rbf_kernel

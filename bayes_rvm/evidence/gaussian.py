@@ -19,10 +19,8 @@ eq. 6). With ``a = b = c = d = 0`` (the default) they are the plain type-II upda
 
 from __future__ import annotations
 
-import functools
 import math
 import warnings
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -46,8 +44,6 @@ __all__ = [
     "gaussian_posterior",
     "keep_one",
     "log_hyperprior",
-    "one_blas_thread",
-    "single_blas_thread",
     "weight_posterior",
 ]
 
@@ -79,42 +75,6 @@ class GaussianPosterior:
     gamma: np.ndarray
     sse: float
     log_evidence: float
-
-
-@functools.cache
-def _blas_controller():
-    # Built once, after NumPy and SciPy have loaded their BLAS libraries.
-    from threadpoolctl import ThreadpoolController
-
-    return ThreadpoolController()
-
-
-def single_blas_thread():
-    """Limit BLAS to one thread (a context manager) for the sequential engines.
-
-    Their operands are thin (N x K, K x K) and their O(N M) matrix-vector products are
-    memory-bound: a second thread gains little, while thread hand-offs on a busy 2-core machine
-    made the small products and solves 10-100x slower (measured).
-    """
-    return _blas_controller().limit(limits=1, user_api="blas")
-
-
-def one_blas_thread(method: Callable) -> Callable:
-    """Run ``method`` with BLAS limited to one thread (:func:`single_blas_thread`): the guard of
-    every public entry point that does dense algebra (fit, predict, ...).
-
-    The estimators' algebra is on small or thin matrices (the width search's eigendecompositions,
-    the engines' products and solves, predictive variances): on a busy 2-core machine
-    ``RVR().fit`` on 100 points took 1.9-2.2 s with the default BLAS threads against 0.1-0.17 s
-    with one. The limit applies for the whole call, nested calls included.
-    """
-
-    @functools.wraps(method)
-    def guarded(*args, **kwargs):
-        with single_blas_thread():
-            return method(*args, **kwargs)
-
-    return guarded
 
 
 def gaussian_posterior(

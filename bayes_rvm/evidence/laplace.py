@@ -61,7 +61,7 @@ from scipy import linalg
 from sklearn.exceptions import ConvergenceWarning
 
 from bayes_rvm.evidence.design import ChunkedDesign, DenseDesign
-from bayes_rvm.evidence.gaussian import KEPT_ONE, MacKayStop, keep_one, single_blas_thread
+from bayes_rvm.evidence.gaussian import KEPT_ONE, MacKayStop, keep_one
 from bayes_rvm.evidence.log_evidence import WARN_SKIP, cholesky
 from bayes_rvm.evidence.mode import (
     LaplacePosterior,
@@ -87,6 +87,7 @@ from bayes_rvm.evidence.result import (
 )
 from bayes_rvm.evidence.single_basis import log_gain, log_hyperprior, optimal_alpha
 from bayes_rvm.families import family
+from bayes_rvm.threads import single_blas_thread
 
 __all__ = [
     "LaplacePosterior",

@@ -41,7 +41,7 @@ import warnings
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
-from bayes_rvm.evidence.gaussian import gaussian_posterior, one_blas_thread
+from bayes_rvm.evidence.gaussian import gaussian_posterior
 from bayes_rvm.evidence.log_evidence import WARN_SKIP
 from bayes_rvm.evidence.options import (
     BETA_MAX,
@@ -56,6 +56,7 @@ from bayes_rvm.evidence.result import EvidenceFit, GaussianWeights
 from bayes_rvm.evidence.sequential_state import GramState, SequentialState
 from bayes_rvm.evidence.single_basis import log_gain, optimal_alpha
 from bayes_rvm.evidence.width import shared_evidence, shared_evidence_gram
+from bayes_rvm.threads import one_blas_thread
 
 __all__ = ["FREE_ALPHA_FACTOR", "fit_sequential"]
 

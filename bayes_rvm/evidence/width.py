@@ -45,11 +45,12 @@ from typing import Protocol
 import numpy as np
 from scipy import linalg, optimize
 
-from bayes_rvm.evidence.gaussian import EvidenceFit, one_blas_thread, single_blas_thread
+from bayes_rvm.evidence.gaussian import EvidenceFit
 from bayes_rvm.evidence.mode import LaplacePosterior, newton_mode
 from bayes_rvm.evidence.options import BETA_MAX
 from bayes_rvm.families import BERNOULLI, Family, family
 from bayes_rvm.kernels import WIDTH_KERNELS, stationary_kernel
+from bayes_rvm.threads import one_blas_thread, single_blas_thread
 
 __all__ = [
     "SEARCH_RANK_TOL",
