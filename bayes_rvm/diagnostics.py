@@ -16,6 +16,11 @@ plain arrays but loops over the scalars too: 3-5x the time here on 101 x 4 x 100
 
 from __future__ import annotations
 
+import functools
+import os
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import xarray as xr
 from scipy import fft, special
@@ -84,6 +89,25 @@ def _valid(x: np.ndarray, min_chains: int) -> np.ndarray:
     return ok & (C >= min_chains) & (S >= 4)
 
 
+#: Scalars per thread below which the diagnostics run in the calling thread only.
+_MIN_SCALARS_PER_THREAD = 64
+
+
+def _in_threads(fn: Callable[[np.ndarray], np.ndarray], x: np.ndarray) -> np.ndarray:
+    """``fn(x)`` for ``x`` of shape (K, chain, draw), its scalars split between threads.
+
+    Every estimator here treats each scalar on its own, so the split gives the same values. The
+    work is sorts, FFTs and ufuncs on whole blocks, which release the GIL: on the full basis at
+    N = 1000 (1001 weights and 1002 hyperparameters x 4000 draws) the diagnostics ran over a
+    second on one core while the sampler's threads had finished.
+    """
+    n = min(len(os.sched_getaffinity(0)), x.shape[0] // _MIN_SCALARS_PER_THREAD)
+    if n < 2:
+        return fn(x)
+    with ThreadPoolExecutor(n) as pool:
+        return np.concatenate(list(pool.map(fn, np.array_split(x, n))))
+
+
 def rhat_rank(x: np.ndarray) -> np.ndarray:
     """Rank-normalised split R-hat: the larger of the bulk and the folded (tail) one.
 
@@ -96,7 +120,10 @@ def rhat_rank(x: np.ndarray) -> np.ndarray:
     ndarray of shape (K,)
         NaN where a scalar has a NaN draw or there are fewer than 2 chains or 4 draws.
     """
-    x = np.asarray(x, dtype=np.float64)
+    return _in_threads(_rhat_rank, np.asarray(x, dtype=np.float64))
+
+
+def _rhat_rank(x: np.ndarray) -> np.ndarray:
     split = _split_chains(x)
     bulk = _rhat(_z_scale(split))
     folded = np.abs(split - np.median(split, axis=(1, 2), keepdims=True))
@@ -167,7 +194,10 @@ def ess_bulk(x: np.ndarray) -> np.ndarray:
     -------
     ndarray of shape (K,)
     """
-    x = np.asarray(x, dtype=np.float64)
+    return _in_threads(_ess_bulk, np.asarray(x, dtype=np.float64))
+
+
+def _ess_bulk(x: np.ndarray) -> np.ndarray:
     out = _ess(_z_scale(_split_chains(x)))
     return np.where(_valid(x, 1), out, np.nan)
 
@@ -189,7 +219,10 @@ def ess_tail(x: np.ndarray, prob: float | None = None) -> np.ndarray:
         from arviz_base import rcParams
 
         prob = rcParams["stats.ci_prob"]
-    x = np.asarray(x, dtype=np.float64)
+    return _in_threads(functools.partial(_ess_tail, prob=prob), np.asarray(x, dtype=np.float64))
+
+
+def _ess_tail(x: np.ndarray, prob: float) -> np.ndarray:
     K = x.shape[0]
     out = np.full(K, np.inf)
     for p in sorted((prob, 1.0 - prob)):
