@@ -123,9 +123,10 @@ def rhat_rank(x: np.ndarray) -> np.ndarray:
     return _in_threads(_rhat_rank, np.asarray(x, dtype=np.float64))
 
 
-def _rhat_rank(x: np.ndarray) -> np.ndarray:
+def _rhat_rank(x: np.ndarray, z: np.ndarray | None = None) -> np.ndarray:
+    # z: the rank-normalised split chains, where the caller has them (_hyper_stats)
     split = _split_chains(x)
-    bulk = _rhat(_z_scale(split))
+    bulk = _rhat(_z_scale(split) if z is None else z)
     folded = np.abs(split - np.median(split, axis=(1, 2), keepdims=True))
     out = np.maximum(bulk, _rhat(_z_scale(folded)))
     return np.where(_valid(x, 2), out, np.nan)
@@ -232,6 +233,14 @@ def _ess_tail(x: np.ndarray, prob: float) -> np.ndarray:
     return np.where(_valid(x, 1), out, np.nan)
 
 
+def _hyper_stats(x: np.ndarray, prob: float) -> np.ndarray:
+    """Rank R-hat, bulk ESS and tail ESS of each scalar of ``x`` (K, chain, draw), shape (K, 3):
+    the rank-normalised split chains made once for the R-hat and the bulk ESS."""
+    z = _z_scale(_split_chains(x))
+    bulk = np.where(_valid(x, 1), _ess(z), np.nan)
+    return np.column_stack([_rhat_rank(x, z), bulk, _ess_tail(x, prob)])
+
+
 def diagnose(dt: xr.DataTree, *, warn: bool = True, advice: str = "model") -> dict:
     """Divergences, max R-hat and min bulk ESS of the hyperparameters, with warnings and remedies.
 
@@ -266,11 +275,14 @@ def diagnose(dt: xr.DataTree, *, warn: bool = True, advice: str = "model") -> di
 
     # As documented, on log alpha: the scale NUTS moves on (rank R-hat is not log-invariant).
     x = np.concatenate([scalars(v, log=v == "alpha") for v in hyper])
+    from arviz_base import rcParams
+
+    stats = _in_threads(functools.partial(_hyper_stats, prob=rcParams["stats.ci_prob"]), x)
     out = {
         "divergences": 0,
-        "max_rhat": float(np.nanmax(rhat_rank(x))),
-        "min_ess_bulk": float(np.nanmin(ess_bulk(x))),
-        "min_ess_tail": float(np.nanmin(ess_tail(x))),
+        "max_rhat": float(np.nanmax(stats[:, 0])),
+        "min_ess_bulk": float(np.nanmin(stats[:, 1])),
+        "min_ess_tail": float(np.nanmin(stats[:, 2])),
         "max_treedepth_hits": 0,
     }
     if "w" in post:
