@@ -93,6 +93,13 @@ def _valid(x: np.ndarray, min_chains: int) -> np.ndarray:
 _MIN_SCALARS_PER_THREAD = 64
 
 
+def _usable_cpus() -> int:
+    # The CPUs this process may run on (its affinity, where the platform has one).
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def _in_threads(fn: Callable[[np.ndarray], np.ndarray], x: np.ndarray) -> np.ndarray:
     """``fn(x)`` for ``x`` of shape (K, chain, draw), its scalars split between threads.
 
@@ -101,7 +108,7 @@ def _in_threads(fn: Callable[[np.ndarray], np.ndarray], x: np.ndarray) -> np.nda
     N = 1000 (1001 weights and 1002 hyperparameters x 4000 draws) the diagnostics ran over a
     second on one core while the sampler's threads had finished.
     """
-    n = min(len(os.sched_getaffinity(0)), x.shape[0] // _MIN_SCALARS_PER_THREAD)
+    n = min(_usable_cpus(), x.shape[0] // _MIN_SCALARS_PER_THREAD)
     if n < 2:
         return fn(x)
     with ThreadPoolExecutor(n) as pool:

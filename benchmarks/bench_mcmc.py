@@ -146,7 +146,7 @@ def gradient_limit(model, gradients: int, chains: int) -> dict:
         reps += 20
         spent = time.process_time() - c0
     kernel_ms = 1e3 * spent / reps
-    cores = min(chains, len(os.sched_getaffinity(0)))
+    cores = min(chains, os.cpu_count() or 1)
     return {
         "kernel_ms": kernel_ms,
         "gradients": gradients,
