@@ -67,16 +67,28 @@ def _locked(fn):
 
 
 def _initial_point_fn(model, overrides=None):
+    """PyMC's jittered initial-point function of ``model``, compiled at its first call.
+
+    Compiling it costs about 0.07 s, and the one that :func:`compile_nutpie` hands to nutpie is
+    replaced by :func:`with_initial_points` before every run of :func:`sample_mcmc`.
+    """
     from pymc.initial_point import make_initial_point_fn
 
-    return _locked(
-        make_initial_point_fn(
-            model=model,
-            overrides=dict(overrides or {}),
-            jitter_rvs=set(model.free_RVs),
-            return_transformed=True,
-        )
-    )
+    overrides = dict(overrides or {})
+    compiled = []
+
+    def initial_point(seed=None):
+        if not compiled:
+            fn = make_initial_point_fn(
+                model=model,
+                overrides=overrides,
+                jitter_rvs=set(model.free_RVs),
+                return_transformed=True,
+            )
+            compiled.append(fn)
+        return compiled[0](seed)
+
+    return _locked(initial_point)
 
 
 def compile_nutpie(model):

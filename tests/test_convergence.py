@@ -44,6 +44,26 @@ def test_rhat_and_ess_equal_arviz(shape):
     )
 
 
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_threaded_diagnostics_equal_arviz_on_every_chunk(monkeypatch):
+    # 200 scalars: split between threads (at least 64 each) where the process has 2+ CPUs; forced
+    # to 3 chunks here so that the split runs on any machine. The special scalars of _chains sit
+    # in the first chunk; copies at the end check the last one.
+    from bayes_rvm import diagnostics
+
+    monkeypatch.setattr(diagnostics, "_usable_cpus", lambda: 3)
+    x = _chains(K=200, C=4, S=301)
+    x[-7:] = x[:7]
+    ds = xr.Dataset({"v": _arviz(x)})
+    np.testing.assert_allclose(rhat_rank(x), az.rhat(ds)["v"].values, rtol=1e-10, equal_nan=True)
+    np.testing.assert_allclose(
+        ess_bulk(x), az.ess(ds, method="bulk")["v"].values, rtol=1e-9, equal_nan=True
+    )
+    np.testing.assert_allclose(
+        ess_tail(x), az.ess(ds, method="tail")["v"].values, rtol=1e-9, equal_nan=True
+    )
+
+
 def test_diagnose_reports_arvizs_figures_on_log_alpha_sigma_and_w():
     from bayes_rvm.inference import diagnose
 

@@ -40,7 +40,9 @@ def _dense_loo(Phi, Y, alpha, beta):
 
 
 @pytest.mark.parametrize("M", [6, 30])  # fewer and more basis functions than observations
-def test_loo_terms_match_dense_conditioning(M):
+def test_loo_terms_match_dense_conditioning(M, monkeypatch):
+    from bayes_rvm.marginal import lowrank
+
     rng = np.random.default_rng(M)
     N = 14
     Phi = rng.normal(size=(N, 4)) @ rng.normal(size=(4, M)) + 0.1 * rng.normal(size=(N, M))
@@ -52,6 +54,10 @@ def test_loo_terms_match_dense_conditioning(M):
     np.testing.assert_allclose(gaussian_loo_terms(Phi, Y, alpha, beta), expected, atol=1e-9)
     U, VS = thin_svd(Phi)
     np.testing.assert_allclose(loo_terms_lowrank(U, VS, Y, alpha, beta), expected, atol=1e-9)
+    # one draw per block: the blocks of draws are written to their own rows
+    monkeypatch.setattr(lowrank, "_DRAW_BLOCK_ELEMENTS", 1)
+    np.testing.assert_allclose(loo_terms_lowrank(U, VS, Y, alpha, beta), expected, atol=1e-9)
+    monkeypatch.undo()
     # a design per draw (a sampled width) and targets per draw (an offset with parameters)
     Phis = np.stack([Phi, 2.0 * Phi, Phi])
     Ys = np.stack([Y, Y, Y - 1.0])

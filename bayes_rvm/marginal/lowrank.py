@@ -153,28 +153,32 @@ def loo_terms_lowrank(
     """
     S, M = alpha.shape
     N, r = U.shape
+    D = Y.shape[1]
     Z = U.T @ Y
     resid = Y - U @ Z  # the part of t that only the noise explains
     u_sq = np.einsum("nr,nr->n", U, U)
     outer = (VS[:, :, None] * VS[:, None, :]).reshape(M, r * r)
+    # u_n^T K^-1 u_n for every row and draw is one GEMM of the draws' K^-1 (B, r^2) with the
+    # rows' outer products u_n u_n^T (r^2, N): a batched solve against U^T per draw cost
+    # O(N r^2) in LAPACK calls of r columns each, most of the completion's time.
+    outer_u = (U[:, :, None] * U[:, None, :]).reshape(N, r * r)
     out = np.empty((S, N))
-    block = max(1, min(S, _DRAW_BLOCK_ELEMENTS // max(r * N + r * r, 1)))
+    block = max(1, min(S, _DRAW_BLOCK_ELEMENTS // max(N * (D + 1) + r * r, 1)))
     for start in range(0, S, block):
         sl = slice(start, min(start + block, S))
         b = beta[sl]
         B = b.shape[0]
         K = ((1.0 / alpha[sl]) @ outer).reshape(B, r, r)
         K[:, np.arange(r), np.arange(r)] += (1.0 / b)[:, None]
-        L = np.linalg.cholesky(K)
-        # K^-1 U^T and K^-1 z through the batched factor (two triangular solves as one solve
-        # against L, then L^T): no inverse formed.
-        rhs = np.concatenate(
-            [np.broadcast_to(U.T, (B, r, N)), np.broadcast_to(Z, (B, *Z.shape))], 2
-        )
-        half = np.linalg.solve(L, rhs)
-        sol = np.linalg.solve(np.swapaxes(L, 1, 2), half)
-        c = b[:, None] * (1.0 - u_sq) + np.einsum("nr,brn->bn", U, sol[:, :, :N])
-        g = b[:, None, None] * resid + np.einsum("nr,brd->bnd", U, sol[:, :, N:])
+        # K^-1 = L^-T L^-1 from the Cholesky factor (LinAlgError where K is not positive
+        # definite); the inverse of a triangular factor is itself triangular and well conditioned
+        # as K is (its eigenvalues are at least 1 / beta).
+        Linv = np.linalg.inv(np.linalg.cholesky(K))
+        Kinv = np.swapaxes(Linv, 1, 2) @ Linv
+        c = b[:, None] * (1.0 - u_sq) + Kinv.reshape(B, r * r) @ outer_u.T
+        Q = Kinv @ Z  # (B, r, D)
+        UQ = (np.swapaxes(Q, 1, 2).reshape(B * D, r) @ U.T).reshape(B, D, N)
+        g = b[:, None, None] * resid + np.swapaxes(UQ, 1, 2)
         c = np.maximum(c, np.finfo(float).tiny)
         out[sl] = (0.5 * (np.log(c) - LOG_2PI)[..., None] - 0.5 * g**2 / c[..., None]).sum(2)
     return out
