@@ -268,22 +268,24 @@ def main(argv=None) -> None:
     if fastrvm is None:
         print("fastrvm is not installed: its column is left empty")
     rows = [classification_row(name, splits, peer=name not in args.no_fastrvm) for name in sets]
-    print(
-        f"\nTipping (2001) Table 2: test error % (vectors), mean over distinct splits of {splits}"
-    )
-    print_table(
-        (
-            "set",
-            "paper RVM",
-            "RVC()",
-            "paper gamma",
-            "RVC at paper's width",
-            "fastrvm there",
-            "RVC() time / paper-width time",
-            "error / vectors / cost ok",
-        ),
-        rows,
-    )
+    if rows:  # --sets with no names: only the USPS or Friedman tables
+        print(
+            "\nTipping (2001) Table 2: test error % (vectors), mean over distinct splits of "
+            f"{splits}"
+        )
+        print_table(
+            (
+                "set",
+                "paper RVM",
+                "RVC()",
+                "paper gamma",
+                "RVC at paper's width",
+                "fastrvm there",
+                "RVC() time / paper-width time",
+                "error / vectors / cost ok",
+            ),
+            rows,
+        )
     if args.usps:
         usps(args.usps_train)
     if args.friedman:
