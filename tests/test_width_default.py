@@ -447,3 +447,30 @@ def test_default_restarts_below_the_shared_bound():
     log_scale = y.size * np.log(target_scale(y[:, None]))
     assert model.log_evidence_ + log_scale >= bound
     assert np.sqrt(model.noise_variance_) < 0.07
+
+
+def test_per_feature_refinement_on_evenly_spaced_rows_beyond_its_limit(monkeypatch):
+    # The per-feature search decomposes a Gram matrix of its rows 20-30 times: beyond
+    # SHARED_ARD_MAX_SAMPLES it uses that many, evenly spaced. The truth: the chosen widths are
+    # a stationary point of those rows' shared evidence (central differences), not of all rows'.
+    import bayes_rvm.width_selection as base
+
+    rng = np.random.default_rng(2)
+    X = rng.uniform(-2, 2, (100, 2))
+    y = np.sin(2 * X[:, 0]) + 0.3 * X[:, 1] + 0.1 * rng.standard_normal(100)
+    monkeypatch.setattr(base, "SHARED_ARD_MAX_SAMPLES", 40)
+    ls = RVR().fit(X, y).length_scale_
+    T = y / target_scale(y[:, None])
+    sub = np.linspace(0, 99, 40).round().astype(int)
+
+    def slope(rows):
+        h, out = 1e-4, []
+        for d in range(2):
+            step = np.exp(h * np.eye(2)[d])
+            up = shared_evidence(_ard_design(X[rows], ls * step), T[rows]).log_evidence
+            down = shared_evidence(_ard_design(X[rows], ls / step), T[rows]).log_evidence
+            out.append((up - down) / (2 * h))
+        return np.abs(out)
+
+    assert slope(sub).max() < 0.02
+    assert slope(np.arange(100)).max() > 0.5
