@@ -212,8 +212,10 @@ class WidthSelectionMixin:
         ``gamma="evidence_shared"`` the width maximises ``criterion(Phi, rows) ->
         SharedEvidence`` (the estimator's likelihood on the normalised targets of ``rows``) by
         :func:`~bayes_rvm.evidence.width.select_width_shared`, on at most
-        :data:`SHARED_MAX_SAMPLES` rows, and the engine runs once, cold, at that width: the fit
-        is the one a fixed ``gamma`` of that value gives.
+        :data:`SHARED_MAX_SAMPLES` rows (one width per feature where
+        :meth:`_per_feature_widths`; ``"evidence_ard"`` too), and the engine runs once, cold, at
+        that width: the fit is the one a fixed ``gamma`` of that value gives, unless a Gaussian
+        fit on every row stops below the shared-precision bound (:func:`above_shared_bound`).
         """
         centres = self._candidate_centres(X)
         n_centres = X.shape[0] if centres is None else centres.shape[0]
