@@ -308,6 +308,9 @@ class WidthSelectionMixin:
         if targets is not None:
             unit = np.std(X[rows], axis=0)
             unit[~(np.isfinite(unit) & (unit > 0))] = 1.0
+            # Only the per-feature search's start: its parabolic steps saved nothing after it
+            # (Friedman #2 and #3, 10 data sets: 3 of 33 evaluations fewer, the same MSE).
+            options = {**options, "xtol": 0.3}
         ls, path, _ = select_width_shared(
             lambda u: design(u * unit), X[rows] / unit, lambda Phi: criterion(Phi, rows), **options
         )
