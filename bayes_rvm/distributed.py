@@ -423,7 +423,11 @@ class DaskFitMixin:
         scale = scale if scale > 0 else 1.0
         beta = None if self.noise_variance is None else scale**2 / self.noise_variance
         ls, path, _ = self._shared_width(
-            xs, centres, lambda Phi, r: shared_evidence(Phi, T[r] / scale, beta=beta)
+            xs,
+            centres,
+            lambda Phi, r: shared_evidence(Phi, T[r] / scale, beta=beta),
+            T / scale if self._per_feature_widths(xs) else None,
+            beta=beta,
         )
         # The curve's evidence is over these rows, in the user's units.
         log_scale = T.shape[1] * rows.size * np.log(scale)

@@ -116,15 +116,25 @@ array-like, default="evidence_shared"
           with one prior precision shared by all weights (a Gaussian process of covariance
           ``Phi Phi^T / alpha`` plus noise; :func:`bayes_rvm.evidence.width.shared_evidence`,
           a grid refined by parabolic interpolation; on at most 1000 rows, a random subset
-          drawn with ``random_state`` beyond), then the RVM fitted at that width. It cannot
-          collapse onto narrow widths as the RVM's own evidence can; why it is the default, with
-          the measurements, is in the README ("Choosing the kernel width"). Other kernels ignore
-          it (poly and sigmoid use ``"scale"``).
+          drawn with ``random_state`` beyond), then the RVM fitted at that width. With the
+          Gaussian likelihood and several input features, one length scale per feature: the
+          single width is searched in units of each feature's standard deviation, then each
+          feature's length scale is refined on the same evidence
+          (:func:`bayes_rvm.evidence.width.maximise_width_shared_ard`; Friedman #3: MSE 0.0099
+          against 0.018 with one width, Tipping's 0.0164), so that rescaling a feature changes
+          no prediction. Should the engine stop below the evidence of one shared precision at
+          that width, it runs again from there. It cannot collapse onto narrow widths as the
+          RVM's own evidence can; why it is the default, with the measurements, is in the README
+          ("Choosing the kernel width"). Other kernels ignore it (poly and sigmoid use
+          ``"scale"``).
         - ``"evidence"``: the RVM's own log evidence maximised over the log width with the alphas
           and the noise (:func:`bayes_rvm.evidence.width.maximise_width`: an evidence curve over
           a grid of widths, then refinement from its best local maxima with the closed-form
-          gradient). ``"evidence_ard"`` learns one length scale per input feature (ARD over the
-          inputs: a feature with a long length scale barely matters).
+          gradient). That evidence can grow without bound as the width narrows (one alpha per
+          basis function fits each target, the noise going to 0: on Friedman #3 it keeps 239 of
+          240 vectors). ``"evidence_ard"``: one length scale per input feature chosen by the
+          shared evidence, as the default does on several features (ARD over the inputs: a
+          feature with a long length scale barely matters), also on one feature.
         - ``"scale"``: ``1 / (n_features * X.var())`` and ``"auto"``: ``1 / n_features``, as in
           :class:`sklearn.svm.SVR`.
         - a :class:`~bayes_rvm.priors.Prior` (``inference="mcmc"``, rbf or laplacian): the width
@@ -365,7 +375,8 @@ array-like, default="evidence_shared"
     scores_ : ndarray
         Objective (log evidence plus log hyperprior) at each iteration.
     gamma_ : float, ndarray of shape (n_features,) or None
-        The kernel coefficient(s) used (learned with ``gamma="evidence"`` / ``"evidence_ard"``).
+        The kernel coefficient(s) used: one per feature where a width rule learns them per
+        feature (the default on several features, ``"evidence_ard"``).
     length_scale_ : float, ndarray of shape (n_features,) or None
         The same as length scale(s) ``r`` (``gamma = 1/r^2`` for rbf, ``1/r`` for laplacian;
         None for other kernels).

@@ -103,6 +103,8 @@ class StatisticsFitMixin:
                 lambda Phi, r: shared_evidence(
                     Phi, problem.targets[r], beta=problem.noise_precision
                 ),
+                problem.targets if self._per_feature_widths(X) else None,
+                beta=problem.noise_precision,
             )
             g = self._width_rule().kernel.gamma(ls)
             gamma = float(g[0]) if ls.size == 1 else g

@@ -5,7 +5,8 @@ vectors and time of each way to choose the width of the rbf kernel, and the erro
 best fixed width's (``/best``):
 
 * ``default``: ``RVR()`` / ``RVC()``, ``gamma="evidence_shared"`` (the width maximising the
-  evidence of the same basis under one shared prior precision, then the RVM at that width);
+  evidence of the same basis under one shared prior precision, one per input feature for RVR on
+  several features, then the RVM at that width);
 * ``evidence``: ``gamma="evidence"`` (the RVM's own evidence over the width; RVC through the
   Laplace evidence);
 * ``CV``: ``RVRCV`` / ``RVCCV`` over the default 7-width grid, 5 shuffled folds;
