@@ -156,7 +156,9 @@ def test_mcmc_log_likelihood_is_marginal_loo(mcmc_small):
     got = dt["log_likelihood"]["y"].values.reshape(-1, y.size)[:5]
     np.testing.assert_allclose(got, expected, atol=1e-8)
     res, method = elpd(dt)
-    assert method == PSIS and float(res.pareto_k.max()) <= 0.5
+    # Reliable by PSIS's own criterion for S draws (Vehtari et al. 2024: k below
+    # min(1 - 1/log10 S, 0.7), 0.64 at S = 600), not a bound tuned to one set of draws.
+    assert method == PSIS and float(res.pareto_k.max()) <= res.good_k <= 0.7
 
 
 def test_pymc_calls_on_the_models(mcmc_small):
