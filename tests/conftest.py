@@ -13,8 +13,8 @@ threadpool_limits(1)
 def pytest_configure(config):
     # xdist's default "load" hands out single tests, so one module's tests land on both workers
     # and each builds the module's shared fits (MCMC, VI, width searches) again: in the last full
-    # run the width-sampling and the four-chain sinc MCMC fixtures were built twice (87 s and
-    # 37 s under load). "loadscope" keeps a module on one worker. ("loadgroup" would keep only
+    # run test_width_mcmc's sampled-width fit was built on both (101 s and 87 s under load).
+    # "loadscope" keeps a module on one worker. ("loadgroup" would keep only
     # the tests of one fit together, but xdist 3.8 cannot rename pytest 9's node ids: its groups
     # are silently ignored.) The modules go out in the order the workers collect them in, most
     # slow tests first (pytest_collection_modifyitems). An explicit --dist wins.
