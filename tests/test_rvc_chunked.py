@@ -14,6 +14,7 @@ import pytest
 
 from bayes_rvm.classifier import RVC
 from bayes_rvm.evidence import fit_evidence, fit_laplace_sequential
+from bayes_rvm.evidence.laplace import laplace_step_gains
 from bayes_rvm.evidence import chunked as chunked_module
 from bayes_rvm.evidence.chunked import chunked_design, subset_rows
 from bayes_rvm.evidence.design import DenseDesign
@@ -174,3 +175,21 @@ def test_rvc_auto_takes_the_chunked_path_above_the_limit(monkeypatch):
     # The cache budget is capped by the limit (200 kB, 12 columns of 2000 rows): the working set
     # does not fit, so its passes build its columns again.
     assert clf.chunked_passes_["columns"] > clf.chunked_passes_["cache_fills"]
+
+
+def test_step_gains_are_what_the_engine_steps_on(problem):
+    """``laplace_step_gains`` at a state gives the step the sequential engine takes from it, and
+    at the engine's optimum no addition."""
+    _, y, _, Phi, _, _ = problem
+    alpha = np.full(Phi.shape[1], np.inf)
+    alpha[[5, 40]] = 1.0
+    gain, add = laplace_step_gains(Phi, y, alpha_init=alpha)
+    best = int(np.argmax(gain))
+    assert add[best] and add.sum() > 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # two steps do not converge
+        steps = fit_laplace_sequential(Phi, y, alpha_init=alpha, max_iter=2)
+    assert steps.actions[1] == f"add {best}"
+    fit = fit_laplace_sequential(Phi, y, alpha_init=alpha, probe_deletions=False)
+    gain, add = laplace_step_gains(Phi, y, alpha_init=fit.alpha)
+    assert fit.converged and not add.any()
