@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 
 from bayes_rvm.classifier import RVC
-from bayes_rvm.evidence import fit_evidence, fit_laplace_sequential
-from bayes_rvm.evidence.laplace import laplace_step_gains
 from bayes_rvm.evidence import chunked as chunked_module
+from bayes_rvm.evidence import fit_evidence, fit_laplace_sequential
 from bayes_rvm.evidence.chunked import chunked_design, subset_rows
 from bayes_rvm.evidence.design import DenseDesign
+from bayes_rvm.evidence.laplace import laplace_step_gains
 from bayes_rvm.kernels import KernelBasis
 from bayes_rvm.problem import normalise_columns
 
