@@ -168,10 +168,9 @@ default="evidence_shared"
         :class:`~bayes_rvm.estimators.RVR`). An int: the chunked path, building the design this
         many rows at a time (:mod:`bayes_rvm.evidence.chunked`): the engine first runs in
         memory on a fixed subset of rows (a quarter of them, at most 50,000), then refines on all
-        rows: its steps run on working sets of columns (the active ones and the best additions),
-        kept in memory while they fit in :data:`~bayes_rvm.evidence.chunked.CACHE_BYTES` (and
-        the memory limit), and a few passes over every column, each building its row blocks
-        again, choose and confirm them; so memory stays bounded whatever N. The subset
+        rows, each step a pass over the row blocks; the blocks are kept between passes while
+        the whole design fits in :data:`~bayes_rvm.evidence.chunked.CACHE_BYTES` (and the
+        memory limit), else rebuilt at each pass, so memory stays bounded whatever N. The subset
         start may end at another local optimum of the evidence than a cold fit on all rows
         (close in evidence and predictions; see the "Large data" page). None: the whole design
         in memory (a MemoryError above the memory limit). ``"auto"``: the chunked path, in
@@ -251,7 +250,8 @@ default="evidence_shared"
     chunked_passes_ : dict or None
         A chunked fit's passes over the rows (:class:`~bayes_rvm.evidence.design.PassCounter`:
         ``full`` kernel passes over every column, ``columns`` over some, ``cache_fills`` of those
-        that filled the column cache); None for a fit in memory.
+        that filled the active columns' cache, ``cached`` from kept blocks); None for a fit in
+        memory.
     moderation_ : {"importance", "probit", "mode", "mcmc"}
         How :meth:`predict_proba` averages over the weights under the current ``moderated``.
     model_ : pymc.Model

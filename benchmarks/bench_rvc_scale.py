@@ -123,10 +123,10 @@ def main() -> None:
         f"{'fit':<12}{'rows':>9}{'wall s':>9}{'CPU s':>9}{'x':>7}{'GiB':>7}{'x':>7}{'RVs':>6}"
         f"{'error':>8}{'load':>10}"
     )
-    print(head + "  passes (all columns / some columns / cache fills)")
+    print(head + "  passes (kernel over all columns / kept blocks / active-column fills)")
     for name, n, r in (("in memory", args.subset, base), ("chunked", args.rows, big)):
         p = r["passes"] or {}
-        passes = f"{p.get('full', '-')} / {p.get('columns', '-')} / {p.get('cache_fills', '-')}"
+        passes = f"{p.get('full', '-')} / {p.get('cached', '-')} / {p.get('cache_fills', '-')}"
         print(
             f"{name:<12}{n:>9}{r['seconds']:>9.1f}{r['cpu_seconds']:>9.1f}"
             f"{r['cpu_seconds'] / base['cpu_seconds']:>7.2f}"

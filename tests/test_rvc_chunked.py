@@ -13,11 +13,9 @@ import numpy as np
 import pytest
 
 from bayes_rvm.classifier import RVC
-from bayes_rvm.evidence import chunked as chunked_module
 from bayes_rvm.evidence import fit_evidence, fit_laplace_sequential
 from bayes_rvm.evidence.chunked import chunked_design, subset_rows
 from bayes_rvm.evidence.design import DenseDesign
-from bayes_rvm.evidence.laplace import laplace_step_gains
 from bayes_rvm.kernels import KernelBasis
 from bayes_rvm.problem import normalise_columns
 
@@ -64,10 +62,8 @@ def test_chunked_design_gives_the_dense_products(problem, cache_bytes):
     g, H = sub.curvature(R, Y, family("bernoulli"))
     np.testing.assert_allclose(g, Phi[:, act].T @ R, rtol=1e-11, atol=1e-12)
     np.testing.assert_allclose(H, (Phi[:, act] * Y * (1 - Y)).T @ Phi[:, act], rtol=1e-11)
-    # Every pass over all columns builds its blocks (the norms, the statistics); the active
-    # columns come from the cache when the budget holds them, else from a pass of their own.
-    assert D.counter.full == 2
-    assert (D.counter.cache_fills, D.counter.columns) == ((1, 1) if cache_bytes else (0, 2))
+    # Kept blocks (a budget that holds the design) spare the kernel after the norms pass.
+    assert D.counter.full == (1 if cache_bytes else 2)
 
 
 def test_chunked_engine_equals_the_in_memory_engine(problem):
@@ -86,23 +82,15 @@ def test_chunked_engine_equals_the_in_memory_engine(problem):
     assert D.counter.full > 10
 
 
-def test_fit_evidence_on_a_chunked_design_starts_from_a_subset(problem, monkeypatch):
+def test_fit_evidence_on_a_chunked_design_starts_from_a_subset(problem):
     """The chunked fit starts from the in-memory fit on a quarter of the rows and refines on all
     of them: a converged optimum of the full Laplace evidence, within a few nats of the cold
     fit's (another local optimum of many overlapping rbf columns), with probabilities a few
-    hundredths apart on average. The working-set rounds halve the passes over every column."""
+    hundredths apart on average."""
     _, y, basis, Phi, _, block = problem
     dense = fit_laplace_sequential(Phi, y)
-
-    def fit_chunked():
-        D = chunked_design(block, Phi.shape[0], basis.n_basis_, chunk_rows=500, cache_bytes=1e9)
-        return fit_evidence(D, y, solver="sequential", likelihood="bernoulli"), D.counter
-
-    fit, counter = fit_chunked()
-    monkeypatch.setattr(chunked_module, "WORKING_ROUNDS", 0)
-    every_column, counter_every = fit_chunked()
-    assert counter.full < counter_every.full / 2  # measured 15 against 32
-    assert every_column.converged
+    D = chunked_design(block, Phi.shape[0], basis.n_basis_, chunk_rows=500, cache_bytes=1e9)
+    fit = fit_evidence(D, y, solver="sequential", likelihood="bernoulli")
     assert fit.converged
     assert subset_rows(3000).size == 750
     assert fit.log_evidence > dense.log_evidence - 3.0
@@ -112,6 +100,8 @@ def test_fit_evidence_on_a_chunked_design_starts_from_a_subset(problem, monkeypa
     assert np.max(np.abs(p_c - p_d)) < 0.2  # measured 0.16, where few rows lie
     assert np.mean(np.abs(p_c - p_d)) < 0.03  # measured 0.022
     assert np.mean((p_c > 0.5) != (p_d > 0.5)) < 0.02
+    # The rows' products are kept: one kernel pass (the norms), the rest read from memory.
+    assert D.counter.full == 1
 
 
 def test_rvc_chunk_rows_fits_and_predicts(problem, tmp_path):
@@ -123,8 +113,7 @@ def test_rvc_chunk_rows_fits_and_predicts(problem, tmp_path):
         mem = RVC(chunk_rows=None, **kw).fit(X, y)
         chunked = RVC(chunk_rows=400, **kw).fit(X, y)
     assert mem.chunked_passes_ is None
-    # The norms, the working-set rounds and the confirming pass: a few passes over all columns.
-    assert 2 <= chunked.chunked_passes_["full"] <= 2 + chunked_module.WORKING_ROUNDS
+    assert chunked.chunked_passes_["full"] == 1
     assert chunked.training_.phi_active is None
     # Nearly the same classifier as in memory; Bayes error 0.10.
     err_mem = np.mean(mem.predict(Xt) != yt)
@@ -172,24 +161,5 @@ def test_rvc_auto_takes_the_chunked_path_above_the_limit(monkeypatch):
         warnings.simplefilter("ignore")
         clf = RVC(**kw).fit(X, y)
     assert clf.chunked_passes_ is not None
-    # The cache budget is capped by the limit (200 kB, 12 columns of 2000 rows): the working set
-    # does not fit, so its passes build its columns again.
-    assert clf.chunked_passes_["columns"] > clf.chunked_passes_["cache_fills"]
-
-
-def test_step_gains_are_what_the_engine_steps_on(problem):
-    """``laplace_step_gains`` at a state gives the step the sequential engine takes from it, and
-    at the engine's optimum no addition."""
-    _, y, _, Phi, _, _ = problem
-    alpha = np.full(Phi.shape[1], np.inf)
-    alpha[[5, 40]] = 1.0
-    gain, add = laplace_step_gains(Phi, y, alpha_init=alpha)
-    best = int(np.argmax(gain))
-    assert add[best] and add.sum() > 1
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # two steps do not converge
-        steps = fit_laplace_sequential(Phi, y, alpha_init=alpha, max_iter=2)
-    assert steps.actions[1] == f"add {best}"
-    fit = fit_laplace_sequential(Phi, y, alpha_init=alpha, probe_deletions=False)
-    gain, add = laplace_step_gains(Phi, y, alpha_init=fit.alpha)
-    assert fit.converged and not add.any()
+    # The kept-blocks budget is capped by the limit: every pass rebuilds its blocks.
+    assert clf.chunked_passes_["cached"] == 0

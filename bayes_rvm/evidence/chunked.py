@@ -8,18 +8,11 @@ steps of the mode read only the active columns, which the design keeps in a boun
 
 A pass costs about ``N M (K + kernel)`` flops, so :func:`fit_laplace_chunked` spends as few as it
 can: the engine first runs in memory on a deterministic subset of :func:`subset_rows` rows, and
-the fit on all rows starts from the alphas it found (the sequential engine's ``alpha_init``).
-The refinement's steps then run on a working set: one pass over every column gives each
-column's gain at the current state (:func:`~bayes_rvm.evidence.laplace.laplace_step_gains`), the
-active columns and the :data:`WORKING_EXTRA` best additions are fitted on all rows (in memory
-while they fit in the cache budget), and the next pass over every column checks what lies
-outside; a last run of the engine on every column starts from there and confirms the optimum
-(it goes on stepping where a column outside still pays). So the optimum is one of the whole
-problem, as without the working set, and the passes over all M columns are a handful. The
-refinement reaches the same optimum of the Laplace evidence as a cold fit on all rows where both
-converge to it (tested against the in-memory fit); it skips the deletion probes
-(``probe_deletions``), whose screens would cost dozens of passes each (the subset fit has run
-them).
+the fit on all rows starts from the alphas it found (the sequential engine's ``alpha_init``), so
+that the passes over all rows only refine them. The refinement reaches the same optimum of the
+Laplace evidence as a cold fit on all rows where both converge to it (tested against the
+in-memory fit); it skips the deletion probes (``probe_deletions``), whose screens would cost
+dozens of passes each (the subset fit has run them).
 """
 
 from __future__ import annotations
@@ -29,20 +22,14 @@ from collections.abc import Callable
 
 import numpy as np
 
-from bayes_rvm.evidence.design import ChunkedDesign, DenseDesign
-from bayes_rvm.evidence.laplace import (
-    fit_laplace_mackay,
-    fit_laplace_sequential,
-    laplace_step_gains,
-)
+from bayes_rvm.evidence.design import ChunkedDesign
+from bayes_rvm.evidence.laplace import fit_laplace_mackay, fit_laplace_sequential
 from bayes_rvm.evidence.options import EvidenceOptions, resolve_options
 from bayes_rvm.evidence.result import EvidenceFit
 
 __all__ = [
     "CACHE_BYTES",
     "SUBSET_ROWS",
-    "WORKING_EXTRA",
-    "WORKING_ROUNDS",
     "chunked_design",
     "column_norms",
     "fit_laplace_chunked",
@@ -52,13 +39,8 @@ __all__ = [
 #: Rows of the in-memory subset fit that starts a chunked one (at most a quarter of the rows).
 SUBSET_ROWS = 50_000
 #: Memory a chunked design may keep between passes (see
-#: :class:`~bayes_rvm.evidence.design.ChunkedDesign`): the working set's or the active columns,
-#: never the whole design (every pass over all columns builds its blocks again), so that the
-#: memory of a fit is bounded whatever N.
-CACHE_BYTES = 2**30
-#: Columns a working-set round adds beyond the active ones (the best additions of the last pass),
-#: and the rounds at most before the engine runs on every column.
-WORKING_EXTRA, WORKING_ROUNDS = 16, 16
+#: :class:`~bayes_rvm.evidence.design.ChunkedDesign`): the whole design up to this size.
+CACHE_BYTES = 4.5 * 2**30
 
 
 def column_norms(design_blocks) -> np.ndarray:
@@ -98,6 +80,11 @@ def chunked_design(
     norms = column_norms(raw.blocks())
     design = ChunkedDesign(block, n_rows, norms, chunk_rows=chunk_rows, cache_bytes=cache_bytes)
     design.counter = raw.counter
+    if "blocks" in raw.store:
+        # The norms pass kept the blocks: normalised in place, they serve every later pass.
+        for _, P in raw.store["blocks"]:
+            P /= norms
+        design.store = raw.store
     return design
 
 
@@ -150,41 +137,4 @@ def fit_laplace_chunked(
         if np.isfinite(start.alpha).any():
             opt = dataclasses.replace(opt, alpha_init=start.alpha)
     opt = dataclasses.replace(opt, probe_deletions=False)
-    if opt.alpha_init is not None and opt.candidates is None:
-        opt = _working_set_rounds(design, T, opt)
     return fit_laplace_sequential(design, T, options=opt)
-
-
-def _working_set_rounds(design: ChunkedDesign, T, opt: EvidenceOptions) -> EvidenceOptions:
-    """Refine ``opt.alpha_init`` on working sets of columns: the options to go on from.
-
-    Each round is one pass over every column (the gains at the current state) and, where some
-    column outside the active set would be added, a fit on the active columns and the
-    :data:`WORKING_EXTRA` best additions (every row; in memory while they fit in the design's
-    cache budget). Free columns keep their role inside the working set.
-    """
-    M = design.shape[1]
-    free = np.asarray(opt.free, dtype=np.intp)
-    for _ in range(WORKING_ROUNDS):
-        gain, add = laplace_step_gains(design, T, options=opt)
-        if not add.any():
-            break
-        alpha = np.asarray(opt.alpha_init, dtype=np.float64)
-        best = np.flatnonzero(add)[np.argsort(-gain[add])][:WORKING_EXTRA]
-        ws = np.union1d(np.union1d(np.flatnonzero(np.isfinite(alpha)), free), best)
-        position = np.full(M, -1)
-        position[ws] = np.arange(ws.size)
-        sub_opt = dataclasses.replace(
-            opt,
-            alpha_init=alpha[ws],
-            free=position[free],
-        )
-        sub = design.take(ws)
-        # In memory (a DenseDesign) when the working set fits the cache budget.
-        sub = sub.Phi if isinstance(sub, DenseDesign) else sub
-        fit = fit_laplace_sequential(sub, T, options=sub_opt)
-        del sub
-        alpha = np.full(M, np.inf)
-        alpha[ws] = fit.alpha
-        opt = dataclasses.replace(opt, alpha_init=alpha)
-    return opt

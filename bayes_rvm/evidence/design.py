@@ -7,11 +7,9 @@ and curvature ``Phi^T B Phi`` of a Newton step, and the candidate statistics
 
 - :class:`DenseDesign`: an N x M array in memory (the engines' classic input);
 - :class:`ChunkedDesign`: the unit-norm columns of a kernel basis built ``chunk_rows`` rows at a
-  time from the inputs, so that no N x M array ever exists: a pass over all columns builds its
-  blocks again (the fused kernel of :mod:`bayes_rvm.kernel_blocks` makes that about as fast as
-  reading them back from memory). Only the few columns the Newton steps read again and again
-  (the active set) are kept, in a cache of bounded size; beyond it they are rebuilt at each pass
-  too. It counts its passes (:class:`PassCounter`).
+  time from the inputs, so that no N x M array ever exists. The columns of the active set (the
+  few the Newton steps read again and again) are kept in a cache of bounded size; beyond it they
+  are rebuilt at each pass too. It counts its passes (:attr:`ChunkedDesign.passes`).
 
 Both give the same numbers up to the order of the row sums.
 """
@@ -109,12 +107,14 @@ class DenseDesign:
 @dataclass
 class PassCounter:
     """Passes over the rows of a chunked design: ``full`` (every column built by the kernel),
-    ``columns`` (a subset of columns built: a working set, or the active set beyond its cache)
-    and ``cache_fills`` (of those, the ones that filled the columns' cache)."""
+    ``columns`` (a subset of columns built: the active set beyond its cache), ``cache_fills``
+    (of those, the ones that filled the active columns' cache) and ``cached`` (read from the
+    stored blocks, no kernel evaluation)."""
 
     full: int = 0
     columns: int = 0
     cache_fills: int = 0
+    cached: int = 0
 
 
 class ChunkedDesign:
@@ -132,9 +132,9 @@ class ChunkedDesign:
     chunk_rows : int
         Rows per block.
     cache_bytes : float
-        The most memory the design may keep between passes: the columns asked for by
-        :meth:`take` (N floats each) while they fit; 0 keeps nothing. The memory held is bounded
-        by it, not by N.
+        The most memory the design may keep between passes: all its blocks when the N x M
+        design fits (then only the first pass evaluates the kernel), else the active columns
+        (N floats each); 0 keeps nothing. Either way the memory held is bounded by it, not by N.
     columns : ndarray of int, optional
         The columns of this view (default all); views share the cache and the counter.
     """
@@ -149,25 +149,37 @@ class ChunkedDesign:
         M = self.norms.size if self.columns is None else self.columns.size
         self.shape = (self.n_rows, M)
         self.cache: dict[int, np.ndarray] = {}
+        #: ``"blocks"``: the normalised row blocks over every column, once a pass stored them.
+        self.store: dict = {}
         self.counter = PassCounter()
 
     # -- blocks ------------------------------------------------------------------------------
     def blocks(self, columns: np.ndarray | None = None) -> Iterator[tuple[slice, np.ndarray]]:
         """``(rows, block)``: the normalised design over ``columns`` of this view, by blocks."""
         cols = self._absolute(columns)
-        if cols is None or cols.size == self.norms.size:
-            self.counter.full += 1
+        counter = self.counter
+        stored = self.store.get("blocks")
+        if stored is not None:
+            counter.cached += 1
+            for rows, P in stored:
+                yield rows, (P if cols is None else P[:, cols])
+            return
+        whole = cols is None or cols.size == self.norms.size
+        if whole:
+            counter.full += 1
         else:
-            self.counter.columns += 1
+            counter.columns += 1
+        keep = [] if whole and 8.0 * self.n_rows * self.norms.size <= self.cache_bytes else None
         scale = self.norms if cols is None else self.norms[cols]
-        # Blocks of about chunk_rows x M values whatever the number of columns: a pass over a
-        # few columns then runs in blocks large enough for the fused kernel and BLAS-3.
-        step = self.chunk_rows * max(self.norms.size // max(scale.size, 1), 1)
-        for start in range(0, self.n_rows, step):
-            rows = slice(start, min(start + step, self.n_rows))
+        for start in range(0, self.n_rows, self.chunk_rows):
+            rows = slice(start, min(start + self.chunk_rows, self.n_rows))
             P = self._block(rows, cols)
             P /= scale
+            if keep is not None:
+                keep.append((rows, P))
             yield rows, P
+        if keep is not None and cols is None:
+            self.store["blocks"] = keep
 
     def rows(self, index: np.ndarray) -> np.ndarray:
         """The normalised design's rows ``index`` (all columns of this view) in memory."""
@@ -186,7 +198,8 @@ class ChunkedDesign:
         """The design of ``columns``: in memory from the cache when they fit in it, else a
         chunked view (each use a pass over the rows)."""
         cols = self._absolute(columns)
-        if 8.0 * self.n_rows * cols.size <= self.cache_bytes:
+        design_bytes = 8.0 * self.n_rows * self.norms.size if "blocks" in self.store else 0.0
+        if 8.0 * self.n_rows * cols.size <= self.cache_bytes - design_bytes or design_bytes:
             return DenseDesign(self._cached(cols))
         view = ChunkedDesign.__new__(ChunkedDesign)
         view.__dict__.update(self.__dict__)
@@ -236,14 +249,14 @@ class ChunkedDesign:
     def statistics(self, act: np.ndarray, B: np.ndarray, R: np.ndarray):
         """As :meth:`DenseDesign.statistics`, in one pass over the rows.
 
-        The products of each block with the weighted active columns are BLAS-3 on a large
-        block: they run on every BLAS thread of the process (the engines' own algebra stays on
-        one, :func:`~bayes_rvm.threads.single_blas_thread`).
+        The product of each block with the weighted active columns is BLAS-3 on a large block:
+        it runs on every BLAS thread of the process (the engines' own algebra stays on one,
+        :func:`~bayes_rvm.threads.single_blas_thread`).
         """
         M = self.shape[1]
         out = (np.zeros((M, B.shape[1] * act.size + R.shape[1])), np.zeros((M, B.shape[1])))
-        for rows, P in self.blocks():
-            with all_blas_threads():
+        with all_blas_threads():
+            for rows, P in self.blocks():
                 _statistics_block(P, P[:, act], B[rows], R[rows], out)
         return out
 

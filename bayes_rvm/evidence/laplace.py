@@ -403,27 +403,6 @@ def fit_laplace_sequential(
     return engine.result()
 
 
-def laplace_step_gains(Phi, T, *, options: EvidenceOptions | None = None, **settings):
-    """The sequential engine's view of the state ``alpha_init``: one mode and one pass over ``Phi``.
-
-    What the first step of :func:`fit_laplace_sequential` from ``alpha_init`` would see: the
-    gain of each column's best step (``-inf`` where none pays, under ``gain_tol``) and whether
-    that step adds the column. A chunked fit (:mod:`bayes_rvm.evidence.chunked`) chooses from it
-    the columns worth a working set.
-
-    Returns
-    -------
-    gain : ndarray of shape (M,)
-    add : ndarray of bool, shape (M,)
-    """
-    problem = _laplace_problem("laplace_sequential", Phi, T, options, settings)
-    with single_blas_thread(), Recorder("laplace_step_gains", None, False) as rec:
-        engine = _LaplaceSequential(problem, rec)
-        engine.evaluate()
-        gain = engine.usable_gains()
-    return gain, engine.stats.add & np.isfinite(gain)
-
-
 class _LaplaceSequential:
     """State of the Laplace sequential engine: model, last accepted state, and its bookkeeping.
 
