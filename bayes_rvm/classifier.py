@@ -41,7 +41,7 @@ from bayes_rvm.evidence.result import moderation
 from bayes_rvm.evidence.width import SEARCH_RANK_TOL, shared_laplace_evidence
 from bayes_rvm.families import BERNOULLI, SOFTMAX
 from bayes_rvm.kernels import KernelBasis
-from bayes_rvm.large_data import LARGE_DESIGN_BYTES
+from bayes_rvm.large_data import reads_row_blocks
 from bayes_rvm.persistence import Fail, SavedStateMixin
 from bayes_rvm.priors import as_prior
 from bayes_rvm.problem import Engine, OneVsRestFit, Problem, TrainingData
@@ -249,8 +249,9 @@ default="evidence_shared"
         Whether every engine met its stopping rule.
     chunked_passes_ : dict or None
         A chunked fit's passes over the rows (:class:`~bayes_rvm.evidence.design.PassCounter`:
-        ``full`` kernel passes over every column, ``columns`` over some, ``cached`` from kept
-        blocks); None for a fit in memory.
+        ``full`` kernel passes over every column, ``columns`` over some, ``cache_fills`` of those
+        that filled the active columns' cache, ``cached`` from kept blocks); None for a fit in
+        memory.
     moderation_ : {"importance", "probit", "mode", "mcmc"}
         How :meth:`predict_proba` averages over the weights under the current ``moderated``.
     model_ : pymc.Model
@@ -390,7 +391,7 @@ default="evidence_shared"
         problem = Problem.classification(None, yi, classes.size, one_vs_rest=ovr)
         engine = self.make_engine()
         self.chunked_passes_ = None
-        if self._takes_chunks(X):
+        if reads_row_blocks(self, X.shape[0], self._check_chunked):
             basis, problem, fit_n = self._fit_chunked(X, problem, engine, yi)
         elif self._learns_width():
             if self._width_rule().kind == "evidence_ard":
@@ -430,27 +431,6 @@ default="evidence_shared"
         self._finish_fit(X, training, fit_n)
         self._importance = self._make_importance() if self._samples_predictive() else None
         return self
-
-    def _takes_chunks(self, X: np.ndarray) -> bool:
-        """Whether ``fit`` takes the chunked path, by :class:`~bayes_rvm.estimators.RVR`'s rule:
-        an int ``chunk_rows``; or ``"auto"`` with a subset of centres whose N x M design exceeds
-        :data:`~bayes_rvm.large_data.LARGE_DESIGN_BYTES` or the memory limit, for a fit the
-        chunked path can make."""
-        if self.chunk_rows is None:
-            return False
-        if self.chunk_rows != "auto":
-            self._check_chunked()
-            return True
-        if self.centres is None or self.kernel == "precomputed":
-            return False
-        try:
-            self._check_chunked()
-        except ValueError:
-            return False  # the design path, with its own memory check
-        n_basis = self.n_centres if isinstance(self.centres, str) else len(self.centres)
-        need = 8.0 * X.shape[0] * (n_basis + int(bool(self.bias)))
-        limit, _ = memory_limit()
-        return need > min(LARGE_DESIGN_BYTES, np.inf if limit is None else limit)
 
     def _check_chunked(self) -> None:
         """What a chunked fit cannot give: it keeps no N x K training design."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -19,7 +20,7 @@ from bayes_rvm.evidence.width import WidthFit, shared_evidence
 from bayes_rvm.problem import Engine, Problem
 from bayes_rvm.statistics import SufficientStatistics, accumulate
 
-__all__ = ["LARGE_DESIGN_BYTES", "StatisticsFitMixin"]
+__all__ = ["LARGE_DESIGN_BYTES", "StatisticsFitMixin", "reads_row_blocks"]
 
 #: Above this size of the N x M design (2 GiB; under ``inference="mcmc"`` also of the N x draws
 #: pointwise log likelihood), ``RVR(chunk_rows="auto")`` fits a subset of
@@ -27,6 +28,48 @@ __all__ = ["LARGE_DESIGN_BYTES", "StatisticsFitMixin"]
 #: design path's per-addition products then cost more memory traffic than the statistics' one
 #: pass, and its memory grows with N.
 LARGE_DESIGN_BYTES = 2 * 2**30
+
+
+def reads_row_blocks(estimator, n_rows: int, check: Callable[[], None], *, per_row=0) -> bool:
+    """Whether ``estimator.fit`` reads its design in row blocks: the rule of ``chunk_rows``.
+
+    The rule of :class:`~bayes_rvm.estimators.RVR` (fits from sufficient statistics) and
+    :class:`~bayes_rvm.classifier.RVC` (the chunked Laplace path): ``None`` never; an int always,
+    after ``check()`` (which raises a ValueError naming what the row blocks cannot do);
+    ``"auto"`` when ``centres`` selects a subset, ``check()`` passes and the N x M design (or
+    ``per_row`` float64 values a row, if more) exceeds :data:`LARGE_DESIGN_BYTES` or the memory
+    limit.
+
+    Parameters
+    ----------
+    estimator
+        Has ``chunk_rows``, ``centres``, ``n_centres``, ``kernel`` and ``bias``.
+    n_rows : int
+        N, the training rows.
+    check : callable
+        Raises ValueError when the fit cannot run on row blocks.
+    per_row : int, default=0
+        Other values a row that the in-memory path would hold (an MCMC fit's pointwise log
+        likelihood).
+    """
+    if estimator.chunk_rows is None:
+        return False
+    if estimator.chunk_rows != "auto":
+        check()
+        return True
+    if estimator.centres is None or estimator.kernel == "precomputed":
+        return False
+    try:
+        check()
+    except ValueError:
+        return False  # the design path, with its own memory check
+    centres = estimator.centres
+    n_basis = estimator.n_centres if isinstance(centres, str) else len(centres)
+    if n_basis is None:
+        return False  # the design path says what is missing
+    need = 8.0 * n_rows * max(n_basis + int(bool(estimator.bias)), per_row)
+    limit, _ = memory_limit()
+    return need > min(LARGE_DESIGN_BYTES, np.inf if limit is None else limit)
 
 
 class StatisticsFitMixin:
@@ -38,26 +81,9 @@ class StatisticsFitMixin:
 
     def _on_statistics(self, X: np.ndarray) -> bool:
         """Whether ``fit`` reads the design through its sufficient statistics (``chunk_rows``)."""
-        if self.chunk_rows is None:
-            return False
-        if self.chunk_rows != "auto":
-            self._check_statistics_fit()
-            return True
-        if self.centres is None or self.kernel == "precomputed":
-            return False
-        try:
-            self._check_statistics_fit()
-        except ValueError:
-            return False  # the design path, with its own memory check
-        n_basis = self.n_centres if isinstance(self.centres, str) else len(self.centres)
-        if n_basis is None:
-            return False  # the design path says what is missing
-        need = 8.0 * X.shape[0] * (n_basis + int(bool(self.bias)))
-        if self.inference == "mcmc":
-            # The design path's pointwise log likelihood holds N values a draw.
-            need = max(need, 8.0 * X.shape[0] * self.draws * self.chains)
-        limit, _ = memory_limit()
-        return need > min(LARGE_DESIGN_BYTES, np.inf if limit is None else limit)
+        # Under MCMC the design path's pointwise log likelihood holds N values a draw.
+        draws = self.draws * self.chains if self.inference == "mcmc" else 0
+        return reads_row_blocks(self, X.shape[0], self._check_statistics_fit, per_row=draws)
 
     def _check_statistics_fit(self) -> None:
         """What a fit from sufficient statistics cannot do, as a ValueError naming the cause."""

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from bayes_rvm.families import Family
+from bayes_rvm.threads import all_blas_threads
 
 __all__ = [
     "ChunkedDesign",
@@ -246,11 +247,17 @@ class ChunkedDesign:
         return G, H
 
     def statistics(self, act: np.ndarray, B: np.ndarray, R: np.ndarray):
-        """As :meth:`DenseDesign.statistics`, in one pass over the rows."""
+        """As :meth:`DenseDesign.statistics`, in one pass over the rows.
+
+        The product of each block with the weighted active columns is BLAS-3 on a large block:
+        it runs on every BLAS thread of the process (the engines' own algebra stays on one,
+        :func:`~bayes_rvm.threads.single_blas_thread`).
+        """
         M = self.shape[1]
         out = (np.zeros((M, B.shape[1] * act.size + R.shape[1])), np.zeros((M, B.shape[1])))
-        for rows, P in self.blocks():
-            _statistics_block(P, P[:, act], B[rows], R[rows], out)
+        with all_blas_threads():
+            for rows, P in self.blocks():
+                _statistics_block(P, P[:, act], B[rows], R[rows], out)
         return out
 
     def all_finite(self) -> bool:
