@@ -288,10 +288,15 @@ array-like, default="evidence_shared"
         implementation, for a JAX accelerator (see :func:`bayes_rvm.inference.sample_mcmc`).
     mcmc_basis : {"auto", "all", "relevant"}, default="auto"
         Sample over every basis function, or only over the type-II relevance vectors (much
-        cheaper for large N, but conditional on the type-II selection). ``"auto"``: all of them
-        at a fixed width, the relevance vectors when the width is sampled (``gamma`` a Prior)
-        or the noise is Student-t (whose model samples the weights themselves), or for counts
-        (``likelihood="poisson"``).
+        cheaper for large N). Over the relevance vectors the posterior is *conditional on the
+        type-II support*: the pruned columns are out of the model (weight zero, not sampled),
+        so their uncertainty is not in the draws; ``alpha``, ``sigma`` and the weights are
+        sampled given that support. ``"auto"``: all of them at a fixed width on the in-memory
+        design; the relevance vectors when the width is sampled (``gamma`` a Prior), the noise
+        is Student-t (whose model samples the weights themselves), for counts
+        (``likelihood="poisson"``), and for a fit from sufficient statistics (``chunk_rows``),
+        where at N = 10^6 the alphas of the pruned columns are not identified (the chains
+        disagree: R-hat 1.8 over all 201 columns, 2 x 500 draws; see the "Large data" page).
     predictive : {"rvm", "rvm*"}, default="rvm"
         ``"rvm"``: the RVM's own predictive, ``N(m^T phi(x), 1/beta + phi(x)^T Sigma phi(x))``,
         whose variance shrinks to the noise away from the relevance vectors. ``"rvm*"``:
