@@ -249,7 +249,7 @@ array-like, default="evidence_shared"
         ``refit_loo`` raise a ValueError that says so (see the "Large data" page). Under
         ``inference="mcmc"`` NUTS samples the model of the statistics
         (:func:`bayes_rvm.statistics_model.rvm_statistics_model`, the same density at a cost
-        independent of N), and ``idata_``'s ``log_likelihood`` holds the exact leave-one-out
+        independent of N; over the relevance vectors unless ``mcmc_basis="all"``), and ``idata_``'s ``log_likelihood`` holds the exact leave-one-out
         terms of 2000 evenly spaced rows (:func:`bayes_rvm.statistics_model.log_likelihood_rows`;
         its ``log_likelihood_rows`` attribute says so), not of all N.
     inference : {"type2", "mcmc", "vi"}, default="type2"

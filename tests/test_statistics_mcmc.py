@@ -88,17 +88,8 @@ def test_statistics_log_likelihood_holds_the_exact_loo_terms_of_its_rows(monkeyp
     full = statistics_model.log_likelihood_rows
     monkeypatch.setattr(statistics_model, "log_likelihood_rows", lambda n: full(n, 60))
     X, y, _ = _sinc2d(400, seed=1)
-    est = _fit(
-        X,
-        y,
-        gamma=0.5,
-        centres="random",
-        n_centres=12,
-        chunk_rows=150,
-        draws=100,
-        tune=150,
-        chains=2,
-    )
+    kw = {"gamma": 0.5, "centres": "random", "n_centres": 12, "chunk_rows": 150}
+    est = _fit(X, y, draws=100, tune=150, chains=2, **kw)
     dt = est.idata_
     rows = full(400, 60)
     assert dt.attrs["log_likelihood_rows"] == "subset of 60 of 400 data rows"
