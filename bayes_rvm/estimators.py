@@ -259,9 +259,10 @@ array-like, default="evidence_shared"
         ``refit_loo`` raise a ValueError that says so (see the "Large data" page). Under
         ``inference="mcmc"`` NUTS samples the model of the statistics
         (:func:`bayes_rvm.statistics_model.rvm_statistics_model`, the same density at a cost
-        independent of N), and ``idata_``'s ``log_likelihood`` holds the exact leave-one-out
-        terms of 2000 evenly spaced rows (:func:`bayes_rvm.statistics_model.log_likelihood_rows`;
-        its ``log_likelihood_rows`` attribute says so), not of all N.
+        independent of N; over the relevance vectors unless ``mcmc_basis="all"``), and
+        ``idata_``'s ``log_likelihood`` holds the exact leave-one-out terms of 2000 evenly spaced
+        rows (:func:`bayes_rvm.statistics_model.log_likelihood_rows`; its
+        ``log_likelihood_rows`` attribute says so), not of all N.
     inference : {"type2", "mcmc", "vi"}, default="type2"
         ``"type2"``: the hyperparameters at their evidence maximum. ``"mcmc"``: after the type-II
         fit (which seeds it), NUTS over the hyperparameters of :attr:`model_` (the
@@ -298,10 +299,17 @@ array-like, default="evidence_shared"
         implementation, for a JAX accelerator (see :func:`bayes_rvm.inference.sample_mcmc`).
     mcmc_basis : {"auto", "all", "relevant"}, default="auto"
         Sample over every basis function, or only over the type-II relevance vectors (much
-        cheaper for large N, but conditional on the type-II selection). ``"auto"``: all of them
-        at a fixed width, the relevance vectors when the width is sampled (``gamma`` a Prior)
-        or the noise is Student-t (whose model samples the weights themselves), or for counts
-        (``likelihood="poisson"``).
+        cheaper for large N). Over the relevance vectors the posterior is *conditional on the
+        type-II support*: the pruned columns are out of the model (weight zero, not sampled),
+        so their uncertainty is not in the draws; ``alpha``, ``sigma`` and the weights are
+        sampled given that support. ``"auto"``: all of them at a fixed width on the in-memory
+        design; the relevance vectors when the width is sampled (``gamma`` a Prior), the noise
+        is Student-t (whose model samples the weights themselves), for counts
+        (``likelihood="poisson"``), and for a fit from sufficient statistics (``chunk_rows``),
+        where at N = 10^6 the alphas of the pruned columns are not identified (the chains
+        disagree: R-hat 1.84 over all 201 columns, 2 x 500 draws, against 1.52 over the 45
+        relevance vectors, whose weakest columns still switch in and out of the model; fit
+        warns above 1.01; see the "Large data" page).
     predictive : {"rvm", "rvm*"}, default="rvm"
         ``"rvm"``: the RVM's own predictive, ``N(m^T phi(x), 1/beta + phi(x)^T Sigma phi(x))``,
         whose variance shrinks to the noise away from the relevance vectors. ``"rvm*"``:
