@@ -76,8 +76,8 @@ def test_design_chunks_cover_the_rows(data):
         np.testing.assert_allclose(block, Phi[rows], rtol=1e-6, atol=1e-7)
         seen.append((rows.start, rows.stop))
     assert seen == [(0, 1000), (1000, 2000), (2000, 2503)]
-    # The default block is about 64 MiB of float64.
-    assert chunk_rows_for(2001) == 64 * 2**20 // (8 * 2001)
+    # The default block is about 256 MiB of float64: 16,768 rows of 2001 columns.
+    assert chunk_rows_for(2001) == 16_768
 
 
 def test_bad_input_is_named(data):
