@@ -15,6 +15,11 @@ block (NaN inputs, a kernel that fails) stops the whole computation, and a worke
 mid-pass has its blocks recomputed by the scheduler (``distributed.scheduler.allowed-failures``):
 the reduction needs every block, so a partial sum is never returned.
 
+Threads. Dask's nanny starts each worker with ``OMP_NUM_THREADS``, ``OPENBLAS_NUM_THREADS`` and
+``MKL_NUM_THREADS`` set to 1; a block's ``dsyrk`` and its fused kernel run on that many threads
+(:func:`bayes_rvm.threads.process_threads`), so give a machine one worker thread per core (the
+"Large data" page compares the layouts).
+
 Examples
 --------
 >>> import dask.array as da
