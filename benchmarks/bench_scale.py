@@ -34,7 +34,7 @@ processes and whether a worker was lost. Its limit is half a one-thread pass (tw
 the rows). ``--dask-layouts`` also times the other layouts a user may pick on two cores: one
 worker with two threads, and one worker with one thread and two BLAS threads.
 
-    python benchmarks/bench_scale.py                      # the table (about 10 minutes)
+    python benchmarks/bench_scale.py                      # the table (13 minutes, busy 2 cores)
     python benchmarks/bench_scale.py --dask               # and N = 2e6 on a local cluster
     python benchmarks/bench_scale.py --dask --no-table    # that row only
     python benchmarks/bench_scale.py --centres 2000 --sizes 1000000 --in-memory-max 0
