@@ -174,7 +174,7 @@ default="evidence_shared"
         start may end at another local optimum of the evidence than a cold fit on all rows
         (close in evidence and predictions; see the "Large data" page). None: the whole design
         in memory (a MemoryError above the memory limit). ``"auto"``: the chunked path, in
-        blocks of about 64 MiB, when ``centres`` selects a subset, the design would take more
+        blocks of about 256 MiB, when ``centres`` selects a subset, the design would take more
         than :data:`bayes_rvm.large_data.LARGE_DESIGN_BYTES` (2 GiB) or the memory limit, and
         the fit can run there; else the design. The chunked path keeps no N x K training
         design: it takes no ``inference="mcmc"``, ``predictive="rvm*"``,

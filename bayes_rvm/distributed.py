@@ -15,6 +15,11 @@ block (NaN inputs, a kernel that fails) stops the whole computation, and a worke
 mid-pass has its blocks recomputed by the scheduler (``distributed.scheduler.allowed-failures``):
 the reduction needs every block, so a partial sum is never returned.
 
+Threads. Dask's nanny starts each worker with ``OMP_NUM_THREADS``, ``OPENBLAS_NUM_THREADS`` and
+``MKL_NUM_THREADS`` set to 1; a block's ``dsyrk`` and its fused kernel run on that many threads
+(:func:`bayes_rvm.threads.process_threads`), so give a machine one worker thread per core (the
+"Large data" page compares the layouts).
+
 Examples
 --------
 >>> import dask.array as da
@@ -43,10 +48,10 @@ from numbers import Integral
 import numpy as np
 from sklearn.utils import check_random_state
 
-from bayes_rvm._base import SHARED_MAX_SAMPLES
 from bayes_rvm.evidence.width import WidthFit, shared_evidence
 from bayes_rvm.problem import Problem, TrainingData
 from bayes_rvm.statistics import SufficientStatistics, accumulate
+from bayes_rvm.width_selection import SHARED_MAX_SAMPLES
 
 __all__ = [
     "DaskFitMixin",
@@ -350,8 +355,9 @@ class DaskFitMixin:
     the cluster, then the type-II fit from them (the path of ``chunk_rows``, see the "Large data"
     page), with what that path cannot do refused the same way.
 
-    The client holds the centres, at most :data:`~bayes_rvm._base.SHARED_MAX_SAMPLES` rows for the
-    default width rule and the M x M statistics; the fit keeps no training rows (``training_``
+    The client holds the centres, at most
+    :data:`~bayes_rvm.width_selection.SHARED_MAX_SAMPLES` rows for the default width rule and
+    the M x M statistics; the fit keeps no training rows (``training_``
     has none), so ``idata_``, ``refit_loo`` and ``model_`` raise as after any fit from
     statistics. Rows that repeat others exactly are not dropped (a continuous sample has none;
     the in-memory fit drops them, see ``fit``).

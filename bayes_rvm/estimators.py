@@ -250,7 +250,7 @@ array-like, default="evidence_shared"
         O(M^2 + chunk_rows M) whatever N; the fit equals the in-memory one up to rounding. None:
         the whole design in memory (a MemoryError above the limit of
         :func:`bayes_rvm._base.memory_limit`). ``"auto"``: the statistics, in blocks of about
-        64 MiB, when ``centres`` selects a subset, the design would take more than
+        256 MiB, when ``centres`` selects a subset, the design would take more than
         :data:`bayes_rvm.large_data.LARGE_DESIGN_BYTES` (2 GiB) or more than the memory limit,
         and the fit can run on them (``predictive="rvm"``, ``gamma`` a number, ``"scale"`` or
         the default rule, which chooses the width on a subset of rows; not a sampled width, not

@@ -35,7 +35,8 @@ def process_threads() -> int:
 
 def all_blas_threads():
     """Lift :func:`single_blas_thread` inside a guarded call, for BLAS-3 work on large blocks
-    (a context manager): ``dsyrk`` on a 64 MiB block runs at twice the rate on two cores.
+    (a context manager): ``dsyrk`` on a block of the statistics pass runs at twice the rate on
+    two cores.
     """
     return _blas_controller().limit(limits=process_threads(), user_api="blas")
 

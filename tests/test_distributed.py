@@ -213,3 +213,33 @@ def test_dask_fit_refuses_what_it_cannot_do(client, data):
         RVR(gamma=0.5, centres="random", n_centres=10, chunk_rows=None).fit(dX, dy)
     with pytest.raises(ValueError, match=r"n_centres=7000 exceeds the 6000"):
         RVR(gamma=0.5, centres="random", n_centres=7000).fit(dX, dy)
+
+
+def threads_of_a_fused_block() -> tuple[int, int]:
+    """``(process_threads(), numba threads of a fused kernel block)`` in this process."""
+    import numba
+
+    from bayes_rvm import kernel_blocks
+    from bayes_rvm.kernels import FUSED_MIN_ENTRIES
+    from bayes_rvm.threads import process_threads
+
+    X = np.random.default_rng(0).uniform(-3, 3, size=(FUSED_MIN_ENTRIES // 100 + 1, 2))
+    basis = KernelBasis("rbf", gamma=0.5).fit(X, centres=X[:100])
+    seen = []
+    fill = kernel_blocks._fill
+    kernel_blocks._fill = lambda *args: seen.append(numba.get_num_threads())
+    try:
+        basis.transform(X)
+    finally:
+        kernel_blocks._fill = fill
+    return process_threads(), seen[0]
+
+
+@pytest.mark.slow
+def test_a_worker_process_runs_blas_and_the_fused_kernel_on_one_thread():
+    # Dask's nanny starts workers with OMP/OPENBLAS/MKL_NUM_THREADS=1: two one-thread workers on
+    # two cores must not run two threads each (numba's own default is every core).
+    cluster, client = local_client(processes=True)
+    with cluster, client:
+        got = client.run(threads_of_a_fused_block)
+    assert set(got.values()) == {(1, 1)}

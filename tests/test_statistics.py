@@ -45,6 +45,26 @@ def test_accumulate_equals_dense_sums(data, chunk_rows):
     np.testing.assert_allclose(s.cross[-1], T.sum(axis=0), rtol=1e-12)
 
 
+def test_fused_blocks_in_one_reused_buffer_equal_scikit_learns_design():
+    # Blocks above FUSED_MIN_ENTRIES take the numba kernel, written into one buffer that every
+    # block reuses; the last, short block takes scikit-learn's. The truth: scikit-learn's design.
+    from sklearn.metrics.pairwise import rbf_kernel
+
+    from bayes_rvm.kernels import FUSED_MIN_ENTRIES
+
+    rng = np.random.default_rng(3)
+    X = rng.uniform(-3, 3, size=(17_500, 2))
+    t = np.sin(X[:, 0]) + 0.1 * rng.normal(size=X.shape[0])
+    C = X[rng.choice(X.shape[0], 500, replace=False)]
+    basis = KernelBasis("rbf", gamma=0.5).fit(X, centres=C)
+    step = 8400
+    assert step * basis.n_basis_ >= FUSED_MIN_ENTRIES > (X.shape[0] - 2 * step) * basis.n_basis_
+    Phi = np.column_stack([rbf_kernel(X, C, gamma=0.5), np.ones(X.shape[0])])
+    s = accumulate(basis, X, t, chunk_rows=step)
+    assert _rel(s.gram, Phi.T @ Phi) < 1e-12
+    assert _rel(s.cross[:, 0], Phi.T @ t) < 1e-12
+
+
 def test_sum_of_blocks_is_the_whole(data):
     _X, T, _basis, Phi = data
     parts = [
@@ -76,8 +96,8 @@ def test_design_chunks_cover_the_rows(data):
         np.testing.assert_allclose(block, Phi[rows], rtol=1e-6, atol=1e-7)
         seen.append((rows.start, rows.stop))
     assert seen == [(0, 1000), (1000, 2000), (2000, 2503)]
-    # The default block is about 64 MiB of float64.
-    assert chunk_rows_for(2001) == 64 * 2**20 // (8 * 2001)
+    # The default block is about 256 MiB of float64: 16,768 rows of 2001 columns.
+    assert chunk_rows_for(2001) == 16_768
 
 
 def test_bad_input_is_named(data):
