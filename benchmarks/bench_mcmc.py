@@ -485,7 +485,35 @@ def section_scale(a) -> list[dict]:
             f"{row['wall_s']:.3f} s = {row['wall/limit']:.2f}x, sampling {row['sample_s']:.3f} s"
             f" = {row['sample_s'] / row['limit_s']:.2f}x, cpu {row['cpu_s']:.3f} s"
         )
+        # What a user runs: the estimator with its defaults (300 tuning steps), the full basis.
+        user = _estimator_row(1000, seed=a.seed)
+        rows.append(user)
+        print(
+            f"\n== targets: {user['case']} (load average {user['load']:.1f} at its end; the"
+            " estimator's compile, type-II start, completion and diagnostics included)"
+        )
+        _verdicts(SCALE_TARGETS, [user] * len(SCALE_TARGETS))
     return rows
+
+
+def _estimator_row(n: int, seed: int) -> dict:
+    from bayes_rvm.estimators import RVR
+
+    X, y = _sinc_xy(n)
+    c0 = _cpu()
+    t0 = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = RVR(gamma=1.0 / 9.0, inference="mcmc", mcmc_basis="all", random_state=seed)
+        est.fit(X, y)
+    row = {
+        "case": f"RVR(inference='mcmc', mcmc_basis='all') defaults, sinc N={n}",
+        "wall_s": time.perf_counter() - t0,
+        "cpu_s": _cpu() - c0,
+    }
+    row.update(_hyper_diagnostics(est.idata_))
+    row["load"] = os.getloadavg()[0]
+    return row
 
 
 def section_multi(a) -> list[dict]:
