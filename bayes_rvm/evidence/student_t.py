@@ -208,28 +208,38 @@ def update_nu(
     """
     r = np.asarray(r, dtype=np.float64)
 
-    @functools.cache
-    def beta_at(nu_: float) -> float:
-        return beta if fixed_beta else _profile_beta(r, nu_, beta_prior)
+    @functools.cache  # keyed on ln nu: brentq evaluates its bracket's ends again
+    def beta_at(log_nu: float) -> float:
+        return beta if fixed_beta else _profile_beta(r, float(np.exp(log_nu)), beta_prior)
 
-    def score(nu_: float, beta_: float) -> float:
-        ll = student_t_log_likelihood(np.sqrt(r), 0.0, beta_**-0.5, nu_)
+    def score(log_nu: float, beta_: float) -> float:
+        ll = student_t_log_likelihood(np.sqrt(r), 0.0, beta_**-0.5, np.exp(log_nu))
         return float(np.sum(ll) + beta_prior[0] * np.log(beta_) - beta_prior[1] * beta_)
 
     # By the envelope theorem the profile's slope in nu is the slope at its beta.
     def slope(log_nu: float) -> float:
-        nu_ = float(np.exp(log_nu))
-        return _nu_slope(beta_at(nu_) * r, nu_)
+        return _nu_slope(beta_at(log_nu) * r, float(np.exp(log_nu)))
+
+    def root(lo: float, hi: float) -> list[tuple[float, float]]:
+        if not slope(lo) > 0 > slope(hi):
+            return []
+        # 1e-9 in ln nu: the bound is flat to O(1e-18) about its maximum.
+        x = brentq(slope, lo, hi, xtol=1e-9)
+        return [(x, beta_at(x))]
 
     lo, hi = np.log(NU_RANGE[0]), np.log(NU_RANGE[1])
-    candidates = [(nu, beta), *((v, beta_at(v)) for v in NU_RANGE)]
-    if slope(lo) > 0 > slope(hi):
-        # 1e-9 in ln nu: the bound is flat to O(1e-18) about its maximum.
-        root = float(np.exp(brentq(slope, lo, hi, xtol=1e-9)))
-        candidates.append((root, beta_at(root)))
+    here = float(np.clip(np.log(nu), lo, hi))
+    # Between EM steps nu moves little: a maximum within a factor e^0.5 of it is looked for
+    # first, and only without one the whole range, whose ends are then candidates too.
+    candidates = [(here, beta), *root(max(lo, here - 0.5), min(hi, here + 0.5))]
+    if len(candidates) == 1:
+        candidates += [(lo, beta_at(lo)), (hi, beta_at(hi)), *root(lo, hi)]
     # The profile may have more than one stationary point: the best candidate keeps every EM
     # step an ascent of the bound.
-    return max(candidates, key=lambda c: score(*c))
+    log_nu, beta_new = max(candidates, key=lambda c: score(*c))
+    # The range's ends exactly, not exp(log(end)).
+    ends = {lo: NU_RANGE[0], hi: NU_RANGE[1]}
+    return ends.get(log_nu, float(np.exp(log_nu))), beta_new
 
 
 def student_t_bound(
