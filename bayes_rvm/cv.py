@@ -21,6 +21,7 @@ from numbers import Integral
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, _fit_context
+from sklearn.metrics import mean_poisson_deviance
 from sklearn.model_selection import KFold, StratifiedKFold
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
@@ -29,6 +30,7 @@ from bayes_rvm._base import training_data
 from bayes_rvm.classifier import RVC
 from bayes_rvm.estimators import RVR, drop_duplicate_rows
 from bayes_rvm.evidence.width import default_width_grid
+from bayes_rvm.families import rate_moments
 from bayes_rvm.kernels import WIDTH_KERNELS, KernelBasis, stationary_kernel
 from bayes_rvm.persistence import Fail, SavedStateMixin
 from bayes_rvm.priors import DEFAULT_NU
@@ -186,9 +188,13 @@ class _WidthCV(SavedStateMixin, BaseEstimator):
 class RVRCV(RegressorMixin, _WidthCV):
     """:class:`~bayes_rvm.estimators.RVR` with its kernel width chosen by cross-validation.
 
-    Each width of the grid is scored by the mean squared error over ``cv`` shuffled folds (higher
-    ``mean_test_score`` is better: it is the negative MSE); the estimator is then refitted on all
-    the data at the best width.
+    Each width of the grid is scored over ``cv`` shuffled folds by a score that fits the
+    likelihood (higher ``mean_test_score`` is better): the negative mean squared error of the
+    predictions for Gaussian and Student-t noise (the location: the t noise has no mean where
+    ``nu <= 1``), and for counts the negative mean Poisson deviance of the predicted rate
+    (:func:`sklearn.metrics.mean_poisson_deviance`, the score of scikit-learn's
+    ``PoissonRegressor``), which weighs each count's error by its variance as squared error
+    cannot. The estimator is then refitted on all the data at the best width.
 
     Parameters
     ----------
@@ -205,6 +211,13 @@ class RVRCV(RegressorMixin, _WidthCV):
     kernel : {"rbf", "laplacian"}, default="rbf"
     bias, prior, nu, solver, noise_variance, max_iter, tol, threshold_alpha
         As in :class:`~bayes_rvm.estimators.RVR`.
+    likelihood : {"gaussian", "poisson", "student_t"}, default="gaussian"
+        As in :class:`~bayes_rvm.estimators.RVR`, with what it refuses: counts take one column
+        of whole numbers and no ``noise_variance``; Student-t noise one output. Each fold is the
+        fit RVR makes (Student-t: its variational EM, warm-started along the grid as the
+        Gaussian fits are; counts: the Laplace engine, cold).
+    noise_nu : float, optional
+        Degrees of freedom of the Student-t noise (None: learned in each fit), as in RVR.
     random_state : int, RandomState or None, default=None
         Seeds the shuffling of the folds.
 
@@ -220,6 +233,8 @@ class RVRCV(RegressorMixin, _WidthCV):
         (widths x folds).
     best_score_ : float
         The best mean test score.
+    scoring_ : {"neg_mean_squared_error", "neg_mean_poisson_deviance"}
+        The score of ``cv_results_``, scikit-learn's name for it.
     selection_time_ : float
         Seconds for the whole search and refit.
     """
@@ -239,6 +254,8 @@ class RVRCV(RegressorMixin, _WidthCV):
                 "tol",
                 "threshold_alpha",
                 "random_state",
+                "likelihood",
+                "noise_nu",
             ),
         ),
         "kernel": [StrOptions(set(WIDTH_KERNELS))],
@@ -259,6 +276,18 @@ class RVRCV(RegressorMixin, _WidthCV):
         """:meth:`RVR.sample_y <bayes_rvm.estimators.RVR.sample_y>` of the refitted estimator."""
         return self._refitted().sample_y(X, n_samples=n_samples, random_state=random_state)
 
+    @property
+    def scoring_(self) -> str:
+        """The score of ``cv_results_``, by scikit-learn's name (see the class docstring)."""
+        check_is_fitted(self, "estimator_")
+        counts = self.estimator_.likelihood == "poisson"
+        return "neg_mean_poisson_deviance" if counts else "neg_mean_squared_error"
+
+    def score(self, X, y, sample_weight=None) -> float:
+        """:meth:`RVR.score <bayes_rvm.estimators.RVR.score>` of the refitted estimator (R^2;
+        for counts the fraction of Poisson deviance explained)."""
+        return self._refitted().score(X, y, sample_weight=sample_weight)
+
     def __init__(
         self,
         *,
@@ -275,6 +304,8 @@ class RVRCV(RegressorMixin, _WidthCV):
         tol=1e-3,
         threshold_alpha="auto",
         random_state=None,
+        likelihood="gaussian",
+        noise_nu=None,
     ):
         self.widths = widths
         self.cv = cv
@@ -289,13 +320,20 @@ class RVRCV(RegressorMixin, _WidthCV):
         self.tol = tol
         self.threshold_alpha = threshold_alpha
         self.random_state = random_state
+        self.likelihood = likelihood
+        self.noise_nu = noise_nu
 
     @_fit_context(prefer_skip_nested_validation=True)
     @one_blas_thread
     def fit(self, X, y) -> RVRCV:
         """Choose the width by cross-validation, then fit on all the data."""
         X, y = training_data(self, X, y, regression=True, min_samples=4)
-        if self.noise_variance is None:
+        template = self._estimator()
+        # RVR's own refusals, before any fold: counts, and what each likelihood cannot take.
+        y = template._check_likelihood(y)
+        template._check_student_t(y)
+        counts = self.likelihood == "poisson"
+        if self.noise_variance is None and not counts:
             # As RVR does; here a row's copies would also sit in a fold's training and test rows.
             X, y = drop_duplicate_rows(X, y)
         self._check(X)
@@ -303,12 +341,17 @@ class RVRCV(RegressorMixin, _WidthCV):
         folds = KFold(self.cv, shuffle=True, random_state=self.random_state)
 
         def fold_problem(Phi, Tf):
-            return Problem.regression(Phi, Tf, noise_variance=self.noise_variance)
+            return template._problem(Phi, Tf)
 
         def fold_predict(problem, fit, Phi_te):
+            if counts:  # the rate's posterior mean, as RVR.predict gives it
+                mean, var = fit.predict(Phi_te[:, fit.active])
+                return rate_moments(mean[:, 0], var[:, 0])[0]
             return problem.scale * (Phi_te[:, fit.active] @ fit.mean)
 
         def fold_score(pred, Tte):
+            if counts:
+                return -float(mean_poisson_deviance(Tte[:, 0], pred))
             return -float(np.mean((pred - Tte) ** 2))
 
         self._refit_target = y

@@ -70,3 +70,64 @@ def test_regressors_reject_text_targets_at_the_door(estimator):
     name = type(estimator).__name__
     with pytest.raises(ValueError, match=f"^{name} needs numeric targets y; got dtype <U1"):
         estimator.fit(X, y)
+
+
+def _counts(n=80, seed=0):
+    """Counts of log rate 1 + sin(x) on [-5, 5] (the CLI's count data)."""
+    X = np.linspace(-5.0, 5.0, n)[:, None]
+    y = np.random.default_rng(seed).poisson(np.exp(1.0 + np.sin(X[:, 0]))).astype(float)
+    return X, y
+
+
+@pytest.mark.parametrize(
+    ("likelihood", "extra"), [("poisson", {}), ("student_t", {}), ("student_t", {"noise_nu": 4.0})]
+)
+def test_rvrcv_scores_each_likelihood_as_a_loop_of_plain_fits(likelihood, extra):
+    """Independent truth: every (width, fold) score is the score of a plain RVR with the same
+    likelihood fitted on the fold's training rows at that width, by scikit-learn's metric
+    (mean Poisson deviance for counts, squared error of the location for Student-t)."""
+    from sklearn.metrics import mean_poisson_deviance, mean_squared_error
+    from sklearn.model_selection import KFold
+
+    if likelihood == "poisson":
+        X, y = _counts()
+        metric = mean_poisson_deviance
+    else:
+        X, y = make_sinc(60, noise=0.1, random_state=0)
+        y = y + np.where(np.arange(60) % 12 == 0, 2.0, 0.0)  # 5 gross outliers
+        metric = mean_squared_error
+    widths = [4.0, 1.5]
+    cv = RVRCV(
+        widths=widths, cv=3, warm_start=False, random_state=0, likelihood=likelihood, **extra
+    ).fit(X, y)
+    folds = list(KFold(3, shuffle=True, random_state=0).split(X))
+    want = np.empty((2, 3))
+    for i, r in enumerate(widths):
+        for f, (tr, te) in enumerate(folds):
+            plain = RVR(gamma=1.0 / r**2, likelihood=likelihood, **extra).fit(X[tr], y[tr])
+            want[i, f] = -metric(y[te], plain.predict(X[te]))
+    np.testing.assert_allclose(cv.cv_results_["split_test_scores"], want, rtol=1e-6)
+    assert cv.scoring_ == (
+        "neg_mean_poisson_deviance" if likelihood == "poisson" else "neg_mean_squared_error"
+    )
+    best = int(np.argmax(want.mean(axis=1)))
+    assert cv.length_scale_ == widths[best]
+    plain = RVR(gamma=cv.gamma_, likelihood=likelihood, **extra).fit(X, y)
+    np.testing.assert_allclose(cv.predict(X), plain.predict(X), rtol=1e-10)
+    assert cv.score(X, y) == pytest.approx(plain.score(X, y), rel=1e-10)
+    if likelihood == "student_t":
+        assert cv.noise_nu_ == plain.noise_nu_
+
+
+def test_rvrcv_refuses_what_the_likelihood_cannot_take():
+    X, y = _counts(20)
+    with pytest.raises(ValueError, match="noise_variance"):
+        RVRCV(widths=WIDTHS, cv=2, likelihood="poisson", noise_variance=1.0).fit(X, y)
+    with pytest.raises(ValueError, match="whole number"):
+        RVRCV(widths=WIDTHS, cv=2, likelihood="poisson").fit(X, y + 0.5)
+    with pytest.raises(ValueError, match="one output"):
+        RVRCV(widths=WIDTHS, cv=2, likelihood="student_t").fit(X, np.column_stack([y, y]))
+    with pytest.raises(ValueError, match="likelihood"):
+        RVRCV(widths=WIDTHS, cv=2, likelihood="cauchy").fit(X, y)
+    with pytest.raises(ValueError, match="noise_nu"):
+        RVRCV(widths=WIDTHS, cv=2, likelihood="student_t", noise_nu=-1.0).fit(X, y)
