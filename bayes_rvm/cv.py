@@ -27,7 +27,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
 from bayes_rvm._base import training_data
-from bayes_rvm.classifier import RVC
+from bayes_rvm.classifier import RVC, one_vs_rest
 from bayes_rvm.estimators import RVR, drop_duplicate_rows
 from bayes_rvm.evidence.width import default_width_grid
 from bayes_rvm.families import rate_moments
@@ -444,7 +444,7 @@ class RVCCV(ClassifierMixin, _WidthCV):
         if classes.size < 2:
             raise ValueError("RVCCV needs samples of at least two classes.")
         folds = StratifiedKFold(self.cv, shuffle=True, random_state=self.random_state)
-        ovr = classes.size > 2 and self.multi_class == "ovr"
+        ovr = one_vs_rest(self.multi_class, X.shape[0], classes.size)
 
         def fold_problem(Phi, yf):
             return Problem.classification(Phi, yf, classes.size, one_vs_rest=ovr)

@@ -138,7 +138,7 @@ def test_multiclass_digits(digits, multi_class):
 
 def test_multinomial_is_sparser_than_ovr(digits):
     Xtr, _, ytr, _ = digits
-    multi = RVC(gamma=0.05).fit(Xtr, ytr)
+    multi = RVC(gamma=0.05, multi_class="multinomial").fit(Xtr, ytr)
     ovr = RVC(gamma=0.05, multi_class="ovr").fit(Xtr, ytr)
     assert multi.n_relevance_vectors_ < ovr.n_relevance_vectors_
 
