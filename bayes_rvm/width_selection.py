@@ -21,7 +21,6 @@ from bayes_rvm.evidence.width import (
     maximise_width,
     maximise_width_shared_ard,
     select_width_shared,
-    shared_evidence,
 )
 from bayes_rvm.kernels import KernelBasis, WidthRule, stationary_kernel
 from bayes_rvm.memory import check_fit_memory
@@ -36,7 +35,6 @@ __all__ = [
     "SHARED_MAX_SAMPLES",
     "SHARED_MAX_SAMPLES_CLASSIFIER",
     "WidthSelectionMixin",
-    "above_shared_bound",
 ]
 
 #: The default ``gamma`` of RVR and RVC. ``"evidence_shared"`` chooses the rbf / laplacian width
@@ -72,35 +70,6 @@ CLASSIFIER_WIDTH_PENALTY = 0.5
 #: below its best (German: the three narrowest grid widths, 15 s of the search's 60 s, were 12 to
 #: 80 nats below; Banana: the narrowest, 3.7 s of 8, came after one 16 nats below).
 CLASSIFIER_STOP_DROP = 10.0
-
-
-@dataclasses.dataclass(frozen=True)
-class _SharedStart:
-    """A warm start for :meth:`bayes_rvm.problem.Engine.fit`: every alpha one shared value."""
-
-    alpha: np.ndarray
-    beta: float
-
-
-def above_shared_bound(engine: Engine, problem: Problem, fit):
-    """The engine's Gaussian fit, or its re-run from the shared-precision optimum if that is higher.
-
-    Every alpha equal to the shared precision is a point of the RVM's hyperparameter space, so
-    the RVM's evidence maximum is at least :func:`~bayes_rvm.evidence.width.shared_evidence`'s.
-    A fit that stops more than a nat below it is a poor local optimum of the engine (on 80 rows
-    of ``sin(x0) + x1 / 2`` at the default's widths the sequential engine stopped at 43.6 nats,
-    with 5 vectors and twice the noise, below the shared 67.2); the engine then runs again from
-    there (82.5 nats, 8 vectors) and the better fit is kept. Other likelihoods are returned as
-    they are (the bound is the Gaussian one).
-    """
-    if problem.likelihood != "gaussian":
-        return fit
-    bound = shared_evidence(problem.design, problem.targets, beta=problem.noise_precision)
-    if fit.log_evidence >= bound.log_evidence - 1.0:
-        return fit
-    start = _SharedStart(np.full(problem.design.shape[1], bound.alpha), bound.beta)
-    again = engine.fit(problem, start)
-    return again if again.log_evidence > fit.log_evidence else fit
 
 
 class WidthSelectionMixin:
@@ -214,8 +183,8 @@ class WidthSelectionMixin:
         :func:`~bayes_rvm.evidence.width.select_width_shared`, on at most
         :data:`SHARED_MAX_SAMPLES` rows (one width per feature where
         :meth:`_per_feature_widths`; ``"evidence_ard"`` too), and the engine runs once, cold, at
-        that width: the fit is the one a fixed ``gamma`` of that value gives, unless a Gaussian
-        fit on every row stops below the shared-precision bound (:func:`above_shared_bound`).
+        that width: the fit is the one a fixed ``gamma`` of that value gives (the sequential
+        engine itself never stops below the shared-precision bound there).
         """
         centres = self._candidate_centres(X)
         n_centres = X.shape[0] if centres is None else centres.shape[0]
@@ -238,8 +207,6 @@ class WidthSelectionMixin:
             )
             Phi = self._width_design(X, centres)(ls)
             fit = engine.fit(problem.with_design(Phi, normalised=True))
-            if gradient and not self._is_classifier and rows.size == X.shape[0]:
-                fit = above_shared_bound(engine, problem.with_design(Phi, normalised=True), fit)
             log_scale *= rows.size / X.shape[0]  # the curve's evidence is over these rows
             wf = WidthFit(ls, fit, Phi, path, n_fits=1, seconds=time.perf_counter() - start)
         else:

@@ -58,7 +58,7 @@ from bayes_rvm.evidence.single_basis import log_gain, optimal_alpha
 from bayes_rvm.evidence.width import shared_evidence, shared_evidence_gram
 from bayes_rvm.threads import one_blas_thread
 
-__all__ = ["FREE_ALPHA_FACTOR", "fit_sequential"]
+__all__ = ["BOUND_MAX_COLUMNS", "FREE_ALPHA_FACTOR", "fit_sequential"]
 
 #: A step that is not a re-estimation must gain at least this much, relative to ``1 + |objective|``,
 #: so that a basis on the edge of relevance cannot be added and deleted back and forth for ever.
@@ -68,13 +68,14 @@ _GAIN_RTOL = 1e-12
 _SPAN_RTOL = 1e-10
 #: Steps of the noise warm-up (see ``beta_warmup``), as SparseBayes' ``BetaUpdateStart``.
 _BETA_WARMUP = 10
-#: Most columns of the shared-precision bound checked when candidates were set aside as aligned:
-#: the check costs O(N k^2) and, when it restarts, k products ``Phi^T phi_j``.
-_BOUND_MAX_COLUMNS = 300
-#: Nats by which that bound must beat the fit for the engine to go on from it: a stop a rounding
-#: or a near-tie below it is left alone (the fits it would move are equally good), a collapse is
-#: not (on make_regression the bound was 180 nats above).
-_BOUND_MARGIN = 1.0
+#: Most columns of the shared-precision bound checked at convergence (the active ones and the best
+#: candidates by ``|q|^2 / s``): it costs one ``O(N k^2 + k^3)`` decomposition and, when it
+#: restarts, k products ``Phi^T phi_j``. Any subset gives a valid bound; at most this many keeps
+#: the check a fraction of a fit.
+BOUND_MAX_COLUMNS = 500
+#: Relative margin by which that bound must beat the fit for the engine to go on from it: a stop
+#: that is below it by rounding only is left alone.
+_BOUND_RTOL = 1e-9
 
 
 @one_blas_thread
@@ -123,12 +124,15 @@ def fit_sequential(
         * ``alignment_threshold``: a candidate whose column has cosine above
           ``1 - alignment_threshold`` with an active column is not added (its addition is
           numerically a re-estimation of the other); ``reason`` ends with the number of
-          candidates set aside at the end, if any. The test does not cost evidence the engine
-          knows it could have: when it stops with candidates set aside, the evidence of one
-          shared precision over the active and set-aside columns (a point of the same
-          hyperparameter space) is computed, and if it is more than a nat higher the engine goes
-          on from there with the test off, with a warning (issue 31: on smooth kernels every
-          column can have a cosine above 0.999 with the first one, which left a one-vector fit).
+          candidates set aside at the end, if any.
+
+        The engine never stops below a bound it knows (issue 31): every alpha equal to one shared
+        precision is a point of the same hyperparameter space, so once it converges it computes
+        the evidence of one shared precision over the regularised columns (active and allowed; at
+        most :data:`BOUND_MAX_COLUMNS`, the best candidates first) and, if that is higher, goes
+        on from there with the alignment test off (on smooth kernels every column can have a
+        cosine above 0.999 with the first one, and the test left a one-vector fit 300 nats
+        below). ``reason`` says so; a warning comes only if the fit still ends below the bound.
     **settings
         Fields of ``options`` to override.
 
@@ -203,7 +207,8 @@ class _Sequential:
         self.allowed = problem.allowed
         self.T = T
         self.align = opt.alignment_threshold > 0
-        self.restart = ""  # what the shared-precision bound changed, for the warning
+        self.restart = ""  # what the shared-precision bound changed, for ``reason``
+        self.bound = None  # the objective at the shared-precision bound, once checked
         self.addable = problem.allowed.copy()  # allowed, out of the model and not set aside
         # With the squared norms, the two passes over Phi everything comes from (or the sums
         # of a problem given by its statistics).
@@ -354,33 +359,36 @@ class _Sequential:
         return True
 
     def restart_from_shared_bound(self) -> bool:
-        """Go on from one shared precision over the set-aside columns if its evidence is higher.
+        """Go on from one shared precision over the regularised columns if its evidence is higher.
 
-        With ``alpha_i = a`` on the active and set-aside columns (the free ones as they are) and
-        ``inf`` elsewhere, the objective is a point the engine may reach, so stopping below it
-        is a poor local optimum left by the alignment test. Checked once, only when candidates
-        are set aside; True when the engine restarts there, with the alignment test off.
+        With ``alpha_i = a`` on the active and allowed columns (the free ones as they are) and
+        ``inf`` elsewhere, the objective is a point the engine may reach, so stopping below it is
+        a poor local optimum (the alignment test setting every candidate aside, or a noise
+        estimate that calls the signal noise). Checked once, at the first convergence; True when
+        the engine restarts there, with the alignment test off.
         """
-        st, aside = self.st, self.allowed & (self.n_parallel > 0) & (self.st.pos < 0)
-        if not self.align or not aside.any():
+        if self.bound is not None:
             return False
-        self.align = False  # checked once: it stays on unless the engine restarts below
-        q2 = np.einsum("ij,ij->i", st.Q, st.Q)
-        extra = np.flatnonzero(aside)
-        extra = extra[np.argsort(-q2[extra] / np.maximum(st.S[extra], 1e-300), kind="stable")]
-        reg = st.idx[~st.is_free]
-        cols = np.concatenate([reg, extra[: max(_BOUND_MAX_COLUMNS - reg.size, 0)]])
+        st = self.st
+        cols = self.bound_columns()
         fixed = st.beta if self.opt.fixed_beta else None
         if st.Phi is None:
-            sub = np.ix_(cols, cols)
-            bound = shared_evidence_gram(st.gram[sub], st.PT[cols], self.tt, st.N, beta=fixed)
+            gram = st.gram[np.ix_(cols, cols)]
         else:
-            bound = shared_evidence(st.Phi[:, cols], self.T, beta=fixed)
+            # No copy of the design when every column is in; and on a tall one the k x k Gram,
+            # never anything N x N or a second N x k.
+            Phi = st.Phi if cols.size == self.M else st.Phi[:, cols]
+            gram = Phi.T @ Phi if cols.size <= st.N else None
+        if gram is None:
+            bound = shared_evidence(Phi, self.T, beta=fixed)
+        else:
+            bound = shared_evidence_gram(gram, st.PT[cols], self.tt, st.N, beta=fixed)
         obj = bound.log_evidence + self.beta_term(bound.beta)
         if self.ab[0] or self.ab[1]:
             obj += cols.size * (self.ab[0] * math.log(bound.alpha) - self.ab[1] * bound.alpha)
-        if st.n_free == 0 and obj <= self.objective + _BOUND_MARGIN:
-            self.align = True
+        self.bound = obj
+        margin = _BOUND_RTOL * (1.0 + abs(self.objective))
+        if st.n_free == 0 and obj <= self.objective + margin:
             return False
         trial = st.like(bound.beta)
         for j, alpha_j in zip(st.idx[st.is_free], st.alpha[st.is_free], strict=True):
@@ -389,15 +397,19 @@ class _Sequential:
             trial.append(int(j), bound.alpha, False, trial.column_products(trial.column(j)))
         trial.refresh()
         obj = trial.log_ev + trial.prior_term() + self.beta_term(trial.beta)
-        if obj <= self.objective + _BOUND_MARGIN:
-            self.align = True
+        if st.n_free:
+            self.bound = obj  # the point the engine knows is the one with its free columns
+        if not obj > self.objective + margin:
             return False
+        n_aside = int(np.count_nonzero(self.allowed & (self.n_parallel > 0) & (st.pos < 0)))
         self.restart = (
-            f"the alignment test had set aside {extra.size} candidates and the fit stopped at "
-            f"{self.objective:.4g} with {st.K} active columns, below {obj:.4g} of one shared "
-            f"precision over {cols.size} of them; it went on from there without the test"
+            f"it had stopped at {self.objective:.4g} with {st.K} active columns"
+            + (f" and {n_aside} candidates set aside as aligned" if n_aside else "")
+            + f", below {obj:.4g} of one shared precision over {cols.size} columns, and went on "
+            "from there without the alignment test"
         )
         gain, self.objective, self.st = obj - self.objective, obj, trial
+        self.align = False
         self.n_parallel[:] = 0
         np.logical_and(self.allowed, trial.pos < 0, out=self.addable)
         self.fresh = self.newton_ok = True
@@ -406,6 +418,18 @@ class _Sequential:
         if self.record("restart shared", self.objective, gain, self.snapshot):
             self.converged, self.reason = True, "stopped by callback"
         return True
+
+    def bound_columns(self) -> np.ndarray:
+        """The regularised columns of the bound: active and allowed ones, the best first."""
+        st = self.st
+        reg = st.idx[~st.is_free]
+        rest = np.flatnonzero(self.allowed & (st.pos < 0))
+        room = max(BOUND_MAX_COLUMNS - reg.size, 0)
+        if rest.size > room:
+            q2 = np.einsum("ij,ij->i", st.Q[rest], st.Q[rest])
+            score = q2 / np.maximum(st.S[rest], 1e-300)
+            rest = rest[np.argsort(-score, kind="stable")[:room]]
+        return np.sort(np.concatenate([reg, rest]))
 
     # --- scan, choose, apply ------------------------------------------------------------------
 
@@ -664,8 +688,13 @@ class _Sequential:
             reason += f"; {n_aside} candidates set aside as aligned with an active column"
         if self.restart:
             reason += f"; {self.restart}"
+        if self.bound is not None and self.objective < self.bound - _BOUND_RTOL * (
+            1.0 + abs(self.bound)
+        ):
             warnings.warn(
-                f"fit_sequential: {self.restart} (alignment_threshold=0 skips the test).",
+                f"fit_sequential stopped at {self.objective:.6g}, below {self.bound:.6g} of one "
+                "prior precision shared by the columns (a point it knows): numerical trouble at "
+                "this basis; a wider or narrower kernel, or solver='mackay', may fit better.",
                 UserWarning,
                 skip_file_prefixes=WARN_SKIP,
             )
