@@ -636,16 +636,20 @@ def shared_evidence(
     -------
     SharedEvidence
     """
+    T, _, s, P2 = _spectrum(Phi, T)
+    return _shared_on_spectrum(s, P2, float(np.sum(T * T)), T.shape, beta, max_iter, tol)
+
+
+def _spectrum(Phi: np.ndarray, T: np.ndarray):
+    """``(T, U, s, P2)``: the targets as (N, D), ``Phi Phi^T = U diag(s) U^T`` on its principal
+    axes and the squared projections ``P2 = sum_d (U^T T)^2``."""
     T = np.asarray(T, dtype=np.float64)
     T = T[:, None] if T.ndim == 1 else T
-    N, D = T.shape
     Z = _principal_coordinates(Phi)  # U diag(sqrt(s)): its columns have squared norms s
     s = np.einsum("ij,ij->j", Z, Z)
-    P = (Z.T @ T) / np.sqrt(s)[:, None]
-    P2 = np.sum(P * P, axis=1)
-    # What of the targets lies outside the span of Phi: noise whatever alpha is.
-    tt = float(np.sum(T * T))
-    return _shared_on_spectrum(s, P2, tt, (N, D), beta, max_iter, tol)
+    U = Z / np.sqrt(s)
+    P = U.T @ T
+    return T, U, s, np.sum(P * P, axis=1)
 
 
 def shared_evidence_design_gradient(
@@ -659,15 +663,9 @@ def shared_evidence_design_gradient(
     theorem, as for the RVM's own evidence). ``C^-1`` comes from the decomposition the evidence
     already made: ``U diag(1 / lambda) U^T`` on the span of ``Phi`` and ``beta`` outside it.
     """
-    T = np.asarray(T, dtype=np.float64)
-    T = T[:, None] if T.ndim == 1 else T
-    N, D = T.shape
-    Z = _principal_coordinates(Phi)
-    s = np.einsum("ij,ij->j", Z, Z)
-    U = Z / np.sqrt(s)
-    P = U.T @ T
-    P2 = np.sum(P * P, axis=1)
-    ev = _shared_on_spectrum(s, P2, float(np.sum(T * T)), (N, D), beta, 1000, 1e-10)
+    T, U, s, P2 = _spectrum(Phi, T)
+    D = T.shape[1]
+    ev = _shared_on_spectrum(s, P2, float(np.sum(T * T)), T.shape, beta, 1000, 1e-10)
     lam = 1.0 / ev.beta + s / ev.alpha
 
     def c_inv(A):
@@ -794,12 +792,12 @@ def shared_evidence_gram(
 #: shared evidence over (alpha, beta) can have two maxima, one calling most of the signal noise:
 #: from 10% alone the iteration reached such a one, 213 nats below the other, on 120 rows of
 #: ``sin(x0) + x1^2 / 6`` (noise 5%) at per-feature widths, and the width search's curve jumped
-#: there. The better of the two starts is kept.
+#: there.
 _NOISE_STARTS = (0.1, 1e-3)
 #: A third start: the best point of a log grid of noise fractions (these) and of ``alpha / beta``
 #: over the spectrum. At wide widths the signal lies in eigenvalues 1e-8 of the largest, and from
 #: ``alpha = 1`` both starts stayed at the all-noise maximum, 270 nats below the other, on
-#: ``make_regression(50, 5)`` at gamma 1e-4 (issue 31).
+#: ``make_regression(50, 5)`` at gamma 1e-4 (issue 31). The best of the three is kept.
 _GRID_NOISE = np.geomspace(1.0, 1e-6, 7)
 
 
@@ -807,20 +805,18 @@ def _shared_on_spectrum(s, P2, tt, shape, beta, max_iter, tol) -> SharedEvidence
     """MacKay's fixed point of the shared precision on the spectrum ``s`` and projections P2:
     the best of the starts :data:`_NOISE_STARTS` (one start when ``beta`` is fixed), both from
     ``alpha = 1``, and of the best point of a grid (:data:`_GRID_NOISE`)."""
-    N, D = shape
-    rest = max(tt - float(np.sum(P2)), 0.0)
-    scale = tt / (N * D)
-    fixed = beta is not None
-    starts = [float(beta)] if fixed else [1.0 / max(scale * f, 1e-12) for f in _NOISE_STARTS]
-    starts = [(1.0, b) for b in starts]
-    b = np.array([float(beta)]) if fixed else 1.0 / np.maximum(scale * _GRID_NOISE, 1e-12)
-    ratio = np.geomspace(max(float(s.max()), 1e-300), max(float(s.min()), 1e-300), 13)
-    a = np.minimum(np.maximum(np.multiply.outer(b, ratio), 1e-10), 1e10)  # (n_b, n_a)
-    bb = np.broadcast_to(b[:, None], a.shape)
-    grid = _shared_log_evidence(s, P2, rest, shape, a[..., None], bb[..., None])
-    i, k = np.unravel_index(int(np.argmax(grid)), grid.shape)
-    starts.append((float(a[i, k]), float(b[i])))
-    fits = [_mackay_shared(s, P2, rest, shape, a0, b0, fixed, max_iter, tol) for a0, b0 in starts]
+    rest = max(tt - float(np.sum(P2)), 0.0)  # outside the span of Phi: noise whatever alpha is
+    fixed, noise = beta is not None, tt / np.prod(shape)
+    starts = [1.0 / max(noise * f, 1e-12) for f in _NOISE_STARTS] if not fixed else [beta]
+    b = np.array(starts[-1:] if fixed else 1.0 / np.maximum(noise * _GRID_NOISE, 1e-12))
+    b = b[:, None, None]  # (beta, alpha, spectrum)
+    ratio = np.geomspace(max(s.max(), 1e-300), max(s.min(), 1e-300), 13)[:, None]
+    a = np.clip(b * ratio, 1e-10, 1e10)
+    i, k = np.unravel_index(
+        int(np.argmax(_shared_log_evidence(s, P2, rest, shape, a, b))), a.shape[:2]
+    )
+    starts = [(1.0, float(b0)) for b0 in starts] + [(float(a[i, k, 0]), float(b[i, 0, 0]))]
+    fits = [_mackay_shared(s, P2, rest, shape, ab, fixed, max_iter, tol) for ab in starts]
     return max(fits, key=lambda f: f.log_evidence)
 
 
@@ -838,9 +834,11 @@ def _shared_log_evidence(s, P2, rest, shape, a, b):
     )
 
 
-def _mackay_shared(s, P2, rest, shape, a, b, fixed, max_iter, tol) -> SharedEvidence:
-    """MacKay's updates of ``alpha`` (from ``a``) and ``beta`` (from ``b``) to their fixed point."""
+def _mackay_shared(s, P2, rest, shape, start, fixed, max_iter, tol) -> SharedEvidence:
+    """MacKay's updates of ``alpha`` and ``beta`` from ``start = (alpha, beta)`` to their fixed
+    point."""
     N, D = shape
+    a, b = start
     for _ in range(max_iter):
         shrink = a / (a + b * s)  # the fraction of each component the prior pulls to zero
         g = float(np.sum(1.0 - shrink))
