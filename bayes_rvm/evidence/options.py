@@ -189,9 +189,9 @@ class EvidenceOptions:
         (SparseBayes' schedule).
     alignment_threshold : float, default=1e-3
         Gaussian sequential: a candidate with cosine above ``1 - alignment_threshold`` with an
-        active column is set aside; 0 turns the test off. If the fit then stops more than a nat
-        below one shared precision over the active and set-aside columns, the engine goes on
-        from there without the test, with a warning.
+        active column is set aside; 0 turns the test off. Whatever it sets aside, the engine
+        never stops below one shared precision over its columns: it goes on from there without
+        the test (see :func:`~bayes_rvm.evidence.fit_sequential`).
     mode_tol, inner_mode_tol, mode_max_iter : float, float, int
         Laplace engines: gradient tolerance of the final posterior mode (1e-10) and of the modes
         between sequential steps (1e-6), and the Newton steps per mode search (100).
