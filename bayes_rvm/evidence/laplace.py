@@ -60,7 +60,7 @@ import numpy as np
 from scipy import linalg
 from sklearn.exceptions import ConvergenceWarning
 
-from bayes_rvm.evidence.design import ChunkedDesign, DenseDesign, softmax_cross_hessian
+from bayes_rvm.evidence.design import ChunkedDesign, DenseDesign
 from bayes_rvm.evidence.gaussian import KEPT_ONE, MacKayStop, keep_one
 from bayes_rvm.evidence.log_evidence import WARN_SKIP, cholesky
 from bayes_rvm.evidence.mode import (
@@ -86,6 +86,7 @@ from bayes_rvm.evidence.result import (
     moderation,
 )
 from bayes_rvm.evidence.single_basis import log_gain, log_hyperprior, optimal_alpha
+from bayes_rvm.evidence.softmax_steps import bordered_hessian, shortlist, softmax_reestimation
 from bayes_rvm.families import family
 from bayes_rvm.threads import single_blas_thread
 
@@ -102,9 +103,6 @@ __all__ = [
 #: A candidate whose ``S`` fell below this fraction of ``phi^T B phi`` lies numerically in the span
 #: of the active columns: its factors are rounding noise, so it is not offered.
 _SPAN_RTOL = 1e-9
-#: A softmax column whose summed well-determinedness sum_c gamma_ic falls below this times C while
-#: its MacKay alpha rises is pruned (MacKay's alpha would creep to infinity).
-_WEAK_GAMMA = 1e-3
 #: Batch re-estimations in a row that refresh only the active columns' statistics.
 _PARTIAL_STEPS = 8
 #: Halvings of a re-estimation that lowered the evidence before it is given up.
@@ -661,7 +659,10 @@ class _LaplaceSequential:
         def start(design):
             if not isinstance(design, DenseDesign):
                 return None
-            return _bordered_hessian(saved, act, design.Phi, self.alpha[act])
+            post = saved.post
+            return bordered_hessian(
+                post, (saved.active, saved.alpha), act, design.Phi, self.alpha[act]
+            )
 
         return start
 
@@ -685,13 +686,7 @@ class _LaplaceSequential:
         cand = self.problem.allowed & fits & ~self.is_free
         cand[act] = False
         Q = self.problem.Phi.gradient(T - post.mu)
-        # A column enters for some class where q^2 > s: the ratio ranks those that are not in
-        # yet by how far they are from it (a gain would be flat at zero for all of them).
-        with np.errstate(divide="ignore", invalid="ignore"):
-            score = np.max(Q * Q / s_old, axis=1)
-        score = np.where(cand & np.isfinite(score), score, -np.inf)
-        n = min(_SCREEN_SIZE, int(np.isfinite(score).sum()))
-        short = np.sort(np.argsort(-score, kind="stable")[:n])
+        short = shortlist(s_old, Q, cand, _SCREEN_SIZE)
         cols = np.concatenate([act, short])
         sub = self.statistics(
             self.problem.Phi.take(cols),
@@ -871,7 +866,7 @@ class _LaplaceSequential:
         gain[reest] = new_gain[reest] - cur_gain[reest]
         steps = _Steps(add, delete, reest, gain, new_alpha, np.empty(0), factors=(s, in_span_ok))
         if C > 1:
-            _softmax_reestimation(steps, post, act, alpha_a, (prior, thr))
+            softmax_reestimation(steps, post, act, alpha_a, (prior, thr))
         if is_free.any():
             # Free columns stay as they are: never added (they are in), deleted or re-estimated.
             for mask in (steps.add, steps.delete, steps.reest):
@@ -923,68 +918,3 @@ class _Accepted:
     W: np.ndarray
     stats: _Steps
     post: LaplacePosterior
-
-
-def _bordered_hessian(saved: _Accepted, act: np.ndarray, Phi_a: np.ndarray, alpha_a):
-    """The negative softmax Hessian of the columns ``act`` (design ``Phi_a``, alphas
-    ``alpha_a``) at the latent values of the accepted mode ``saved``: its blocks over the kept
-    columns, and the added columns' rows, O(N K C^2) each instead of the O(N (K C)^2) of all.
-
-    Returns ``(H, exact)``: ``exact`` when no column was removed (then the start of the mode
-    search has the accepted mode's latent values, and ``H`` is its Hessian).
-    """
-    post, old = saved.post, saved.active
-    C, K0, K = post.mean.shape[1], len(old), act.size
-    pos = {k: p for p, k in enumerate(old)}
-    kept = np.array([p for p, k in enumerate(act.tolist()) if k in pos], dtype=np.intp)
-    new = np.array([p for p, k in enumerate(act.tolist()) if k not in pos], dtype=np.intp)
-    src = np.array([pos[k] for k in act[kept].tolist()], dtype=np.intp)
-    classes = np.arange(C)[:, None]
-    ni, oi = (classes * K + kept).ravel(), (classes * K0 + src).ravel()
-    Hd = post.hessian[np.ix_(oi, oi)]
-    Hd[np.diag_indices_from(Hd)] -= np.tile(saved.alpha[act[kept]], C)
-    H = np.empty((K * C, K * C))
-    H[np.ix_(ni, ni)] = Hd
-    if new.size:
-        X = softmax_cross_hessian(Phi_a, post.mu, Phi_a[:, new])
-        ci = (classes * K + new).ravel()
-        H[:, ci] = X
-        H[ci, :] = X.T
-    H[np.diag_indices_from(H)] += np.tile(alpha_a, C)
-    return H, kept.size == K0
-
-
-def _softmax_reestimation(steps: _Steps, post, act, alpha_a, prior_thr) -> None:
-    """Softmax: the active columns' re-estimations by MacKay's update, in place.
-
-    The per-class S leaves out the softmax's cross-class curvature, which misleads the
-    re-estimations (they lower the true Laplace evidence); the active alphas take MacKay's update
-    from the exact Hessian instead, and S, Q only propose additions and deletions.
-    """
-    (a, b), threshold_alpha = prior_thr
-    M, C, K = steps.gain.size, post.mean.shape[1], act.size
-    is_act = np.zeros(M, dtype=bool)
-    is_act[act] = True
-    W2 = np.sum(post.mean**2, axis=1)
-    gam = np.sum(post.gamma(alpha_a), axis=1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        mack = (gam + 2 * a) / (W2 + 2 * b)
-    mack = np.where(np.isfinite(mack) & (mack > 0) & (mack < threshold_alpha), mack, np.inf)
-    steps.new_alpha[act] = mack
-    steps.reest = is_act & np.isfinite(steps.new_alpha)
-    steps.delete |= is_act & ~np.isfinite(steps.new_alpha)
-    if K == 1:
-        steps.delete[:] = False
-        steps.reest[act] = True
-        steps.new_alpha[act] = np.where(np.isfinite(mack), mack, alpha_a)
-    steps.gain[steps.reest] = 0.0
-    # MacKay's alphas creep to infinity over thousands of steps once a column is no longer
-    # determined by the data (gamma ~ 0): a rising alpha of such a column is taken to its limit
-    # at once, and the MacKay step prunes it.
-    if K > 1:
-        weak = np.zeros(M, dtype=bool)
-        weak[act] = (gam < _WEAK_GAMMA * C) & (mack > alpha_a)
-        steps.new_alpha[weak] = np.inf
-        steps.reest &= ~weak
-        steps.delete |= weak
-        steps.gain[weak] = -np.inf
