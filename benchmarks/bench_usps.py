@@ -71,6 +71,8 @@ def _child(name: str, data: tuple, out) -> None:
     else:
         vectors = model.n_relevance_vectors_
         note = f"{model.multi_class_}, gamma {model.gamma_:.3g}"
+        if name == "multinomial":
+            note += f", log evidence {model.log_evidence_:.1f}, {model.n_iter_} steps"
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB
     out.put((err, vectors, wall, cpu, peak, load, os.getloadavg()[0], note))
 

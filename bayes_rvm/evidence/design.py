@@ -30,6 +30,7 @@ __all__ = [
     "PassCounter",
     "as_design",
     "data_hessian",
+    "softmax_cross_hessian",
 ]
 
 #: Rows per block of the in-memory pass that forms the candidate statistics: small enough for
@@ -40,16 +41,27 @@ DENSE_BLOCK_ROWS = 128
 def data_hessian(Phi_a: np.ndarray, Y: np.ndarray, fam: Family) -> np.ndarray:
     """The likelihood's part of the negative Hessian, ``Phi^T B Phi``, at the mean ``Y`` (N x C)
     (class-major KC x KC blocks for the softmax)."""
-    N, K = Phi_a.shape
-    C = Y.shape[1]
     if fam.name != "softmax":
         return (Phi_a * fam.curvature(Y)).T @ Phi_a
-    # Z[:, c*K + i] = y_c phi_i: Z^T Z holds every sum_n y_c y_c' phi phi^T at once.
-    Z = (Y[:, :, None] * Phi_a[:, None, :]).reshape(N, C * K)
-    H = -(Z.T @ Z)
+    return softmax_cross_hessian(Phi_a, Y)
+
+
+def softmax_cross_hessian(Phi_a: np.ndarray, Y: np.ndarray, Phi_b: np.ndarray | None = None):
+    """The softmax's ``Phi_a^T B Phi_b`` at the mean ``Y`` (N x C), class-major (Ka C x Kb C):
+    block ``(c, c')`` is ``Phi_a^T diag(y_c (delta_cc' - y_c')) Phi_b``; ``Phi_b`` defaults to
+    ``Phi_a`` (then one symmetric product)."""
+    N, Ka = Phi_a.shape
+    C = Y.shape[1]
+    # Z[:, c*K + i] = y_c phi_i: Z_a^T Z_b holds every sum_n y_c y_c' phi phi^T at once.
+    Za = (Y[:, :, None] * Phi_a[:, None, :]).reshape(N, C * Ka)
+    if Phi_b is None:
+        Kb, Zb, H = Ka, Za, -(Za.T @ Za)
+    else:
+        Kb = Phi_b.shape[1]
+        Zb = (Y[:, :, None] * Phi_b[:, None, :]).reshape(N, C * Kb)
+        H = -(Za.T @ Zb)
     for c in range(C):
-        blk = slice(c * K, (c + 1) * K)
-        H[blk, blk] += Phi_a.T @ Z[:, blk]
+        H[c * Ka : (c + 1) * Ka, c * Kb : (c + 1) * Kb] += Phi_a.T @ Zb[:, c * Kb : (c + 1) * Kb]
     return H
 
 
@@ -84,6 +96,10 @@ class DenseDesign:
     def curvature(self, R: np.ndarray, Y: np.ndarray, fam: Family):
         """``(Phi^T R, Phi^T B Phi)``: a Newton step's data terms (residuals ``R``, mean ``Y``)."""
         return self.Phi.T @ R, data_hessian(self.Phi, Y, fam)
+
+    def gradient(self, R: np.ndarray) -> np.ndarray:
+        """``Phi^T R``: a chord step's data term."""
+        return self.Phi.T @ R
 
     def statistics(self, act: np.ndarray, B: np.ndarray, R: np.ndarray):
         """``(Phi^T [B Phi_act | R], (Phi * Phi)^T B)`` in one pass, without an N x M temporary.
@@ -245,6 +261,13 @@ class ChunkedDesign:
             G += P.T @ R[rows]
             H += data_hessian(P, Y[rows], fam)
         return G, H
+
+    def gradient(self, R: np.ndarray) -> np.ndarray:
+        """``Phi^T R`` in one pass."""
+        G = np.zeros((self.shape[1], R.shape[1]))
+        for rows, P in self.blocks():
+            G += P.T @ R[rows]
+        return G
 
     def statistics(self, act: np.ndarray, B: np.ndarray, R: np.ndarray):
         """As :meth:`DenseDesign.statistics`, in one pass over the rows.
