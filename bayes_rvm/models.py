@@ -73,6 +73,7 @@ from bayes_rvm.priors import (
     DEFAULT_MCMC_NU,
     DEFAULT_NOISE_PRIOR,
     DEFAULT_NU,
+    DEFAULT_WEIGHT_SCALE,
     Prior,
     as_prior,
     default_alpha_prior,
@@ -448,7 +449,7 @@ def rvm_regression_model(
     form: Literal["marginal", "joint"] = "marginal",
     alpha_prior: Prior | None = None,
     nu: float | Prior = DEFAULT_NU,
-    s: float = 1.0,
+    s: float = DEFAULT_WEIGHT_SCALE,
     noise_prior: Prior | None = None,
     noise_sd: float | None = None,
     phi_scale: np.ndarray | None = None,
@@ -666,7 +667,7 @@ def rvm_classification_model(
     prior: Literal["ard", "student_t"] = "ard",
     alpha_prior: Prior | None = None,
     nu: float | Prior = DEFAULT_NU,
-    s: float = 1.0,
+    s: float = DEFAULT_WEIGHT_SCALE,
     phi_scale: np.ndarray | None = None,
     offset: np.ndarray | Callable[[pm.Model], pt.TensorVariable] | None = None,
     centred: bool = False,
@@ -1028,13 +1029,15 @@ def rvm_width_model(
         log_k = -gamma * dist_data
         # Column norms in logs (logsumexp): a narrow width leaves a centre far from the inputs
         # with kernel values that underflow when squared.
-        log_norm = 0.5 * pt.logsumexp(2.0 * log_k, axis=0)
+        # Root-mean-square rather than norm: the hyperpriors are stated per row
+        # (bayes_rvm.problem.prior_column_scale).
+        log_rms = 0.5 * pt.logsumexp(2.0 * log_k, axis=0) - 0.5 * np.log(N)
         Phi = pt.exp(log_k)
         if bias:
             Phi = pt.concatenate([Phi, pt.ones((N, 1))], axis=1)
-            log_norm = pt.concatenate([log_norm, pt.as_tensor([0.5 * np.log(N)])])
+            log_rms = pt.concatenate([log_rms, pt.zeros(1)])
         alpha_rel = alpha_prior.create_variable("alpha_rel", dims=BASIS)
-        log_alpha = pt.log(alpha_rel) + 2.0 * log_norm - 2.0 * pt.log(y_scale_data)
+        log_alpha = pt.log(alpha_rel) + 2.0 * log_rms - 2.0 * pt.log(y_scale_data)
         pm.Deterministic("alpha", pt.exp(log_alpha), dims=BASIS)
         sigma = _noise_sd(noise_prior, noise_sd, y_scale_data)
         pm.CustomDist(
