@@ -217,7 +217,7 @@ default="evidence_shared"
     inference : {"type2", "mcmc"}, default="type2"
         ``"mcmc"``: after the type-II fit (which seeds it), NUTS over the weights and their
         precisions of :attr:`model_` (:func:`bayes_rvm.models.rvm_classification_model`,
-        non-centred, ARD with a half-Cauchy of scale 1 on each weight's scale), at a target
+        non-centred, ARD with a half-Cauchy of scale 0.1 on each weight's scale), at a target
         acceptance of 0.95 (``fit(X, y, nuts={...})``
         overrides it);
         :meth:`predict_proba` then averages the class probabilities over the posterior draws.
