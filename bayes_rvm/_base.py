@@ -393,9 +393,9 @@ class BaseRVM(WidthSelectionMixin, BaseEstimator):
             # Student-t noise samples the weights themselves: the robust fit's relevant columns.
             t_noise = getattr(self, "likelihood", "gaussian") == "student_t"
             # From statistics (N of 10^5 and more) the alphas of the columns the type-II fit
-            # pruned are not identified: their chains disagree (R-hat 1.84 at N = 10^6, 200
-            # centres, 2 x 500 draws, against 1.52 over the 45 relevance vectors, in 0.4 of
-            # the time; benchmarks/bench_mcmc.py --sections large).
+            # pruned are not identified: their chains disagree (R-hat 1.31 at N = 10^6, 200
+            # centres, 2 x 500 draws, against 1.014 over the 46 relevance vectors, in a quarter
+            # of the time; benchmarks/bench_mcmc.py --sections large).
             statistics = getattr(self, "statistics_", None) is not None
             return "relevant" if self._samples_width() or t_noise or statistics else "all"
         return self.mcmc_basis
