@@ -27,8 +27,8 @@ from bayes_rvm.draws import PosteriorDraws
 from bayes_rvm.evidence.width import WidthPath
 from bayes_rvm.kernels import WIDTH_RULES, KernelBasis
 from bayes_rvm.memory import MEMORY_ENV, check_fit_memory, check_memory, memory_limit
-from bayes_rvm.priors import DEFAULT_MCMC_NU, DEFAULT_NU, Prior, as_prior
-from bayes_rvm.problem import TrainingData, column_scale, normalise_columns
+from bayes_rvm.priors import DEFAULT_MCMC_NU, DEFAULT_NU, DEFAULT_WEIGHT_SCALE, Prior, as_prior
+from bayes_rvm.problem import TrainingData, column_scale, normalise_columns, prior_column_scale
 from bayes_rvm.threads import one_blas_thread
 from bayes_rvm.width_selection import (
     CLASSIFIER_STOP_DROP,
@@ -393,9 +393,9 @@ class BaseRVM(WidthSelectionMixin, BaseEstimator):
             # Student-t noise samples the weights themselves: the robust fit's relevant columns.
             t_noise = getattr(self, "likelihood", "gaussian") == "student_t"
             # From statistics (N of 10^5 and more) the alphas of the columns the type-II fit
-            # pruned are not identified: their chains disagree (R-hat 1.84 at N = 10^6, 200
-            # centres, 2 x 500 draws, against 1.52 over the 45 relevance vectors, in 0.4 of
-            # the time; benchmarks/bench_mcmc.py --sections large).
+            # pruned are not identified: their chains disagree (R-hat 1.31 at N = 10^6, 200
+            # centres, 2 x 500 draws, against 1.014 over the 46 relevance vectors, in a quarter
+            # of the time; benchmarks/bench_mcmc.py --sections large).
             statistics = getattr(self, "statistics_", None) is not None
             return "relevant" if self._samples_width() or t_noise or statistics else "all"
         return self.mcmc_basis
@@ -410,7 +410,12 @@ class BaseRVM(WidthSelectionMixin, BaseEstimator):
         """Where the sampler starts: the type-II fit ``fit_n`` of the normalised problem."""
         from bayes_rvm.inference import type2_initvals
 
-        return type2_initvals(fit_n, basis=self._mcmc_columns())
+        # fit_n is stated for unit-norm columns, the hyperpriors for unit-RMS ones
+        # (prior_column_scale): alpha_rel is N times larger in the latter.
+        # The cap sits 4 decades above the default hyperprior's median, as 1e4 did above 1.
+        n_rows = self.training_.inputs.shape[0]
+        alpha_max = 1e4 / DEFAULT_WEIGHT_SCALE**2
+        return type2_initvals(fit_n, basis=self._mcmc_columns(), factor=n_rows, alpha_max=alpha_max)
 
     def _posterior_draws(self) -> PosteriorDraws:
         """The posterior draws that predictions average over, read once from :attr:`idata_`.
@@ -447,10 +452,11 @@ class BaseRVM(WidthSelectionMixin, BaseEstimator):
             self._idata = self._sample_and_complete(self.model_, init)
 
     def _mcmc_design(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Training design of the MCMC columns, in the user's units, with its column norms."""
+        """Training design of the MCMC columns, in the user's units, with the column scale its
+        hyperpriors are stated for (:func:`~bayes_rvm.problem.prior_column_scale`)."""
         cols = self._mcmc_columns()
         Phi = self.basis_.transform(self.training_.inputs, columns=cols)
-        return Phi, column_scale(Phi), cols
+        return Phi, prior_column_scale(column_scale(Phi), Phi.shape[0]), cols
 
     @property
     def model_(self):

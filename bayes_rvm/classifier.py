@@ -187,8 +187,8 @@ default="evidence_shared"
     threshold_alpha : float, default=1e9
         Largest ``alpha`` (on the unit-norm scale) still taken as finite.
     alpha_prior : Prior, optional
-        MCMC hyperprior of the relative precisions ``alpha_rel`` under ``prior="ard"`` (on the
-        unit-norm columns; see :mod:`bayes_rvm.priors`).
+        MCMC hyperprior of the relative precisions ``alpha_rel`` under ``prior="ard"`` (on
+        columns of unit root-mean-square; see :mod:`bayes_rvm.priors`).
     centres : None, "random", "kmeans" or array-like of shape (n_centres, n_features)
         Where the candidate basis functions sit, as in :class:`~bayes_rvm.estimators.RVR`: every
         training input (None), a random subset or k-means centres of ``n_centres`` points, or
@@ -217,7 +217,7 @@ default="evidence_shared"
     inference : {"type2", "mcmc"}, default="type2"
         ``"mcmc"``: after the type-II fit (which seeds it), NUTS over the weights and their
         precisions of :attr:`model_` (:func:`bayes_rvm.models.rvm_classification_model`,
-        non-centred, ARD with a half-Cauchy of scale 1 on each weight's scale), at a target
+        non-centred, ARD with a half-Cauchy of scale 0.1 on each weight's scale), at a target
         acceptance of 0.95 (``fit(X, y, nuts={...})``
         overrides it);
         :meth:`predict_proba` then averages the class probabilities over the posterior draws.

@@ -269,8 +269,10 @@ def _normalised_alpha(dt: xr.DataTree) -> xr.DataArray:
     post = dt["posterior"].dataset
     const = dt["constant_data"].dataset if "constant_data" in dt.children else xr.Dataset()
     if "Phi" not in const:
-        if "alpha_rel" in post:
-            return post["alpha_rel"]
+        if "alpha_rel" in post and "observed_data" in dt.children:
+            # alpha_rel is stated for unit-RMS columns (bayes_rvm.problem.prior_column_scale):
+            # N times the unit-norm alpha.
+            return post["alpha_rel"] / dt["observed_data"]["y"].sizes[OBS]
         raise ValueError(
             "relevance_summary needs the design (Phi in constant_data) or alpha_rel in the "
             "posterior to put the alphas on the normalised scale."

@@ -42,7 +42,14 @@ from bayes_rvm.kernels import KernelBasis
 from bayes_rvm.large_data import StatisticsFitMixin
 from bayes_rvm.persistence import Fail, SavedStateMixin
 from bayes_rvm.priors import Prior, as_prior, default_alpha_prior
-from bayes_rvm.problem import Engine, Problem, TrainingData, column_scale, target_scale
+from bayes_rvm.problem import (
+    Engine,
+    Problem,
+    TrainingData,
+    column_scale,
+    prior_column_scale,
+    target_scale,
+)
 from bayes_rvm.student_t_noise import StudentTMixin
 from bayes_rvm.threads import one_blas_thread
 
@@ -174,9 +181,10 @@ array-like, default="evidence_shared"
         (the type-II fit that seeds the sampler uses the default).
     alpha_prior : Prior, optional
         MCMC hyperprior of the relative precisions ``alpha_rel`` under ``prior="ard"`` (see
-        :mod:`bayes_rvm.priors`; default a half-Cauchy of scale 1 on ``alpha_rel^-1/2``). Stated
-        on the normalised problem, as are all hyperpriors; :attr:`model_` maps them into the
-        units of ``X`` and ``y``. The default determines relevance where the data determine it
+        :mod:`bayes_rvm.priors`; default a half-Cauchy of scale 0.1 on ``alpha_rel^-1/2``).
+        Stated on the normalised problem, as are all hyperpriors (columns and targets of unit
+        root-mean-square, so that they mean the same at every N); :attr:`model_` maps them into
+        the units of ``X`` and ``y``. The default determines relevance where the data determine it
         (20 independent features, 3 informative, N = 100: the irrelevant ones' posterior median
         log10 alpha lies 1.75 above the informative ones', P(alpha_rel < 10) goes from the
         prior's 0.805 to 0.975 and 0.66), but it is not sparse: on a kernel basis of
@@ -856,14 +864,16 @@ array-like, default="evidence_shared"
     def _free_variables(self, post):
         """The type-II posterior with the free variables of :meth:`make_model`'s graphs.
 
-        ``alpha_rel = alpha rms(y)^2 / ||phi_i||^2``, ``sigma_rel = sigma / rms(y)`` and the
+        ``alpha_rel = alpha rms(y)^2 / rms(phi_i)^2`` (the column scale of the hyperpriors,
+        :func:`~bayes_rvm.problem.prior_column_scale`), ``sigma_rel = sigma / rms(y)`` and the
         joint form's ``z = w sqrt(alpha)``, over the retained columns: PyMC's own calls on a
         model of those columns (``mcmc_basis="relevant"``) then use the type-II posterior rather
         than drawing them from their priors; on a model of all columns the shapes differ and
         PyMC stops.
         """
         y_scale = 1.0 if self._counts() else target_scale(self.training_.y)
-        norms = column_scale(self.training_.phi_active)
+        phi = self.training_.phi_active
+        norms = prior_column_scale(column_scale(phi), phi.shape[0])
         alpha = post["alpha"]
         out = post.assign(alpha_rel=alpha * y_scale**2 / norms**2, z=post["w"] * np.sqrt(alpha))
         if "sigma" in post:

@@ -17,7 +17,7 @@ import numpy as np
 
 from bayes_rvm._base import DEFAULT_GAMMA, memory_limit
 from bayes_rvm.evidence.width import WidthFit, shared_evidence
-from bayes_rvm.problem import Engine, Problem
+from bayes_rvm.problem import Engine, Problem, prior_column_scale
 from bayes_rvm.statistics import SufficientStatistics, accumulate
 
 __all__ = ["LARGE_DESIGN_BYTES", "StatisticsFitMixin", "reads_row_blocks"]
@@ -177,7 +177,7 @@ class StatisticsFitMixin:
         return rvm_statistics_model(
             sub,
             rows=(rows, Phi_rows, self.training_.y[rows]),
-            phi_scale=sub.column_norms(),
+            phi_scale=prior_column_scale(sub.column_norms(), st.n),
             y_scale=sub.target_scale(),
             basis_names=cols,
             **priors,

@@ -8,10 +8,12 @@ Regression model (notation of the reference documents)::
     w_id | alpha_i ~ N(0, 1 / alpha_i)
     t_nd | w, sigma ~ N(phi_n^T w_d + offset_nd, sigma^2)
 
-The hyperpriors are stated for the normalised problem (columns ``Phi / phi_scale`` of unit norm,
-targets ``y / y_scale`` of unit RMS, as the estimators pass them) and the model writes that
-normalisation into its graph, so the posterior is in the units of ``Phi`` and ``y`` while one set of
-default hyperpriors (:mod:`bayes_rvm.priors`) suits any scale.
+The hyperpriors are stated for the normalised problem (columns ``Phi / phi_scale`` of unit
+root-mean-square, targets ``y / y_scale`` of unit RMS, as the estimators pass them:
+:func:`bayes_rvm.problem.prior_column_scale`) and the model writes that normalisation into its
+graph, so the posterior is in the units of ``Phi`` and ``y`` while one set of default hyperpriors
+(:mod:`bayes_rvm.priors`) suits any scale and any number of rows. Without ``phi_scale`` the
+hyperpriors apply to ``Phi``'s columns as they are.
 
 Two forms of the same posterior over ``(alpha, sigma)``:
 
@@ -28,7 +30,7 @@ Two forms of the same posterior over ``(alpha, sigma)``:
 Priors on the weights:
 
 ``prior="ard"``
-    ``w_i | alpha_i ~ N(0, 1/alpha_i)``. The default hyperprior puts a half-Cauchy(1) on the
+    ``w_i | alpha_i ~ N(0, 1/alpha_i)``. The default hyperprior puts a half-Cauchy(0.1) on the
     relative prior *scale* ``alpha_rel_i^(-1/2)`` (Gelman 2006; the horseshoe's local scale). In
     ``log alpha`` its density is a hyperbolic secant with exponential tails
     ``exp(-|log alpha|/2)``, smooth enough that NUTS meets no walls. It does not determine
@@ -73,6 +75,7 @@ from bayes_rvm.priors import (
     DEFAULT_MCMC_NU,
     DEFAULT_NOISE_PRIOR,
     DEFAULT_NU,
+    DEFAULT_WEIGHT_SCALE,
     Prior,
     as_prior,
     default_alpha_prior,
@@ -129,7 +132,8 @@ def _weight_precision(prior, alpha_prior, nu, s, phi_scale, y_scale):
     else:
         nu_var = nu.create_variable("nu") if isinstance(nu, Prior) else float(nu)
         alpha_rel = pm.Gamma("alpha_rel", alpha=nu_var / 2.0, beta=nu_var * s**2 / 2.0, dims=BASIS)
-    # w_rel = w * phi_scale / y_scale has prior precision alpha_rel, hence
+    # w_rel = w * phi_scale / y_scale has prior precision alpha_rel, hence (phi_scale the column
+    # RMS as the estimators pass it, so that alpha_rel means the same per row at every N)
     # alpha = alpha_rel * phi_scale^2 / y_scale^2.
     return pm.Deterministic("alpha", alpha_rel * phi_scale**2 / y_scale**2, dims=BASIS)
 
@@ -448,7 +452,7 @@ def rvm_regression_model(
     form: Literal["marginal", "joint"] = "marginal",
     alpha_prior: Prior | None = None,
     nu: float | Prior = DEFAULT_NU,
-    s: float = 1.0,
+    s: float = DEFAULT_WEIGHT_SCALE,
     noise_prior: Prior | None = None,
     noise_sd: float | None = None,
     phi_scale: np.ndarray | None = None,
@@ -499,7 +503,7 @@ def rvm_regression_model(
         Hold the noise sd fixed at this value (units of ``y``) instead of sampling it.
     phi_scale : ndarray of shape (M,), optional
         Scale of each column of ``Phi`` (before ``basis`` selects); the estimators pass the
-        column norms. Default ones.
+        columns' root-mean-square (:func:`bayes_rvm.problem.prior_column_scale`). Default ones.
     y_scale : float, optional
         Scale of the targets (the estimators pass their root-mean-square); default 1.
     offset : ndarray or callable, optional
@@ -666,7 +670,7 @@ def rvm_classification_model(
     prior: Literal["ard", "student_t"] = "ard",
     alpha_prior: Prior | None = None,
     nu: float | Prior = DEFAULT_NU,
-    s: float = 1.0,
+    s: float = DEFAULT_WEIGHT_SCALE,
     phi_scale: np.ndarray | None = None,
     offset: np.ndarray | Callable[[pm.Model], pt.TensorVariable] | None = None,
     centred: bool = False,
@@ -693,7 +697,7 @@ def rvm_classification_model(
     alpha_prior, nu, s
         Hyperpriors, as in :func:`rvm_regression_model`.
     phi_scale : ndarray of shape (M,), optional
-        Scale of each column (the estimator passes the column norms); default ones.
+        Scale of each column (the estimator passes the columns' root-mean-square); default ones.
     offset : ndarray or callable, optional
         Terms of your own added to the latent function(s) ``Phi w``, as in
         :func:`rvm_regression_model`: shape (N,) for two classes, (N, C) for the softmax.
@@ -810,7 +814,7 @@ def rvm_poisson_model(Phi: np.ndarray, y: np.ndarray, **options) -> pm.Model:
     from its hyperprior on the columns scaled by ``phi_scale``) with a Poisson likelihood and a
     log link. The weights have no closed-form marginal under it, so they are sampled jointly with
     the hyperparameters (non-centred by default). The log rate has no target scale: the
-    hyperpriors are stated on unit-norm columns and the latent in its own units.
+    hyperpriors are stated on unit-RMS columns and the latent in its own units.
 
     Parameters
     ----------
@@ -919,14 +923,14 @@ def rvm_width_model(
 
         gamma_rel   ~ gamma_prior                  gamma = gamma_rel * gamma_ref
         Phi(gamma)  = [exp(-gamma d(x_n, c_j)), 1]  (rbf: d = ||x - c||^2; laplacian: ||x - c||_1)
-        alpha_rel_j ~ alpha_prior,  alpha_j = alpha_rel_j ||Phi_j(gamma)||^2 / y_scale^2
+        alpha_rel_j ~ alpha_prior,  alpha_j = alpha_rel_j rms(Phi_j(gamma))^2 / y_scale^2
         sigma_rel   ~ noise_prior,  sigma = sigma_rel * y_scale
         t_d ~ N(0, sigma^2 I + Phi(gamma) A^-1 Phi(gamma)^T)      (w integrated out)
 
     The hyperpriors are those of :func:`rvm_regression_model`, stated on the normalised problem
-    (unit-norm columns, unit-RMS targets). Since ``alpha_rel`` is a precision *relative to the
-    column norm at the current width*, a change of width does not by itself change how strongly
-    each weight is shrunk: this is the parametrisation in which ``log gamma`` and the
+    (unit-RMS columns, unit-RMS targets). Since ``alpha_rel`` is a precision *relative to the
+    column's root-mean-square at the current width*, a change of width does not by itself change
+    how strongly each weight is shrunk: this is the parametrisation in which ``log gamma`` and the
     ``log alpha_rel`` are least correlated, and in which a type-II fit at another width is a
     sound start. The weights are drawn back per draw, on the design at that draw's width
     (:func:`bayes_rvm.inference.complete_posterior`).
@@ -948,7 +952,7 @@ def rvm_width_model(
     gamma_ref : float, optional
         The reference coefficient; default :func:`bayes_rvm.kernels.reference_gamma` of ``X``.
     alpha_prior : Prior, optional
-        Hyperprior of ``alpha_rel``; default a half-Cauchy of scale 1 on ``alpha_rel^-1/2``.
+        Hyperprior of ``alpha_rel``; default a half-Cauchy of scale 0.1 on ``alpha_rel^-1/2``.
     noise_prior : Prior, optional
         Prior of ``sigma_rel``; default ``HalfNormal(1)``.
     noise_sd : float, optional
@@ -1028,13 +1032,15 @@ def rvm_width_model(
         log_k = -gamma * dist_data
         # Column norms in logs (logsumexp): a narrow width leaves a centre far from the inputs
         # with kernel values that underflow when squared.
-        log_norm = 0.5 * pt.logsumexp(2.0 * log_k, axis=0)
+        # Root-mean-square rather than norm: the hyperpriors are stated per row
+        # (bayes_rvm.problem.prior_column_scale).
+        log_rms = 0.5 * pt.logsumexp(2.0 * log_k, axis=0) - 0.5 * np.log(N)
         Phi = pt.exp(log_k)
         if bias:
             Phi = pt.concatenate([Phi, pt.ones((N, 1))], axis=1)
-            log_norm = pt.concatenate([log_norm, pt.as_tensor([0.5 * np.log(N)])])
+            log_rms = pt.concatenate([log_rms, pt.zeros(1)])
         alpha_rel = alpha_prior.create_variable("alpha_rel", dims=BASIS)
-        log_alpha = pt.log(alpha_rel) + 2.0 * log_norm - 2.0 * pt.log(y_scale_data)
+        log_alpha = pt.log(alpha_rel) + 2.0 * log_rms - 2.0 * pt.log(y_scale_data)
         pm.Deterministic("alpha", pt.exp(log_alpha), dims=BASIS)
         sigma = _noise_sd(noise_prior, noise_sd, y_scale_data)
         pm.CustomDist(

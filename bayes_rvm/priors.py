@@ -8,9 +8,20 @@ design of ``pymc_extras.prior.Prior``: it can be printed, compared, hashed, writ
 (``dist``, ``kwargs``, ``dims``) so that they read the same.
 
 All hyperpriors of the RVM models are stated for the **normalised problem**: basis columns of unit
-Euclidean norm and targets of unit root-mean-square (regression). The models write that
-normalisation into their graphs (``alpha = alpha_rel * phi_scale**2 / y_scale**2``,
-``sigma = sigma_rel * y_scale``), so the same defaults suit targets of 1e-8 and of 1e8.
+root-mean-square (``phi_scale = ||phi|| / sqrt(N)``, :func:`bayes_rvm.problem.prior_column_scale`,
+as Gelman et al. 2008 standardise predictors) and targets of unit root-mean-square (regression).
+The models write that normalisation into their graphs (``alpha = alpha_rel * phi_scale**2 /
+y_scale**2``, ``sigma = sigma_rel * y_scale``), so the same defaults suit targets of 1e-8 and of
+1e8, and rows of 10^2 and of 10^6: a relative weight ``w_rel`` adds ``w_rel`` times the targets'
+RMS to a row, whatever N. (Stated for unit-norm columns, as before, it added ``y_rms / sqrt(N)``:
+at N = 10^6 a relevance vector needed ``alpha_rel ~ 1e-6``, deep in the hyperprior's tail, and
+weakly supported columns' chains split between the likelihood and the prior's mode: R-hat
+1.17-1.26 on ``benchmarks/bench_mcmc.py --sections large``.) The type-II engines keep their
+unit-norm columns, which condition their linear algebra; their fits do not use these priors.
+At N = 100 the defaults below equal the former ones on unit-norm columns (a scale of 0.1 per row
+is one of 1 on unit-norm columns), so the figures measured at N = 100 keep their meaning; figures
+of ``alpha_rel`` below are on unit-norm columns (``alpha_rel / N``, as
+:func:`bayes_rvm.comparison.relevance_summary` reads them).
 
 Defaults
 --------
@@ -21,71 +32,79 @@ Defaults
     every basis function. Not a prior to sample: ``Gamma(5e-5, 5e-5)`` puts 97% of its mass below
     1e-300, and NUTS then wanders over hundreds of decades of ``log alpha`` (the models warn).
 ``DEFAULT_MCMC_NU = 1.0``
-    Degrees of freedom of the Student-t prior that MCMC samples under ``nu="auto"``: Cauchy
-    weights of unit scale (sinc, N = 100, width 2, 2 x 500 draws: no divergences, ``alpha_rel``
-    within 1e-5.9 .. 1e1.4, where ``nu = 1e-4`` spread it over 1e-11.5 .. 1e5.2).
+    Degrees of freedom of the Student-t prior that MCMC samples under ``nu="auto"``: Cauchy weights
+    of scale ``s = DEFAULT_WEIGHT_SCALE`` (sinc, N = 100, width 2, 2 x 500 draws: no divergences,
+    ``alpha_rel`` within 1e-5.9 .. 1e1.4, where ``nu = 1e-4`` spread it over 1e-11.5 .. 1e5.2).
+``DEFAULT_WEIGHT_SCALE = 0.1``
+    The prior scale of a relative weight on a unit-RMS column: a basis function a priori adds about
+    a tenth of the targets' RMS to each row (kernel bases are redundant: many columns share the
+    signal), and the Cauchy tail lets the data ask for more. Against a scale of 1, measured with the
+    default otherwise (2 x 400-500 draws): on 20 features, 3 informative (N = 100), the irrelevant
+    columns' median log10 ``alpha_rel`` lies 1.78 above the informative ones' against 1.18, their
+    P(alpha_rel < 10) is 0.66 against 0.87; on sinc (N = 100, width 2) PSIS-LOO elpd 78.0 against
+    75.4 (se 5.8); at N = 10^6 (the issue's call, seeds 0-2) max R-hat 1.011 / 1.020 / 1.011 against
+    1.014 / 1.011 / 1.011, the chains agreeing; on seed 1 with one BLAS thread (43 relevance
+    vectors) 1.037 against 1.022, one column of the default's in two states (docs/large_data.md).
 ``default_alpha_prior("ard")``
-    ``Prior("HalfCauchyPrecision", beta=1.0)``: a half-Cauchy of scale 1 on the relative weight
-    scale ``alpha_rel^(-1/2)`` (Gelman 2006), sampled in ``log alpha``; the regression's and the
-    classifiers' default. What it does: a proper, weakly informative prior that NUTS samples
-    without divergences, whose posterior predicts well, and which determines relevance where the
-    data do: on 20 independent features, 3 informative (N = 100, 2 x 500 draws), the irrelevant
-    columns' posterior median log10 alpha_rel lies 1.75 above the informative ones', and
-    P(alpha_rel < 10), 0.805 under the prior, goes to 0.975 and 0.66 (``tests/test_relevance.py``
-    checks each column against its one-dimensional posterior). What it does not do: make the
-    posterior sparse. On a redundant kernel basis (sinc, width 2: neighbouring columns correlate
-    at 0.998, 18 of 100 singular values above 1e-3 of the largest) the data fix combinations of
-    weights, not which column carries them; the posterior spreads over many columns (12.2
-    effective parameters where type-II has 6.5; 8.0 on 30 added columns of an unrelated input)
-    and each column's ``alpha_rel`` stays near its prior (median log10 0.13 for type-II's
-    relevance vectors and for the pruned alike). ``benchmarks/bench_relevance.py`` and
-    ``docs/theory.md`` ("Hyperpriors under MCMC") have the comparison with the alternatives.
-:func:`sparse_alpha_prior` ``(M)``
-    ``HalfCauchyPrecision(beta=1 / (M - 1))``, the horseshoe's global scale of Piironen and
-    Vehtari (2017, Electron. J. Stat. 11: 5018-5051) fixed at their ``tau0``. What it does: a
-    sparse posterior draw by draw. On sinc (N = 100, width 2, 2 x 500 draws, no divergences) a
-    draw has about 11 basis functions with ``alpha_rel < 100`` (type-II keeps 7), the probability
-    that one within 0.6 of a type-II relevance vector is among them is 0.8-0.99, and basis
-    functions far from every relevance vector keep the prior's 0.06. What it does not do: say
-    which of nearly collinear neighbours is relevant. Relevance moves between them from draw to
-    draw, so each single ``alpha_rel``'s posterior median stays near the prior median (log10 3.5-
-    4.0 for the relevance vectors, 3.0-4.1 for the others): relevance is a property of a region
-    of the input space, not of one column. What it costs: that hopping mixes slowly, and the
-    predictive is worse. On sinc, N = 60, width 3, 4 x 1000 draws: max R-hat 1.21 and 2-7
-    divergences (target acceptance 0.9 / 0.8) against 1.006 and none for the default, PSIS-LOO
-    elpd -10.9 to -11.1 against -8.5 (scales 0.1 and 0.03 in between: R-hat 1.01-1.12, 8-9
-    divergences, elpd -9.7 and -10.4). A hierarchical global scale (the horseshoe proper,
-    ``Prior("HalfCauchyPrecision", beta=Prior("HalfCauchy", beta=0.01))``) let the global scale
-    grow until the posterior was dense again (log10 alpha_rel 1.4-1.9 everywhere); a Gamma(0.01,
-    1e-4) on ``alpha_rel`` (Tipping's pruning pressure, proper) kept it dense too (0.0-1.1, 4
-    divergences). In ``benchmarks/bench_relevance.py`` (2 x 500 draws): 0.5 effective parameters
-    on 30 columns of an unrelated input, where the default puts 8.0; R-hat up to 1.47 and PSIS-LOO
-    elpd 2.7 below the default's on sinc (dse 1.5).
+    ``Prior("HalfCauchyPrecision", beta=0.1)``: a half-Cauchy of scale :data:`DEFAULT_WEIGHT_SCALE`
+    on the relative weight scale ``alpha_rel^(-1/2)`` (Gelman 2006), sampled in ``log alpha``; the
+    regression's and the classifiers' default (their latent function in its own units, on unit-RMS
+    columns). What it does: a proper, weakly informative prior that NUTS samples without
+    divergences, whose posterior predicts well, and which determines relevance where the data do: on
+    20 independent features, 3 informative (N = 100, 2 x 500 draws), the irrelevant columns'
+    posterior median log10 alpha_rel lies 1.75 above the informative ones', and P(alpha_rel < 10),
+    0.805 under the prior, goes to 0.975 and 0.66 (``tests/test_relevance.py`` checks each column
+    against its one-dimensional posterior). What it does not do: make the posterior sparse. On a
+    redundant kernel basis (sinc, width 2: neighbouring columns correlate at 0.998, 18 of 100
+    singular values above 1e-3 of the largest) the data fix combinations of weights, not which
+    column carries them; the posterior spreads over many columns (12.2 effective parameters where
+    type-II has 6.5; 8.0 on 30 added columns of an unrelated input) and each column's ``alpha_rel``
+    stays near its prior (median log10 0.13 for type-II's relevance vectors and for the pruned
+    alike). ``benchmarks/bench_relevance.py`` and ``docs/theory.md`` ("Hyperpriors under MCMC") have
+    the comparison with the alternatives.
+:func:`sparse_alpha_prior` ``(M, N)``
+    ``HalfCauchyPrecision(beta=1 / ((M - 1) sqrt(N)))``, the horseshoe's global scale of Piironen
+    and Vehtari (2017, Electron. J. Stat. 11: 5018-5051) fixed at their ``tau0``. What it does: a
+    sparse posterior draw by draw. On sinc (N = 100, width 2, 2 x 500 draws, no divergences) a draw
+    has about 11 basis functions with ``alpha_rel < 100`` (type-II keeps 7), the probability that
+    one within 0.6 of a type-II relevance vector is among them is 0.8-0.99, and basis functions far
+    from every relevance vector keep the prior's 0.06. What it does not do: say which of nearly
+    collinear neighbours is relevant. Relevance moves between them from draw to draw, so each single
+    ``alpha_rel``'s posterior median stays near the prior median (log10 3.5-4.0 for the relevance
+    vectors, 3.0-4.1 for the others): relevance is a property of a region of the input space, not of
+    one column. What it costs: that hopping mixes slowly, and the predictive is worse. On sinc, N =
+    60, width 3, 4 x 1000 draws: max R-hat 1.21 and 2-7 divergences (target acceptance 0.9 / 0.8)
+    against 1.006 and none for the default, PSIS-LOO elpd -10.9 to -11.1 against -8.5 (scales 0.1
+    and 0.03 in between: R-hat 1.01-1.12, 8-9 divergences, elpd -9.7 and -10.4). A hierarchical
+    global scale (the horseshoe proper, ``Prior("HalfCauchyPrecision", beta=Prior("HalfCauchy",
+    beta=0.01))``) let the global scale grow until the posterior was dense again (log10 alpha_rel
+    1.4-1.9 everywhere); a Gamma(0.01, 1e-4) on ``alpha_rel`` (Tipping's pruning pressure, proper)
+    kept it dense too (0.0-1.1, 4 divergences). In ``benchmarks/bench_relevance.py`` (2 x 500
+    draws): 0.5 effective parameters on 30 columns of an unrelated input, where the default puts
+    8.0; R-hat up to 1.47 and PSIS-LOO elpd 2.7 below the default's on sinc (dse 1.5).
 ``Prior("RegularisedHorseshoePrecision", beta=..., c=...)``
-    Piironen and Vehtari's regularised horseshoe (:func:`regularised_horseshoe_precision`),
-    ``alpha = (tau lambda)^-2 + c^-2``, with a sampled global scale ``beta=Prior("HalfCauchy",
-    beta=1 / (M - 1))`` and a fixed slab ``c`` (``2 sqrt(N)`` for unit-norm columns is their
-    scale 2 for standardised ones). In ``benchmarks/bench_relevance.py``: no divergences, the
-    default's elpd on sinc, 3.5 effective parameters on the unrelated columns; the global scale
-    grows until irrelevant features' P(alpha_rel < 10) exceeds its prior's, and on sinc its
-    per-region figures are the default's. Not the default: not clearly better, and its scales
-    depend on M and N.
+    Piironen and Vehtari's regularised horseshoe (:func:`regularised_horseshoe_precision`), ``alpha
+    = (tau lambda)^-2 + c^-2``, with a sampled global scale ``beta=Prior("HalfCauchy", beta=1 / ((M
+    - 1) sqrt(N)))`` and a fixed slab ``c`` (their scale 2 for standardised columns is ``c = 2`` on
+    unit-RMS ones). In ``benchmarks/bench_relevance.py``: no divergences, the default's elpd on
+    sinc, 3.5 effective parameters on the unrelated columns; the global scale grows until irrelevant
+    features' P(alpha_rel < 10) exceeds its prior's, and on sinc its per-region figures are the
+    default's. Not the default: not clearly better, and its global scale depends on M and N.
 ``default_alpha_prior("student_t", nu, s)``
     ``alpha_rel ~ Gamma(nu / 2, nu s^2 / 2)``, whose marginal is ``w ~ StudentT(nu, 0, s)``.
 ``DEFAULT_NOISE_PRIOR``
     ``Prior("HalfNormal", sigma=1.0)`` on the relative noise sd ``sigma_rel = sigma / y_scale``.
 ``DEFAULT_GAMMA_PRIOR``
-    ``Prior("LogNormal", mu=0.0, sigma=2.0)`` on the relative kernel coefficient
-    ``gamma_rel = gamma / gamma_0`` of a sampled width (``RVR(inference="mcmc",
-    gamma=Prior(...))``), where ``gamma_0`` is :func:`bayes_rvm.kernels.reference_gamma`: the
-    coefficient of the length scale ``r0 = sqrt(n_features * X.var())`` that scikit-learn's
-    ``gamma="scale"`` uses. For the rbf kernel (``gamma = 1 / r^2``) it is
-    ``log(r / r0) ~ Normal(0, 1)``: the width known within a factor of about 7 either way at 95%,
-    weak against the evidence of a few dozen points (on Tipping's sinc, N = 100, the evidence
-    width is about 0.4 r0) and proper, which a flat prior on ``log r`` is not (the marginal
-    likelihood tends to a constant as the width grows without bound). For the laplacian kernel
-    (``gamma = 1 / r``) the same prior is ``log(r / r0) ~ Normal(0, 2)``. Any :class:`Prior` of
-    positive support may replace it (NUTS samples ``log gamma_rel``).
+    ``Prior("LogNormal", mu=0.0, sigma=2.0)`` on the relative kernel coefficient ``gamma_rel = gamma
+    / gamma_0`` of a sampled width (``RVR(inference="mcmc", gamma=Prior(...))``), where ``gamma_0``
+    is :func:`bayes_rvm.kernels.reference_gamma`: the coefficient of the length scale ``r0 =
+    sqrt(n_features * X.var())`` that scikit-learn's ``gamma="scale"`` uses. For the rbf kernel
+    (``gamma = 1 / r^2``) it is ``log(r / r0) ~ Normal(0, 1)``: the width known within a factor of
+    about 7 either way at 95%, weak against the evidence of a few dozen points (on Tipping's sinc, N
+    = 100, the evidence width is about 0.4 r0) and proper, which a flat prior on ``log r`` is not
+    (the marginal likelihood tends to a constant as the width grows without bound). For the
+    laplacian kernel (``gamma = 1 / r``) the same prior is ``log(r / r0) ~ Normal(0, 2)``. Any
+    :class:`Prior` of positive support may replace it (NUTS samples ``log gamma_rel``).
 """
 
 from __future__ import annotations
@@ -102,6 +121,7 @@ __all__ = [
     "DEFAULT_MCMC_NU",
     "DEFAULT_NOISE_PRIOR",  # noqa: F822
     "DEFAULT_NU",
+    "DEFAULT_WEIGHT_SCALE",
     "Prior",
     "as_prior",
     "decode_params",
@@ -117,6 +137,10 @@ DEFAULT_NU = 1e-4
 
 #: Degrees of freedom of the Student-t weight prior that MCMC samples by default (``nu="auto"``).
 DEFAULT_MCMC_NU = 1.0
+
+#: Prior scale of a relative weight on a unit-RMS column (the default ARD half-Cauchy's and the
+#: Student-t prior's ``s``): a basis function contributes about a tenth of the targets' RMS.
+DEFAULT_WEIGHT_SCALE = 0.1
 
 
 # ---------------------------------------------------------------------------------------------
@@ -534,32 +558,45 @@ class Prior:
         return Prior.from_dict(self.to_dict())
 
 
-def sparse_alpha_prior(n_basis: int) -> Prior:
-    """A sparsity-inducing ARD hyperprior for ``n_basis`` basis functions (regression).
+def sparse_alpha_prior(n_basis: int, n_samples: int) -> Prior:
+    """A sparsity-inducing ARD hyperprior for ``n_basis`` basis functions and ``n_samples`` rows.
 
-    ``Prior("HalfCauchyPrecision", beta=tau0)`` with ``tau0 = 1 / (M - 1)``: Piironen and
-    Vehtari's (2017, eq. 3.12) horseshoe global scale ``tau0 = p0 / (D - p0) sigma / sqrt(n)``,
-    fixed, for unit-norm columns (which multiplies a weight by ``sqrt(n)``), ``sigma_rel <= 1``
-    and ``p0 = 1`` relevant basis function expected a priori. Most of its mass switches a basis
-    function off (median ``alpha_rel = tau0^-2``), its Cauchy tail lets the data switch a few on.
-    What it costs is in the module's notes: draw-by-draw sparsity, slower mixing, and a lower
-    PSIS-LOO than the default on the sinc problems measured.
+    ``Prior("HalfCauchyPrecision", beta=tau0)`` with ``tau0 = 1 / ((M - 1) sqrt(N))``: Piironen
+    and Vehtari's (2017, eq. 3.12) horseshoe global scale ``tau0 = p0 / (D - p0) sigma /
+    sqrt(n)``, fixed, for standardised columns (unit root-mean-square, as the hyperpriors are
+    stated), ``sigma_rel <= 1`` and ``p0 = 1`` relevant basis function expected a priori. Most of
+    its mass switches a basis function off (median ``alpha_rel = tau0^-2``), its Cauchy tail lets
+    the data switch a few on. What it costs is in the module's notes: draw-by-draw sparsity,
+    slower mixing, and a lower PSIS-LOO than the default on the sinc problems measured.
+
+    Parameters
+    ----------
+    n_basis : int
+        The number of basis functions the model samples (``M``, the bias included).
+    n_samples : int
+        The number of training rows (``N``): the global scale shrinks as ``1 / sqrt(N)``, the
+        noise's share of one weight's uncertainty.
     """
-    n_basis = int(n_basis)
-    if n_basis < 1:
-        raise ValueError(f"n_basis must be at least 1, got {n_basis}.")
-    return Prior("HalfCauchyPrecision", beta=1.0 / max(n_basis - 1, 1))
+    checked = []
+    for name, value in (("n_basis", n_basis), ("n_samples", n_samples)):
+        if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}.")
+        checked.append(int(value))
+    n_basis, n_samples = checked
+    return Prior("HalfCauchyPrecision", beta=1.0 / (max(n_basis - 1, 1) * np.sqrt(n_samples)))
 
 
-def default_alpha_prior(prior: str = "ard", nu: float | Prior = DEFAULT_NU, s: float = 1.0):
+def default_alpha_prior(
+    prior: str = "ard", nu: float | Prior = DEFAULT_NU, s: float = DEFAULT_WEIGHT_SCALE
+):
     """The default hyperprior of the relative precisions ``alpha_rel`` for a weight prior.
 
-    ``"ard"``: :func:`halfcauchy_precision` of scale 1. ``"student_t"``: ``Gamma(nu/2, nu s^2/2)``
-    (returns None when ``nu`` is itself a :class:`Prior`: the model builds that Gamma from the
-    ``nu`` variable).
+    ``"ard"``: :func:`halfcauchy_precision` of scale :data:`DEFAULT_WEIGHT_SCALE`.
+    ``"student_t"``: ``Gamma(nu/2, nu s^2/2)`` (returns None when ``nu`` is itself a
+    :class:`Prior`: the model builds that Gamma from the ``nu`` variable).
     """
     if prior == "ard":
-        return Prior("HalfCauchyPrecision", beta=1.0)
+        return Prior("HalfCauchyPrecision", beta=DEFAULT_WEIGHT_SCALE)
     if prior == "student_t":
         if isinstance(nu, Prior):
             return None

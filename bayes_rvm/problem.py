@@ -34,6 +34,7 @@ __all__ = [
     "TrainingData",
     "column_scale",
     "normalise_columns",
+    "prior_column_scale",
     "target_scale",
     "unscale_alpha",
 ]
@@ -60,6 +61,22 @@ def normalise_columns(Phi: np.ndarray) -> np.ndarray:
 def column_scale(Phi: np.ndarray) -> np.ndarray:
     """The norms :func:`normalise_columns` divides by, without touching ``Phi``."""
     return normalise_columns(np.array(Phi, dtype=np.float64, copy=True))
+
+
+def prior_column_scale(norms: np.ndarray, n_samples: int) -> np.ndarray:
+    """The column scale the MCMC hyperpriors are stated for: the RMS ``norm / sqrt(N)``.
+
+    The type-II engines normalise columns to unit Euclidean norm (:func:`normalise_columns`), which
+    conditions their linear algebra. A prior stated for unit-norm columns changes meaning with
+    ``N``: a relative weight of 1 adds ``y_rms / sqrt(N)`` to each row, so at ``N = 10^6`` a real
+    relevance vector needs ``alpha_rel ~ 1e-6``, deep in the tail of any fixed hyperprior, and its
+    posterior splits between the likelihood and the prior's mode (chains disagree). Per row, as
+    Gelman et al. (2008) standardise predictors, the same prior means the same at every ``N``.
+    """
+    n_samples = int(n_samples)
+    if n_samples < 1:
+        raise ValueError(f"n_samples must be at least 1, got {n_samples}.")
+    return np.asarray(norms, dtype=np.float64) / np.sqrt(n_samples)
 
 
 def target_scale(T: np.ndarray) -> float:

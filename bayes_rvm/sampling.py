@@ -477,6 +477,7 @@ def type2_initvals(
     basis: Sequence[int] | None = None,
     *,
     alpha_max: float = 1e4,
+    factor: float = 1.0,
 ) -> dict[str, np.ndarray]:
     """Initial values for MCMC from a type-II fit: ``alpha_rel`` (capped) and ``sigma_rel``.
 
@@ -489,7 +490,11 @@ def type2_initvals(
         The columns the MCMC model uses (default all columns of the fit).
     alpha_max : float, default=1e4
         Cap for pruned (infinite) or very large ``alpha``: a finite start in the region the
-        hyperprior supports.
+        hyperprior supports, in the model's units (after ``factor``).
+    factor : float, default=1
+        ``alpha_rel`` of the model per ``alpha`` of the fit: ``N`` for a fit of unit-norm columns
+        (the type-II engines') and a model stated for unit-RMS ones (the estimators',
+        :func:`bayes_rvm.problem.prior_column_scale`).
 
     Returns
     -------
@@ -499,7 +504,7 @@ def type2_initvals(
     alpha = np.asarray(fit.alpha, dtype=np.float64)
     if basis is not None:
         alpha = alpha[np.asarray(basis, dtype=int)]
-    alpha = np.minimum(np.where(np.isfinite(alpha), alpha, alpha_max), alpha_max)
+    alpha = np.minimum(np.where(np.isfinite(alpha), alpha * float(factor), alpha_max), alpha_max)
     out = {"alpha_rel": alpha}
     if getattr(fit, "likelihood", "gaussian") in ("gaussian", "student_t"):
         out["sigma_rel"] = np.asarray(fit.beta**-0.5)

@@ -1,8 +1,9 @@
 """Does the MCMC posterior determine relevance? Candidate ARD hyperpriors compared (issue 25.3).
 
 Every candidate is a :class:`bayes_rvm.priors.Prior` on the relative precisions ``alpha_rel``
-(unit-norm columns, unit-RMS targets), sampled by NUTS (nutpie) at the package's defaults
-otherwise, 2 chains x 500 draws after 300 tuning steps. The table has three parts:
+(unit-RMS columns, unit-RMS targets, as the estimators state them), sampled by NUTS (nutpie)
+at the package's defaults otherwise, 2 chains x 500 draws after 300 tuning steps. The table has
+three parts:
 
 ``ard``
     A design whose relevance the data determine: 20 independent standard-normal features, 3 of
@@ -31,6 +32,10 @@ otherwise, 2 chains x 500 draws after 300 tuning steps. The table has three part
     :func:`bayes_rvm.comparison.elpd`, what ``compare`` ranks by: PSIS-LOO over the exact
     leave-one-out terms.
 
+Every problem has N = 100 rows, where a prior on unit-RMS columns equals the same prior with its
+scale multiplied by 10 on unit-norm ones; the tables give ``alpha_rel`` on unit-norm columns
+(``alpha_rel / N``, ``relevance_summary``'s scale), so they read as before the change.
+
 Each part prints divergences, max R-hat of ``log alpha_rel`` and ``sigma_rel``, and wall time.
 Timings on a shared machine measure the neighbours too. ``--quick`` runs 2 x 150 draws.
 """
@@ -54,25 +59,27 @@ from bayes_rvm.datasets import make_sinc
 from bayes_rvm.inference import sample_mcmc
 from bayes_rvm.kernels import KernelBasis
 from bayes_rvm.models import rvm_regression_model
-from bayes_rvm.priors import Prior, sparse_alpha_prior
+from bayes_rvm.priors import Prior, default_alpha_prior, sparse_alpha_prior
+from bayes_rvm.problem import prior_column_scale
 
-THRESHOLD = 10.0  # relevance_summary's: alpha_rel < 10 counts as relevant
+THRESHOLD = 10.0  # relevance_summary's: alpha < 10 on unit-norm columns counts as relevant
+N_ROWS = 100  # every problem's
 
 
 def candidates(n_basis: int) -> dict[str, Prior]:
-    """The hyperpriors compared, for a design of ``n_basis`` columns."""
-    tau0 = 1.0 / max(n_basis - 1, 1)
+    """The hyperpriors compared (on unit-RMS columns), for a design of ``n_basis`` columns."""
+    tau0 = 1.0 / (max(n_basis - 1, 1) * np.sqrt(N_ROWS))
     return {
-        "half-Cauchy(1) (default)": Prior("HalfCauchyPrecision", beta=1.0),
-        "sparse_alpha_prior(M)": sparse_alpha_prior(n_basis),
-        # Piironen & Vehtari (2017): global scale ~ HalfCauchy(tau0), slab c = 2 sqrt(N) on
-        # unit-norm columns (their slab scale 2 for standardised columns of N = 100 rows).
+        "half-Cauchy(0.1) (default)": default_alpha_prior("ard"),
+        "sparse_alpha_prior(M, N)": sparse_alpha_prior(n_basis, N_ROWS),
+        # Piironen & Vehtari (2017): global scale ~ HalfCauchy(tau0), slab c = 2 on
+        # standardised (unit-RMS) columns.
         "reg. horseshoe": Prior(
-            "RegularisedHorseshoePrecision", beta=Prior("HalfCauchy", beta=tau0), c=20.0
+            "RegularisedHorseshoePrecision", beta=Prior("HalfCauchy", beta=tau0), c=2.0
         ),
         # Tipping's Gamma(a, b) with a small shape and rate, made proper: flat in log alpha
-        # from far below 1 up to b^-1 = 1e4, where it falls off.
-        "Gamma(0.01, 1e-4)": Prior("Gamma", alpha=0.01, beta=1e-4),
+        # from far below 1 up to b^-1 = 1e6 (1e4 on unit-norm columns), where it falls off.
+        "Gamma(0.01, 1e-6)": Prior("Gamma", alpha=0.01, beta=1e-6),
     }
 
 
@@ -83,7 +90,7 @@ def prior_probability(prior: Prior, n: int = 200_000, seed: int = 0) -> float:
     with pm.Model():
         var = prior.create_variable("a", shape=n)
         draws = pm.draw(var, random_seed=seed)
-    return float(np.mean(draws < THRESHOLD))
+    return float(np.mean(draws / N_ROWS < THRESHOLD))
 
 
 def _stats(dt) -> tuple[int, float]:
@@ -95,13 +102,14 @@ def _stats(dt) -> tuple[int, float]:
 
 
 def _alpha_rel(dt) -> np.ndarray:
-    a = dt["posterior"].dataset["alpha_rel"]
+    """``alpha_rel`` on unit-norm columns (draws x columns): the model's over ``N_ROWS``."""
+    a = dt["posterior"].dataset["alpha_rel"] / N_ROWS
     return a.transpose("chain", "draw", ...).values.reshape(-1, a.sizes["basis"])
 
 
 def effective_parameters(dt, model) -> np.ndarray:
     """``gamma_i = 1 - alpha_rel_i Sigma_ii`` per draw (draws x columns), normalised problem."""
-    Phi = model["Phi"].get_value() / model["phi_scale"].get_value()
+    Phi = model["Phi"].get_value() / model["phi_scale"].get_value() / np.sqrt(N_ROWS)
     gram = Phi.T @ Phi  # unit-norm columns; the targets' scale enters through sigma_rel
     alpha = _alpha_rel(dt)
     sig = dt["posterior"].dataset["sigma_rel"].transpose("chain", "draw").values.ravel()
@@ -142,7 +150,9 @@ def _model(Phi, y, prior):
     """The marginal model of a design, normalised as the estimators normalise it."""
     norms = np.linalg.norm(Phi, axis=0)
     scale = float(np.sqrt(np.mean(y**2)))
-    return rvm_regression_model(Phi, y, alpha_prior=prior, phi_scale=norms, y_scale=scale)
+    return rvm_regression_model(
+        Phi, y, alpha_prior=prior, phi_scale=prior_column_scale(norms, len(y)), y_scale=scale
+    )
 
 
 def run_ard(name, prior, draws, seed=0):

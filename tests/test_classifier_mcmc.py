@@ -140,12 +140,14 @@ def test_classifier_model_is_in_the_users_units(ripley):
     model = clf.model_
     Phi = clf.basis_.transform(X)
     np.testing.assert_allclose(model["Phi"].get_value(), Phi)
-    np.testing.assert_allclose(model["phi_scale"].get_value(), np.linalg.norm(Phi, axis=0))
+    # the hyperpriors' column scale: the root-mean-square (prior_column_scale)
+    np.testing.assert_allclose(model["phi_scale"].get_value(), np.sqrt(np.mean(Phi**2, axis=0)))
     # What RVC samples: the full candidate basis, bias column included, non-centred, no slab,
-    # the unit half-Cauchy on each weight's scale: the model the Laplace fit approximates.
+    # the half-Cauchy of scale 0.1 on each weight's scale (unit-RMS columns; 1 on unit-norm ones
+    # at N = 100): the model the Laplace fit approximates.
     assert list(model.coords["basis"]) == list(range(101))
     assert model.rvm_spec.form == "joint" and model.rvm_spec.slab is None
-    assert model.rvm_spec.alpha_prior == Prior("HalfCauchyPrecision", beta=1.0)
+    assert model.rvm_spec.alpha_prior == Prior("HalfCauchyPrecision", beta=0.1)
     relevant = RVC(gamma=GAMMA["binary"], mcmc_basis="relevant").fit(X, y).model_
     assert list(relevant.coords["basis"]) == list(clf.active_)
     with pytest.raises(ValueError, match="multinomial"):

@@ -120,24 +120,25 @@ def sinc_fits():
     X, y = make_sinc(100, noise=0.1, random=True, random_state=0)
     type2 = RVR(gamma=0.25).fit(X, y)
     kw = {"gamma": 0.25, "inference": "mcmc", "draws": 500, "tune": 300, "chains": 2}
-    sparse = RVR(**kw, alpha_prior=sparse_alpha_prior(101), random_state=1)
+    sparse = RVR(**kw, alpha_prior=sparse_alpha_prior(101, 100), random_state=1)
     student = RVR(**kw, prior="student_t", random_state=1)
     return X, type2, sparse.fit(X, y, progressbar=False), student.fit(X, y, progressbar=False)
 
 
 def _log10_alpha_rel(est):
+    """log10 alpha_rel of unit-norm columns: the model's (unit-RMS columns) over N = 100."""
     post = est.idata_["posterior"].dataset
-    return np.log10(post["alpha_rel"].transpose("chain", "draw", "basis").values).reshape(
-        -1, post.sizes["basis"]
-    )
+    alpha = post["alpha_rel"].transpose("chain", "draw", "basis").values / 100.0
+    return np.log10(alpha).reshape(-1, post.sizes["basis"])
 
 
 def test_sparse_hyperprior_is_sparse_draw_by_draw_where_type2_is(sinc_fits):
     X, type2, sparse, _ = sinc_fits
     assert int(sparse.idata_["sample_stats"]["diverging"].sum()) <= 2
-    # tau0 = 1 / (M - 1) for the 101 basis functions; the prior P(alpha_rel < 100) is
-    # P(s > 0.1) for s ~ HalfCauchy(0.01): 1 - 2/pi atan(10).
-    assert sparse.model_.rvm_spec.alpha_prior == Prior("HalfCauchyPrecision", beta=0.01)
+    # tau0 = 1 / ((M - 1) sqrt(N)) for the 101 basis functions and 100 rows; the prior
+    # P(alpha_rel < 1e4) on unit-RMS columns (100 on unit-norm ones) is P(s > 0.01) for
+    # s ~ HalfCauchy(0.001): 1 - 2/pi atan(10).
+    assert sparse.model_.rvm_spec.alpha_prior == Prior("HalfCauchyPrecision", beta=0.001)
     prior_p = 1.0 - 2.0 / np.pi * np.arctan(10.0)
     on = _log10_alpha_rel(sparse) < 2.0
     # A draw switches on a few basis functions, not all 101 (type-II keeps 7).
@@ -163,7 +164,9 @@ def test_sparse_hyperprior_is_sparse_draw_by_draw_where_type2_is(sinc_fits):
 def test_default_student_t_under_mcmc_is_proper_and_samples(sinc_fits):
     *_, student = sinc_fits
     spec = student.model_.rvm_spec
-    assert (spec.nu, spec.s) == (1.0, 1.0)  # nu="auto": DEFAULT_MCMC_NU, Cauchy weights
+    # nu="auto": DEFAULT_MCMC_NU, Cauchy weights of scale 0.1 on unit-RMS columns (1 on unit-norm
+    # ones at N = 100)
+    assert (spec.nu, spec.s) == (1.0, 0.1)
     assert int(student.idata_["sample_stats"]["diverging"].sum()) <= 2
     la = _log10_alpha_rel(student)
     # Gamma(5e-5, 5e-5) let alpha_rel span 1e-11.7 .. 1e5.1; the Cauchy stays within a few
@@ -177,3 +180,25 @@ def test_a_student_t_prior_below_float64_warns():
     Phi = np.random.default_rng(0).normal(size=(20, 5))
     with pytest.warns(RuntimeWarning, match=r"nu=0.0001 puts 9\d% of its mass below"):
         rvm_regression_model(Phi, Phi[:, 0], prior="student_t", nu=1e-4)
+
+
+@pytest.mark.parametrize("n", [50, 800])
+def test_default_hyperprior_means_the_same_per_row_at_every_n(n):
+    # At the prior's median alpha_rel (beta^-2 for HalfCauchyPrecision(beta)) a basis function
+    # adds DEFAULT_WEIGHT_SCALE (0.1) of the targets' RMS to each row, per unit of its column's
+    # RMS, whatever N: its prior sd in the user's units is alpha^-1/2 = 0.1 rms(y) / rms(phi).
+    # Stated for unit-norm columns it was 0.1 rms(y) / rms(phi) sqrt(100 / N), shrinking with N.
+    from bayes_rvm.priors import DEFAULT_WEIGHT_SCALE
+
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-10, 10, (n, 1))
+    y = 3.0 * np.sinc(X[:, 0] / np.pi) + 0.1 * rng.standard_normal(n)
+    est = RVR(gamma=0.25, centres=np.linspace(-9, 9, 7)[:, None]).fit(X, y)
+    model = est.make_model()
+    prior = model.rvm_spec.alpha_prior
+    assert prior == Prior("HalfCauchyPrecision", beta=DEFAULT_WEIGHT_SCALE)
+    median = np.full(8, DEFAULT_WEIGHT_SCALE**-2)
+    alpha = model["alpha"].eval({model["alpha_rel"]: median})
+    Phi = est.basis_.transform(X)
+    per_row = alpha**-0.5 * np.sqrt(np.mean(Phi**2, axis=0)) / np.sqrt(np.mean(y**2))
+    np.testing.assert_allclose(per_row, DEFAULT_WEIGHT_SCALE, rtol=1e-12)

@@ -29,6 +29,7 @@ from bayes_rvm.inference import (
 )
 from bayes_rvm.kernels import KernelBasis
 from bayes_rvm.models import rvm_regression_model
+from bayes_rvm.problem import prior_column_scale
 
 NU = 2.0  # Student-t degrees of freedom used for both engines
 
@@ -50,6 +51,8 @@ def sinc60():
     Xg = np.linspace(-10, 10, 201)[:, None]
     return {
         "Phi": Phi / norms,
+        # the unit-norm columns' scale as the estimators state the hyperpriors (unit RMS)
+        "phi_scale": prior_column_scale(np.ones(Phi.shape[1]), len(y)),
         "t": y / scale,
         "Phi_grid": basis.transform(Xg) / norms,
         "f_grid": sinc(Xg[:, 0]) / scale,
@@ -59,7 +62,7 @@ def sinc60():
 
 @pytest.fixture(scope="module")
 def mcmc_ard(sinc60):
-    model = rvm_regression_model(sinc60["Phi"], sinc60["t"])
+    model = rvm_regression_model(sinc60["Phi"], sinc60["t"], phi_scale=sinc60["phi_scale"])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         return sample_mcmc(model, chains=4, random_seed=11, progressbar=False)
@@ -67,7 +70,9 @@ def mcmc_ard(sinc60):
 
 @pytest.fixture(scope="module")
 def mcmc_student(sinc60):
-    model = rvm_regression_model(sinc60["Phi"], sinc60["t"], prior="student_t", nu=NU)
+    model = rvm_regression_model(
+        sinc60["Phi"], sinc60["t"], phi_scale=sinc60["phi_scale"], prior="student_t", nu=NU
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         return sample_mcmc(model, chains=4, random_seed=12, progressbar=False)
@@ -260,7 +265,9 @@ def test_compare_validation(sinc60):
 
 def test_diagnostic_warnings_and_compile_cache(mcmc_ard, sinc60):
     n_cached = len(sampling._NUTPIE_CACHE)
-    model = rvm_regression_model(sinc60["Phi"], sinc60["t"])  # a new model, same settings
+    model = rvm_regression_model(
+        sinc60["Phi"], sinc60["t"], phi_scale=sinc60["phi_scale"]
+    )  # a new model, same settings
     t0 = time.perf_counter()
     with pytest.warns(SamplingDiagnosticsWarning) as record:
         dt = sample_mcmc(model, draws=20, tune=20, chains=2, random_seed=3, progressbar=False)
@@ -280,7 +287,7 @@ def test_diagnostic_warnings_and_compile_cache(mcmc_ard, sinc60):
 
 
 def test_sample_mcmc_rejects_unknown_sampler(sinc60):
-    model = rvm_regression_model(sinc60["Phi"], sinc60["t"])
+    model = rvm_regression_model(sinc60["Phi"], sinc60["t"], phi_scale=sinc60["phi_scale"])
     with pytest.raises(ValueError, match="sampler"):
         sample_mcmc(model, sampler="hmc")
 
@@ -294,10 +301,20 @@ def test_marginal_and_joint_forms_agree_on_noise(sinc60):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         marg = sample_mcmc(
-            rvm_regression_model(sinc60["Phi"], sinc60["t"], basis=fit.active), random_seed=5, **kw
+            rvm_regression_model(
+                sinc60["Phi"], sinc60["t"], phi_scale=sinc60["phi_scale"], basis=fit.active
+            ),
+            random_seed=5,
+            **kw,
         )
         joint = sample_mcmc(
-            rvm_regression_model(sinc60["Phi"], sinc60["t"], basis=fit.active, form="joint"),
+            rvm_regression_model(
+                sinc60["Phi"],
+                sinc60["t"],
+                phi_scale=sinc60["phi_scale"],
+                basis=fit.active,
+                form="joint",
+            ),
             sampler="numpyro",
             random_seed=6,
             nuts={"chain_method": "sequential"},
@@ -318,7 +335,7 @@ def test_marginal_and_joint_forms_agree_on_noise(sinc60):
 @pytest.mark.slow
 @pytest.mark.parametrize("sampler", ["numpyro", "pymc"])
 def test_other_samplers_agree_with_nutpie(sampler, mcmc_ard, sinc60):
-    model = rvm_regression_model(sinc60["Phi"], sinc60["t"])
+    model = rvm_regression_model(sinc60["Phi"], sinc60["t"], phi_scale=sinc60["phi_scale"])
     nuts = {"chain_method": "sequential"} if sampler == "numpyro" else None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -186,12 +186,12 @@ def test_pymc_predictive_on_a_type2_tree():
     X, y = make_sinc(40, random=True, random_state=8)
     est = RVR(gamma=0.25, mcmc_basis="relevant").fit(X, y)
     post = est.idata_["posterior"].dataset
-    # the model's free variables, from the type-II optimum: alpha_rel on unit-norm columns and
-    # unit-RMS targets, as the engine fitted them
+    # the model's free variables, from the type-II optimum: alpha_rel on unit-RMS columns and
+    # unit-RMS targets, as the model states its hyperpriors
     Phi = est.training_.phi_active
     rms2 = np.mean(y**2)
     np.testing.assert_allclose(
-        post["alpha_rel"].values[0, 0], est.alpha_ * rms2 / np.sum(Phi**2, axis=0), rtol=1e-10
+        post["alpha_rel"].values[0, 0], est.alpha_ * rms2 / np.mean(Phi**2, axis=0), rtol=1e-10
     )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -373,12 +373,15 @@ def test_statistics_model_samples_and_keeps_the_loo_terms_of_its_row_subset():
     from bayes_rvm.comparison import compare
     from bayes_rvm.draws import gaussian_loo_terms
     from bayes_rvm.inference import sample_mcmc
+    from bayes_rvm.problem import prior_column_scale
     from bayes_rvm.statistics_model import log_likelihood_rows, rvm_statistics_model
 
     Phi, Y, stats = _statistics_problem(3000, 8, 1)
     rows = log_likelihood_rows(3000, 200)
     assert rows.size == 200 and rows[0] == 0 and rows[-1] == 2999
-    kw = {"phi_scale": np.linalg.norm(Phi, axis=0), "y_scale": float(np.sqrt(np.mean(Y**2)))}
+    # the column scale the estimators state the hyperpriors for (unit RMS)
+    phi_scale = prior_column_scale(np.linalg.norm(Phi, axis=0), 3000)
+    kw = {"phi_scale": phi_scale, "y_scale": float(np.sqrt(np.mean(Y**2)))}
     model = rvm_statistics_model(stats, rows=(rows, Phi[rows], Y[rows, 0]), **kw)
     dt = sample_mcmc(
         model, draws=150, tune=150, chains=2, random_seed=0, progressbar=False, warn=False

@@ -82,7 +82,9 @@ def test_joint_model_logp_is_gaussian_likelihood():
     logps = model.point_logps(point, round_vals=12)
     assert abs(logps["y"] - stats.norm(Phi @ w, sigma).logpdf(y).sum()) < 1e-8
     la = point["alpha_rel_log__"]
-    expected_alpha = (stats.gamma(a=1.5, scale=1 / 1.5).logpdf(np.exp(la)) + la).sum()
+    # Gamma(nu/2, nu s^2/2) at the default s = DEFAULT_WEIGHT_SCALE = 0.1 (unit-RMS columns)
+    rate = 3.0 * 0.1**2 / 2.0
+    expected_alpha = (stats.gamma(a=1.5, scale=1 / rate).logpdf(np.exp(la)) + la).sum()
     # PyTensor's gammaln and scipy's differ by ~1e-8 per element
     assert abs(logps["alpha_rel"] - expected_alpha) < 1e-6
 
@@ -179,7 +181,8 @@ def test_set_model_data_keeps_gram_consistent():
     set_model_data(model, Phi2, Y2[:, 0])
     np.testing.assert_allclose(model["gram"].get_value(), Phi2.T @ Phi2)
     point = model.initial_point()
-    la = np.zeros(16)
+    la = point["alpha_rel_log__"]  # the prior's median, 0.1^-2: no phi_scale, so alpha = alpha_rel
+    assert np.allclose(la, np.log(100.0))
     assert (
         abs(
             model.point_logps(point, round_vals=12)["y"]

@@ -18,9 +18,13 @@ import pytest
 from bayes_rvm.inference import sample_mcmc
 from bayes_rvm.models import rvm_regression_model
 from bayes_rvm.priors import Prior, as_prior, default_alpha_prior
+from bayes_rvm.problem import prior_column_scale
 
 N, D, INFORMATIVE = 100, 20, 3
-THRESHOLD = 10.0  # relevance_summary's threshold on alpha_rel
+THRESHOLD = 10.0  # relevance_summary's threshold on alpha of unit-norm columns
+# alpha_rel is stated for unit-RMS columns (prior_column_scale): N times the unit-norm alpha, and
+# HalfCauchyPrecision(0.1) on it is HalfCauchyPrecision(1) on the unit-norm alpha at N = 100.
+UNIT_NORM = float(N)
 
 
 def _problem():
@@ -74,7 +78,10 @@ def _prior_draws(prior: Prior, n: int = 100_000) -> np.ndarray:
 def default_posterior():
     X, y = _problem()
     model = rvm_regression_model(
-        X, y, phi_scale=np.linalg.norm(X, axis=0), y_scale=float(np.sqrt(np.mean(y**2)))
+        X,
+        y,
+        phi_scale=prior_column_scale(np.linalg.norm(X, axis=0), N),
+        y_scale=float(np.sqrt(np.mean(y**2))),
     )
     dt = sample_mcmc(
         model, draws=400, tune=300, chains=2, random_seed=1, progressbar=False, warn=False
@@ -85,20 +92,21 @@ def default_posterior():
 def test_default_hyperprior_quantiles_are_the_half_cauchy_ones(default_posterior):
     *_, model, _ = default_posterior
     prior = model.rvm_spec.alpha_prior
-    assert prior == default_alpha_prior("ard") == Prior("HalfCauchyPrecision", beta=1.0)
+    assert prior == default_alpha_prior("ard") == Prior("HalfCauchyPrecision", beta=0.1)
     draws = _prior_draws(prior)
     for q in (0.1, 0.5, 0.9):
-        # the closed form's quantile: alpha_q = tan(pi/2 (1 - q))^-2
-        truth = np.tan(np.pi / 2 * (1 - q)) ** -2
+        # the closed form's quantile: alpha_q = tan(pi/2 (1 - q))^-2 / beta^2
+        truth = np.tan(np.pi / 2 * (1 - q)) ** -2 / 0.1**2
         assert np.quantile(draws, q) == pytest.approx(truth, rel=0.03)
     prior_p = _halfcauchy_precision_cdf(THRESHOLD)
-    assert np.mean(draws < THRESHOLD) == pytest.approx(prior_p, abs=4e-3)
+    assert np.mean(draws / UNIT_NORM < THRESHOLD) == pytest.approx(prior_p, abs=4e-3)
 
 
 def test_default_posterior_determines_relevance_of_independent_features(default_posterior):
     X, y, _, dt = default_posterior
     assert int(dt["sample_stats"]["diverging"].sum()) <= 2
     alpha = dt["posterior"].dataset["alpha_rel"].transpose("chain", "draw", "basis").values
+    alpha = alpha / UNIT_NORM
     log10_alpha = np.log10(alpha.reshape(-1, D))
     median = np.median(log10_alpha, axis=0)
     p_below = (alpha.reshape(-1, D) < THRESHOLD).mean(0)
@@ -147,21 +155,23 @@ def test_regularised_horseshoe_takes_a_fixed_positive_slab(c):
 
 
 def test_regularised_horseshoe_samples_from_type2_starts_below_its_floor():
-    # Type-II's relevance vectors on sinc have alpha_rel far below the floor c^-2 = 0.25 of a slab
-    # of c = 2: the estimator's start (type2_initvals) lies outside the prior's support, and the
+    # Type-II's relevance vectors on sinc have alpha_rel far below the floor c^-2 = 25 of a slab
+    # of c = 0.2: the estimator's start (type2_initvals) lies outside the prior's support, and the
     # sampler must start just inside it instead of failing.
     from bayes_rvm import RVR
     from bayes_rvm.datasets import make_sinc
     from bayes_rvm.kernels import KernelBasis
 
     X, y = make_sinc(100, noise=0.1, random=True, random_state=0)
-    # the premise, on the normalised scale alpha_rel = alpha rms(y)^2 / ||phi||^2
-    norms = np.linalg.norm(KernelBasis(kernel="rbf", gamma=0.25).fit(X).transform(X), axis=0)
+    # the premise, on the prior's scale alpha_rel = alpha rms(y)^2 / rms(phi)^2 (a slab of
+    # c = 0.2 on unit-RMS columns is one of 2 on the unit-norm columns at N = 100)
+    Phi = KernelBasis(kernel="rbf", gamma=0.25).fit(X).transform(X)
+    rms = prior_column_scale(np.linalg.norm(Phi, axis=0), len(X))
     alpha = RVR(gamma=0.25).fit(X, y).fit_.alpha
-    assert np.min(alpha * np.mean(y**2) / norms**2) < 0.25
-    prior = Prior("RegularisedHorseshoePrecision", beta=0.01, c=2.0)
+    assert np.min(alpha * np.mean(y**2) / rms**2) < 25.0
+    prior = Prior("RegularisedHorseshoePrecision", beta=0.001, c=0.2)
     est = RVR(gamma=0.25, inference="mcmc", draws=100, tune=100, chains=2, random_state=1)
     est.set_params(alpha_prior=prior).fit(X, y, progressbar=False)
     alpha_rel = est.idata_["posterior"].dataset["alpha_rel"].values
-    assert alpha_rel.min() >= 0.25
+    assert alpha_rel.min() >= 25.0
     assert np.isfinite(alpha_rel).all()

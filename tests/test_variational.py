@@ -73,7 +73,7 @@ def test_vi_matches_the_exact_posterior_of_a_one_column_model():
     phi = rng.normal(size=n)
     t = 0.8 * phi + 0.3 * rng.normal(size=n)
     nu = 6.0
-    model = rvm_regression_model(phi[:, None], t, prior="student_t", nu=nu)
+    model = rvm_regression_model(phi[:, None], t, prior="student_t", nu=nu, s=1.0)
     dt = fit_vi(model, draws=4000, random_seed=1)
     log_z, exact = _exact_posterior(phi, t, nu)
     post = dt["posterior"]
@@ -102,7 +102,7 @@ def test_fullrank_advi_on_the_one_column_model():
     rng = np.random.default_rng(5)
     phi = rng.normal(size=60)
     t = 0.8 * phi + 0.3 * rng.normal(size=60)
-    model = rvm_regression_model(phi[:, None], t, prior="student_t", nu=6.0)
+    model = rvm_regression_model(phi[:, None], t, prior="student_t", nu=6.0, s=1.0)
     dt = fit_vi(model, draws=2000, random_seed=2, method="fullrank_advi", learning_rate=0.003)
     _, exact = _exact_posterior(phi, t, 6.0)
     mean, sd = exact["log_sigma"]

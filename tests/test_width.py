@@ -274,10 +274,11 @@ def test_width_model_density_equals_type2_evidence():
     rel = act[act < X.shape[0]]
     assert act[-1] == X.shape[0]  # the bias is in the model
     pm_model = rvm_width_model(X, y, X[rel])
-    # alpha_rel is the precision of the unit-norm columns, as the engine fits them.
+    # The engine fits the precisions of unit-norm columns; alpha_rel is stated for unit-RMS ones
+    # (bayes_rvm.problem.prior_column_scale): N times larger.
     point = {
         "gamma_rel_log__": np.log(width_to_gamma(r, "rbf") / reference_gamma(X, "rbf")),
-        "alpha_rel_log__": np.log(fit.alpha[act]),
+        "alpha_rel_log__": np.log(fit.alpha[act] * X.shape[0]),
         "sigma_rel_log__": -0.5 * np.log(fit.beta),
     }
     loglik = pm_model.compile_logp(vars=[pm_model["y"]], jacobian=False)(point)

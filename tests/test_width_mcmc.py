@@ -59,12 +59,13 @@ def test_width_model_log_density_equals_dense_reference(kernel, ref_kernel, mult
         Phi = ref_kernel(X, centres, gamma=g_rel * g0)
         if bias:
             Phi = np.c_[Phi, np.ones(40)]
-        alpha = a_rel * np.sum(Phi**2, axis=0) / y_scale**2
+        # alpha_rel is stated for unit-RMS columns (bayes_rvm.problem.prior_column_scale)
+        alpha = a_rel * np.mean(Phi**2, axis=0) / y_scale**2
         cov = (s_rel * y_scale) ** 2 * np.eye(40) + (Phi / alpha) @ Phi.T
         T = Y.reshape(40, -1)
         ref = sum(stats.multivariate_normal(np.zeros(40), cov).logpdf(t) for t in T.T)
         ref += stats.lognorm(s=2.0).logpdf(g_rel)  # DEFAULT_GAMMA_PRIOR
-        ref += _halfcauchy_precision_logpdf(a_rel).sum()
+        ref += _halfcauchy_precision_logpdf(a_rel, beta=0.1).sum()  # the default
         ref += stats.halfnorm().logpdf(s_rel)
         assert logp(point) == pytest.approx(ref, rel=0, abs=1e-8)
 
