@@ -19,7 +19,7 @@ benchmark says so and averages over the distinct splits only.
 ``--sets`` with no names skips the Table 2 sets (for ``--usps`` or ``--friedman`` alone).
 
 ``--usps`` adds the U.S. Postal Service digits (7291 training, 2007 test, 10 classes):
-``RVC()`` (one-vs-rest at that shape), the same one-vs-rest RVC at the paper's width (gamma 1/32
+``RVC()`` (one-vs-rest at that shape), the same RVC at the paper's width (gamma 1/32
 on pixels in [0, 1]), the softmax ``RVC(multi_class="multinomial")`` and scikit-learn's ``SVC()``,
 against the paper's 5.1% with 316 vectors and SVM's 4.4% with 2540, the 20-minute, 16 GB target
 and the criterion above (``bench_usps.py``; ``--usps-models``, ``--usps-limit``).
