@@ -150,15 +150,8 @@ def statistics_mcmc():
     rng = np.random.default_rng(0)
     X = rng.uniform(-5, 5, (1500, 2))
     y = np.sinc(X[:, 0] / np.pi) * np.cos(X[:, 1] / 2) + 0.1 * rng.standard_normal(1500)
-    model = RVR(
-        inference="mcmc",
-        centres="random",
-        n_centres=20,
-        chunk_rows=400,
-        draws=60,
-        chains=2,
-        random_state=0,
-    )
+    model = RVR(inference="mcmc", centres="random", n_centres=20, chunk_rows=400)
+    model.set_params(draws=60, chains=2, random_state=0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # 60 draws: the R-hat warning is not this test's
         model.fit(X, y, progressbar=False)
