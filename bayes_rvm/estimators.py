@@ -40,7 +40,12 @@ from bayes_rvm.draws_prediction import DrawsPredictionMixin
 from bayes_rvm.evidence import EvidenceFit
 from bayes_rvm.kernels import KernelBasis
 from bayes_rvm.large_data import StatisticsFitMixin
-from bayes_rvm.persistence import Fail, SavedStateMixin
+from bayes_rvm.persistence import (
+    Fail,
+    SavedStateMixin,
+    statistics_arrays,
+    statistics_from_arrays,
+)
 from bayes_rvm.priors import Prior, as_prior, default_alpha_prior
 from bayes_rvm.problem import (
     Engine,
@@ -358,8 +363,8 @@ array-like, default="evidence_shared"
         fit from sufficient statistics).
     statistics_ : bayes_rvm.statistics.SufficientStatistics or None
         After a fit from sufficient statistics (``chunk_rows``): ``Phi'Phi``, ``Phi'y``, ``y'y``
-        and N of the training design in the user's units (M x M; not saved by ``save_model``).
-        None after a fit on the design.
+        and N of the training design in the user's units (M x M; ``save_model`` keeps them,
+        so that a loaded model builds the same MCMC model). None after a fit on the design.
     active_ : ndarray of int
         Indices of the retained basis functions (``n_centres`` is the bias).
     relevance_ : ndarray of int
@@ -968,7 +973,11 @@ array-like, default="evidence_shared"
                 "width_path": path_to_json(self.width_path_),
                 "statistics": bool(getattr(self, "_fitted_on_statistics", False)),
             },
-            "arrays": self.training_.to_arrays(),
+            # A fit from statistics keeps them (M x M): its MCMC model is built from them.
+            "arrays": {
+                **self.training_.to_arrays(),
+                **statistics_arrays(getattr(self, "statistics_", None)),
+            },
             "idata": self._idata,
         }
 
@@ -978,9 +987,15 @@ array-like, default="evidence_shared"
         self.training_ = TrainingData.from_arrays(state["arrays"])
         self._idata = state.get("idata")
         self._model = None
-        # A fit from statistics keeps no training design; its statistics are not saved.
+        # A fit from statistics keeps no training design, but its statistics.
         self._fitted_on_statistics = bool(state["extras"].get("statistics", False))
-        self.statistics_ = None
+        self.statistics_ = statistics_from_arrays(state["arrays"], self.basis_.n_basis_)
+        inputs = self.training_.inputs
+        if self._fitted_on_statistics and self.statistics_ is None and inputs is not None:
+            # Files written before the statistics were saved: one pass over the stored rows
+            # (none after a fit on Dask arrays) rebuilds them.
+            if inputs.shape[0]:
+                self.statistics_ = self._statistics_of(self.basis_, inputs, self.training_.y)
 
     @classmethod
     def _check_persisted(cls, state: dict, params: dict, fail: Fail) -> None:
@@ -996,6 +1011,7 @@ array-like, default="evidence_shared"
         if single and D != 1:
             fail(f"a single-output model with {D} outputs")
         arrays = state["arrays"]
+        statistics_from_arrays(arrays, state["basis"].n_basis_, fail)
         phi, y = arrays.get("phi_active"), arrays.get("y")
         if state["extras"].get("statistics", False) and y is not None and phi is None:
             # A fit from sufficient statistics keeps no training design (chunk_rows).

@@ -11,6 +11,9 @@ protocol (in the spirit of pymc-marketing's build-from-idata):
 - ``_restore_state(state)`` (each estimator): the inverse, on an unfitted estimator;
 - ``_check_persisted(state, params, fail)`` (a classmethod of each estimator): the invariants of
   its own stored state (a regressor's training arrays, a classifier's classes);
+- :func:`statistics_arrays` and :func:`statistics_from_arrays`: a fit's sufficient statistics
+  (M x M, small) among the stored arrays, so that a model fitted from them (``chunk_rows``)
+  loads able to rebuild its MCMC model;
 - :meth:`SavedStateMixin._saved_state` and :meth:`SavedStateMixin._from_saved_state`, which
   :func:`bayes_rvm.io.save_model` and :func:`bayes_rvm.io.load_model` call: the basis as the
   ``/basis`` group and back, the checks every estimator shares, then the estimator's own.
@@ -28,6 +31,7 @@ import xarray as xr
 from bayes_rvm.io import ModelFileError, json_attr, json_default
 from bayes_rvm.kernels import WIDTH_RULES, KernelBasis, resolve_gamma, uses_gamma
 from bayes_rvm.priors import Prior, decode_params, encode_params
+from bayes_rvm.statistics import SufficientStatistics
 
 __all__ = [
     "SavedStateMixin",
@@ -36,11 +40,17 @@ __all__ = [
     "check_feature_names",
     "check_fit",
     "check_state",
+    "statistics_arrays",
+    "statistics_from_arrays",
 ]
 
 #: Fitted attributes and parameters of the basis stored in ``/basis`` (JSON attributes).
 BASIS_FITTED = ("gamma_", "n_features_in_", "n_centres_", "n_basis_")
 BASIS_PARAMS = ("kernel", "gamma", "degree", "coef0", "kernel_params", "bias")
+
+#: Prefix of the stored arrays of a fit's sufficient statistics (absent from older files).
+STATISTICS_PREFIX = "statistics_"
+_STATISTICS_FIELDS = ("gram", "cross", "tt", "n", "t_sum")
 
 #: ``fail(what)`` raises the error of an inconsistent stored model, naming its file.
 Fail = Callable[[str], None]
@@ -220,3 +230,45 @@ def check_fit(fit, n_basis: int, fail: Fail) -> None:
         beta = fit.beta
         if not (np.isfinite(beta) and beta > 0):
             fail(f"noise precision beta = {beta!r}")
+
+
+def statistics_arrays(stats: SufficientStatistics | None) -> dict[str, np.ndarray]:
+    """The stored arrays of a fit's sufficient statistics (none for a fit on the design)."""
+    if stats is None:
+        return {}
+    return {
+        STATISTICS_PREFIX + name: np.asarray(getattr(stats, name)) for name in _STATISTICS_FIELDS
+    }
+
+
+def _invalid(what: str) -> None:
+    raise ValueError(f"inconsistent stored model: {what}")
+
+
+def statistics_from_arrays(
+    arrays: dict, n_basis: int, fail: Fail = _invalid
+) -> SufficientStatistics | None:
+    """The statistics :func:`statistics_arrays` stored, checked against the basis; None if absent.
+
+    ``fail`` reports a partial or inconsistent set (shapes, a non-count ``n``, non-finite sums).
+    """
+    stored = {
+        name: arrays[STATISTICS_PREFIX + name]
+        for name in _STATISTICS_FIELDS
+        if STATISTICS_PREFIX + name in arrays
+    }
+    if not stored:
+        return None
+    if len(stored) != len(_STATISTICS_FIELDS):
+        fail(f"sufficient statistics without {sorted(set(_STATISTICS_FIELDS) - set(stored))}")
+    n = stored["n"]
+    if n.ndim != 0 or n.dtype.kind not in "iu" or n < 0:
+        fail(f"the statistics' row count {n!r} is not a count")
+    if stored["gram"].shape != (n_basis, n_basis):
+        fail(f"a Gram matrix of shape {stored['gram'].shape} for {n_basis} basis functions")
+    if not all(np.all(np.isfinite(stored[k])) for k in ("gram", "cross", "tt", "t_sum")):
+        fail("non-finite sufficient statistics")
+    try:
+        return SufficientStatistics(**{**stored, "n": int(n)})
+    except ValueError as exc:
+        fail(f"sufficient statistics of inconsistent shapes ({exc})")

@@ -140,3 +140,79 @@ def test_files_saved_by_the_base_version_load_and_predict_as_they_did():
     # bit for bit; the fit itself loads exactly.
     np.testing.assert_allclose(clf.predict_proba(expected["X_clf"]), expected["proba"], rtol=1e-3)
     np.testing.assert_array_equal(clf.classes_, ["ant", "bee", "cow"])
+
+
+@pytest.fixture(scope="module")
+def statistics_mcmc():
+    # MCMC after a fit from sufficient statistics (chunk_rows): the model file must keep them.
+    import warnings
+
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-5, 5, (1500, 2))
+    y = np.sinc(X[:, 0] / np.pi) * np.cos(X[:, 1] / 2) + 0.1 * rng.standard_normal(1500)
+    model = RVR(inference="mcmc", centres="random", n_centres=20, chunk_rows=400)
+    model.set_params(draws=60, chains=2, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # 60 draws: the R-hat warning is not this test's
+        model.fit(X, y, progressbar=False)
+    assert model._fitted_on_statistics and model._mcmc_basis() == "relevant"
+    return X, y, model
+
+
+def _same_mcmc_model(loaded, fitted):
+    """Both build the MCMC model of the same columns, with the same density at one point."""
+    assert loaded._mcmc_basis() == "relevant"
+    np.testing.assert_array_equal(loaded._mcmc_columns(), fitted._mcmc_columns())
+    ours, theirs = loaded.make_model(), fitted.make_model()
+    point = theirs.initial_point()
+    assert set(point) == set(ours.initial_point())
+    assert ours.compile_logp()(point) == pytest.approx(theirs.compile_logp()(point), rel=1e-12)
+
+
+def test_statistics_mcmc_round_trip(tmp_path, statistics_mcmc):
+    from bayes_rvm.statistics import SufficientStatistics
+
+    X, y, fitted = statistics_mcmc
+    loaded = load_model(save_model(fitted, tmp_path / "s.nc"))
+    Xt = np.random.default_rng(1).uniform(-5, 5, (100, 2))
+    for got, want in zip(
+        loaded.predict(Xt, return_std=True), fitted.predict(Xt, return_std=True), strict=True
+    ):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-15)
+    # The statistics come back bit for bit, and are those of the design (a dense product).
+    for name in ("gram", "cross", "tt", "t_sum", "n"):
+        np.testing.assert_array_equal(
+            getattr(loaded.statistics_, name), getattr(fitted.statistics_, name)
+        )
+    dense = SufficientStatistics.from_design(fitted.basis_.transform(X), y)
+    np.testing.assert_allclose(loaded.statistics_.gram, dense.gram, rtol=1e-12)
+    np.testing.assert_allclose(loaded.statistics_.cross, dense.cross, rtol=1e-12, atol=1e-12)
+    _same_mcmc_model(loaded, fitted)
+
+
+def test_statistics_mcmc_files_without_statistics_rebuild_them(tmp_path, statistics_mcmc):
+    # Files written before the statistics were saved: they load, and the statistics are one
+    # pass over the stored training rows away.
+    _, _, fitted = statistics_mcmc
+    tree = xr.open_datatree(save_model(fitted, tmp_path / "s.nc"), engine="h5netcdf").load()
+    arrays = tree["arrays"].to_dataset()
+    kept = [k for k in arrays.data_vars if not k.startswith("statistics_")]
+    assert len(kept) < len(arrays.data_vars)
+    tree["arrays"] = xr.DataTree(arrays[kept])
+    tree.attrs["checksum"] = _checksum(tree)  # as the earlier version wrote it
+    tree.to_netcdf(tmp_path / "old.nc", engine="h5netcdf")
+    loaded = load_model(tmp_path / "old.nc")
+    np.testing.assert_allclose(loaded.statistics_.gram, fitted.statistics_.gram, rtol=1e-13)
+    assert loaded.statistics_.n == fitted.statistics_.n
+    _same_mcmc_model(loaded, fitted)
+
+
+def test_inconsistent_stored_statistics_are_refused(tmp_path, statistics_mcmc):
+    _, _, fitted = statistics_mcmc
+    tree = xr.open_datatree(save_model(fitted, tmp_path / "s.nc"), engine="h5netcdf").load()
+    arrays = tree["arrays"].to_dataset()
+    tree["arrays"] = xr.DataTree(arrays.drop_vars("statistics_cross"))
+    tree.attrs["checksum"] = _checksum(tree)
+    tree.to_netcdf(tmp_path / "partial.nc", engine="h5netcdf")
+    with pytest.raises(ValueError, match=r"statistics without \['cross'\]"):
+        load_model(tmp_path / "partial.nc")

@@ -163,3 +163,31 @@ def test_rvc_auto_takes_the_chunked_path_above_the_limit(monkeypatch):
     assert clf.chunked_passes_ is not None
     # The kept-blocks budget is capped by the limit: every pass rebuilds its blocks.
     assert clf.chunked_passes_["cached"] == 0
+
+
+def test_active_leave_one_out_factors_match_their_definition(problem):
+    # Truth: s_m of an active column by its definition, the curvature phi_m' B phi_m left after
+    # the other active columns' posterior (H without column m), solved directly. Strongly
+    # determined weights (small alpha) are where alpha S / (alpha - S) cancelled.
+    from bayes_rvm.evidence.design import DenseDesign
+    from bayes_rvm.evidence.laplace import _linearised_factors
+    from bayes_rvm.evidence.mode import posterior_mode
+    from bayes_rvm.families import family
+
+    _, y, _, Phi, _, _ = problem
+    act = np.array([0, 7, 19, 33, 60])
+    alpha = np.full(Phi.shape[1], np.inf)
+    alpha[act] = [1e-6, 1e-3, 0.5, 3.0, 1e-8]
+    T = y[:, None]
+    post = posterior_mode(Phi[:, act], T, alpha[act])
+    s, _, is_act, _ = _linearised_factors(DenseDesign(Phi), post, act, alpha, (T, "bernoulli"))
+    assert np.array_equal(np.flatnonzero(is_act), act)
+    B = family("bernoulli").curvature(post.mu)[:, 0]
+    for p, m in enumerate(act):
+        rest = np.delete(act, p)
+        Pr = Phi[:, rest]
+        H = (Pr * B[:, None]).T @ Pr + np.diag(alpha[rest])
+        u = Pr.T @ (B * Phi[:, m])
+        direct = Phi[:, m] @ (B * Phi[:, m]) - u @ np.linalg.solve(H, u)
+        assert s[m, 0] == pytest.approx(direct, rel=1e-8)
+        assert s[m, 0] > 0

@@ -331,6 +331,7 @@ def _linearised_factors(Phi, post: LaplacePosterior, act, alpha, Tl):
     G, S = Phi.statistics(np.asarray(act, dtype=np.intp), B, T - post.mu)
     Q = G[:, C * K :]
     diag_BB = S.copy()
+    sigma = np.empty((K, C))  # diag(H^-1) per class block
     for c in range(C):
         blk = slice(c * K, (c + 1) * K)
         Lc = post.chol if C == 1 else cholesky(post.hessian[blk, blk])
@@ -338,13 +339,20 @@ def _linearised_factors(Phi, post: LaplacePosterior, act, alpha, Tl):
         Gc = np.ascontiguousarray(G[:, blk])
         V = linalg.solve_triangular(Lc, Gc.T, lower=True, check_finite=False)
         S[:, c] -= np.einsum("ij,ij->j", V, V)
+        Linv = linalg.solve_triangular(Lc, np.eye(K), lower=True, check_finite=False)
+        sigma[:, c] = np.einsum("ij,ij->j", Linv, Linv)
     is_act = np.zeros(M, dtype=bool)
     is_act[act] = True
-    with np.errstate(divide="ignore", invalid="ignore"):
-        # Leave-one-out factors of the active columns: remove their own contribution.
-        fac = np.where(is_act, alpha, 0.0)[:, None] / (alpha[:, None] - S)
-        s = np.where(is_act[:, None], fac * S, S)
-        q = np.where(is_act[:, None], fac * Q, Q)
+    # Leave-one-out factors of the active columns, from Sigma_mm = (H^-1)_mm:
+    # s = alpha S / (alpha - S) = 1 / Sigma_mm - alpha and q = Q / (alpha Sigma_mm). Through
+    # alpha - S they cancel catastrophically for a well-determined weight (S = alpha - alpha^2
+    # Sigma_mm, formed as phi'B phi minus a sum of squares): at 2e5 rows with 500 centres s came
+    # out negative and the gains NaN ("invalid value in log1p").
+    s, q = S.copy(), Q.copy()
+    a = alpha[act][:, None]
+    # Rounding of the difference alone can leave it <= 0 (s << alpha): a floor at its ulp.
+    s[act] = np.maximum(1.0 / sigma - a, a * np.finfo(float).eps)
+    q[act] = Q[act] / (a * sigma)
     return s, q, is_act, np.all(S > _SPAN_RTOL * diag_BB, axis=1)
 
 
