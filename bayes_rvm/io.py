@@ -17,6 +17,9 @@ What a saved model guarantees:
   checksum mismatch (flipped bytes, a missing zarr chunk that zarr would silently fill, edited
   attributes), missing group or attribute, invalid JSON, or stored state that contradicts itself
   (shapes, counts of centres, outputs and classes, the kernel coefficient).
+- A file written while the MCMC hyperpriors were stated on unit-norm columns (no root attribute
+  ``prior_column_scale``) loads with its ``alpha_rel`` restated for the unit-RMS columns of
+  today's model graphs (:func:`_restate_alpha_rel`); its ``alpha`` and predictions are as stored.
 
 This module knows the file: the tree, the checksum, the atomic write, the lock and the generic
 conversion of a frozen result dataclass to a Dataset and back. What an estimator stores and which
@@ -44,6 +47,7 @@ import numpy as np
 import xarray as xr
 from sklearn.utils.validation import check_is_fitted
 
+from bayes_rvm.dims import OBS
 from bayes_rvm.priors import decode_params, encode_params
 
 __all__ = [
@@ -61,6 +65,10 @@ __all__ = [
 ]
 
 _FORMAT = "bayes_rvm-model/2"
+#: Root attribute: the column scale the stored ``alpha_rel`` is relative to. Files written before
+#: it (bff6a04 and earlier) stated the hyperpriors on columns of unit Euclidean norm;
+#: :func:`_restate_alpha_rel` converts them on load.
+_PRIOR_COLUMN_SCALE = ("prior_column_scale", "rms")
 #: Files of the first format carry no checksum; they still load, with a warning.
 _LEGACY_FORMATS = ("bayes_rvm-model/1",)
 
@@ -251,6 +259,7 @@ def to_datatree(model) -> xr.DataTree:
             "params": params,
             "extras": json.dumps(state.get("extras", {}), sort_keys=True),
             "feature_names": json.dumps(None if names is None else [str(n) for n in names]),
+            _PRIOR_COLUMN_SCALE[0]: _PRIOR_COLUMN_SCALE[1],
         }
     )
     groups = {"/": root, "/basis": state["basis"]}
@@ -671,4 +680,54 @@ def _read_state(tree: xr.DataTree, path: Path) -> dict:
     state["idata"] = xr.DataTree.from_dict(groups) if groups else None
     if state["idata"] is not None and "idata_attrs" in tree.attrs:
         state["idata"].attrs.update(json_attr(tree.attrs, "idata_attrs", root))
+    scale = tree.attrs.get(_PRIOR_COLUMN_SCALE[0])
+    if scale is None and state["idata"] is not None:
+        state["idata"] = _restate_alpha_rel(state["idata"], state["arrays"], path)
+    elif scale is not None and scale != _PRIOR_COLUMN_SCALE[1]:
+        raise ModelFileError(f"{path}: unknown prior_column_scale {scale!r}")
     return state
+
+
+def _restate_alpha_rel(idata: xr.DataTree, arrays: dict, path: Path) -> xr.DataTree:
+    """The DataTree of a file whose ``alpha_rel`` is on unit-norm columns, on unit-RMS ones.
+
+    Such files were written while the hyperpriors were stated on columns of unit Euclidean norm:
+    ``alpha = alpha_rel ||phi||^2 / y_scale^2 = (N alpha_rel) rms(phi)^2 / y_scale^2``
+    (:func:`bayes_rvm.problem.prior_column_scale`), N the training rows. Every group's
+    ``alpha_rel`` (posterior, prior, warmup, a type-II tree) is multiplied by N and the
+    ``constant_data`` column scale divided by sqrt(N), so that the loaded estimator's graphs give
+    the stored ``alpha`` at the stored draws; ``alpha`` itself, hence every prediction, is as
+    stored. Densities recorded by the sampler (``sample_stats``' ``logp``, a variational loss)
+    stay those of the old hyperprior.
+    """
+    groups = {node.path: node.to_dataset(inherit=False) for node in idata.subtree}
+    if not any("alpha_rel" in ds for ds in groups.values()):
+        return idata
+    n = _training_rows(arrays, groups)
+    if n is None:
+        raise ModelFileError(
+            f"{path}: alpha_rel is stored on unit-norm columns (a file of an earlier version) "
+            "and the file holds no training rows to restate it by; re-fit and save it again."
+        )
+    for name, ds in groups.items():
+        if "alpha_rel" in ds:
+            ds = ds.assign(alpha_rel=ds["alpha_rel"] * n)
+        if name == "/constant_data" and "phi_scale" in ds:
+            ds = ds.assign(phi_scale=ds["phi_scale"] / np.sqrt(n))
+        groups[name] = ds
+    out = xr.DataTree.from_dict(groups)
+    out.attrs.update(idata.attrs)
+    return out
+
+
+def _training_rows(arrays: dict, groups: dict) -> int | None:
+    """The number of training rows of a stored model, or None if it stores no trace of them."""
+    for name in ("x_train", "kernel_matrix"):
+        if name in arrays:
+            return int(arrays[name].shape[0])
+    if "statistics_n" in arrays:
+        return int(arrays["statistics_n"])
+    observed = groups.get("/observed_data")
+    if observed is not None and "y" in observed and OBS in observed["y"].dims:
+        return int(observed["y"].sizes[OBS])
+    return None

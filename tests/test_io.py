@@ -216,3 +216,68 @@ def test_inconsistent_stored_statistics_are_refused(tmp_path, statistics_mcmc):
     tree.to_netcdf(tmp_path / "partial.nc", engine="h5netcdf")
     with pytest.raises(ValueError, match=r"statistics without \['cross'\]"):
         load_model(tmp_path / "partial.nc")
+
+
+def _alpha_at_draws(model, draws):
+    """The graph's ``alpha`` deterministic evaluated at stored ``alpha_rel`` draws."""
+    import pytensor
+
+    alpha = pytensor.function([model["alpha_rel"]], model["alpha"], on_unused_input="ignore")
+    return np.stack([alpha(a) for a in draws.values.reshape(-1, draws.shape[-1])])
+
+
+@pytest.mark.parametrize("name", ["rvr", "rvc"])
+def test_mcmc_files_from_before_the_rms_prior_scale_are_restated(tmp_path, name):
+    # Written by bayes_rvm at bff6a04 (tests/data/write_mcmc_models.py), when alpha_rel was
+    # relative to unit-norm columns: the model graph now takes unit-RMS ones, N times alpha_rel.
+    from pathlib import Path
+
+    data = Path(__file__).parent / "data"
+    path = data / f"{name}_mcmc_bff6a04.nc"
+    raw = xr.open_datatree(path, engine="h5netcdf").load()
+    assert "prior_column_scale" not in raw.attrs
+    expected = np.load(data / "predictions_mcmc_bff6a04.npz")
+    loaded = load_model(path)
+    if name == "rvr":
+        got = loaded.predict(expected["X_reg"], return_std=True)
+        np.testing.assert_allclose(got[0], expected["mean"], rtol=1e-13, atol=1e-16)
+        np.testing.assert_allclose(got[1], expected["std"], rtol=1e-13, atol=1e-16)
+    else:
+        proba = loaded.predict_proba(expected["X_clf"])
+        np.testing.assert_allclose(proba, expected["proba"], rtol=1e-13, atol=1e-16)
+    post = loaded.idata_["posterior"].dataset
+    n = raw["arrays"]["x_train"].shape[0]
+    assert n == 30
+    np.testing.assert_array_equal(post["alpha_rel"], raw["posterior"]["alpha_rel"] * n)
+    np.testing.assert_array_equal(post["alpha"], raw["posterior"]["alpha"])
+    model = loaded.make_model()
+    stored = raw["posterior"]["alpha"].values.reshape(-1, post.sizes["basis"])
+    np.testing.assert_allclose(_alpha_at_draws(model, post["alpha_rel"]), stored, rtol=1e-10)
+    # The stored column scale is the graph's: the training columns' root-mean-square.
+    np.testing.assert_allclose(
+        loaded.idata_["constant_data"]["phi_scale"], model["phi_scale"].get_value(), rtol=1e-13
+    )
+    # Saved again, it is marked and read back as it is.
+    again = load_model(save_model(loaded, tmp_path / "again.nc"))
+    np.testing.assert_array_equal(again.idata_["posterior"]["alpha_rel"], post["alpha_rel"])
+
+
+def test_new_files_are_marked_and_not_restated(tmp_path):
+    import warnings
+
+    X, y = make_sinc(30, random_state=0)
+    model = RVR(gamma=0.11, inference="mcmc", draws=10, tune=50, chains=1, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # 10 draws: convergence warnings are not this test's
+        model.fit(X, y, progressbar=False)
+    path = save_model(model, tmp_path / "m.nc")
+    assert xr.open_datatree(path, engine="h5netcdf").attrs["prior_column_scale"] == "rms"
+    loaded = load_model(path)
+    for var in ("alpha_rel", "alpha"):
+        np.testing.assert_array_equal(
+            loaded.idata_["posterior"][var], model.idata_["posterior"][var]
+        )
+    post = loaded.idata_["posterior"].dataset
+    stored = model.idata_["posterior"]["alpha"].values.reshape(-1, post.sizes["basis"])
+    got = _alpha_at_draws(loaded.make_model(), post["alpha_rel"])
+    np.testing.assert_allclose(got, stored, rtol=1e-10)
