@@ -192,3 +192,30 @@ def test_active_leave_one_out_factors_match_their_definition(problem):
         assert s[m, 0] == pytest.approx(direct, rel=1e-8)
         assert s[m, 0] > 0
 
+
+def test_a_nan_gain_does_not_end_the_fit(problem, monkeypatch):
+    # Truth: the same fit with the factors intact. Before the active factors came from
+    # diag(H^-1), cancellation gave NaN gains; np.argmax picked the NaN and the run read it as
+    # "no step has a positive gain", ending the fit while steps still paid. Here the first three
+    # passes with two or more active columns spoil the last active column's s.
+    import bayes_rvm.evidence.laplace as lap
+
+    _, y, _, Phi, _, _ = problem
+    want = fit_laplace_sequential(Phi, y, probe_deletions=False)
+    real, spoiled = lap._linearised_factors, []
+
+    def factors(*args):
+        s, q, is_act, fits = real(*args)
+        act = args[2]
+        if act.size > 1 and len(spoiled) < 3:
+            s[act[-1]] = np.nan
+            spoiled.append(int(act[-1]))
+        return s, q, is_act, fits
+
+    monkeypatch.setattr(lap, "_linearised_factors", factors)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        got = fit_laplace_sequential(Phi, y, probe_deletions=False)
+    assert len(spoiled) == 3
+    assert got.converged and got.reason == want.reason
+    assert got.log_evidence == pytest.approx(want.log_evidence, rel=1e-9)
