@@ -140,3 +140,33 @@ def test_statistics_path_thins_by_default_and_its_draws_keep_the_type2_posterior
     assert stats.idata_["sample_stats"].sizes["draw"] == 200
     X_test = np.random.default_rng(1).uniform(-4, 4, (200, 2))
     np.testing.assert_allclose(stats.predict(X_test), type2.predict(X_test), atol=0.01)
+
+
+def test_diagnose_reports_the_halves_and_says_when_only_the_spreads_differ():
+    from bayes_rvm.diagnostics import SamplingDiagnosticsWarning, diagnose
+
+    rng = np.random.default_rng(3)
+    z = rng.normal(size=(2, 500, 3))
+    spread = z * np.array([1.0, 1.6])[:, None, None]  # same centre, different spreads
+    shifted = z + np.array([0.0, 0.5])[:, None, None]
+    messages = {}
+    for name, la in (("spread", spread), ("shifted", shifted)):
+        sigma = np.exp(rng.normal(size=(2, 500)) * 0.1)
+        post = xr.Dataset(
+            {
+                "alpha": (("chain", "draw", "basis"), np.exp(la)),
+                "sigma": (("chain", "draw"), sigma),
+            }
+        )
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            diag = diagnose(xr.DataTree.from_dict({"posterior": post}))
+        caught = [w for w in caught if issubclass(w.category, SamplingDiagnosticsWarning)]
+        assert any("R-hat" in str(w.message) for w in caught)
+        x = np.concatenate([np.moveaxis(np.log(np.exp(la)), 2, 0), sigma[None]])  # as diagnose
+        parts = rhat_parts(x)
+        assert diag["max_rhat_bulk"] == pytest.approx(parts[:, 0].max(), rel=1e-12)
+        assert diag["max_rhat_folded"] == pytest.approx(parts[:, 1].max(), rel=1e-12)
+        messages[name] = " ".join(str(w.message) for w in caught)
+    assert "in spread only" in messages["spread"]
+    assert "in spread only" not in messages["shifted"]
