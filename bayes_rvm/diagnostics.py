@@ -240,11 +240,13 @@ def ess_bulk(x: np.ndarray) -> np.ndarray:
     -------
     ndarray of shape (K,)
     """
-    return _in_threads(_ess_bulk, np.asarray(x, dtype=np.float64))
+    return _in_threads(_ess_rank, np.asarray(x, dtype=np.float64))
 
 
-def _ess_bulk(x: np.ndarray) -> np.ndarray:
-    out = _ess(_z_scale(_split_chains(x)))
+def _ess_rank(x: np.ndarray, folded: bool = False) -> np.ndarray:
+    # The ESS of the rank-normalised split chains, or of their distance from the median.
+    split = _split_chains(x)
+    out = _ess(_z_scale(_folded(split) if folded else split))
     return np.where(_valid(x, 1), out, np.nan)
 
 
@@ -259,13 +261,9 @@ def ess_folded(x: np.ndarray) -> np.ndarray:
     Returns
     -------
     ndarray of shape (K,)
+        ``arviz.ess(method="folded")`` of each scalar; NaN as in :func:`ess_bulk`.
     """
-    return _in_threads(_ess_folded, np.asarray(x, dtype=np.float64))
-
-
-def _ess_folded(x: np.ndarray) -> np.ndarray:
-    out = _ess(_z_scale(_folded(_split_chains(x))))
-    return np.where(_valid(x, 1), out, np.nan)
+    return _in_threads(functools.partial(_ess_rank, folded=True), np.asarray(x, dtype=np.float64))
 
 
 def ess_tail(x: np.ndarray, prob: float | None = None) -> np.ndarray:

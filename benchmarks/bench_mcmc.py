@@ -31,10 +31,18 @@ One run prints, in this order (``--sections`` picks some of them):
 ``large`` (not in the default set)
     ``RVR(inference="mcmc", centres="random", n_centres=200)``, 2 chains x 500 draws, on
     ``--large-n`` rows (10^6) of a 2-D sinc, fitted from sufficient statistics: wall and CPU
-    time, peak memory, load, R-hat, ESS, divergences against the issue's targets, and the
-    posterior mean's test RMSE over the type-II fit's; for ``mcmc_basis="auto"`` (the
-    relevance vectors on this path) on three data sets, ``"all"``, and a narrower kernel
-    (issue 29, item 3).
+    time, peak memory, load, R-hat (and its bulk and folded halves), ESS per draw, divergences
+    against the issue's targets, and the posterior mean's test RMSE over the type-II fit's; for
+    ``mcmc_basis="auto"`` (the relevance vectors on this path) on ``--large-seeds`` (0-5) at the
+    default thinning (4 on this path) and unthinned, ``"all"``, and a narrower kernel (issue 29,
+    item 3).
+``replicates`` (not in the default set)
+    How often the ``large`` call meets R-hat <= 1.01: each data set's model sampled at 10
+    sampler seeds, unthinned and thinned, and once for long (8 x 2000 draws).
+``rhat`` (not in the default set)
+    The null distribution of that R-hat: the max over 45 parameters of a target whose chains
+    cannot disagree (an iid Gaussian), 2 x 500 kept draws, for independent draws and for NUTS
+    keeping every 1st-4th draw: what the target of ``large`` asks of a sampler.
 ``forms`` (not in the default set)
     The weight-marginalised against the joint (non-centred) and centred forms, as before.
 
@@ -782,6 +790,82 @@ def section_rhat(a) -> list[dict]:
     return rows
 
 
+# One data set in a fresh process: the issue's fit, then its model sampled again from the same
+# start (the estimator's: the type-II fit, capped as RVR caps it) at --replicates sampler seeds,
+# unthinned and at the default thinning; then one long run (8 x 2000 draws).
+_REPLICATE_CHILD = """
+import json, os, sys, time, warnings
+import numpy as np
+from bayes_rvm import RVR
+from bayes_rvm.inference import sample_mcmc, type2_initvals
+from bayes_rvm.sampling import STATISTICS_THIN
+n, seed, reps = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+rng = np.random.default_rng(seed)
+X = rng.uniform(-5, 5, (n, 2))
+y = np.sinc(X[:, 0] / np.pi) * np.cos(X[:, 1] / 2) + 0.1 * rng.standard_normal(n)
+kw = dict(centres='random', n_centres=200, random_state=0, chunk_rows=65536)
+with warnings.catch_warnings():
+    warnings.simplefilter('ignore')
+    est = RVR(inference='mcmc', draws=500, chains=2, **kw).fit(X, y, progressbar=False)
+    init = type2_initvals(est.fit_, basis=est.active_, factor=n, alpha_max=1e6)
+    out = {'sampled': int(est.active_.size), 'runs': []}
+    t, c = time.perf_counter(), time.process_time()
+    for thin in (1, STATISTICS_THIN):
+        for r in range(reps):
+            dt = sample_mcmc(est.model_, draws=500, tune=est.tune, chains=2, thin=thin,
+                random_seed=100 + r, initvals=init, warn=False, progressbar=False)
+            d = json.loads(dt.attrs['diagnostics'])
+            out['runs'].append([thin, d['max_rhat'], d['max_rhat_bulk'], d['max_rhat_folded']])
+    out['wall_s'], out['cpu_s'] = time.perf_counter() - t, time.process_time() - c
+    dt = sample_mcmc(est.model_, draws=2000, tune=est.tune, chains=8, thin=1, random_seed=7,
+        initvals=init, warn=False, progressbar=False)
+d = json.loads(dt.attrs['diagnostics'])
+la = np.log10(dt['posterior']['alpha']).mean('draw').values
+out['long'] = {'rhat': d['max_rhat'], 'ess_bulk': d['min_ess_bulk'],
+    'chain_gap': float((la.max(0) - la.min(0)).max())}
+out['load'] = os.getloadavg()[0]
+print('RESULT ' + json.dumps(out))
+"""
+
+
+def section_replicates(a) -> list[dict]:
+    """How often the issue's call meets R-hat <= 1.01: each data set of ``--large-seeds`` fitted
+    once (in a fresh process with one BLAS thread), its model sampled again at ``--replicates``
+    sampler seeds, 2 x 500 kept draws, unthinned and at the default thinning, from the
+    estimator's start; per thinning, the max R-hat's median and 95th percentile over all runs,
+    the fraction <= 1.01 and how often the folded half binds (against the ``rhat`` section's
+    null for independent draws); and per data set a long run (8 chains x 2000 draws, unthinned):
+    its max R-hat, min bulk ESS and ``chain_gap`` (the widest spread of the 8 chains' means of
+    ``log10 alpha``): a column with two states shows there."""
+    n = 20_000 if a.quick else a.large_n
+    runs, rows = [], []
+    for seed in [int(s) for s in a.large_seeds.split(",")]:
+        cmd = [sys.executable, "-c", _REPLICATE_CHILD, str(n), str(seed), str(a.replicates)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+        if not lines:
+            rows.append({"case": f"seed={seed}", "error": proc.stderr[-300:]})
+            continue
+        res = json.loads(lines[-1][7:])
+        runs += res["runs"]
+        long = {f"long_{k}": v for k, v in res["long"].items()}
+        rows.append({"case": f"seed={seed} long 8x2000", "sampled": res["sampled"], **long})
+        rows[-1].update(replicates_wall_s=res["wall_s"], cpu_s=res["cpu_s"], load=res["load"])
+    r = np.asarray(runs, dtype=float).reshape(-1, 4)
+    for thin in np.unique(r[:, 0]):
+        top = r[r[:, 0] == thin]
+        rows.append(
+            {
+                "case": f"thin={int(thin)}: {len(top)} runs of 2x500",
+                "max_rhat_median": float(np.median(top[:, 1])),
+                "max_rhat_q95": float(np.quantile(top[:, 1], 0.95)),
+                "P(max<=1.01)": float(np.mean(top[:, 1] <= 1.01)),
+                "folded_binds": float(np.mean(top[:, 3] > top[:, 2])),
+            }
+        )
+    return rows
+
+
 SECTIONS = {
     "fresh": section_fresh,
     "scale": section_scale,
@@ -790,6 +874,7 @@ SECTIONS = {
     "forms": section_forms,
     "large": section_large,
     "rhat": section_rhat,
+    "replicates": section_replicates,
 }
 
 
@@ -798,7 +883,9 @@ def _print_rows(title: str, rows: list[dict]) -> None:
     for row in rows:
         cells = []
         for k, v in row.items():
-            cells.append(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}")
+            # R-hats with a digit more: 1.0102 is not 1.010 against a bound of 1.01
+            digits = 5 if "rhat" in k else 4
+            cells.append(f"{k}={v:.{digits}g}" if isinstance(v, float) else f"{k}={v}")
         print("  " + "  ".join(cells), flush=True)
 
 
@@ -827,6 +914,7 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--large-n", type=int, default=1_000_000, help="N of the large section")
     p.add_argument("--large-seeds", default="0,1,2,3,4,5", help="data sets of the large section")
+    p.add_argument("--replicates", type=int, default=10, help="sampler seeds per data set")
     p.add_argument("--null-dim", type=int, default=45, help="parameters of the rhat section")
     p.add_argument("--null-runs", type=int, default=40, help="runs per row of the rhat section")
     p.add_argument(
