@@ -272,11 +272,11 @@ def sample_mcmc(
     (nutpie's defaults) on an iid 45-dimensional Gaussian, 2 x 500 draws, gives a bulk ESS of
     2.8 per draw but a folded one of 0.39, and a max rank R-hat above 1.01 in 40 of 40 runs
     (median 1.017); with ``thin=4``, 0.90 and 0.90 per kept draw and max R-hat <= 1.01 in 90%
-    of runs, as for independent draws (96% of 400 simulated runs). A model of sufficient
-    statistics samples the ``log alpha`` of the type-II relevance vectors (about 45) at a cost
-    per gradient independent of N: at N = 10^6, 2 x 2000 iterations take about a second, and
-    ``"auto"`` thins by 4 there (issue 29 item 3: max R-hat <= 1.01 in 95% of 60 runs of
-    2 x 500 kept draws, against 13% unthinned). Elsewhere a gradient costs more and the
+    of runs, near independent draws' 96-100%. A model of sufficient statistics samples the
+    ``log alpha`` of the type-II relevance vectors (about 45) at a cost per gradient
+    independent of N: at N = 10^6, 2 x 2000 iterations take one or two seconds, and ``"auto"``
+    thins by 4 there (issue 29 item 3: max R-hat <= 1.01 in 88% and 95% of two sets of 60 runs
+    of 2 x 500 kept draws, against 3% and 13% unthinned). Elsewhere a gradient costs more and the
     estimators draw 1000 per chain instead. Figures: ``benchmarks/bench_mcmc.py --sections
     rhat,replicates`` and docs/large_data.md.
     """
@@ -358,6 +358,18 @@ def thinned(dt: xr.DataTree, thin: int) -> xr.DataTree:
     The draws are renumbered from 0. In ``sample_stats`` a kept draw's ``diverging`` is true
     when any draw of its block diverged, so that a thinned run hides no divergence; its other
     statistics are the kept draw's own. Warmup groups are left as they are.
+
+    Parameters
+    ----------
+    dt : xarray.DataTree
+        A sampler's result (``posterior`` and ``sample_stats`` with a ``draw`` dimension).
+    thin : int
+        Keep draws ``thin - 1, 2 thin - 1, ...``; an incomplete last block is dropped.
+
+    Returns
+    -------
+    xarray.DataTree
+        A copy with ``draws // thin`` draws per chain.
     """
     out = dt.copy()
     for group in ("posterior", "sample_stats"):
