@@ -42,7 +42,7 @@ One run prints, in this order (``--sections`` picks some of them):
 ``rhat`` (not in the default set)
     The null distribution of that R-hat: the max over 45 parameters of a target whose chains
     cannot disagree (an iid Gaussian), 2 x 500 kept draws, for independent draws and for NUTS
-    keeping every 1st-4th draw: what the target of ``large`` asks of a sampler.
+    keeping every 1st-4th and 8th draw: what the target of ``large`` asks of a sampler.
 ``forms`` (not in the default set)
     The weight-marginalised against the joint (non-centred) and centred forms, as before.
 
@@ -757,7 +757,7 @@ def section_rhat(a) -> list[dict]:
     """The null distribution of the max rank R-hat of the ``large`` section's size: ``--null-dim``
     (45) parameters, 2 chains x 500 kept draws, on a target where the chains cannot disagree
     (an iid standard Gaussian), ``--null-runs`` runs each: independent draws (numpy), and NUTS
-    (nutpie's defaults, 300 tuning steps) keeping every draw and every 2nd, 3rd and 4th
+    (nutpie's defaults, 300 tuning steps) keeping every draw and every 2nd, 3rd, 4th and 8th
     (:func:`bayes_rvm.sampling.thinned`). ``bulk/draw`` and ``folded/draw`` are the median ESS
     per kept draw of the rank-normalised values and of their distance from the median, the
     quantities the two halves of the R-hat read; ``grad/kept`` the leapfrog steps per kept draw.
@@ -775,7 +775,7 @@ def section_rhat(a) -> list[dict]:
     with pm.Model() as model:
         pm.Normal("x", 0.0, 1.0, shape=K)
     compiled = nutpie.compile_pymc_model(model, backend="numba")
-    for thin in (1, 2, 3, 4):
+    for thin in (1, 2, 3, 4, 8):
         c, t = _cpu(), time.perf_counter()
         xs, steps = [], 0.0
         for r in range(runs):
