@@ -272,7 +272,7 @@ def sample_mcmc(
     (nutpie's defaults) on an iid 45-dimensional Gaussian, 2 x 500 draws, gives a bulk ESS of
     2.8 per draw but a folded one of 0.39, and a max rank R-hat above 1.01 in 40 of 40 runs
     (median 1.017); with ``thin=4``, 0.90 and 0.90 per kept draw and max R-hat <= 1.01 in 90%
-    of runs, near independent draws' 96-100%. A model of sufficient statistics samples the
+    of runs, near independent draws' 97%. A model of sufficient statistics samples the
     ``log alpha`` of the type-II relevance vectors (about 45) at a cost per gradient
     independent of N: at N = 10^6, 2 x 2000 iterations take one or two seconds, and ``"auto"``
     thins by 4 there (issue 29 item 3: max R-hat <= 1.01 in 88% and 95% of two sets of 60 runs
