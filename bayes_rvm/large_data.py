@@ -158,7 +158,9 @@ class StatisticsFitMixin:
         evenly spaced) for the pointwise log likelihood: ``idata_``'s ``log_likelihood`` holds
         those rows' exact leave-one-out terms, not all N (its attribute
         ``log_likelihood_rows`` says so, and :func:`bayes_rvm.compare` refuses to set it beside
-        a fit scored on other rows).
+        a fit scored on other rows). A fit on Dask arrays keeps none of the rows on the client
+        (:mod:`bayes_rvm.distributed`): its model has the same density and no such rows, and
+        its completed posterior no ``log_likelihood``.
         """
         from bayes_rvm.statistics_model import log_likelihood_rows, rvm_statistics_model
 
@@ -172,11 +174,14 @@ class StatisticsFitMixin:
         sub = SufficientStatistics(
             st.gram[np.ix_(cols, cols)], st.cross[cols], st.tt, st.n, st.t_sum
         )
-        rows = log_likelihood_rows(st.n)
-        Phi_rows = self.basis_.transform(self.training_.inputs[rows], columns=cols)
+        inputs, loo_rows = self.training_.inputs, None
+        if inputs is not None and inputs.shape[0] == st.n:
+            rows = log_likelihood_rows(st.n)
+            Phi_rows = self.basis_.transform(inputs[rows], columns=cols)
+            loo_rows = (rows, Phi_rows, self.training_.y[rows])
         return rvm_statistics_model(
             sub,
-            rows=(rows, Phi_rows, self.training_.y[rows]),
+            rows=loo_rows,
             phi_scale=prior_column_scale(sub.column_norms(), st.n),
             y_scale=sub.target_scale(),
             basis_names=cols,
