@@ -389,7 +389,7 @@ class DaskFitMixin:
         X, y = dask_training_data(X, y)
         centres = dask_centres(X, self.centres, self.n_centres, self.random_state)
         gamma, path = None, None
-        if self._learns_width():  # the default rule: the others are refused above
+        if self._learns_width():  # the default or "evidence_ard": the others are refused above
             ls, path = self._dask_shared_width(X, y, centres)
             g = self._width_rule().kernel.gamma(ls)
             gamma = float(g[0]) if ls.size == 1 else g

@@ -102,10 +102,12 @@ class StatisticsFitMixin:
             reason = "a sampled width (gamma a Prior) needs the design at every width"
         elif self.predictive != "rvm":
             reason = "predictive='rvm*' needs the training design at prediction"
-        elif rule.learned and rule.kind != DEFAULT_GAMMA:
+        elif rule.learned and rule.kind not in (DEFAULT_GAMMA, "evidence_ard"):
+            # The default and "evidence_ard" maximise the shared evidence on a row subset (the
+            # same rows and search as in memory); "evidence" refits the whole design per width.
             reason = (
-                f"gamma={self.gamma!r} searches the width on the whole design; use a number or "
-                f"the default {DEFAULT_GAMMA!r} (chosen on a subset of rows)"
+                f"gamma={self.gamma!r} searches the width on the whole design; use a number, "
+                f"the default {DEFAULT_GAMMA!r} or 'evidence_ard' (chosen on a subset of rows)"
             )
         if reason is not None:
             raise ValueError(
@@ -116,8 +118,9 @@ class StatisticsFitMixin:
     def _fit_statistics(self, X: np.ndarray, y: np.ndarray, problem: Problem, engine: Engine):
         """The fit from the statistics of a chunked pass: ``(basis, problem, fit)``.
 
-        The width (default rule) is chosen on at most ``SHARED_MAX_SAMPLES`` rows, as the
-        design path chooses it; then one pass accumulates ``Phi'Phi``, ``Phi'y`` and ``y'y``.
+        The width (the default rule or ``"evidence_ard"``) is chosen on at most
+        ``SHARED_MAX_SAMPLES`` rows, as the design path chooses it; then one pass accumulates
+        ``Phi'Phi``, ``Phi'y`` and ``y'y``.
         """
         centres = self._candidate_centres(X)
         gamma, path = None, None

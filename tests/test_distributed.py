@@ -197,6 +197,28 @@ def test_fit_on_dask_arrays_equals_the_in_memory_fit(client, gamma):
         dask_fit.refit_loo()
 
 
+def test_evidence_ard_from_statistics_and_on_dask_finds_the_in_memory_widths(client):
+    # The truth: the in-memory fit on the design. On one input "evidence_ard" refines the
+    # width by the gradient, which the default does not: its width differs from the default's.
+    rng = np.random.default_rng(1)
+    X = rng.uniform(-5, 5, size=(2500, 1))
+    y = np.sinc(X[:, 0] / np.pi) + 0.1 * rng.normal(size=2500)
+    params = {"gamma": "evidence_ard", "centres": "random", "n_centres": 80, "random_state": 1}
+    memory = RVR(**params, chunk_rows=None).fit(X, y)
+    default = RVR(**{**params, "gamma": "evidence_shared"}, chunk_rows=600).fit(X, y)
+    assert abs(default.length_scale_ / memory.length_scale_ - 1) > 1e-3
+    chunked = RVR(**params, chunk_rows=600).fit(X, y)
+    dask_fit = RVR(**params).fit(da.from_array(X, chunks=700), da.from_array(y, chunks=700))
+    for fit in (chunked, dask_fit):
+        assert fit.statistics_.n == 2500
+        np.testing.assert_allclose(fit.gamma_, memory.gamma_, rtol=1e-9)
+        np.testing.assert_array_equal(fit.relevance_, memory.relevance_)
+        np.testing.assert_allclose(fit.log_evidence_, memory.log_evidence_, rtol=1e-9)
+        np.testing.assert_allclose(
+            fit.width_path_.log_evidence, memory.width_path_.log_evidence, rtol=1e-9
+        )
+
+
 def test_make_model_after_a_dask_fit_has_the_in_memory_model_density(client):
     # The truth: the model of the in-memory fit on the N x K design (rvm_regression_model on
     # every row), against the Dask fit's model of the statistics (a compressed design).
