@@ -338,3 +338,7 @@ def test_width_selection_is_saved_without_its_design(tmp_path, case):
     loaded = load_model(tmp_path / "old.nc")
     assert not hasattr(loaded, "width_selection_")
     np.testing.assert_array_equal(loaded.predict(X), model.predict(X))
+    # A refit at a fixed width made no search: the earlier one's diagnostics are not kept.
+    model.set_params(gamma=0.3).fit(X, y)
+    assert not hasattr(model, "width_selection_")
+    assert not hasattr(load_model(save_model(model, tmp_path / "fixed.nc")), "width_selection_")
