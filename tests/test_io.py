@@ -342,3 +342,15 @@ def test_width_selection_is_saved_without_its_design(tmp_path, case):
     model.set_params(gamma=0.3).fit(X, y)
     assert not hasattr(model, "width_selection_")
     assert not hasattr(load_model(save_model(model, tmp_path / "fixed.nc")), "width_selection_")
+
+
+def test_an_inconsistent_width_selection_is_refused(tmp_path):
+    X, y = make_sinc(40, noise=0.1, random_state=0)
+    tree = xr.open_datatree(save_model(RVR().fit(X, y), tmp_path / "w.nc"), engine="h5netcdf")
+    tree = tree.load()
+    fit = tree["width_selection/fit_0"].to_dataset()
+    tree["width_selection/fit_0"] = xr.DataTree(fit.isel(alpha_0=slice(1, None)))
+    tree.attrs["checksum"] = _checksum(tree)
+    tree.to_netcdf(tmp_path / "bad.nc", engine="h5netcdf")
+    with pytest.raises(ValueError, match=r"alphas of shape \(40,\) for 41 basis functions"):
+        load_model(tmp_path / "bad.nc")
