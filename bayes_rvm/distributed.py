@@ -358,9 +358,11 @@ class DaskFitMixin:
     The client holds the centres, at most
     :data:`~bayes_rvm.width_selection.SHARED_MAX_SAMPLES` rows for the default width rule and
     the M x M statistics; the fit keeps no training rows (``training_``
-    has none), so ``idata_``, ``refit_loo`` and ``model_`` raise as after any fit from
-    statistics. Rows that repeat others exactly are not dropped (a continuous sample has none;
-    the in-memory fit drops them, see ``fit``).
+    has none), so ``idata_`` and ``refit_loo`` raise as after any fit from statistics, and
+    ``make_model()`` (``model_``) builds the model of the statistics without the rows of its
+    pointwise log likelihood (a posterior completed from it has no ``log_likelihood``). Rows
+    that repeat others exactly are not dropped (a continuous sample has none; the in-memory fit
+    drops them, see ``fit``).
     """
 
     def _fit_dask(self, X, y, sample_kwargs: dict):
@@ -387,7 +389,7 @@ class DaskFitMixin:
         X, y = dask_training_data(X, y)
         centres = dask_centres(X, self.centres, self.n_centres, self.random_state)
         gamma, path = None, None
-        if self._learns_width():  # the default rule: the others are refused above
+        if self._learns_width():  # the default or "evidence_ard": the others are refused above
             ls, path = self._dask_shared_width(X, y, centres)
             g = self._width_rule().kernel.gamma(ls)
             gamma = float(g[0]) if ls.size == 1 else g

@@ -265,8 +265,9 @@ array-like, default="evidence_shared"
         :func:`bayes_rvm._base.memory_limit`). ``"auto"``: the statistics, in blocks of about
         256 MiB, when ``centres`` selects a subset, the design would take more than
         :data:`bayes_rvm.large_data.LARGE_DESIGN_BYTES` (2 GiB) or more than the memory limit,
-        and the fit can run on them (``predictive="rvm"``, ``gamma`` a number, ``"scale"`` or
-        the default rule, which chooses the width on a subset of rows; not a sampled width, not
+        and the fit can run on them (``predictive="rvm"``, ``gamma`` a number, ``"scale"``,
+        the default rule or ``"evidence_ard"``, which choose the width on a subset of rows (the
+        same widths as in memory); not ``"evidence"``, not a sampled width, not
         ``inference="vi"``, Gaussian noise only);
         else the design. A type-II fit from statistics keeps no training design: ``idata_`` and
         ``refit_loo`` raise a ValueError that says so (see the "Large data" page). Under
@@ -584,8 +585,9 @@ array-like, default="evidence_shared"
             Training inputs (the square training kernel matrix for ``kernel="precomputed"``).
             A Dask array (chunked by rows) is fitted from its sufficient statistics, computed
             on the workers of the Dask client in context (:mod:`bayes_rvm.distributed`):
-            ``centres="random"`` or given centres, ``gamma`` a number, ``"scale"``, ``"auto"`` or
-            the default rule (on at most 1000 rows fetched to the client), type-II only; the
+            ``centres="random"`` or given centres, ``gamma`` a number, ``"scale"``, ``"auto"``,
+            the default rule or ``"evidence_ard"`` (on at most 1000 rows fetched to the client),
+            type-II only; the
             same fit as in memory on the same data.
         y : array-like or dask.array.Array of shape (n_samples,) or (n_samples, n_outputs)
             Targets; several outputs share the relevance vectors and the noise level.

@@ -3,9 +3,11 @@
 A saved model is one DataTree: its root attrs name the estimator class and hold every constructor
 parameter as sorted JSON, the feature names seen in ``fit`` and a SHA-256 checksum of everything
 else in the tree; ``/basis`` holds the kernel centres; ``/fit`` holds the engine's result (alphas,
-noise, posterior mean and precision Cholesky, trace, ...); the groups of the estimator's own
-DataTree (``idata_``: ``posterior``, ``log_likelihood``, ...) sit beside them, so the file opens in
-ArviZ as it is. Arrays are stored in float64 and come back bit for bit.
+noise, posterior mean and precision Cholesky, trace, ...); ``/width_selection`` the width
+search's diagnostics (``width_selection_`` without its design), if the fit searched; the
+groups of the estimator's own DataTree (``idata_``: ``posterior``, ``log_likelihood``, ...) sit
+beside them, so the file opens in ArviZ as it is. Arrays are stored in float64 and come back
+bit for bit.
 
 What a saved model guarantees:
 
@@ -69,6 +71,9 @@ _FORMAT = "bayes_rvm-model/2"
 #: it (bff6a04 and earlier) stated the hyperpriors on columns of unit Euclidean norm;
 #: :func:`_restate_alpha_rel` converts them on load.
 _PRIOR_COLUMN_SCALE = ("prior_column_scale", "rms")
+#: Group of the width search's diagnostics (``width_selection_``, without its design), the
+#: search's fits in its groups ``fit_0``, ``fit_1``, ...; absent from files written before it.
+_WIDTH_SELECTION = "width_selection"
 #: Files of the first format carry no checksum; they still load, with a warning.
 _LEGACY_FORMATS = ("bayes_rvm-model/1",)
 
@@ -269,6 +274,12 @@ def to_datatree(model) -> xr.DataTree:
     root.attrs["n_fits"] = len(fits)
     arrays = state.get("arrays") or {}
     groups["/arrays"] = xr.Dataset({k: _array_variable(k, v) for k, v in arrays.items()})
+    search = state.get("width_selection")
+    if search is not None:  # the width search's diagnostics, its fits below
+        extras = json.dumps(search["extras"], sort_keys=True)
+        groups[f"/{_WIDTH_SELECTION}"] = xr.Dataset(attrs={"extras": extras})
+        for k, fit in enumerate(search["fit"]):
+            groups[f"/{_WIDTH_SELECTION}/fit_{k}"] = _dataclass_to_dataset(fit)
     idata = state.get("idata")
     if idata is not None:
         for node in idata.children.values():
@@ -673,7 +684,8 @@ def _read_state(tree: xr.DataTree, path: Path) -> dict:
         "arrays": {k: _array_values(v) for k, v in _group(tree, "arrays", path).data_vars.items()},
         "feature_names": feature_names,
     }
-    reserved = {"basis", "arrays", *names}
+    state["width_selection"] = _read_width_selection(tree, path)
+    reserved = {"basis", "arrays", _WIDTH_SELECTION, *names}
     groups = {
         f"/{k}": v.to_dataset(inherit=False) for k, v in tree.children.items() if k not in reserved
     }
@@ -686,6 +698,25 @@ def _read_state(tree: xr.DataTree, path: Path) -> dict:
     elif scale is not None and scale != _PRIOR_COLUMN_SCALE[1]:
         raise ModelFileError(f"{path}: unknown prior_column_scale {scale!r}")
     return state
+
+
+def _read_width_selection(tree: xr.DataTree, path: Path) -> dict | None:
+    """The ``/width_selection`` group as :func:`to_datatree` wrote it; None if absent (files
+    written before it was saved, or fits that searched no width)."""
+    if _WIDTH_SELECTION not in tree.children:
+        return None
+    node = tree[_WIDTH_SELECTION]
+    where = f"{path}:/{_WIDTH_SELECTION}"
+    n = len(node.children)
+    if set(node.children) != {f"fit_{k}" for k in range(n)}:
+        raise ModelFileError(f"{where}: groups {sorted(node.children)} are not fit_0, fit_1, ...")
+    return {
+        "extras": json_attr(node.attrs, "extras", where),
+        "fit": [
+            _dataset_to_dataclass(node[f"fit_{k}"].to_dataset(inherit=False), f"{where}/fit_{k}")
+            for k in range(n)
+        ],
+    }
 
 
 def _restate_alpha_rel(idata: xr.DataTree, arrays: dict, path: Path) -> xr.DataTree:

@@ -102,10 +102,12 @@ class StatisticsFitMixin:
             reason = "a sampled width (gamma a Prior) needs the design at every width"
         elif self.predictive != "rvm":
             reason = "predictive='rvm*' needs the training design at prediction"
-        elif rule.learned and rule.kind != DEFAULT_GAMMA:
+        elif rule.learned and rule.kind not in (DEFAULT_GAMMA, "evidence_ard"):
+            # The default and "evidence_ard" maximise the shared evidence on a row subset (the
+            # same rows and search as in memory); "evidence" refits the whole design per width.
             reason = (
-                f"gamma={self.gamma!r} searches the width on the whole design; use a number or "
-                f"the default {DEFAULT_GAMMA!r} (chosen on a subset of rows)"
+                f"gamma={self.gamma!r} searches the width on the whole design; use a number, "
+                f"the default {DEFAULT_GAMMA!r} or 'evidence_ard' (chosen on a subset of rows)"
             )
         if reason is not None:
             raise ValueError(
@@ -116,8 +118,9 @@ class StatisticsFitMixin:
     def _fit_statistics(self, X: np.ndarray, y: np.ndarray, problem: Problem, engine: Engine):
         """The fit from the statistics of a chunked pass: ``(basis, problem, fit)``.
 
-        The width (default rule) is chosen on at most ``SHARED_MAX_SAMPLES`` rows, as the
-        design path chooses it; then one pass accumulates ``Phi'Phi``, ``Phi'y`` and ``y'y``.
+        The width (the default rule or ``"evidence_ard"``) is chosen on at most
+        ``SHARED_MAX_SAMPLES`` rows, as the design path chooses it; then one pass accumulates
+        ``Phi'Phi``, ``Phi'y`` and ``y'y``.
         """
         centres = self._candidate_centres(X)
         gamma, path = None, None
@@ -158,7 +161,9 @@ class StatisticsFitMixin:
         evenly spaced) for the pointwise log likelihood: ``idata_``'s ``log_likelihood`` holds
         those rows' exact leave-one-out terms, not all N (its attribute
         ``log_likelihood_rows`` says so, and :func:`bayes_rvm.compare` refuses to set it beside
-        a fit scored on other rows).
+        a fit scored on other rows). A fit on Dask arrays keeps none of the rows on the client
+        (:mod:`bayes_rvm.distributed`): its model has the same density and no such rows, and
+        its completed posterior no ``log_likelihood``.
         """
         from bayes_rvm.statistics_model import log_likelihood_rows, rvm_statistics_model
 
@@ -172,11 +177,14 @@ class StatisticsFitMixin:
         sub = SufficientStatistics(
             st.gram[np.ix_(cols, cols)], st.cross[cols], st.tt, st.n, st.t_sum
         )
-        rows = log_likelihood_rows(st.n)
-        Phi_rows = self.basis_.transform(self.training_.inputs[rows], columns=cols)
+        inputs, loo_rows = self.training_.inputs, None
+        if inputs is not None and inputs.shape[0] == st.n:
+            rows = log_likelihood_rows(st.n)
+            Phi_rows = self.basis_.transform(inputs[rows], columns=cols)
+            loo_rows = (rows, Phi_rows, self.training_.y[rows])
         return rvm_statistics_model(
             sub,
-            rows=(rows, Phi_rows, self.training_.y[rows]),
+            rows=loo_rows,
             phi_scale=prior_column_scale(sub.column_norms(), st.n),
             y_scale=sub.target_scale(),
             basis_names=cols,

@@ -14,6 +14,8 @@ protocol (in the spirit of pymc-marketing's build-from-idata):
 - :func:`statistics_arrays` and :func:`statistics_from_arrays`: a fit's sufficient statistics
   (M x M, small) among the stored arrays, so that a model fitted from them (``chunk_rows``)
   loads able to rebuild its MCMC model;
+- :func:`width_selection_state` and :func:`width_selection_from_state`: the width search's
+  diagnostics (``width_selection_``) without the N x M design they were computed on;
 - :meth:`SavedStateMixin._saved_state` and :meth:`SavedStateMixin._from_saved_state`, which
   :func:`bayes_rvm.io.save_model` and :func:`bayes_rvm.io.load_model` call: the basis as the
   ``/basis`` group and back, the checks every estimator shares, then the estimator's own.
@@ -28,9 +30,12 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
+from bayes_rvm._base import path_from_json, path_to_json
+from bayes_rvm.evidence.width import WidthFit
 from bayes_rvm.io import ModelFileError, json_attr, json_default
 from bayes_rvm.kernels import WIDTH_RULES, KernelBasis, resolve_gamma, uses_gamma
 from bayes_rvm.priors import Prior, decode_params, encode_params
+from bayes_rvm.problem import OneVsRestFit
 from bayes_rvm.statistics import SufficientStatistics
 
 __all__ = [
@@ -42,6 +47,8 @@ __all__ = [
     "check_state",
     "statistics_arrays",
     "statistics_from_arrays",
+    "width_selection_from_state",
+    "width_selection_state",
 ]
 
 #: Fitted attributes and parameters of the basis stored in ``/basis`` (JSON attributes).
@@ -60,9 +67,11 @@ class SavedStateMixin:
     """The saving protocol that :mod:`bayes_rvm.io` calls (see the module docstring)."""
 
     def _saved_state(self) -> dict:
-        """The estimator's ``_persisted_state`` with the basis as the ``/basis`` group."""
+        """The estimator's ``_persisted_state`` with the basis as the ``/basis`` group, and the
+        width search's diagnostics (:func:`width_selection_state`) where the fit made one."""
         state = self._persisted_state()
-        return {**state, "basis": basis_group(state["basis"])}
+        search = width_selection_state(getattr(self, "width_selection_", None))
+        return {**state, "basis": basis_group(state["basis"]), "width_selection": search}
 
     @classmethod
     def _check_persisted(cls, state: dict, params: dict, fail: Fail) -> None:
@@ -86,7 +95,12 @@ class SavedStateMixin:
         check_state(state, params, fail)
         cls._check_persisted(state, params, fail)
         check_feature_names(state, fail)
+        search = width_selection_from_state(
+            state.get("width_selection"), state["basis"].n_basis_, fail
+        )
         model._restore_state(state)
+        if search is not None:  # files written before it was saved load without it
+            model.width_selection_ = search
         return model
 
 
@@ -272,3 +286,53 @@ def statistics_from_arrays(
         return SufficientStatistics(**{**stored, "n": int(n)})
     except ValueError as exc:
         fail(f"sufficient statistics of inconsistent shapes ({exc})")
+
+
+def width_selection_state(search: WidthFit | None) -> dict | None:
+    """``width_selection_`` as stored: ``{"fit": [EvidenceFit, ...], "extras": {...}}``.
+
+    Everything but ``Phi``, the N x M design at the chosen width, which would make the file as
+    large as the design (a loaded model's ``Phi`` is None, as after a fit from statistics). A
+    one-vs-rest fit is stored as its binary fits. None if the fit searched no width.
+    """
+    if search is None:
+        return None
+    ovr = isinstance(search.fit, OneVsRestFit)
+    return {
+        "fit": list(search.fit.fits) if ovr else [search.fit],
+        "extras": {
+            "length_scale": np.asarray(search.length_scale, dtype=np.float64).tolist(),
+            "path": path_to_json(search.path),
+            "starts": [float(s) for s in search.starts],
+            "n_fits": int(search.n_fits),
+            "seconds": float(search.seconds),
+            "ovr": ovr,
+        },
+    }
+
+
+def width_selection_from_state(stored: dict | None, n_basis: int, fail: Fail) -> WidthFit | None:
+    """The :class:`~bayes_rvm.evidence.width.WidthFit` that :func:`width_selection_state` stored.
+
+    ``fail`` reports fits that do not fit the basis, or a count of fits that is not the kind's.
+    None when nothing was stored (no width search, or a file written before it was saved).
+    """
+    if stored is None:
+        return None
+    extras, fits = stored["extras"], stored["fit"]
+    if not isinstance(extras, dict) or not fits or (len(fits) > 1 and not extras.get("ovr")):
+        fail(f"a width search of {len(fits)} fits with extras {extras!r}")
+    for fit in fits:
+        check_fit(fit, n_basis, fail)
+    ls = np.asarray(extras["length_scale"], dtype=np.float64)
+    if ls.ndim != 1 or not ls.size or not np.all(np.isfinite(ls) & (ls > 0)):
+        fail(f"the width search's length scale {extras['length_scale']!r} is not positive")
+    return WidthFit(
+        ls,
+        OneVsRestFit(tuple(fits)) if extras["ovr"] else fits[0],
+        None,
+        path_from_json(extras["path"]),
+        starts=tuple(extras["starts"]),
+        n_fits=int(extras["n_fits"]),
+        seconds=float(extras["seconds"]),
+    )

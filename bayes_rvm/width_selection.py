@@ -305,7 +305,12 @@ class WidthSelectionMixin:
         return ls, path, rows
 
     def _set_width(self, basis: KernelBasis, path) -> None:
-        """``gamma_``, ``length_scale_`` and ``width_path_`` from the fitted basis."""
+        """``gamma_``, ``length_scale_`` and ``width_path_`` from the fitted basis.
+
+        An earlier fit's ``width_selection_`` goes (it would describe another width, and be
+        saved with this fit); a fit that searches sets its own after this call.
+        """
+        vars(self).pop("width_selection_", None)
         g = basis.gamma_
         self.gamma_ = None if g is None else (np.asarray(g) if isinstance(g, list) else g)
         width = stationary_kernel(self.kernel)

@@ -1,11 +1,13 @@
 """RVC(inference="mcmc") on Ripley's data against its own type-II fit, binary and three-class.
 
-Both at the estimator's defaults (width by the shared evidence, 4 chains x 1000 draws after 1000
-tuning steps), as a user runs them. The three-class problem is Ripley's data with a third class
-split off class 0 (see :func:`_three_class`). What made these fits fail before (R-hat up to 1.6,
-hundreds of divergences): two nearly collinear relevance vectors that each chain kept one of (a
-bimodal posterior; the type-II fit now probes such pairs), a loose bias weight in the centred form
-(a funnel).
+The binary fit at the estimator's defaults (width by the shared evidence, 4 chains x 1000 draws
+after 1000 tuning steps), as a user runs it; the three-class one, whose softmax model costs three
+times as much a draw, at 4 x 500 draws after 500 tuning steps (its bounds are met there: see
+:data:`RUNS`). The three-class problem is Ripley's data with a third class split off class 0 (see
+:func:`_three_class`). What made these fits fail before (R-hat up to 1.6, hundreds of
+divergences): two nearly collinear relevance vectors that each chain kept one of (a bimodal
+posterior; the type-II fit now probes such pairs), a loose bias weight in the centred form (a
+funnel).
 """
 
 from __future__ import annotations
@@ -23,20 +25,23 @@ from bayes_rvm.priors import Prior
 
 GAMMA = {"binary": 4.0}  # Tipping's Gaussian kernel of width 0.5
 MCMC = {"chains": 4, "random_state": 0}
-# Divergences allowed in 4000 draws. Over the type-II relevance vectors with a slab of c = 2
-# the binary fit met 0-1 over 4 seeds; the model the Laplace fit approximates (all 251 basis
-# functions, no slab, issue 25) met 27 at the estimator's target acceptance of 0.95 and still 21
-# at 0.99 (seed 0; max R-hat 1.0097, test error 9.8% against type-II's 9.7%): the half-Cauchy's
-# funnel for weights the labels leave loose. After the architecture move (other chains, see
-# MAX_RHAT) the binary fit met 43 at seed 0 (notebook 06 shows the same): 1.5% is the bound.
-DIVERGENCES = 60
-# R-hat of the 251 prior-dominated, heavy-tailed alphas: the same fit at seed 0 gave a max of
-# 1.0097 at 23a5226 and, after the architecture move changed the chosen width in its 13th digit
-# (hence other chains), 1.021 binary / 1.013 three-class, with 3-5 of the 251 alphas above 1.01
-# and a tail ESS of 136; the weights' max was 1.011. Under this model the bound of 1.01 is met
-# or missed by chance; the fit warns the user above 1.01, and the failures this test was written
-# against reached 1.6. What the full-basis posterior needs to meet 1.01 reliably is open.
-MAX_RHAT = 1.03
+# Per problem: the run (over the defaults), the largest R-hat and the divergences allowed in it.
+# Measured at seeds 0, 1, 2 on the unit-RMS hyperprior scale (003cf73), on the 2-core machine:
+# - binary, defaults: max R-hat 1.0074 / 1.0083 / 1.0066, 34 / 39 / 32 divergences in 4000, test
+#   error 9.9-10.0% against type-II's 9.6%, 112-116 s of CPU. At 4 x 500 draws its R-hat was
+#   1.044 (seed 0): it stays at the defaults. R-hat: the fit's own warning threshold of 1.01
+#   again, met there (it had been raised to 1.03 when the architecture move gave other chains:
+#   1.021; before it, 1.0097). Divergences: the half-Cauchy's funnel for the weights the labels
+#   leave loose in the model the Laplace fit approximates (all 251 basis functions, no slab, issue
+#   25): 27 at 23a5226, 43 after the move; 1.5% of the draws allowed.
+# - three-class, 4 x 500 after 500: max R-hat 1.017 / 1.015 / 1.018 (its 251 prior-dominated,
+#   heavy-tailed alphas; bound 1.03 as at the defaults), 13 / 12 / 8 divergences in 2000 (1%
+#   allowed, 1.5% at the defaults), test error 11.5-11.6% against type-II's 11.3%, 168-173 s of
+#   CPU against 339 s at the defaults (seed 0: R-hat 1.0075, 10 divergences, 11.6%).
+RUNS = {
+    "binary": {"run": {}, "max_rhat": 1.01, "divergences": 60},
+    "three-class": {"run": {"draws": 500, "tune": 500}, "max_rhat": 1.03, "divergences": 20},
+}
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -72,16 +77,16 @@ def fits(request, ripley):
         ytr, yte = _three_class(Xtr, ytr, 1), _three_class(Xte, yte, 2)
     labels = np.array(["a", "b", "c"])[ytr]  # any labels scikit-learn accepts
     t2 = RVC(random_state=0).fit(Xtr, labels)
-    mc = RVC(inference="mcmc", **MCMC).fit(Xtr, labels)
-    return t2, mc, Xte, np.array(["a", "b", "c"])[yte]
+    mc = RVC(inference="mcmc", **MCMC, **RUNS[request.param]["run"]).fit(Xtr, labels)
+    return t2, mc, Xte, np.array(["a", "b", "c"])[yte], RUNS[request.param]
 
 
 @pytest.mark.slow
 def test_mcmc_classifier_converges_and_matches_type2(fits):
-    t2, mc, Xte, yte = fits
+    t2, mc, Xte, yte, bounds = fits
     diag = json.loads(mc.idata_.attrs["diagnostics"])
-    assert diag["max_rhat"] <= MAX_RHAT
-    assert diag["divergences"] <= DIVERGENCES
+    assert diag["max_rhat"] <= bounds["max_rhat"]
+    assert diag["divergences"] <= bounds["divergences"]
     err_t2 = np.mean(t2.predict(Xte) != yte)
     err_mc = np.mean(mc.predict(Xte) != yte)
     assert abs(err_mc - err_t2) <= 0.01
@@ -98,7 +103,7 @@ def test_mcmc_classifier_converges_and_matches_type2(fits):
 
 @pytest.mark.slow
 def test_mcmc_classifier_datatree_is_shaped_like_rvr(fits):
-    t2, mc, Xte, _ = fits
+    t2, mc, Xte, _, _ = fits
     C = t2.classes_.size
     for dt in (t2.idata_, mc.idata_):
         post = dt["posterior"].dataset
@@ -122,7 +127,7 @@ def test_mcmc_classifier_datatree_is_shaped_like_rvr(fits):
 
 @pytest.mark.slow
 def test_mcmc_classifier_saves_and_loads(fits, tmp_path):
-    _, mc, Xte, _ = fits
+    _, mc, Xte, _, _ = fits
     loaded = load_model(save_model(mc, tmp_path / "rvc.zarr"))
     np.testing.assert_array_equal(loaded.predict_proba(Xte), mc.predict_proba(Xte))
     np.testing.assert_array_equal(loaded.predict(Xte), mc.predict(Xte))

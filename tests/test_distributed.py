@@ -197,6 +197,53 @@ def test_fit_on_dask_arrays_equals_the_in_memory_fit(client, gamma):
         dask_fit.refit_loo()
 
 
+def test_evidence_ard_from_statistics_and_on_dask_finds_the_in_memory_widths(client):
+    # The truth: the in-memory fit on the design. On one input "evidence_ard" refines the
+    # width by the gradient, which the default does not: its width differs from the default's.
+    rng = np.random.default_rng(1)
+    X = rng.uniform(-5, 5, size=(2500, 1))
+    y = np.sinc(X[:, 0] / np.pi) + 0.1 * rng.normal(size=2500)
+    params = {"gamma": "evidence_ard", "centres": "random", "n_centres": 80, "random_state": 1}
+    memory = RVR(**params, chunk_rows=None).fit(X, y)
+    default = RVR(**{**params, "gamma": "evidence_shared"}, chunk_rows=600).fit(X, y)
+    assert abs(default.length_scale_ / memory.length_scale_ - 1) > 1e-3
+    chunked = RVR(**params, chunk_rows=600).fit(X, y)
+    dask_fit = RVR(**params).fit(da.from_array(X, chunks=700), da.from_array(y, chunks=700))
+    for fit in (chunked, dask_fit):
+        assert fit.statistics_.n == 2500
+        np.testing.assert_allclose(fit.gamma_, memory.gamma_, rtol=1e-9)
+        np.testing.assert_array_equal(fit.relevance_, memory.relevance_)
+        np.testing.assert_allclose(fit.log_evidence_, memory.log_evidence_, rtol=1e-9)
+        np.testing.assert_allclose(
+            fit.width_path_.log_evidence, memory.width_path_.log_evidence, rtol=1e-9
+        )
+
+
+def test_make_model_after_a_dask_fit_has_the_in_memory_model_density(client):
+    # The truth: the model of the in-memory fit on the N x K design (rvm_regression_model on
+    # every row), against the Dask fit's model of the statistics (a compressed design).
+    X, y = smooth_data(3000, seed=4)
+    params = {"gamma": 0.5, "centres": X[::50], "mcmc_basis": "relevant"}
+    memory = RVR(**params, chunk_rows=None).fit(X, y)
+    dask_fit = RVR(**params).fit(da.from_array(X, chunks=700), da.from_array(y, chunks=700))
+    np.testing.assert_array_equal(dask_fit.active_, memory.active_)
+    got, want = dask_fit.make_model(), memory.make_model()
+    assert got["n_rows"].get_value() == 3000 and "ll_rows" not in got.named_vars
+    assert dask_fit.model_.named_vars.keys() == got.named_vars.keys()
+    # The Dask fit's hyperparameters on the models' relative scale.
+    phi_scale, y_scale = want["phi_scale"].get_value(), want["y_scale"].get_value()
+    np.testing.assert_allclose(got["phi_scale"].get_value(), phi_scale, rtol=1e-10)
+    point = {
+        "alpha_rel_log__": np.log(dask_fit.alpha_ * y_scale**2 / phi_scale**2),
+        "sigma_rel_log__": np.log(np.sqrt(dask_fit.noise_variance_) / y_scale),
+    }
+    logp = want.compile_logp()(point)
+    assert np.isfinite(logp)
+    np.testing.assert_allclose(got.compile_logp()(point), logp, rtol=1e-6)
+    with pytest.raises(ValueError, match="form='marginal'"):
+        dask_fit.make_model(form="joint")
+
+
 def test_dask_fit_refuses_what_it_cannot_do(client, data):
     X, y, _ = data
     dX, dy = da.from_array(X, chunks=1000), da.from_array(y, chunks=1000)

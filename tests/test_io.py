@@ -281,3 +281,76 @@ def test_new_files_are_marked_and_not_restated(tmp_path):
     stored = model.idata_["posterior"]["alpha"].values.reshape(-1, post.sizes["basis"])
     got = _alpha_at_draws(loaded.make_model(), post["alpha_rel"])
     np.testing.assert_allclose(got, stored, rtol=1e-10)
+
+
+def _width_search_fits():
+    """Fits that search the width: the RVM's own evidence (grid and refinements), the default
+    rule from sufficient statistics (no design: ``Phi`` None), a one-vs-rest classifier."""
+    from sklearn.datasets import make_blobs
+
+    from bayes_rvm.classifier import RVC
+
+    X, y = make_sinc(40, noise=0.1, random_state=0)
+    rng = np.random.default_rng(0)
+    Xs = rng.uniform(-5, 5, (600, 2))
+    ys = np.sinc(Xs[:, 0] / np.pi) + 0.1 * rng.standard_normal(600)
+    Xb, yb = make_blobs(60, centers=3, cluster_std=2.0, random_state=0)
+    return {
+        "evidence": (RVR(gamma="evidence"), X, y),
+        "statistics": (RVR(centres="random", n_centres=20, chunk_rows=200, random_state=0), Xs, ys),
+        "ovr": (RVC(multi_class="ovr"), Xb, yb),
+    }
+
+
+@pytest.mark.parametrize("case", ["evidence", "statistics", "ovr"])
+def test_width_selection_is_saved_without_its_design(tmp_path, case):
+    model, X, y = _width_search_fits()[case]
+    want = model.fit(X, y).width_selection_
+    path = save_model(model, tmp_path / "w.nc")
+    got = load_model(path).width_selection_
+    assert got.Phi is None
+    assert type(got.fit) is type(want.fit)
+    np.testing.assert_array_equal(got.length_scale, want.length_scale)
+    assert got.starts == want.starts and got.n_fits == want.n_fits
+    assert got.seconds == want.seconds and got.fit.log_evidence == want.fit.log_evidence
+    np.testing.assert_array_equal(got.fit.active, want.fit.active)
+    np.testing.assert_array_equal(got.fit.mean, want.fit.mean)
+    np.testing.assert_array_equal(got.path.log_evidence, want.path.log_evidence)
+    np.testing.assert_array_equal(got.path.length_scale, want.path.length_scale)
+    if case == "evidence":
+        assert len(got.starts) >= 1 and got.n_fits > 1  # a grid and its refinements
+    if case == "ovr":
+        assert len(got.fit.fits) == 3
+        for a, b in zip(got.fit.fits, want.fit.fits, strict=True):
+            np.testing.assert_array_equal(a.alpha, b.alpha)
+    # A file written before the search was saved (no such group) loads without it.
+    tree = xr.open_datatree(path, engine="h5netcdf").load()
+    old = xr.DataTree.from_dict(
+        {
+            node.path: node.to_dataset(inherit=False)
+            for node in tree.subtree
+            if not node.path.startswith("/width_selection")
+        }
+    )
+    old.attrs = dict(tree.attrs)
+    old.attrs["checksum"] = _checksum(old)  # as the earlier version wrote it
+    old.to_netcdf(tmp_path / "old.nc", engine="h5netcdf")
+    loaded = load_model(tmp_path / "old.nc")
+    assert not hasattr(loaded, "width_selection_")
+    np.testing.assert_array_equal(loaded.predict(X), model.predict(X))
+    # A refit at a fixed width made no search: the earlier one's diagnostics are not kept.
+    model.set_params(gamma=0.3).fit(X, y)
+    assert not hasattr(model, "width_selection_")
+    assert not hasattr(load_model(save_model(model, tmp_path / "fixed.nc")), "width_selection_")
+
+
+def test_an_inconsistent_width_selection_is_refused(tmp_path):
+    X, y = make_sinc(40, noise=0.1, random_state=0)
+    tree = xr.open_datatree(save_model(RVR().fit(X, y), tmp_path / "w.nc"), engine="h5netcdf")
+    tree = tree.load()
+    fit = tree["width_selection/fit_0"].to_dataset()
+    tree["width_selection/fit_0"] = xr.DataTree(fit.isel(alpha_0=slice(1, None)))
+    tree.attrs["checksum"] = _checksum(tree)
+    tree.to_netcdf(tmp_path / "bad.nc", engine="h5netcdf")
+    with pytest.raises(ValueError, match=r"alphas of shape \(40,\) for 41 basis functions"):
+        load_model(tmp_path / "bad.nc")
