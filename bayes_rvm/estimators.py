@@ -307,7 +307,12 @@ array-like, default="evidence_shared"
         type-II fit, so nutpie's 300 tuning steps (its own default) suffice; 1000 draws per
         chain keep the largest rank R-hat over all ``log alpha_i`` below 1.01 (500 draws gave
         1.015 on sinc, N = 100, 101 basis functions), with a bulk ESS of about 4000 on that
-        problem (``benchmarks/bench_mcmc.py``).
+        problem (``benchmarks/bench_mcmc.py``). On the sufficient-statistics path (centres on
+        many rows, ``chunk_rows``, Dask) the sampler runs ``4 * draws`` iterations per chain
+        and keeps every 4th (``sample_mcmc(thin="auto")``; ``fit(X, y, thin=k)`` sets it):
+        there a gradient costs microseconds whatever N, and NUTS draws, antithetic in a
+        parameter's value, are positively correlated in its spread, which the folded half of
+        the rank R-hat reads (docs/large_data.md).
     sampler : {"nutpie", "numpyro", "pymc"}, default="nutpie"
         NUTS implementation (``inference="mcmc"``). On a CPU use nutpie; numpyro runs the JAX
         implementation, for a JAX accelerator (see :func:`bayes_rvm.inference.sample_mcmc`).
