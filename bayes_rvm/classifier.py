@@ -199,13 +199,16 @@ default="evidence_shared"
     chunk_rows : "auto", int or None, default="auto"
         How the Laplace fit reads the N x M design of a subset of centres (the rule of
         :class:`~bayes_rvm.estimators.RVR`). An int: the chunked path, building the design this
-        many rows at a time (:mod:`bayes_rvm.evidence.chunked`): the engine first runs in
-        memory on a fixed subset of rows (a quarter of them, at most 50,000), then refines on all
-        rows, each step a pass over the row blocks; the blocks are kept between passes while
-        the whole design fits in :data:`~bayes_rvm.evidence.chunked.CACHE_BYTES` (and the
-        memory limit), else rebuilt at each pass, so memory stays bounded whatever N. The subset
-        start may end at another local optimum of the evidence than a cold fit on all rows
-        (close in evidence and predictions; see the "Large data" page). None: the whole design
+        many rows at a time (:mod:`bayes_rvm.evidence.chunked`). A binary fit alternates
+        passes over the rows, each forming the reweighted sufficient statistics of the
+        likelihood linearised at the current mode, with a Gaussian sequential fit on them (a
+        handful of passes in all); a softmax fit starts from an in-memory fit on a fixed subset
+        of rows (a quarter of them, at most 50,000), then refines on all rows, a pass a step.
+        The blocks are kept between passes while the whole design fits in
+        :data:`~bayes_rvm.evidence.chunked.CACHE_BYTES` (and the memory limit), else rebuilt at
+        each pass, so memory stays bounded whatever N. Either may end at another local optimum
+        of the Laplace evidence than the in-memory engine (see the "Large data" page). None:
+        the whole design
         in memory (a MemoryError above the memory limit). ``"auto"``: the chunked path, in
         blocks of about 256 MiB, when ``centres`` selects a subset, the design would take more
         than :data:`bayes_rvm.large_data.LARGE_DESIGN_BYTES` (2 GiB) or the memory limit, and

@@ -175,13 +175,21 @@ def newton_mode(
             break
         if it >= max_iter:
             break
-        if not exact and gmax > _CHORD_RATE * g_last:
+        stalled = gmax > _CHORD_RATE * g_last
+        if not exact and stalled:
             # The last chord step contracted too little: a Newton step from here.
             H = _add_prior(design.curvature(np.zeros((N, 0)), Y, fam)[1], alpha)
             L, exact = cholesky(H), True
+        d = linalg.cho_solve((L, True), G.T.ravel(), check_finite=False)
+        if stalled and 0.5 * float(G.T.ravel() @ d) <= 1e-13 * (1.0 + abs(psi)):
+            # The gradient stopped falling and a full Newton step would raise Psi by less than
+            # its rounding: the floor of ``eta = Phi W`` rounding, high where nearly collinear
+            # columns carry large cancelling weights (1e-9 on a million rows), is reached.
+            converged = True
+            break
         g_last = gmax
         it += 1
-        d = linalg.cho_solve((L, True), G.T.ravel(), check_finite=False).reshape(C, K).T
+        d = d.reshape(C, K).T
         step = 1.0
         while True:
             Wn = W + step * d

@@ -160,8 +160,8 @@ class EvidenceOptions:
     evidence_tol : float, optional
         Also converged when the objective stalls: its change relative to ``1 + |objective|``
         stays below this (ten iterations in a row for the re-estimation engines; one MacKay step
-        of the softmax sequential engine). Default 1e-12 (re-estimation), 1e-6 (Laplace
-        sequential).
+        of the softmax sequential engine; one round of a chunked Laplace fit). Default 1e-12
+        (re-estimation), 1e-6 (Laplace sequential).
     gain_tol : float, default=1e-8
         Laplace sequential: steps promising less than ``gain_tol * (1 + |objective|)`` are not
         taken, and all re-estimations together gaining less than that end the fit.
