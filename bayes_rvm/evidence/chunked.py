@@ -57,11 +57,11 @@ from sklearn.exceptions import ConvergenceWarning
 from bayes_rvm.evidence.design import ChunkedDesign
 from bayes_rvm.evidence.laplace import (
     STOPPED,
-    _laplace_problem,
-    _laplace_result,
-    _mode,
+    active_mode,
     fit_laplace_mackay,
     fit_laplace_sequential,
+    laplace_problem,
+    laplace_result,
 )
 from bayes_rvm.evidence.options import EvidenceOptions, free_alpha, resolve_options
 from bayes_rvm.evidence.record import Recorder
@@ -241,7 +241,7 @@ def _newton_start(stats, gauss, active, alpha):
 
 def _fit_rounds(design: ChunkedDesign, T, opt: EvidenceOptions) -> EvidenceFit:
     """Bernoulli or Poisson: linearise at the mode, re-estimate on the statistics, repeat."""
-    problem = _laplace_problem("laplace_sequential", design, T, opt, {})
+    problem = laplace_problem("laplace_sequential", design, T, opt, {})
     fam = family(opt.likelihood)
     alpha = np.full(problem.shape[1], np.inf)
     alpha[problem.free] = free_alpha(problem)
@@ -274,7 +274,7 @@ def _fit_rounds(design: ChunkedDesign, T, opt: EvidenceOptions) -> EvidenceFit:
             new[problem.free] = alpha[problem.free]
             new_active = np.flatnonzero(np.isfinite(new))
             W0, chord = _newton_start(stats, gauss, new_active, new)
-            post = _mode(problem, new_active, new, W0, opt.inner_mode_tol, chord)
+            post = active_mode(problem, new_active, new, W0, opt.inner_mode_tol, chord)
             objective = post.log_evidence + log_hyperprior(new[new_active], None, opt.alpha_prior)
             step = np.abs(np.log(new[active] / alpha[active]))
             moved = float(np.max(step, initial=0.0)) if np.array_equal(new_active, active) else None
@@ -299,6 +299,6 @@ def _fit_rounds(design: ChunkedDesign, T, opt: EvidenceOptions) -> EvidenceFit:
         # where a Newton step on these nearly collinear columns costs O(N K^2) and converges
         # no faster.
         exact = (post.hessian, True)
-        post = _mode(problem, active, alpha, post.mean, opt.mode_tol, lambda design: exact)
+        post = active_mode(problem, active, alpha, post.mean, opt.mode_tol, lambda design: exact)
         outcome = (k, converged, reason, "fit_laplace_chunked")
-        return _laplace_result(problem, alpha, active, post.mean, rec, outcome)
+        return laplace_result(problem, alpha, active, post.mean, rec, outcome)

@@ -135,7 +135,9 @@ STOPPED = "stopped by callback"
 # ---------------------------------------------------------------------------------------------
 # engines
 # ---------------------------------------------------------------------------------------------
-def _laplace_problem(engine: str, Phi, T, options, settings):
+def laplace_problem(engine: str, Phi, T, options, settings):
+    """The checked :class:`~bayes_rvm.evidence.options.Problem` of a Laplace engine, its design
+    a :class:`~bayes_rvm.evidence.design.DenseDesign` or the given ``ChunkedDesign``."""
     opt = resolve_options(engine, options, settings)
     if isinstance(Phi, ChunkedDesign):
         # Its columns have unit norm (zero columns stay zero), checked finite when built.
@@ -149,7 +151,7 @@ def _laplace_problem(engine: str, Phi, T, options, settings):
     return dataclasses.replace(problem, Phi=DenseDesign(problem.Phi))
 
 
-def _mode(problem, active, alpha: np.ndarray, W: np.ndarray, tol: float, start=None):
+def active_mode(problem, active, alpha: np.ndarray, W: np.ndarray, tol: float, start=None):
     """Posterior mode of the columns ``active`` at ``alpha`` (all M), warm-started from ``W``;
     ``start(design)`` gives :func:`newton_mode`'s starting Hessian, if any."""
     opt = problem.options
@@ -166,12 +168,12 @@ def _mode(problem, active, alpha: np.ndarray, W: np.ndarray, tol: float, start=N
     )
 
 
-def _laplace_result(problem, alpha, active, W, record: Recorder, outcome: tuple) -> EvidenceFit:
+def laplace_result(problem, alpha, active, W, record: Recorder, outcome: tuple) -> EvidenceFit:
     """Polish the mode at ``mode_tol`` and assemble the fit; ``outcome`` is
     ``(n_iter, converged, reason, engine name)``."""
     n_iter, converged, reason, name = outcome
     opt = problem.options
-    post = _mode(problem, active, alpha, W, opt.mode_tol)
+    post = active_mode(problem, active, alpha, W, opt.mode_tol)
     if not post.converged:
         warn_mode(post)
     if not converged:
@@ -223,7 +225,7 @@ def fit_laplace_mackay(
     EvidenceFit
         With a :class:`~bayes_rvm.evidence.LaplaceWeights` posterior.
     """
-    problem = _laplace_problem("laplace_mackay", Phi, T, options, settings)
+    problem = laplace_problem("laplace_mackay", Phi, T, options, settings)
     opt = problem.options
     M, C = problem.Phi.shape[1], problem.T.shape[1]
     alpha = problem.start_all()
@@ -237,7 +239,7 @@ def fit_laplace_mackay(
     with Recorder("fit_laplace_mackay", opt.callback, opt.progress) as rec:
         for n_iter in range(1, opt.max_iter + 1):  # noqa: B007 - reported after the loop
             idx = np.flatnonzero(keep)
-            post = _mode(problem, idx, alpha, W, opt.mode_tol)
+            post = active_mode(problem, idx, alpha, W, opt.mode_tol)
             if not post.converged:
                 warn_mode(post)
             objective = post.log_evidence + log_hyperprior(alpha[idx], None, opt.alpha_prior)
@@ -259,7 +261,7 @@ def fit_laplace_mackay(
                 converged, reason = True, stop
                 break
     outcome = (n_iter, converged, reason, "Laplace MacKay re-estimation")
-    return _laplace_result(problem, alpha, np.flatnonzero(keep), W, rec, outcome)
+    return laplace_result(problem, alpha, np.flatnonzero(keep), W, rec, outcome)
 
 
 def _snapshot(idx: np.ndarray, alpha: np.ndarray) -> dict:
@@ -413,7 +415,7 @@ def fit_laplace_sequential(
     set is never probed into twice, and models of more than 100 active weights (columns times
     classes) are not probed: there a screen costs seconds.
     """
-    problem = _laplace_problem("laplace_sequential", Phi, T, options, settings)
+    problem = laplace_problem("laplace_sequential", Phi, T, options, settings)
     opt = problem.options
     with (
         single_blas_thread(),
@@ -588,7 +590,7 @@ class _LaplaceSequential:
         Returns True when the callback asks to stop.
         """
         opt, act = self.opt, np.asarray(self.active, dtype=np.intp)
-        post = _mode(
+        post = active_mode(
             self.problem, act, self.alpha, self.W, opt.inner_mode_tol, self.start_hessian(act)
         )
         objective = post.log_evidence + log_hyperprior(self.alpha[act], None, opt.alpha_prior)
@@ -894,9 +896,7 @@ class _LaplaceSequential:
         order = np.argsort(np.asarray(self.active))
         active = np.sort(np.asarray(self.active))
         outcome = (self.n_iter, self.converged, self.reason, "Laplace sequential optimisation")
-        return _laplace_result(
-            self.problem, self.alpha, active, self.W[order], self.record, outcome
-        )
+        return laplace_result(self.problem, self.alpha, active, self.W[order], self.record, outcome)
 
 
 def _reestimate_subset(problem, columns: np.ndarray, alpha: np.ndarray, W: np.ndarray):
@@ -912,14 +912,14 @@ def _reestimate_subset(problem, columns: np.ndarray, alpha: np.ndarray, W: np.nd
     full[columns] = alpha
     is_free = np.isin(columns, problem.free)
     for _ in range(_SCREEN_STEPS):
-        post = _mode(problem, columns, full, W, opt.inner_mode_tol)
+        post = active_mode(problem, columns, full, W, opt.inner_mode_tol)
         new, change, pruned = _mackay_alphas(post, full[columns], is_free, opt)
         keep_one(new, pruned, opt.threshold_alpha)
         full[columns] = np.where(pruned, np.inf, new)
         W, columns, is_free = post.mean[~pruned], columns[~pruned], is_free[~pruned]
         if not pruned.any() and bool(np.all(change[np.isfinite(change)] < 1e-2)):
             break
-    return columns, full, _mode(problem, columns, full, W, opt.inner_mode_tol)
+    return columns, full, active_mode(problem, columns, full, W, opt.inner_mode_tol)
 
 
 @dataclass(frozen=True)

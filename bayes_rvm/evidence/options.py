@@ -37,6 +37,9 @@ LIKELIHOODS = ("gaussian", "bernoulli", "softmax", "poisson")
 ENGINE_NAMES = ("mackay", "sequential", "laplace_mackay", "laplace_sequential")
 #: Largest noise precision relative to the targets' scale: an exact fit must not divide by zero.
 BETA_MAX = 1e12
+#: Squared column norms at or below this fraction of the largest mark a column that is
+#: numerically zero (a norm below the largest one's rounding, machine epsilon squared).
+_ZERO_COLUMN_RTOL = np.finfo(np.float64).eps ** 2
 #: Prior precision of a "free" column of a Gaussian fit relative to the scale of a weight that
 #: fits the targets: the weight's prior standard deviation is 1e5 times that scale, negligible
 #: against the data but proper, so the log evidence stays finite (a flat prior has none).
@@ -472,7 +475,11 @@ def _checked(Phi, T, dd, options: EvidenceOptions, engine: str, var: float, M=No
             raise ValueError("candidates must not be empty.")
         allowed = np.zeros(M, dtype=bool)
         allowed[cand] = True
-    allowed &= dd > 0
+    # A column whose norm is below the rounding of the largest one is numerically zero: no sum
+    # of columns can see it, and its single-column optimum (alpha ~ s^2, s ~ its squared norm)
+    # underflows to 0. A leave-one-out refit meets such columns: an rbf column normalised over
+    # all rows, left with 1e-96 of its norm when the one row it covered is removed.
+    allowed &= dd > _ZERO_COLUMN_RTOL * float(np.max(dd, initial=0.0))
     allowed[free] = False
     alpha_init = options.alpha_init
     if alpha_init is not None:
