@@ -506,3 +506,22 @@ def test_says_so_when_it_cannot_reach_the_bound():
     with pytest.warns(UserWarning, match="below 216.1[0-9]* of one prior precision shared"):
         fit = fit_sequential(Phi, T)
     assert fit.log_evidence < shared_evidence(Phi, T).log_evidence - 200
+
+
+def test_a_numerically_zero_column_is_no_candidate():
+    # A leave-one-out refit leaves an rbf column normalised over all rows with 1e-96 of its norm
+    # when the one row it covered is removed: its single-column optimum alpha ~ s^2 underflowed
+    # to 0 and the engine crashed (max() of no options). Truth: the fit without that column.
+    from bayes_rvm.datasets import make_sinc
+    from bayes_rvm.kernels import KernelBasis
+
+    X, y = make_sinc(60, noise=0.1, random=True, random_state=3)
+    Phi = KernelBasis("rbf", gamma=0.5, bias=True).fit(X).transform(X)
+    Phi /= np.linalg.norm(Phi, axis=0)
+    j = int(fit_sequential(Phi, y).active[0])  # the column the engine starts from
+    tiny = Phi.copy()
+    tiny[:, j] *= 1e-100
+    got = fit_sequential(tiny, y)
+    want = fit_sequential(np.delete(Phi, j, axis=1), y)
+    assert j not in got.active
+    assert got.log_evidence == pytest.approx(want.log_evidence, rel=1e-9)
