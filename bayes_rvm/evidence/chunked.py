@@ -24,8 +24,8 @@ maximises the evidence of that problem: the stationarity conditions of the Lapla
 with the weights ``B`` held at the mode (the dependence of ``B`` on ``alpha`` through the mode,
 a third derivative of the likelihood, is left out, as in Tipping 2001 and SparseBayes). The
 reported mode and log evidence are the Laplace ones, computed exactly at the end. On 50,000 rows
-of the two-dimensional benchmark of ``benchmarks/bench_rvc_scale.py`` four rounds (4.4 s) reached
-a Laplace log evidence 183 nats above the in-memory sequential engine's (51 s).
+of the two-dimensional benchmark of ``benchmarks/bench_rvc_scale.py`` three rounds (about 5 s)
+reached a Laplace log evidence 183 nats above the in-memory sequential engine's (51 s).
 
 The rounds stop when the active set repeats and no ``log alpha`` moves by more than
 ``sqrt(tol)``, or when the Laplace log evidence moves by less than ``evidence_tol`` (relative) in
