@@ -156,6 +156,10 @@ def test_chunked_rounds_reach_the_laplace_fixed_point(problem):
     # filling of the active columns' cache.
     assert D.counter.full == 1
     assert D.counter.cached == len(steps) + D.counter.cache_fills
+    # Started at the fixed point (``alpha_init``), the rounds stay there.
+    again = fit_evidence(D, y, likelihood="bernoulli", alpha_init=fit.alpha)
+    np.testing.assert_array_equal(again.active, fit.active)
+    assert again.log_evidence == pytest.approx(fit.log_evidence, abs=1e-6)
 
 
 def test_rvc_chunk_rows_fits_and_predicts(problem, tmp_path):

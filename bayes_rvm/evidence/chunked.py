@@ -30,11 +30,11 @@ reached a Laplace log evidence 183 nats above the in-memory sequential engine's 
 The rounds stop when the active set repeats and no ``log alpha`` moves by more than
 ``sqrt(tol)``, or when the Laplace log evidence moves by less than ``evidence_tol`` (relative) in
 a round; a round that lowers it by more ends the fit at the best round (on nearly separable
-classes the weights grow without bound and a Gaussian fit can go astray). The second test is the one that ends fits on a million rows: there the Gaussian
-problems are so ill-conditioned (a weighted Gram matrix of condition 5e19 on the benchmark) that
-the sequential engine crawls along a ridge of nearly equal evidence until ``max_iter``; each
-Gaussian fit is then a partial step that the next round goes on from (see the "Large data"
-page for the figures).
+classes the weights grow without bound and a Gaussian fit can go astray). The second test is the
+one that ends fits on a million rows: there the Gaussian problems are so ill-conditioned (a
+weighted Gram matrix of condition 5e19 on the benchmark) that the sequential engine crawls along
+a ridge of nearly equal evidence until ``max_iter``; each Gaussian fit is then a partial step
+that the next round goes on from (see the "Large data" page for the figures).
 
 Free columns enter the Gaussian problems with the Gaussian engine's free prior (as good as flat)
 and the mode with the Laplace one (``FREE_LATENT_SD``): with the rows a chunked fit has, the two
@@ -196,20 +196,22 @@ def fit_laplace_chunked(
         (every candidate column active: O(N M^2) a pass).
     options, **settings
         As for :func:`~bayes_rvm.evidence.fit_laplace_sequential`. The rounds read
-        ``alpha_prior``, ``free``, ``candidates``, ``tol`` (converged when the active set repeats
+        ``alpha_prior``, ``alpha_init`` (the first Gaussian fit's start), ``free``,
+        ``candidates``, ``tol`` (converged when the active set repeats
         and no ``log alpha`` moves by more than ``sqrt(tol)`` in a round; the Gaussian fits
         converge to ``tol``), ``evidence_tol`` (also converged when the Laplace log evidence
         moves by less than this, relative, in a round), ``max_iter`` (steps of each Gaussian
         fit; one that reaches it is a partial step, not a warning), ``inner_mode_tol``,
         ``mode_tol``, ``mode_max_iter``, ``callback`` (after each round) and ``progress``; the
-        softmax path also starts from an ``alpha_init`` given here instead of the subset fit.
+        softmax path starts from an ``alpha_init`` given here instead of the subset fit.
 
     Returns
     -------
     EvidenceFit
         The fit on all rows, with the exact Laplace mode and log evidence; for the rounds,
-        ``trace[k]`` is the Laplace log evidence (plus log hyperprior) after round ``k`` and
-        ``actions[k]`` says ``"round k: K active"``. ``design.counter`` holds the passes.
+        ``actions`` is ``"init"`` then ``"round k: K active"`` for each round and ``trace`` the
+        Laplace log evidence (plus log hyperprior) after each. ``design.counter`` holds the
+        passes.
     """
     engine = "laplace_" + solver
     opt = resolve_options(engine, options, settings)
@@ -245,6 +247,8 @@ def _fit_rounds(design: ChunkedDesign, T, opt: EvidenceOptions) -> EvidenceFit:
     problem = laplace_problem("laplace_sequential", design, T, opt, {})
     fam = family(opt.likelihood)
     alpha = np.full(problem.shape[1], np.inf)
+    if problem.alpha_init is not None:
+        alpha = np.where(problem.allowed, problem.alpha_init, np.inf)
     alpha[problem.free] = free_alpha(problem)
     active, post = problem.free, None
     inner = {
