@@ -309,6 +309,5 @@ def _fit_rounds(design: ChunkedDesign, T, opt: EvidenceOptions) -> EvidenceFit:
         # where a Newton step on these nearly collinear columns costs O(N K^2) and converges
         # no faster.
         exact = (post.hessian, True)
-        post = active_mode(problem, active, alpha, post.mean, opt.mode_tol, lambda design: exact)
         outcome = (k, converged, reason, "fit_laplace_chunked")
-        return laplace_result(problem, alpha, active, post.mean, rec, outcome)
+        return laplace_result(problem, alpha, active, post.mean, rec, outcome, lambda d: exact)

@@ -168,12 +168,14 @@ def active_mode(problem, active, alpha: np.ndarray, W: np.ndarray, tol: float, s
     )
 
 
-def laplace_result(problem, alpha, active, W, record: Recorder, outcome: tuple) -> EvidenceFit:
+def laplace_result(
+    problem, alpha, active, W, record: Recorder, outcome: tuple, start=None
+) -> EvidenceFit:
     """Polish the mode at ``mode_tol`` and assemble the fit; ``outcome`` is
-    ``(n_iter, converged, reason, engine name)``."""
+    ``(n_iter, converged, reason, engine name)``, ``start`` as for :func:`active_mode`."""
     n_iter, converged, reason, name = outcome
     opt = problem.options
-    post = active_mode(problem, active, alpha, W, opt.mode_tol)
+    post = active_mode(problem, active, alpha, W, opt.mode_tol, start)
     if not post.converged:
         warn_mode(post)
     if not converged:
