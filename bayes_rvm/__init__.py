@@ -6,7 +6,7 @@ The public face::
     from bayes_rvm import compare, save_model, load_model
 
 The names are resolved on first use (PEP 562), so that importing a NumPy-only layer such as
-``bayes_rvm.evidence`` or ``bayes_rvm.kernels`` does not pay for importing PyMC.
+``bayes_rvm.evidence`` or ``bayes_rvm.basis.kernels`` does not pay for importing PyMC.
 """
 
 from importlib import import_module
@@ -18,13 +18,13 @@ except PackageNotFoundError:  # pragma: no cover - running from a source tree ne
     __version__ = "0.0.0+unknown"
 
 _EXPORTS = {
-    "RVC": "bayes_rvm.classifier",
-    "RVR": "bayes_rvm.estimators",
-    "RVCCV": "bayes_rvm.cv",
-    "RVRCV": "bayes_rvm.cv",
-    "KernelBasis": "bayes_rvm.kernels",
-    "Prior": "bayes_rvm.priors",
-    "compare": "bayes_rvm.comparison",
+    "RVC": "bayes_rvm.estimators.classifier",
+    "RVR": "bayes_rvm.estimators.regressor",
+    "RVCCV": "bayes_rvm.estimators.cv",
+    "RVRCV": "bayes_rvm.estimators.cv",
+    "KernelBasis": "bayes_rvm.basis.kernels",
+    "Prior": "bayes_rvm.models.priors",
+    "compare": "bayes_rvm.posterior.comparison",
     "load_model": "bayes_rvm.io",
     "save_model": "bayes_rvm.io",
 }

@@ -10,7 +10,7 @@ same model. ``--likelihood poisson`` fits counts with a log link (with no data, 
 fits the default problem four ways (type-II and MCMC, ARD and Student-t priors) and writes the
 elpd comparison table (type-II by leave-one-out refits, MCMC by PSIS-LOO) and plots.
 ``bayes-rvm study config.toml [--scheduler ADDRESS]`` runs a model comparison study described in a
-TOML file (:func:`bayes_rvm.study_config.read_config`), locally or on a Dask cluster.
+TOML file (:func:`bayes_rvm.studies.config.read_config`), locally or on a Dask cluster.
 
 Every failure (a bad option, an unreadable table, a fit that cannot run) ends the command with one
 line on stderr and exit status 1; ``--traceback`` shows the full Python traceback instead. Warnings
@@ -29,12 +29,12 @@ from pathlib import Path
 
 import numpy as np
 
-from bayes_rvm._base import DEFAULT_GAMMA, WIDTH_RULES
+from bayes_rvm.basis.kernels import KERNELS
 from bayes_rvm.datasets import make_sinc, sinc
-from bayes_rvm.estimators import RVR
-from bayes_rvm.kernels import KERNELS
-from bayes_rvm.priors import DEFAULT_MCMC_NU, DEFAULT_NU
-from bayes_rvm.study_config import read_table
+from bayes_rvm.estimators.base import DEFAULT_GAMMA, WIDTH_RULES
+from bayes_rvm.estimators.regressor import RVR
+from bayes_rvm.models.priors import DEFAULT_MCMC_NU, DEFAULT_NU
+from bayes_rvm.studies.config import read_table
 
 __all__ = ["main"]
 
@@ -147,7 +147,7 @@ def _parser() -> argparse.ArgumentParser:
         "study",
         help="a grid of models x data sets from a TOML file, locally or on a Dask cluster",
         description="Fit every model of a TOML study file on every data set (see "
-        "bayes_rvm.study_config.read_config), print a line per finished fit, and write the table "
+        "bayes_rvm.studies.config.read_config), print a line per finished fit, and write the table "
         "(study.csv) and the elpd comparison plot (study.png) into the file's output folder. "
         "With a store in the file, an interrupted study resumes where it stopped.",
     )
@@ -276,7 +276,7 @@ def _mcmc_report(model: RVR, n_obs: int) -> list[str]:
     """The MCMC fit itself: draws, basis, posterior of the noise and weights, diagnostics."""
     import json
 
-    from bayes_rvm.study import PARETO_K_HIGH, loo_columns
+    from bayes_rvm.studies.runner import PARETO_K_HIGH, loo_columns
 
     dt = model.idata_
     post = dt["posterior"].dataset
@@ -416,7 +416,7 @@ def _compare(args) -> int:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from bayes_rvm.comparison import compare
+    from bayes_rvm.posterior.comparison import compare
 
     X, y, _, label, default_gamma = _problem(args)
     gamma = _gamma(args.gamma, default_gamma)
@@ -464,8 +464,8 @@ def _compare(args) -> int:
 def _study(args) -> int:
     import pandas as pd
 
-    from bayes_rvm.study import run_study
-    from bayes_rvm.study_config import read_config
+    from bayes_rvm.studies.config import read_config
+    from bayes_rvm.studies.runner import run_study
 
     try:
         config = read_config(args.config)

@@ -26,7 +26,8 @@ What a saved model guarantees:
 This module knows the file: the tree, the checksum, the atomic write, the lock and the generic
 conversion of a frozen result dataclass to a Dataset and back. What an estimator stores and which
 invariants its stored state keeps belong to the estimator, through the saving protocol of
-:mod:`bayes_rvm.persistence`: :func:`to_datatree` calls ``model._saved_state()`` (the ``/basis``
+:mod:`bayes_rvm.estimators.persistence`: :func:`to_datatree` calls ``model._saved_state()`` (the
+``/basis``
 group, the fits, the extras, the training arrays and the DataTree), and :func:`load_model` calls
 ``cls._from_saved_state(params, state, path)``, which rebuilds the estimator and checks it.
 """
@@ -50,7 +51,7 @@ import xarray as xr
 from sklearn.utils.validation import check_is_fitted
 
 from bayes_rvm.dims import OBS
-from bayes_rvm.priors import decode_params, encode_params
+from bayes_rvm.models.priors import decode_params, encode_params
 
 __all__ = [
     "ModelFileError",
@@ -724,7 +725,7 @@ def _restate_alpha_rel(idata: xr.DataTree, arrays: dict, path: Path) -> xr.DataT
 
     Such files were written while the hyperpriors were stated on columns of unit Euclidean norm:
     ``alpha = alpha_rel ||phi||^2 / y_scale^2 = (N alpha_rel) rms(phi)^2 / y_scale^2``
-    (:func:`bayes_rvm.problem.prior_column_scale`), N the training rows. Every group's
+    (:func:`bayes_rvm.evidence.problem.prior_column_scale`), N the training rows. Every group's
     ``alpha_rel`` (posterior, prior, warmup, a type-II tree) is multiplied by N and the
     ``constant_data`` column scale divided by sqrt(N), so that the loaded estimator's graphs give
     the stored ``alpha`` at the stored draws; ``alpha`` itself, hence every prediction, is as

@@ -1,6 +1,7 @@
 """Plots of fitted RVMs (matplotlib): the predictive band with the relevance vectors marked, the
 elpd of a model comparison study, and calibration on held-out data (coverage against nominal
-level, PIT histograms, reliability diagrams; the numbers come from :mod:`bayes_rvm.calibration`)."""
+level, PIT histograms, reliability diagrams; the numbers come from
+:mod:`bayes_rvm.posterior.calibration`)."""
 
 from __future__ import annotations
 
@@ -97,7 +98,8 @@ def plot_study(table, *, n_se: float = 1.0, axes=None):
     Parameters
     ----------
     table : pandas.DataFrame
-        A study table (:func:`bayes_rvm.study.run_study` or :func:`~bayes_rvm.study.load_study`)
+        A study table (:func:`bayes_rvm.studies.runner.run_study` or
+        :func:`~bayes_rvm.studies.runner.load_study`)
         with ``dataset``, ``model``, ``elpd_loo`` and ``elpd_loo_se``.
     n_se : float, default=1.0
         Half-width of the error bars in standard errors.
@@ -203,8 +205,10 @@ def plot_coverage(pits: dict, *, levels=None, ax=None):
     Parameters
     ----------
     pits : dict of str -> array-like
-        PIT values of held-out targets per model (:func:`bayes_rvm.calibration.pit_gaussian`,
-        :func:`~bayes_rvm.calibration.pit_mixture`). Calibrated models lie on the diagonal;
+        PIT values of held-out targets per model
+        (:func:`bayes_rvm.posterior.calibration.pit_gaussian`,
+        :func:`~bayes_rvm.posterior.calibration.pit_mixture`). Calibrated models lie on the
+        diagonal;
         below it the intervals are too narrow.
     levels : array-like, optional
         Nominal levels (default 0.05 to 0.95 in steps of 0.05).
@@ -214,7 +218,7 @@ def plot_coverage(pits: dict, *, levels=None, ax=None):
     -------
     ax : matplotlib Axes
     """
-    from bayes_rvm.calibration import interval_coverage
+    from bayes_rvm.posterior.calibration import interval_coverage
 
     levels = np.arange(0.05, 0.96, 0.05) if levels is None else np.asarray(levels, dtype=float)
     ax = _axes(ax)
@@ -273,7 +277,7 @@ def plot_reliability(y_true, probas: dict, *, n_bins: int = 10, strategy="unifor
     -------
     ax : matplotlib Axes
     """
-    from bayes_rvm.calibration import reliability_curve
+    from bayes_rvm.posterior.calibration import reliability_curve
 
     ax = _axes(ax)
     ax.plot([0, 1], [0, 1], "k:", lw=1, label="calibrated")

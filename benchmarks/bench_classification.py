@@ -32,8 +32,8 @@ from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import StandardScaler
 from sklearn.svm import SVC
 
-from bayes_rvm.classifier import RVC
 from bayes_rvm.datasets import load_pima, load_ripley
+from bayes_rvm.estimators.classifier import RVC
 
 try:
     import fastrvm

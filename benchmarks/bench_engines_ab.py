@@ -45,7 +45,7 @@ def _ripley_like(n, seed=0):
 def problems(quick: bool):
     """name -> zero-argument callable running one fit (data built outside the timing)."""
     import bayes_rvm.evidence as ev
-    from bayes_rvm.classifier import RVC
+    from bayes_rvm.estimators.classifier import RVC
 
     out = {}
     for n in (500,) if quick else (500, 1000, 2000):

@@ -6,7 +6,8 @@ in nats over the N training points:
 
 - ``t2 psis``: ``az.loo`` on the type-II tree's draws of ``w`` (hyperparameters fixed at the
   full-data optimum: what ``compare`` reported before issue 25);
-- ``t2 loo``: what :func:`bayes_rvm.comparison.compare` reports for the type-II fit now (exact
+- ``t2 loo``: what :func:`bayes_rvm.posterior.comparison.compare` reports for the type-II fit now
+(exact
   leave-one-out by refits of the engine, ``RVR.refit_loo``);
 - ``t2 brute``: brute force by the estimator, ``RVR(...).fit`` on the other N - 1 points
   (their own basis, without the left-out point's kernel column) and its predictive density at
@@ -38,11 +39,11 @@ import numpy as np
 import xarray as xr
 from scipy import stats
 
-from bayes_rvm.comparison import compare
 from bayes_rvm.datasets import make_sinc
-from bayes_rvm.estimators import RVR
+from bayes_rvm.estimators.regressor import RVR
 from bayes_rvm.inference import pointwise_log_likelihood
-from bayes_rvm.study import _regression_nlpd
+from bayes_rvm.posterior.comparison import compare
+from bayes_rvm.studies.runner import _regression_nlpd
 
 
 def _conditional_psis(dt) -> az.ELPDData:

@@ -72,13 +72,13 @@ import arviz as az
 import numpy as np
 import pymc as pm
 
+from bayes_rvm.basis.kernels import KernelBasis
 from bayes_rvm.datasets import make_sinc
 from bayes_rvm.dims import BASIS, OBS
 from bayes_rvm.evidence.gaussian import fit_mackay
 from bayes_rvm.inference import sample_mcmc
-from bayes_rvm.kernels import KernelBasis
-from bayes_rvm.models import rvm_regression_model
-from bayes_rvm.priors import halfcauchy_precision
+from bayes_rvm.models.graphs import rvm_regression_model
+from bayes_rvm.models.priors import halfcauchy_precision
 
 
 def sinc_problem(n: int, seed: int = 0):
@@ -123,7 +123,10 @@ def _cpu() -> float:
 def _model_kernel(model):
     """The compiled marginal kernel of ``model`` and its data arguments (after the log alphas
     and log beta), or None for a model of another form."""
-    from bayes_rvm.marginal.numba_kernels import log_evidence_numba, lowrank_log_evidence_and_grad
+    from bayes_rvm.models.marginal.numba_kernels import (
+        log_evidence_numba,
+        lowrank_log_evidence_and_grad,
+    )
 
     value = {
         k: np.asarray(model[k].get_value(), dtype=np.float64)
@@ -186,11 +189,11 @@ def run_one(
     compile_s = 0.0
     if sampler == "nutpie":
         # Compile once outside the timed sampling call (sample_mcmc then hits its cache).
-        from bayes_rvm import sampling
+        from bayes_rvm.inference import sampling
 
         sampling._NUTPIE_CACHE.clear()
         key = sampling._nutpie_cache_key(model)
-        from bayes_rvm._nutpie import compile_nutpie
+        from bayes_rvm.inference.nutpie_backend import compile_nutpie
 
         sampling._NUTPIE_CACHE[key] = compile_nutpie(model)
         compile_s = time.perf_counter() - t0
@@ -263,14 +266,14 @@ def _rvr_kwargs(gamma: str | None) -> dict:
 
 #: The phases of an estimator's MCMC fit that the fresh section times: (module, attribute).
 PHASES = [
-    ("type2", "bayes_rvm.problem", "fit_evidence"),
-    ("model", "bayes_rvm.estimators.RVR", "make_model"),
-    ("compile", "bayes_rvm._nutpie", "compile_nutpie"),
-    ("initial_points", "bayes_rvm._nutpie", "with_initial_points"),
+    ("type2", "bayes_rvm.evidence.problem", "fit_evidence"),
+    ("model", "bayes_rvm.estimators.regressor.RVR", "make_model"),
+    ("compile", "bayes_rvm.inference.nutpie_backend", "compile_nutpie"),
+    ("initial_points", "bayes_rvm.inference.nutpie_backend", "with_initial_points"),
     ("sampling", "nutpie", "sample"),
     ("datatree", "pymc.backends.arviz", "patch_nutpie_idata"),
-    ("complete", "bayes_rvm.sampling", "complete_posterior"),
-    ("diagnose", "bayes_rvm.sampling", "diagnose"),
+    ("complete", "bayes_rvm.inference.sampling", "complete_posterior"),
+    ("diagnose", "bayes_rvm.inference.sampling", "diagnose"),
 ]
 
 
@@ -309,7 +312,7 @@ def child_fresh(n: int, gamma: str | None = None) -> None:
     t0 = time.perf_counter()
     import nutpie  # noqa: F401  (imported by the first fit; timed as an import here)
 
-    from bayes_rvm.estimators import RVR
+    from bayes_rvm.estimators.regressor import RVR
 
     t_import = time.perf_counter() - t0
     fits = [{}, {}]
@@ -506,7 +509,7 @@ def section_scale(a) -> list[dict]:
 
 
 def _estimator_row(n: int, seed: int) -> dict:
-    from bayes_rvm.estimators import RVR
+    from bayes_rvm.estimators.regressor import RVR
 
     X, y = _sinc_xy(n)
     c0 = _cpu()
@@ -526,7 +529,7 @@ def _estimator_row(n: int, seed: int) -> dict:
 
 
 def section_multi(a) -> list[dict]:
-    from bayes_rvm.estimators import RVR
+    from bayes_rvm.estimators.regressor import RVR
 
     n = 40 if a.quick else 80
     X, y = _sinc_xy(n, seed=2)
@@ -627,7 +630,7 @@ _LARGE_CHILD = """
 import json, os, resource, sys, time, warnings
 import numpy as np
 from bayes_rvm import RVR
-from bayes_rvm.diagnostics import ess_bulk, ess_folded, ess_tail, rhat_parts
+from bayes_rvm.inference.diagnostics import ess_bulk, ess_folded, ess_tail, rhat_parts
 n, basis, gamma, seed = int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
 thin = sys.argv[5] if sys.argv[5] == 'auto' else int(sys.argv[5])
 rng = np.random.default_rng(seed)
@@ -725,7 +728,7 @@ def section_large(a) -> list[dict]:
 
 def _null_row(label: str, x_runs, steps: float, wall: float, cpu: float) -> dict:
     """Max rank R-hat over the parameters of each run of a target whose chains all agree."""
-    from bayes_rvm.diagnostics import ess_bulk, ess_folded, rhat_parts
+    from bayes_rvm.inference.diagnostics import ess_bulk, ess_folded, rhat_parts
 
     top, bulk, folded, eb, ef = [], [], [], [], []
     for x in x_runs:
@@ -758,7 +761,8 @@ def section_rhat(a) -> list[dict]:
     ``--null-dim`` (45) parameters, 2 chains x 500 kept draws, on a target where the chains
     cannot disagree (an iid standard Gaussian), ``--null-runs`` runs each (ten times as many of
     independent draws, from numpy), and NUTS (nutpie's defaults, 300 tuning steps) keeping every
-    draw and every 2nd, 3rd, 4th and 8th (:func:`bayes_rvm.sampling.thinned`). ``bulk/draw``
+    draw and every 2nd, 3rd, 4th and 8th (:func:`bayes_rvm.inference.sampling.thinned`).
+    ``bulk/draw``
     and ``folded/draw`` are the median ESS per kept draw of the rank-normalised values and of
     their distance from the median, the quantities the two halves of the R-hat read;
     ``grad/kept`` the leapfrog steps per kept draw. NUTS is antithetic in the values (bulk ESS
@@ -766,7 +770,7 @@ def section_rhat(a) -> list[dict]:
     the folded R-hat sets the max."""
     import nutpie
 
-    from bayes_rvm.sampling import thinned
+    from bayes_rvm.inference.sampling import thinned
 
     K, runs = a.null_dim, a.null_runs
     rng = np.random.default_rng(0)
@@ -799,7 +803,7 @@ import json, os, sys, time, warnings
 import numpy as np
 from bayes_rvm import RVR
 from bayes_rvm.inference import sample_mcmc, type2_initvals
-from bayes_rvm.sampling import STATISTICS_THIN
+from bayes_rvm.inference.sampling import STATISTICS_THIN
 n, seed, reps = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 rng = np.random.default_rng(seed)
 X = rng.uniform(-5, 5, (n, 2))

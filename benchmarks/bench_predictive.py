@@ -49,15 +49,15 @@ from sklearn.gaussian_process.kernels import RBF, WhiteKernel
 from sklearn.gaussian_process.kernels import ConstantKernel as C
 from threadpoolctl import threadpool_limits
 
-from bayes_rvm.calibration import (
+from bayes_rvm.datasets import make_friedman, sinc
+from bayes_rvm.estimators.regressor import RVR
+from bayes_rvm.posterior.calibration import (
     gaussian_nlpd,
     interval_coverage,
     mixture_nlpd,
     pit_gaussian,
     pit_mixture,
 )
-from bayes_rvm.datasets import make_friedman, sinc
-from bayes_rvm.estimators import RVR
 
 LEVEL = 0.9
 

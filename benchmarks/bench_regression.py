@@ -21,7 +21,7 @@ from sklearn.linear_model import ARDRegression
 from sklearn.metrics.pairwise import rbf_kernel
 
 from bayes_rvm.datasets import make_friedman, make_sinc, sinc
-from bayes_rvm.estimators import RVR
+from bayes_rvm.estimators.regressor import RVR
 from bayes_rvm.evidence.gaussian import gaussian_posterior
 
 

@@ -1,6 +1,6 @@
 """Does the MCMC posterior determine relevance? Candidate ARD hyperpriors compared (issue 25.3).
 
-Every candidate is a :class:`bayes_rvm.priors.Prior` on the relative precisions ``alpha_rel``
+Every candidate is a :class:`bayes_rvm.models.priors.Prior` on the relative precisions ``alpha_rel``
 (unit-RMS columns, unit-RMS targets, as the estimators state them), sampled by NUTS (nutpie)
 at the package's defaults otherwise, 2 chains x 500 draws after 300 tuning steps. The table has
 three parts:
@@ -29,7 +29,7 @@ three parts:
     the data determine rather than the prior, MacKay 1992) summed over all columns (``p_eff``,
     type-II's in ``p_eff_t2``) and averaged per column within half a length scale (1) of a
     type-II relevance vector (``g_near``) and beyond 1.5 of every one (``g_far``). ``elpd`` is
-    :func:`bayes_rvm.comparison.elpd`, what ``compare`` ranks by: PSIS-LOO over the exact
+    :func:`bayes_rvm.posterior.comparison.elpd`, what ``compare`` ranks by: PSIS-LOO over the exact
     leave-one-out terms.
 
 Every problem has N = 100 rows, where a prior on unit-RMS columns equals the same prior with its
@@ -54,13 +54,13 @@ import arviz as az
 import numpy as np
 
 from bayes_rvm import RVR, compare
-from bayes_rvm.comparison import elpd as elpd_of
+from bayes_rvm.basis.kernels import KernelBasis
 from bayes_rvm.datasets import make_sinc
+from bayes_rvm.evidence.problem import prior_column_scale
 from bayes_rvm.inference import sample_mcmc
-from bayes_rvm.kernels import KernelBasis
-from bayes_rvm.models import rvm_regression_model
-from bayes_rvm.priors import Prior, default_alpha_prior, sparse_alpha_prior
-from bayes_rvm.problem import prior_column_scale
+from bayes_rvm.models.graphs import rvm_regression_model
+from bayes_rvm.models.priors import Prior, default_alpha_prior, sparse_alpha_prior
+from bayes_rvm.posterior.comparison import elpd as elpd_of
 
 THRESHOLD = 10.0  # relevance_summary's: alpha < 10 on unit-norm columns counts as relevant
 N_ROWS = 100  # every problem's

@@ -42,7 +42,7 @@ def child(rows: int, chunked: bool, centres: int, gamma: float) -> None:
     """Fit one model and print its figures as a JSON line (run under ``/usr/bin/time -v``)."""
     import warnings
 
-    from bayes_rvm.classifier import RVC
+    from bayes_rvm.estimators.classifier import RVC
 
     X, y = boundary_data(rows, seed=0)
     Xt, yt = boundary_data(N_TEST, seed=1)

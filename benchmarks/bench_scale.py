@@ -28,7 +28,8 @@ wall time.
 
 ``--dask`` adds N = 2e6 with M = 1000 centres (``--dask-centres``) on a ``LocalCluster`` of two
 workers with one thread and 3 GiB each: the data generated and persisted on the workers, the
-statistics reduced there (:mod:`bayes_rvm.distributed`), the workers' BLAS threads as the fit sees
+statistics reduced there (:mod:`bayes_rvm.estimators.distributed`), the workers' BLAS threads as
+the fit sees
 them (``process_threads()``, 1 under Dask's nanny), the peak memory and CPU time of the worker
 processes and whether a worker was lost. Its limit is half a one-thread pass (two workers share
 the rows). ``--dask-layouts`` also times the other layouts a user may pick on two cores: one
@@ -92,8 +93,8 @@ def usage() -> dict:
 def make_estimator(method: str, m: int):
     """The estimator of a row of the table (a fresh one, unfitted)."""
     if method.startswith("RVR"):
-        from bayes_rvm.estimators import RVR
-        from bayes_rvm.statistics import chunk_rows_for
+        from bayes_rvm.basis.statistics import chunk_rows_for
+        from bayes_rvm.estimators.regressor import RVR
 
         chunk = None if method == "RVR memory" else chunk_rows_for(m + 1)
         return RVR(gamma=GAMMA, centres="random", n_centres=m, chunk_rows=chunk, random_state=SEED)
@@ -165,7 +166,7 @@ def syrk_seconds_per_row(n_columns: int, threads: int) -> tuple[float, float]:
     from scipy.linalg.blas import dsyrk
     from threadpoolctl import threadpool_limits
 
-    from bayes_rvm.statistics import chunk_rows_for
+    from bayes_rvm.basis.statistics import chunk_rows_for
 
     rows = chunk_rows_for(n_columns)
     A = np.random.default_rng(0).random((rows, n_columns))
@@ -187,7 +188,7 @@ def dask_row(n: int, m: int, chunk: int, layout: tuple[int, int, int]) -> dict:
     import dask.array as da
     from distributed import Client, LocalCluster, wait
 
-    from bayes_rvm.estimators import RVR
+    from bayes_rvm.estimators.regressor import RVR
     from bayes_rvm.threads import process_threads
 
     workers, threads, blas = layout

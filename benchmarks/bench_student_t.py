@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bayes_rvm.datasets import make_sinc  # noqa: E402
-from bayes_rvm.estimators import RVR  # noqa: E402
+from bayes_rvm.estimators.regressor import RVR  # noqa: E402
 from bayes_rvm.evidence import engines  # noqa: E402
 
 GAMMA = 1.0 / 9.0  # the CLI's default width for sinc, 3

@@ -2,7 +2,8 @@
 
 The grid: 2 data sets (sinc and Friedman #1, N=100 each, with test sets) x 12 models (type-II
 ARD at several RBF widths, MacKay, Student-t, other kernels, and MCMC over the relevance vectors
-with the ARD and Student-t priors). It runs through :func:`bayes_rvm.study.run_study` on a Dask
+with the ARD and Student-t priors). It runs through :func:`bayes_rvm.studies.runner.run_study` on a
+Dask
 ``LocalCluster`` of 1 and then of 2 single-threaded worker processes (and, with ``--loky``, on
 joblib's local processes with ``n_jobs`` 1 and 2), each on a fresh cluster so that every run pays
 its workers' start-up, imports and in-memory MCMC compilations (after one untimed warm-up run, so
@@ -34,8 +35,8 @@ import numpy as np
 import pandas as pd
 
 from bayes_rvm.datasets import make_friedman, make_sinc
-from bayes_rvm.estimators import RVR
-from bayes_rvm.study import run_study
+from bayes_rvm.estimators.regressor import RVR
+from bayes_rvm.studies.runner import run_study
 
 RUN_COLUMNS = ["fit_time", "worker", "warnings"]
 

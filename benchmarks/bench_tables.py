@@ -48,9 +48,9 @@ from bench_usps import TARGET_SECONDS, usps
 from bench_width import DATA, fastrvm
 from sklearn.preprocessing import StandardScaler
 
-from bayes_rvm.classifier import RVC
 from bayes_rvm.datasets import make_friedman
-from bayes_rvm.estimators import RVR
+from bayes_rvm.estimators.classifier import RVC
+from bayes_rvm.estimators.regressor import RVR
 
 # Tipping (2001), Table 2: RVM test error (%) and relevance vectors; the IDA repository's
 # Gaussian width c of each set (Raetsch, Onoda and Mueller 2001), which the paper's RVMs used.

@@ -54,7 +54,7 @@ def load_usps(max_train: int | None = None) -> tuple[np.ndarray, ...]:
 def _make(name: str):
     from sklearn.svm import SVC
 
-    from bayes_rvm.classifier import RVC
+    from bayes_rvm.estimators.classifier import RVC
 
     return {
         "default": RVC,

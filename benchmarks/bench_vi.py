@@ -28,9 +28,9 @@ CHILD = r"""
 import json, sys, time
 t0 = time.perf_counter()
 import numpy as np
-from bayes_rvm.calibration import mixture_nlpd
+from bayes_rvm.posterior.calibration import mixture_nlpd
 from bayes_rvm.datasets import make_sinc
-from bayes_rvm.estimators import RVR
+from bayes_rvm.estimators.regressor import RVR
 t_import = time.perf_counter() - t0
 inference, quick = sys.argv[1], sys.argv[2] == "1"
 X, y = make_sinc(100, random_state=0)

@@ -47,10 +47,10 @@ from sklearn.preprocessing import StandardScaler
 from sklearn.svm import SVC, SVR
 from threadpoolctl import threadpool_limits
 
-from bayes_rvm.classifier import RVC
-from bayes_rvm.cv import RVCCV, RVRCV
 from bayes_rvm.datasets import load_pima, load_ripley, make_friedman, make_sinc, sinc
-from bayes_rvm.estimators import RVR
+from bayes_rvm.estimators.classifier import RVC
+from bayes_rvm.estimators.cv import RVCCV, RVRCV
+from bayes_rvm.estimators.regressor import RVR
 from bayes_rvm.evidence.width import default_width_grid
 
 try:

@@ -223,7 +223,7 @@ def rvr_loo_compare(out):
 
 
 def rvr_idata(out):
-    from bayes_rvm.comparison import relevance_summary
+    from bayes_rvm.posterior.comparison import relevance_summary
 
     model = _rvr(gamma=0.25)
     _tree(out, "idata_", model.idata_)

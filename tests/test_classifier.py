@@ -12,8 +12,8 @@ from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import StandardScaler
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from bayes_rvm.classifier import RVC
 from bayes_rvm.datasets import load_pima, load_ripley
+from bayes_rvm.estimators.classifier import RVC
 
 
 def _load(loader):
@@ -159,7 +159,7 @@ def test_pymc_classification_model_logp_matches_numpy(n_classes):
     """The PyMC model's log likelihood at a point equals the one written out with NumPy."""
     from scipy.special import log_softmax
 
-    from bayes_rvm.models import rvm_classification_model
+    from bayes_rvm.models.graphs import rvm_classification_model
 
     rng = np.random.default_rng(0)
     Phi = rng.normal(size=(30, 4))
@@ -184,7 +184,7 @@ def test_pymc_classification_model_samples_and_agrees_with_type2():
     """MCMC on the relevance vectors of a Ripley fit: converged chains, similar predictions."""
     import pymc as pm
 
-    from bayes_rvm.models import rvm_classification_model
+    from bayes_rvm.models.graphs import rvm_classification_model
 
     Xtr, ytr, Xte, _ = _load(load_ripley)
     idx = np.random.default_rng(0).permutation(len(ytr))[:100]

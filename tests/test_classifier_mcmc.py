@@ -21,7 +21,7 @@ from threadpoolctl import threadpool_limits
 
 from bayes_rvm import RVC, compare, load_model, save_model
 from bayes_rvm.datasets import load_ripley
-from bayes_rvm.priors import Prior
+from bayes_rvm.models.priors import Prior
 
 GAMMA = {"binary": 4.0}  # Tipping's Gaussian kernel of width 0.5
 MCMC = {"chains": 4, "random_state": 0}
@@ -165,7 +165,7 @@ def test_classifier_weight_prior_has_the_slab(slab):
     # (Piironen & Vehtari's regularised prior); without a slab the plain ARD N(0, 1 / alpha_i).
     from scipy.stats import norm
 
-    from bayes_rvm.models import rvm_classification_model
+    from bayes_rvm.models.graphs import rvm_classification_model
 
     rng = np.random.default_rng(3)
     Phi = rng.uniform(0.0, 2.0, size=(40, 3))

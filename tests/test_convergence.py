@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from bayes_rvm.diagnostics import _rank_average, ess_bulk, ess_tail, rhat_rank
+from bayes_rvm.inference.diagnostics import _rank_average, ess_bulk, ess_tail, rhat_rank
 
 
 def _chains(seed=0, K=7, C=4, S=301):
@@ -49,7 +49,7 @@ def test_threaded_diagnostics_equal_arviz_on_every_chunk(monkeypatch):
     # 200 scalars: split between threads (at least 64 each) where the process has 2+ CPUs; forced
     # to 3 chunks here so that the split runs on any machine. The special scalars of _chains sit
     # in the first chunk; copies at the end check the last one.
-    from bayes_rvm import diagnostics
+    from bayes_rvm.inference import diagnostics
 
     monkeypatch.setattr(diagnostics, "_usable_cpus", lambda: 3)
     x = _chains(K=200, C=4, S=301)

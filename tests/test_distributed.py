@@ -1,6 +1,6 @@
-"""Fits and predictions on Dask arrays (bayes_rvm.distributed) on a 2-worker LocalCluster.
+"""Fits and predictions on Dask arrays (estimators.distributed), 2-worker LocalCluster.
 
-The truths: the statistics of the in-memory pass (:func:`bayes_rvm.statistics.accumulate`) and
+The truths: the statistics of the in-memory pass (:func:`bayes_rvm.basis.statistics.accumulate`) and
 the in-memory estimator's predictions on the same data; the bad inputs of issue 29 (unknown chunk
 sizes, mismatched row blocks, NaN in a block, a worker that dies mid-pass).
 """
@@ -16,10 +16,10 @@ da = pytest.importorskip("dask.array")
 distributed = pytest.importorskip("distributed")
 cloudpickle = pytest.importorskip("cloudpickle")
 
-from bayes_rvm.distributed import dask_statistics, dask_training_data  # noqa: E402
-from bayes_rvm.estimators import RVR  # noqa: E402
-from bayes_rvm.kernels import KernelBasis  # noqa: E402
-from bayes_rvm.statistics import accumulate  # noqa: E402
+from bayes_rvm.basis.kernels import KernelBasis  # noqa: E402
+from bayes_rvm.basis.statistics import accumulate  # noqa: E402
+from bayes_rvm.estimators.distributed import dask_statistics, dask_training_data  # noqa: E402
+from bayes_rvm.estimators.regressor import RVR  # noqa: E402
 
 # The worker processes cannot import this test module: its functions travel by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -266,8 +266,8 @@ def threads_of_a_fused_block() -> tuple[int, int]:
     """``(process_threads(), numba threads of a fused kernel block)`` in this process."""
     import numba
 
-    from bayes_rvm import kernel_blocks
-    from bayes_rvm.kernels import FUSED_MIN_ENTRIES
+    from bayes_rvm.basis import blocks as kernel_blocks
+    from bayes_rvm.basis.kernels import FUSED_MIN_ENTRIES
     from bayes_rvm.threads import process_threads
 
     X = np.random.default_rng(0).uniform(-3, 3, size=(FUSED_MIN_ENTRIES // 100 + 1, 2))

@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 from sklearn.datasets import make_blobs
 
-from bayes_rvm.classifier import RVC, OneVsRestFit
-from bayes_rvm.datatree import make_datatree, posterior_group
 from bayes_rvm.dims import BASIS, OUTPUT
-from bayes_rvm.draws import PosteriorDraws
+from bayes_rvm.estimators.classifier import RVC, OneVsRestFit
 from bayes_rvm.evidence import fit_evidence
 from bayes_rvm.inference import type2_datatree
+from bayes_rvm.posterior.datatree import make_datatree, posterior_group
+from bayes_rvm.posterior.draws import PosteriorDraws
 
 
 def _problem(seed: int = 0):

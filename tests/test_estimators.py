@@ -8,7 +8,7 @@ from sklearn.metrics.pairwise import rbf_kernel
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from bayes_rvm.datasets import make_sinc, sinc
-from bayes_rvm.estimators import RVR
+from bayes_rvm.estimators.regressor import RVR
 
 SINC_GAMMA = 1.0 / 3.0**2  # Gaussian kernel of width 3 (exp(-|x - x'|^2 / 3^2))
 X_TEST = np.linspace(-10, 10, 1000)[:, None]

@@ -5,11 +5,11 @@ import pickle
 import numpy as np
 import pytest
 
-from bayes_rvm.comparison import compare
 from bayes_rvm.datasets import make_sinc
-from bayes_rvm.estimators import RVR
+from bayes_rvm.estimators.regressor import RVR
 from bayes_rvm.io import load_model, save_model
-from bayes_rvm.priors import Prior, sparse_alpha_prior
+from bayes_rvm.models.priors import Prior, sparse_alpha_prior
+from bayes_rvm.posterior.comparison import compare
 
 GAMMA = 1.0 / 9.0
 X_GRID = np.linspace(-10, 10, 101)[:, None]
@@ -177,7 +177,7 @@ def test_default_student_t_under_mcmc_is_proper_and_samples(sinc_fits):
 
 
 def test_a_student_t_prior_below_float64_warns():
-    from bayes_rvm.models import rvm_regression_model
+    from bayes_rvm.models.graphs import rvm_regression_model
 
     Phi = np.random.default_rng(0).normal(size=(20, 5))
     with pytest.warns(RuntimeWarning, match=r"nu=0.0001 puts 9\d% of its mass below"):
@@ -190,7 +190,7 @@ def test_default_hyperprior_means_the_same_per_row_at_every_n(n):
     # adds DEFAULT_WEIGHT_SCALE (0.1) of the targets' RMS to each row, per unit of its column's
     # RMS, whatever N: its prior sd in the user's units is alpha^-1/2 = 0.1 rms(y) / rms(phi).
     # Stated for unit-norm columns it was 0.1 rms(y) / rms(phi) sqrt(100 / N), shrinking with N.
-    from bayes_rvm.priors import DEFAULT_WEIGHT_SCALE
+    from bayes_rvm.models.priors import DEFAULT_WEIGHT_SCALE
 
     rng = np.random.default_rng(0)
     X = rng.uniform(-10, 10, (n, 1))

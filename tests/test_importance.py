@@ -12,7 +12,7 @@ from scipy.special import expit, logsumexp
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import log_loss
 
-from bayes_rvm.classifier import RVC
+from bayes_rvm.estimators.classifier import RVC
 from bayes_rvm.evidence import LaplaceWeights, importance_draws
 from bayes_rvm.evidence.laplace import posterior_mode
 from bayes_rvm.evidence.result import moderated_probabilities
@@ -155,7 +155,7 @@ def test_importance_predictions_are_deterministic_and_survive_pickling():
 
 
 def test_explicit_importance_warns_when_the_sample_degenerates(monkeypatch):
-    import bayes_rvm.classifier as classifier
+    import bayes_rvm.estimators.classifier as classifier
 
     X, y, Xt, _ = rare_class_data(0, n_train=300, n_test=20, rate=0.05)
     clf = RVC(gamma=0.1, moderated="importance").fit(X, y)

@@ -13,23 +13,23 @@ import pytest
 from scipy import stats
 from threadpoolctl import threadpool_limits
 
-from bayes_rvm import sampling
-from bayes_rvm.comparison import compare, relevance_summary
+from bayes_rvm.basis.kernels import KernelBasis
 from bayes_rvm.datasets import make_sinc, sinc
 from bayes_rvm.dims import BASIS, OBS
 from bayes_rvm.evidence.gaussian import fit_mackay
+from bayes_rvm.evidence.problem import prior_column_scale
 from bayes_rvm.inference import (
     SamplingDiagnosticsWarning,
     draw_weights,
     pointwise_log_likelihood,
     predict_draws,
     sample_mcmc,
+    sampling,
     type2_datatree,
     type2_initvals,
 )
-from bayes_rvm.kernels import KernelBasis
-from bayes_rvm.models import rvm_regression_model
-from bayes_rvm.problem import prior_column_scale
+from bayes_rvm.models.graphs import rvm_regression_model
+from bayes_rvm.posterior.comparison import compare, relevance_summary
 
 NU = 2.0  # Student-t degrees of freedom used for both engines
 

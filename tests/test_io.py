@@ -10,9 +10,9 @@ import pytest
 import xarray as xr
 
 from bayes_rvm.datasets import make_sinc
-from bayes_rvm.estimators import RVR
+from bayes_rvm.estimators.regressor import RVR
+from bayes_rvm.evidence.problem import OneVsRestFit
 from bayes_rvm.io import _checksum, load_model, save_model
-from bayes_rvm.problem import OneVsRestFit
 
 X_TEST = np.linspace(-10, 10, 200)[:, None]
 
@@ -106,7 +106,7 @@ def test_unserialisable_kernel_points_to_pickle(tmp_path):
 def test_classifier_round_trip(tmp_path, multi_class, n_classes):
     from sklearn.datasets import make_blobs
 
-    from bayes_rvm.classifier import RVC
+    from bayes_rvm.estimators.classifier import RVC
 
     X, y = make_blobs(90, centers=n_classes, cluster_std=2.0, random_state=0)
     labels = np.array(["ant", "bee", "cow"])[y]
@@ -170,7 +170,7 @@ def _same_mcmc_model(loaded, fitted):
 
 
 def test_statistics_mcmc_round_trip(tmp_path, statistics_mcmc):
-    from bayes_rvm.statistics import SufficientStatistics
+    from bayes_rvm.basis.statistics import SufficientStatistics
 
     X, y, fitted = statistics_mcmc
     loaded = load_model(save_model(fitted, tmp_path / "s.nc"))
@@ -288,7 +288,7 @@ def _width_search_fits():
     rule from sufficient statistics (no design: ``Phi`` None), a one-vs-rest classifier."""
     from sklearn.datasets import make_blobs
 
-    from bayes_rvm.classifier import RVC
+    from bayes_rvm.estimators.classifier import RVC
 
     X, y = make_sinc(40, noise=0.1, random_state=0)
     rng = np.random.default_rng(0)

@@ -6,7 +6,7 @@ from sklearn.gaussian_process.kernels import RBF
 from sklearn.metrics.pairwise import pairwise_kernels
 from sklearn.svm import SVR
 
-from bayes_rvm.kernels import KERNELS, KernelBasis, resolve_gamma
+from bayes_rvm.basis.kernels import KERNELS, KernelBasis, resolve_gamma
 
 
 @pytest.fixture
@@ -115,7 +115,7 @@ def test_wrong_feature_count_and_bad_kernel_output(data):
 def test_stationary_kernel_width_against_scikit_learn(name):
     from sklearn.metrics.pairwise import laplacian_kernel, rbf_kernel
 
-    from bayes_rvm.kernels import stationary_kernel
+    from bayes_rvm.basis.kernels import stationary_kernel
 
     rng = np.random.default_rng(0)
     X, C = rng.normal(size=(7, 3)), rng.normal(size=(5, 3))
@@ -150,7 +150,7 @@ def test_stationary_kernel_width_against_scikit_learn(name):
 
 
 def test_width_rule_resolves_gamma_once():
-    from bayes_rvm.kernels import WIDTH_KERNELS, WidthRule, stationary_kernel
+    from bayes_rvm.basis.kernels import WIDTH_KERNELS, WidthRule, stationary_kernel
 
     assert WIDTH_KERNELS == ("rbf", "laplacian")
     assert stationary_kernel("poly") is None
@@ -179,7 +179,7 @@ def test_width_rule_resolves_gamma_once():
 @pytest.mark.parametrize("gamma", [0.7, [0.3, 2.0, 0.9]])
 def test_fused_block_equals_scikit_learn_kernel(kernel, gamma):
     # A block over FUSED_MIN_ENTRIES goes to the numba loop; below it, to scikit-learn's kernel.
-    from bayes_rvm.kernels import FUSED_MIN_ENTRIES
+    from bayes_rvm.basis.kernels import FUSED_MIN_ENTRIES
 
     rng = np.random.default_rng(3)
     X = rng.normal(size=(FUSED_MIN_ENTRIES // 1000 + 7, 3))

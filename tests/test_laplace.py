@@ -232,8 +232,8 @@ def test_rejected_reestimations_are_not_retried_after_every_step():
     314. The optimum is judged against an independent engine: MacKay's re-estimation of all
     alphas."""
     from bayes_rvm import KernelBasis
-    from bayes_rvm._base import normalise_columns
     from bayes_rvm.datasets import load_ripley
+    from bayes_rvm.estimators.base import normalise_columns
 
     X, y, _, _ = load_ripley()
     idx = np.random.default_rng(3).permutation(len(y))[:100]
@@ -254,8 +254,8 @@ def test_deletion_probe_leaves_no_better_optimum_one_column_away():
     active column, MacKay's re-estimation of all the others run to tight tolerances (where the
     probe screens with loose ones) finds no higher Laplace evidence without it."""
     from bayes_rvm import KernelBasis
-    from bayes_rvm._base import normalise_columns
     from bayes_rvm.datasets import load_ripley
+    from bayes_rvm.estimators.base import normalise_columns
 
     X, y, _, _ = load_ripley()
     idx = np.random.default_rng(5).permutation(len(y))[:100]
@@ -283,8 +283,8 @@ def test_softmax_deletion_probes_never_revisit_an_active_set():
     from pathlib import Path
 
     from bayes_rvm import KernelBasis
-    from bayes_rvm._base import normalise_columns
     from bayes_rvm.datasets import load_ripley
+    from bayes_rvm.estimators.base import normalise_columns
 
     sys.path.insert(0, str(Path(__file__).parent))
     from test_classifier_mcmc import _three_class

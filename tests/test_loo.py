@@ -13,12 +13,12 @@ import xarray as xr
 from scipy import stats
 from threadpoolctl import threadpool_limits
 
-from bayes_rvm.comparison import PSIS, PSIS_FIXED, compare, elpd, relevance_summary
 from bayes_rvm.datasets import make_sinc
-from bayes_rvm.estimators import RVR
+from bayes_rvm.estimators.regressor import RVR
 from bayes_rvm.evidence import fit_evidence
 from bayes_rvm.inference import gaussian_loo_terms, pointwise_log_likelihood, type2_datatree
-from bayes_rvm.marginal import loo_terms_lowrank, thin_svd
+from bayes_rvm.models.marginal import loo_terms_lowrank, thin_svd
+from bayes_rvm.posterior.comparison import PSIS, PSIS_FIXED, compare, elpd, relevance_summary
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -41,7 +41,7 @@ def _dense_loo(Phi, Y, alpha, beta):
 
 @pytest.mark.parametrize("M", [6, 30])  # fewer and more basis functions than observations
 def test_loo_terms_match_dense_conditioning(M, monkeypatch):
-    from bayes_rvm.marginal import lowrank
+    from bayes_rvm.models.marginal import lowrank
 
     rng = np.random.default_rng(M)
     N = 14

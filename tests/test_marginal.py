@@ -12,7 +12,7 @@ import pytest
 from scipy import stats
 from threadpoolctl import threadpool_limits
 
-from bayes_rvm.marginal import (
+from bayes_rvm.models.marginal import (
     draw_weights_lowrank,
     log_evidence_and_grad,
     lowrank_log_evidence_and_grad,
@@ -122,7 +122,7 @@ def _jax():
     """JAX in double precision with the Op's JAX implementation registered."""
     jax = pytest.importorskip("jax")
     jax.config.update("jax_enable_x64", True)
-    from bayes_rvm.marginal import register_jax_dispatch
+    from bayes_rvm.models.marginal import register_jax_dispatch
 
     register_jax_dispatch()
     return jax
@@ -157,8 +157,8 @@ def _lowrank_problem(N=30, M=31, rank=6, D=2, seed=1):
 
 
 def _sinc_design(n=100):
+    from bayes_rvm.basis.kernels import KernelBasis
     from bayes_rvm.datasets import make_sinc
-    from bayes_rvm.kernels import KernelBasis
 
     X, y = make_sinc(n, random_state=0)
     Phi = KernelBasis("rbf", gamma=1.0 / 9.0).fit(X).transform(X)
@@ -239,7 +239,7 @@ def test_lowrank_weight_draws_have_the_dense_posterior_moments():
 def test_lowrank_weight_draws_follow_each_draws_hyperparameters(monkeypatch):
     # Draws alternate between two (alpha, beta) settings, in blocks of 1000 draws (an odd
     # number of blocks): each half has its own dense posterior moments.
-    from bayes_rvm.marginal import lowrank
+    from bayes_rvm.models.marginal import lowrank
 
     monkeypatch.setattr(lowrank, "_DRAW_BLOCK_ELEMENTS", 1000 * (8 * 2 + 4 * 4))
     Phi, Y, la, lb = _lowrank_problem(N=20, M=8, rank=4, D=2)
@@ -277,7 +277,7 @@ def test_jax_lowrank_matches_dense_value_and_gradient():
 
 
 def test_model_chooses_lowrank_automatically_and_keeps_the_density():
-    from bayes_rvm.models import rvm_regression_model, set_model_data
+    from bayes_rvm.models.graphs import rvm_regression_model, set_model_data
 
     Phi, Y = _sinc_design(60)
     low = rvm_regression_model(Phi, Y[:, 0])
@@ -319,8 +319,8 @@ def _statistics_problem(n: int, m: int, d: int, seed: int = 0):
 @pytest.mark.parametrize("d", [1, 2])
 def test_statistics_model_log_density_equals_the_design_form(d):
     # Truth: the model on the full design (the same priors, scales and hyperparameter points).
-    from bayes_rvm.models import rvm_regression_model
-    from bayes_rvm.statistics_model import rvm_statistics_model
+    from bayes_rvm.models.graphs import rvm_regression_model
+    from bayes_rvm.models.statistics import rvm_statistics_model
 
     Phi, Y, stats = _statistics_problem(300, 10, d)  # well conditioned: Cholesky path
     y = Y if d > 1 else Y[:, 0]
@@ -339,7 +339,7 @@ def test_statistics_model_log_density_equals_the_design_form(d):
 
 def test_compressed_design_keeps_the_statistics_of_a_singular_gram():
     # 81 columns over 40 rows: Phi'Phi is singular, factorised through its eigendecomposition.
-    from bayes_rvm.marginal import compressed_design
+    from bayes_rvm.models.marginal import compressed_design
 
     for n, m in ((300, 30), (40, 81)):
         _, _, stats = _statistics_problem(n, m, 2)
@@ -353,8 +353,8 @@ def test_compressed_design_keeps_the_statistics_of_a_singular_gram():
 
 
 def test_statistics_model_refuses_what_it_cannot_hold():
-    from bayes_rvm.models import rvm_regression_model, set_model_data
-    from bayes_rvm.statistics_model import rvm_statistics_model
+    from bayes_rvm.models.graphs import rvm_regression_model, set_model_data
+    from bayes_rvm.models.statistics import rvm_statistics_model
 
     Phi, Y, stats = _statistics_problem(50, 6, 1)
     with pytest.raises(TypeError, match="'offset'"):
@@ -370,11 +370,11 @@ def test_statistics_model_refuses_what_it_cannot_hold():
 def test_statistics_model_samples_and_keeps_the_loo_terms_of_its_row_subset():
     # Truth: the exact LOO terms of the same rows computed on the full design (dense), at the
     # sampled hyperparameters; and compare() refusing a fit whose terms are on all rows.
-    from bayes_rvm.comparison import compare
-    from bayes_rvm.draws import gaussian_loo_terms
+    from bayes_rvm.evidence.problem import prior_column_scale
     from bayes_rvm.inference import sample_mcmc
-    from bayes_rvm.problem import prior_column_scale
-    from bayes_rvm.statistics_model import log_likelihood_rows, rvm_statistics_model
+    from bayes_rvm.models.statistics import log_likelihood_rows, rvm_statistics_model
+    from bayes_rvm.posterior.comparison import compare
+    from bayes_rvm.posterior.draws import gaussian_loo_terms
 
     Phi, Y, stats = _statistics_problem(3000, 8, 1)
     rows = log_likelihood_rows(3000, 200)

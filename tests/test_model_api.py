@@ -16,9 +16,9 @@ from threadpoolctl import threadpool_limits
 
 from bayes_rvm import RVR, Prior, load_model, save_model
 from bayes_rvm.datasets import make_sinc
-from bayes_rvm.diagnostics import _above
 from bayes_rvm.inference import SamplingDiagnosticsWarning, complete_posterior
-from bayes_rvm.models import model_cache_key
+from bayes_rvm.inference.diagnostics import _above
+from bayes_rvm.models.graphs import model_cache_key
 
 GAMMA = 1 / 9.0  # Gaussian kernel of width 3 on sinc
 NOISE = 0.1

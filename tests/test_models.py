@@ -12,9 +12,9 @@ from scipy import stats
 from threadpoolctl import threadpool_limits
 
 from bayes_rvm.dims import BASIS, OBS, OUTPUT
-from bayes_rvm.models import model_cache_key, rvm_regression_model, set_model_data
-from bayes_rvm.priors import Prior
-from bayes_rvm.priors import _halfcauchy_precision_logp as _halfcauchy_scale_logp
+from bayes_rvm.models.graphs import model_cache_key, rvm_regression_model, set_model_data
+from bayes_rvm.models.priors import Prior
+from bayes_rvm.models.priors import _halfcauchy_precision_logp as _halfcauchy_scale_logp
 from tests.test_marginal import _dense_logp, _problem
 
 
@@ -154,7 +154,7 @@ def test_model_graphs_draw_without_sampling():
 
     from bayes_rvm import RVC
     from bayes_rvm.datasets import make_sinc
-    from bayes_rvm.models import rvm_width_model
+    from bayes_rvm.models.graphs import rvm_width_model
 
     Phi, Y, _, _ = _problem(N=15, M=16, D=2)
     X, y = make_sinc(20, noise=0.1, random_state=0)
@@ -269,7 +269,7 @@ def test_cloned_and_intervened_classifiers_complete_with_the_bernoulli_likelihoo
     from scipy.special import expit
 
     from bayes_rvm.inference import complete_posterior
-    from bayes_rvm.models import rvm_classification_model
+    from bayes_rvm.models.graphs import rvm_classification_model
 
     rng = np.random.default_rng(3)
     Phi = rng.normal(size=(12, 4))
@@ -317,7 +317,7 @@ def test_a_model_without_a_recorded_likelihood_is_refused():
     import dataclasses
 
     from bayes_rvm.inference import complete_posterior
-    from bayes_rvm.models import model_spec, rvm_classification_model
+    from bayes_rvm.models.graphs import model_spec, rvm_classification_model
 
     rng = np.random.default_rng(5)
     Phi = rng.normal(size=(8, 3))

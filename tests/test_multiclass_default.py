@@ -14,8 +14,8 @@ from sklearn.datasets import load_digits
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics.pairwise import rbf_kernel
 
-import bayes_rvm.classifier as classifier
-from bayes_rvm.classifier import MULTINOMIAL_MAX_CELLS, RVC, one_vs_rest
+import bayes_rvm.estimators.classifier as classifier
+from bayes_rvm.estimators.classifier import MULTINOMIAL_MAX_CELLS, RVC, one_vs_rest
 from bayes_rvm.evidence.mode import posterior_mode
 
 

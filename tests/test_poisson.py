@@ -18,13 +18,13 @@ from scipy import integrate, optimize, stats
 from scipy.special import gammaln, logsumexp
 from sklearn.linear_model import PoissonRegressor
 
-from bayes_rvm.estimators import RVR
+from bayes_rvm.estimators.regressor import RVR
 from bayes_rvm.evidence import fit_evidence
 from bayes_rvm.evidence.mode import posterior_mode
+from bayes_rvm.evidence.problem import normalise_columns
 from bayes_rvm.families import POISSON, rate_moments
-from bayes_rvm.graph_spec import model_spec
-from bayes_rvm.models import rvm_poisson_model
-from bayes_rvm.problem import normalise_columns
+from bayes_rvm.models.graphs import rvm_poisson_model
+from bayes_rvm.models.spec import model_spec
 
 N = 300
 

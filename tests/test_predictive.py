@@ -14,7 +14,11 @@ from sklearn.calibration import calibration_curve
 from sklearn.datasets import make_blobs, make_moons
 from sklearn.metrics.pairwise import rbf_kernel
 
-from bayes_rvm.calibration import (
+from bayes_rvm.datasets import sinc
+from bayes_rvm.estimators.classifier import RVC, OneVsRestFit
+from bayes_rvm.estimators.regressor import RVR
+from bayes_rvm.io import load_model, save_model
+from bayes_rvm.posterior.calibration import (
     gaussian_nlpd,
     interval_coverage,
     mixture_nlpd,
@@ -22,10 +26,6 @@ from bayes_rvm.calibration import (
     pit_mixture,
     reliability_curve,
 )
-from bayes_rvm.classifier import RVC, OneVsRestFit
-from bayes_rvm.datasets import sinc
-from bayes_rvm.estimators import RVR
-from bayes_rvm.io import load_model, save_model
 
 GAMMA = 1.0 / 9.0
 X_TEST = np.array([[-12.0], [-6.0], [0.0], [1.5], [5.0], [40.0]])  # out, data, gap, gap, data, far
@@ -199,7 +199,7 @@ def dense_augmented_draw(phi, u, row, y, alpha, beta):
 
 def test_rvm_star_draws_equal_dense_augmented_models(gap_data):
     """Hyperparameter draws by hand, alphas 12 orders apart: blocked, batched = dense per draw."""
-    from bayes_rvm.predictive import rvm_star_draws
+    from bayes_rvm.posterior.predictive import rvm_star_draws
 
     X, y = gap_data
     rng = np.random.default_rng(0)

@@ -1,4 +1,4 @@
-"""The normalised problem, the engine object and the training record (bayes_rvm.problem)."""
+"""The normalised problem, the engine object and the training record (evidence.problem)."""
 
 import numpy as np
 import pytest
@@ -6,9 +6,9 @@ from scipy.special import expit
 from scipy.stats import multivariate_normal
 
 from bayes_rvm import RVC, RVR
+from bayes_rvm.basis.kernels import KernelBasis
 from bayes_rvm.evidence import fit_evidence
-from bayes_rvm.kernels import KernelBasis
-from bayes_rvm.problem import Engine, OneVsRestFit, Problem, TrainingData
+from bayes_rvm.evidence.problem import Engine, OneVsRestFit, Problem, TrainingData
 
 
 def _design(X, gamma=0.5):

@@ -15,10 +15,13 @@ def test_public_names():
     import bayes_rvm
     from bayes_rvm import RVC, RVR, KernelBasis, Prior, compare, load_model, save_model
 
-    assert RVR.__module__ == "bayes_rvm.estimators"
-    assert RVC.__module__ == "bayes_rvm.classifier"
+    assert RVR.__module__ == "bayes_rvm.estimators.regressor"
+    assert RVC.__module__ == "bayes_rvm.estimators.classifier"
     assert callable(compare) and callable(save_model) and callable(load_model)
-    assert KernelBasis is bayes_rvm.kernels.KernelBasis and Prior is bayes_rvm.priors.Prior
+    assert (
+        KernelBasis is bayes_rvm.basis.kernels.KernelBasis
+        and Prior is bayes_rvm.models.priors.Prior
+    )
     assert bayes_rvm.__version__[0].isdigit()
     assert set(bayes_rvm.__all__) >= {"RVR", "RVC", "KernelBasis", "compare", "save_model"}
 
@@ -35,13 +38,13 @@ def test_public_names_survive_importing_every_module():
         importlib.import_module(info.name)
     for name in bayes_rvm._EXPORTS:
         assert callable(getattr(bayes_rvm, name)), name
-    assert bayes_rvm.compare.__module__ == "bayes_rvm.comparison"
+    assert bayes_rvm.compare.__module__ == "bayes_rvm.posterior.comparison"
 
 
 def test_numeric_layers_import_without_pymc():
     # DESIGN.md: the engines are NumPy + SciPy only; the public names resolve lazily.
     code = (
-        "import sys, bayes_rvm.evidence, bayes_rvm.kernels; "
+        "import sys, bayes_rvm.evidence, bayes_rvm.basis.kernels; "
         "print(sorted(m for m in ('pymc', 'pytensor', 'numba', 'jax') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -91,7 +94,7 @@ def test_mcmc_imports_pymc_on_demand_after_a_type2_fit():
 def test_one_nu_default_everywhere():
     from bayes_rvm import RVC, RVR
     from bayes_rvm.cli import _parser
-    from bayes_rvm.priors import DEFAULT_MCMC_NU, DEFAULT_NU
+    from bayes_rvm.models.priors import DEFAULT_MCMC_NU, DEFAULT_NU
 
     # "auto": the type-II default, and a Student-t that NUTS can sample under MCMC.
     assert RVR().nu == RVC().nu == "auto"

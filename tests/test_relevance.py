@@ -15,10 +15,10 @@ import warnings
 import numpy as np
 import pytest
 
+from bayes_rvm.evidence.problem import prior_column_scale
 from bayes_rvm.inference import sample_mcmc
-from bayes_rvm.models import rvm_regression_model
-from bayes_rvm.priors import Prior, as_prior, default_alpha_prior
-from bayes_rvm.problem import prior_column_scale
+from bayes_rvm.models.graphs import rvm_regression_model
+from bayes_rvm.models.priors import Prior, as_prior, default_alpha_prior
 
 N, D, INFORMATIVE = 100, 20, 3
 THRESHOLD = 10.0  # relevance_summary's threshold on alpha of unit-norm columns
@@ -159,8 +159,8 @@ def test_regularised_horseshoe_samples_from_type2_starts_below_its_floor():
     # of c = 0.2: the estimator's start (type2_initvals) lies outside the prior's support, and the
     # sampler must start just inside it instead of failing.
     from bayes_rvm import RVR
+    from bayes_rvm.basis.kernels import KernelBasis
     from bayes_rvm.datasets import make_sinc
-    from bayes_rvm.kernels import KernelBasis
 
     X, y = make_sinc(100, noise=0.1, random=True, random_state=0)
     # the premise, on the prior's scale alpha_rel = alpha rms(y)^2 / rms(phi)^2 (a slab of

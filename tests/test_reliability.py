@@ -18,12 +18,12 @@ import xarray as xr
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bayes_rvm._base import MEMORY_ENV, memory_limit, normalise_columns
-from bayes_rvm.classifier import RVC
 from bayes_rvm.datasets import make_sinc, sinc
-from bayes_rvm.estimators import RVR
+from bayes_rvm.estimators.base import MEMORY_ENV, memory_limit, normalise_columns
+from bayes_rvm.estimators.classifier import RVC
+from bayes_rvm.estimators.regressor import RVR
 from bayes_rvm.io import ModelFileError, _checksum, load_model, save_model
-from bayes_rvm.priors import Prior
+from bayes_rvm.models.priors import Prior
 
 X_TEST = np.linspace(-10, 10, 57)[:, None]
 
@@ -549,7 +549,7 @@ def test_concurrent_saves_to_one_path_all_succeed_and_leave_a_whole_model(tmp_pa
 def test_cross_validated_fits_save_and_load_bit_identically(tmp_path):
     from sklearn.datasets import make_blobs
 
-    from bayes_rvm.cv import RVCCV, RVRCV
+    from bayes_rvm.estimators.cv import RVCCV, RVRCV
 
     X, y = make_sinc(30, noise=0.1, random_state=0)
     Xb, yb = make_blobs(30, centers=2, cluster_std=3.0, random_state=0)
@@ -569,7 +569,7 @@ def test_cross_validated_fits_save_and_load_bit_identically(tmp_path):
 # -- study stores: every file checked, every fault named -------------------------------------
 @pytest.fixture(scope="module")
 def small_study(tmp_path_factory):
-    from bayes_rvm.study import run_study
+    from bayes_rvm.studies.runner import run_study
 
     store = tmp_path_factory.mktemp("study") / "store"
     models = {"ARD": RVR(gamma=0.1), "narrow": RVR(gamma=3.0)}
@@ -584,14 +584,14 @@ def _fresh_copy(small_study, tmp_path) -> Path:
 
 
 def _row_file(store: Path, model: str) -> Path:
-    from bayes_rvm.study import _key
+    from bayes_rvm.studies.runner import _key
 
     return store / "rows" / f"{_key('sinc', model)}.json"
 
 
 def test_a_tampered_row_is_refused_by_load_study_and_refitted_by_a_resume(small_study, tmp_path):
     # The case: elpd_loo set to 999 in a row came back from load_study and a resume.
-    from bayes_rvm.study import StudyStoreError, load_study, run_study
+    from bayes_rvm.studies.runner import StudyStoreError, load_study, run_study
 
     models, _, table = small_study
     store = _fresh_copy(small_study, tmp_path)
@@ -617,7 +617,7 @@ def test_a_tampered_row_is_refused_by_load_study_and_refitted_by_a_resume(small_
     ],
 )
 def test_unreadable_rows_are_named(small_study, tmp_path, damage, match):
-    from bayes_rvm.study import StudyStoreError, load_study
+    from bayes_rvm.studies.runner import StudyStoreError, load_study
 
     store = _fresh_copy(small_study, tmp_path)
     path = _row_file(store, "narrow")
@@ -628,7 +628,7 @@ def test_unreadable_rows_are_named(small_study, tmp_path, damage, match):
 
 def test_settings_without_their_tasks_are_named(small_study, tmp_path):
     from bayes_rvm.io import json_checksum
-    from bayes_rvm.study import StudyStoreError, load_study
+    from bayes_rvm.studies.runner import StudyStoreError, load_study
 
     store = _fresh_copy(small_study, tmp_path)
     path = store / "study.json"
@@ -647,7 +647,7 @@ def test_settings_without_their_tasks_are_named(small_study, tmp_path):
 def test_a_damaged_fit_file_is_named_never_loaded(small_study, tmp_path):
     # The cases: a truncated fit file failed without naming it; one flipped byte in the
     # posterior loaded silently with other draws.
-    from bayes_rvm.study import StudyStoreError, _key, load_fit
+    from bayes_rvm.studies.runner import StudyStoreError, _key, load_fit
 
     store = _fresh_copy(small_study, tmp_path)
     path = store / "fits" / f"{_key('sinc', 'ARD')}.nc"
@@ -686,7 +686,7 @@ class _MustNotFit(RVR):
     ],
 )
 def test_run_study_checks_its_arguments_before_the_first_fit(kwargs, error, match):
-    from bayes_rvm.study import run_study
+    from bayes_rvm.studies.runner import run_study
 
     args = {"models": {"m": _MustNotFit()}, "datasets": {"a": _sinc_set()}, "n_jobs": 1}
     with pytest.raises(error, match=match):
@@ -741,7 +741,7 @@ def test_fits_in_threads_of_one_process_give_the_serial_rows():
     # threads back in the middle of the other (and took its warnings).
     from concurrent.futures import ThreadPoolExecutor
 
-    from bayes_rvm.study import _fit_task, _key, _Task, task_seed
+    from bayes_rvm.studies.runner import _fit_task, _key, _Task, task_seed
 
     models, datasets = _study_grid()
     models.pop("MCMC")
@@ -759,7 +759,7 @@ def test_fits_in_threads_of_one_process_give_the_serial_rows():
 
 
 def _study_data(value):
-    from bayes_rvm.study_config import StudyData
+    from bayes_rvm.studies.config import StudyData
 
     return StudyData(*value)
 
@@ -769,7 +769,7 @@ def test_a_study_on_dask_gives_the_serial_table_bit_for_bit(tmp_path):
     # The case: four models (type-II ARD, Student-t, a narrow width, MCMC) on two sinc
     # sets gave other numbers on a 2-worker LocalCluster than serially, every row.
     distributed = pytest.importorskip("distributed")
-    from bayes_rvm.study import run_study
+    from bayes_rvm.studies.runner import run_study
 
     models, datasets = _study_grid()
     serial = run_study(models, datasets, n_jobs=1, random_state=5)
@@ -793,7 +793,7 @@ def test_a_fit_that_did_not_converge_says_so_everywhere(capsys):
     import matplotlib.pyplot as plt
 
     from bayes_rvm.plots import plot_study
-    from bayes_rvm.study import _convergence_note, run_study
+    from bayes_rvm.studies.runner import _convergence_note, run_study
 
     models = {"capped": RVR(gamma=0.1, max_iter=2), "ARD": RVR(gamma=0.1)}
     with warnings.catch_warnings():
@@ -816,7 +816,7 @@ def test_a_fit_that_did_not_converge_says_so_everywhere(capsys):
 def test_a_store_of_the_first_format_loads_with_a_warning(small_study, tmp_path):
     # Written before the checksums: plain rows, settings without a checksum. Still readable, and
     # said to be unverifiable.
-    from bayes_rvm.study import load_study
+    from bayes_rvm.studies.runner import load_study
 
     store = _fresh_copy(small_study, tmp_path)
     settings = json.loads((store / "study.json").read_text())
@@ -962,7 +962,7 @@ def test_exact_duplicate_rows_are_fitted_once_not_to_zero_noise():
     # Cross-validation drops them too: copies of a row in a fold's training and test rows
     # made held-out error reward interpolation (RVRCV chose 0.37 over 3.0, test RMSE 0.075 for
     # 0.044).
-    from bayes_rvm.cv import RVRCV
+    from bayes_rvm.estimators.cv import RVRCV
 
     cv = RVRCV(widths=[3.0, 0.37], cv=3, random_state=0)
     with pytest.warns(UserWarning, match="100 of the 200 training rows") as record:
@@ -1017,7 +1017,7 @@ def test_per_feature_widths_follow_a_feature_rescaled_by_1e12():
 def test_cv_estimators_check_their_parameters_as_rvr_and_rvc_do(cls, param, value, monkeypatch):
     from sklearn.utils._param_validation import InvalidParameterError
 
-    from bayes_rvm import cv
+    from bayes_rvm.estimators import cv
 
     est = getattr(cv, cls)(**{param: value})
     template = est._template
@@ -1101,7 +1101,7 @@ def test_mcmc_predictions_are_made_in_blocks_of_rows_with_the_same_result(
 ):
     # The mixture's per-row moments held every draw at every input at once (4000 draws x 10^6
     # inputs: 32 GB for a plain predict); blocks of rows give the same moments.
-    from bayes_rvm._base import BaseRVM
+    from bayes_rvm.estimators.base import BaseRVM
 
     X, y = make_sinc(30, random_state=0)
     est = RVR(gamma=1.0, inference="mcmc", draws=100, tune=100, chains=2, random_state=0)

@@ -1,7 +1,8 @@
 """The chunked Laplace path (issue 29, item 4): designs built in row blocks, RVC(chunk_rows=...).
 
 Truths: the in-memory engines on the dense design (the same algorithm, so the same fit up to the
-order of the row sums), the dense norms of :func:`bayes_rvm.problem.normalise_columns`, and the
+order of the row sums), the dense norms of :func:`bayes_rvm.evidence.problem.normalise_columns`,
+and the
 dense products each pass replaces.
 """
 
@@ -13,12 +14,12 @@ import numpy as np
 import pytest
 from sklearn.exceptions import ConvergenceWarning
 
-from bayes_rvm.classifier import RVC
+from bayes_rvm.basis.kernels import KernelBasis
+from bayes_rvm.estimators.classifier import RVC
 from bayes_rvm.evidence import fit_evidence, fit_laplace_mackay, fit_laplace_sequential
 from bayes_rvm.evidence.chunked import chunked_design, relinearised_statistics
 from bayes_rvm.evidence.design import DenseDesign
-from bayes_rvm.kernels import KernelBasis
-from bayes_rvm.problem import normalise_columns
+from bayes_rvm.evidence.problem import normalise_columns
 
 
 def _boundary(n: int, seed: int):

@@ -1,4 +1,4 @@
-"""nutpie on disk-cached numba callbacks (bayes_rvm._nutpie, bayes_rvm.sampling), progress bar."""
+"""nutpie on disk-cached numba callbacks (inference.nutpie_backend, .sampling), progress bar."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import numpy as np
 import pymc as pm
 import pytest
 
-from bayes_rvm import _nutpie, sampling
-from bayes_rvm._nutpie import compile_nutpie, with_initial_points
+from bayes_rvm.inference import nutpie_backend as _nutpie
+from bayes_rvm.inference import sampling
+from bayes_rvm.inference.nutpie_backend import compile_nutpie, with_initial_points
 
 
 @pytest.fixture(params=["callbacks", "pyfunc"])
@@ -100,8 +101,8 @@ def test_callbacks_give_pymcs_logp_and_gradient_on_new_data():
     # The RVM's marginal model (low-rank form), against PyMC's own compiled logp and gradient
     # on the C backend, before and after with_data (also with a design of another rank, which
     # keeps the in-process cache key).
-    from bayes_rvm._nutpie import with_model_data
-    from bayes_rvm.models import rvm_regression_model, set_model_data
+    from bayes_rvm.inference.nutpie_backend import with_model_data
+    from bayes_rvm.models.graphs import rvm_regression_model, set_model_data
 
     rng = np.random.default_rng(3)
     x = np.linspace(-5, 5, 40)
@@ -144,8 +145,8 @@ def test_a_fresh_process_loads_the_callbacks_from_disk(tmp_path):
     script = tmp_path / "load.py"
     script.write_text(
         "import numpy as np\n"
-        "from bayes_rvm._nutpie import compile_nutpie\n"
-        "from bayes_rvm.models import rvm_regression_model\n"
+        "from bayes_rvm.inference.nutpie_backend import compile_nutpie\n"
+        "from bayes_rvm.models.graphs import rvm_regression_model\n"
         "rng = np.random.default_rng(0)\n"
         "c = compile_nutpie(rvm_regression_model(rng.normal(size=(9, 4)), rng.normal(size=9)))\n"
         "print(c.compiled_logp_func.cache_hits, c.compiled_expand_func.cache_hits)\n"
@@ -159,7 +160,7 @@ def test_a_fresh_process_loads_the_callbacks_from_disk(tmp_path):
 
 
 def test_progressbar_auto_is_silent_in_non_interactive_output(capfd):
-    from bayes_rvm.models import rvm_regression_model
+    from bayes_rvm.models.graphs import rvm_regression_model
 
     rng = np.random.default_rng(1)
     Phi = rng.normal(size=(15, 4))
@@ -192,7 +193,7 @@ def test_progressbar_auto_in_jupyter_needs_ipywidgets(monkeypatch, has_ipywidget
 
 @pytest.mark.parametrize("value", [True, False])
 def test_progressbar_explicit_values_are_accepted(value):
-    from bayes_rvm.models import rvm_regression_model
+    from bayes_rvm.models.graphs import rvm_regression_model
 
     rng = np.random.default_rng(2)
     Phi = rng.normal(size=(12, 3))

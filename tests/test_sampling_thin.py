@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from bayes_rvm.diagnostics import ess_folded, rhat_parts, rhat_rank
-from bayes_rvm.sampling import STATISTICS_THIN, sample_mcmc, thinned
+from bayes_rvm.inference.diagnostics import ess_folded, rhat_parts, rhat_rank
+from bayes_rvm.inference.sampling import STATISTICS_THIN, sample_mcmc, thinned
 
 
 def _chains(seed=0, K=5, C=3, S=300):
@@ -143,7 +143,7 @@ def test_statistics_path_thins_by_default_and_its_draws_keep_the_type2_posterior
 
 
 def test_diagnose_reports_the_halves_and_says_when_only_the_spreads_differ():
-    from bayes_rvm.diagnostics import SamplingDiagnosticsWarning, diagnose
+    from bayes_rvm.inference.diagnostics import SamplingDiagnosticsWarning, diagnose
 
     rng = np.random.default_rng(3)
     z = rng.normal(size=(2, 500, 3))

@@ -487,7 +487,7 @@ def test_never_stops_below_the_shared_precision_bound(seed, gamma):
 def test_bound_on_the_statistics_path():
     # The same guarantee when the problem is given by its sufficient statistics (the Gram
     # matrix): the bound comes from the Gram matrix there.
-    from bayes_rvm.statistics import SufficientStatistics
+    from bayes_rvm.basis.statistics import SufficientStatistics
 
     Phi, T = _regression_design(0, 1e-4)
     stats_fit = fit_sequential(SufficientStatistics.from_design(Phi, T), None)
@@ -512,8 +512,8 @@ def test_a_numerically_zero_column_is_no_candidate():
     # A leave-one-out refit leaves an rbf column normalised over all rows with 1e-96 of its norm
     # when the one row it covered is removed: its single-column optimum alpha ~ s^2 underflowed
     # to 0 and the engine crashed (max() of no options). Truth: the fit without that column.
+    from bayes_rvm.basis.kernels import KernelBasis
     from bayes_rvm.datasets import make_sinc
-    from bayes_rvm.kernels import KernelBasis
 
     X, y = make_sinc(60, noise=0.1, random=True, random_state=3)
     Phi = KernelBasis("rbf", gamma=0.5, bias=True).fit(X).transform(X)

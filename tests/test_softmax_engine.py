@@ -18,8 +18,8 @@ import pytest
 
 import bayes_rvm.evidence.laplace as laplace
 from bayes_rvm import KernelBasis
-from bayes_rvm._base import normalise_columns
 from bayes_rvm.datasets import load_ripley
+from bayes_rvm.estimators.base import normalise_columns
 from bayes_rvm.evidence.design import DenseDesign
 from bayes_rvm.evidence.mode import laplace_hessian, newton_mode
 from bayes_rvm.evidence.softmax_steps import bordered_hessian

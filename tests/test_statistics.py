@@ -7,8 +7,8 @@ import warnings
 import numpy as np
 import pytest
 
-from bayes_rvm.kernels import KernelBasis
-from bayes_rvm.statistics import (
+from bayes_rvm.basis.kernels import KernelBasis
+from bayes_rvm.basis.statistics import (
     SufficientStatistics,
     accumulate,
     chunk_rows_for,
@@ -50,7 +50,7 @@ def test_fused_blocks_in_one_reused_buffer_equal_scikit_learns_design():
     # block reuses; the last, short block takes scikit-learn's. The truth: scikit-learn's design.
     from sklearn.metrics.pairwise import rbf_kernel
 
-    from bayes_rvm.kernels import FUSED_MIN_ENTRIES
+    from bayes_rvm.basis.kernels import FUSED_MIN_ENTRIES
 
     rng = np.random.default_rng(3)
     X = rng.uniform(-3, 3, size=(17_500, 2))
@@ -129,7 +129,7 @@ def sinc2d():
 @pytest.mark.parametrize("solver", ["sequential", "mackay"])
 def test_engines_on_statistics_equal_the_design(data, solver):
     from bayes_rvm.evidence import fit_evidence
-    from bayes_rvm.problem import Problem
+    from bayes_rvm.evidence.problem import Problem
 
     X, T, basis, Phi = data
     # Both outputs at once (the engines' tt, Phi'T and N D count every value), on the
@@ -155,7 +155,7 @@ def test_laplace_engine_refuses_statistics(data):
 
 
 def test_problem_from_statistics_matches_regression(data):
-    from bayes_rvm.problem import Problem
+    from bayes_rvm.evidence.problem import Problem
 
     X, T, basis, Phi = data
     dense = Problem.regression(Phi.copy(), T)
@@ -203,7 +203,7 @@ def test_rvr_from_statistics_equals_in_memory(sinc2d, gamma):
 
 def test_rvr_chunk_rows_rules(sinc2d, monkeypatch):
     from bayes_rvm import RVR, large_data
-    from bayes_rvm.priors import DEFAULT_GAMMA_PRIOR
+    from bayes_rvm.models.priors import DEFAULT_GAMMA_PRIOR
 
     X, y, _ = sinc2d
     X, y = X[:3000], y[:3000]

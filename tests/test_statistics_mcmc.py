@@ -87,7 +87,7 @@ def test_statistics_log_likelihood_holds_the_exact_loo_terms_of_its_rows(monkeyp
     # all N; here 60 of 400 rows, against the dense covariance of the marginal.
     import arviz as az
 
-    from bayes_rvm import statistics_model
+    from bayes_rvm.models import statistics as statistics_model
 
     full = statistics_model.log_likelihood_rows
     monkeypatch.setattr(statistics_model, "log_likelihood_rows", lambda n: full(n, 60))

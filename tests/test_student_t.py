@@ -12,7 +12,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.metrics.pairwise import rbf_kernel
 
 from bayes_rvm.datasets import make_sinc
-from bayes_rvm.estimators import RVR
+from bayes_rvm.estimators.regressor import RVR
 from bayes_rvm.evidence import fit_evidence
 from bayes_rvm.evidence.student_t import (
     NU_RANGE,
@@ -257,8 +257,8 @@ def test_student_t_fit_survives_save_and_load(tmp_path):
 def test_model_is_the_student_t_graph_and_its_log_likelihood_is_scipys():
     import pymc as pm
 
-    from bayes_rvm.graph_spec import model_spec
     from bayes_rvm.inference import complete_posterior
+    from bayes_rvm.models.spec import model_spec
 
     X, y, *_ = _outlier_sinc()
     est = RVR(gamma=GAMMA, likelihood="student_t").fit(X, y)

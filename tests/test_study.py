@@ -12,11 +12,11 @@ from scipy.stats import norm
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.metrics import log_loss
 
-from bayes_rvm.classifier import RVC
-from bayes_rvm.comparison import elpd
 from bayes_rvm.datasets import make_friedman, make_sinc
-from bayes_rvm.estimators import RVR
-from bayes_rvm.study import (
+from bayes_rvm.estimators.classifier import RVC
+from bayes_rvm.estimators.regressor import RVR
+from bayes_rvm.posterior.comparison import elpd
+from bayes_rvm.studies.runner import (
     COLUMNS,
     _regression_nlpd,
     load_fit,
@@ -403,7 +403,7 @@ prior = "student_t"
 
 
 def test_read_config_builds_the_grid(tmp_path):
-    from bayes_rvm.study import read_config
+    from bayes_rvm.studies.runner import read_config
 
     path = tmp_path / "s.toml"
     path.write_text(CONFIG)
@@ -435,7 +435,7 @@ def test_read_config_builds_the_grid(tmp_path):
     ],
 )
 def test_bad_config_files_are_named(tmp_path, text, match):
-    from bayes_rvm.study import read_config
+    from bayes_rvm.studies.runner import read_config
 
     path = tmp_path / "bad.toml"
     path.write_text(text)
@@ -445,7 +445,7 @@ def test_bad_config_files_are_named(tmp_path, text, match):
 
 def test_study_command_writes_table_and_plot(tmp_path, capsys):
     from bayes_rvm.cli import main
-    from bayes_rvm.study import read_config
+    from bayes_rvm.studies.runner import read_config
 
     path = tmp_path / "s.toml"
     path.write_text(CONFIG)
@@ -516,7 +516,7 @@ def test_study_command_on_a_dask_scheduler(tmp_path, capsys):
     assert "[4/4]" in err
     on_cluster = load_study(tmp_path / "store")
     assert not any(w.endswith(f":{os.getpid()}") for w in on_cluster["worker"])  # not here
-    from bayes_rvm.study import read_config
+    from bayes_rvm.studies.runner import read_config
 
     config = read_config(path)
     assert_same_table(
@@ -527,7 +527,7 @@ def test_study_command_on_a_dask_scheduler(tmp_path, capsys):
 def test_csv_data_sets_are_read_by_the_commands_reader(tmp_path):
     # One CSV reader for `bayes-rvm fit --data` and a study's csv source: the delimiter sniffed,
     # class labels kept as text for a study, and a bad cell named by its line.
-    from bayes_rvm.study_config import read_config, read_table
+    from bayes_rvm.studies.config import read_config, read_table
 
     (tmp_path / "train.csv").write_text("x1;x2;label\n0.5;1;ant\n-2;3.25;bee\n4;-1e-3;ant\n")
     (tmp_path / "test.csv").write_text("x1;x2;label\n1;2;bee\n3;4;ant\n")

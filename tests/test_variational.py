@@ -1,23 +1,23 @@
-"""RVR(inference="vi"): ADVI on the marginal and the joint models (bayes_rvm.variational)."""
+"""RVR(inference="vi"): ADVI on the marginal and the joint models (inference.variational)."""
 
 import numpy as np
 import pytest
 from scipy import stats
 from sklearn.utils._param_validation import InvalidParameterError
 
-from bayes_rvm.calibration import mixture_nlpd
-from bayes_rvm.classifier import RVC
-from bayes_rvm.comparison import compare
 from bayes_rvm.datasets import make_sinc
-from bayes_rvm.estimators import RVR
-from bayes_rvm.io import load_model, save_model
-from bayes_rvm.models import rvm_regression_model
-from bayes_rvm.variational import (
+from bayes_rvm.estimators.classifier import RVC
+from bayes_rvm.estimators.regressor import RVR
+from bayes_rvm.inference.variational import (
     VariationalConvergenceWarning,
     check_vi_kwargs,
     fit_vi,
     relative_change,
 )
+from bayes_rvm.io import load_model, save_model
+from bayes_rvm.models.graphs import rvm_regression_model
+from bayes_rvm.posterior.calibration import mixture_nlpd
+from bayes_rvm.posterior.comparison import compare
 
 GAMMA = 0.25  # sinc at width 2
 
@@ -188,7 +188,7 @@ def test_bad_vi_settings_fail_before_the_fit(sinc):
 
 
 @pytest.mark.slow
-@pytest.mark.filterwarnings("ignore::bayes_rvm.diagnostics.SamplingDiagnosticsWarning")
+@pytest.mark.filterwarnings("ignore::bayes_rvm.inference.diagnostics.SamplingDiagnosticsWarning")
 def test_vi_predicts_as_well_as_mcmc_and_compare_takes_three_engines(vi_fit, sinc):
     X, y, X_test, y_test = sinc
     mcmc = RVR(gamma=GAMMA, inference="mcmc", random_state=0, draws=500, chains=2).fit(X, y)
@@ -299,7 +299,7 @@ def test_vi_on_student_t_noise_is_robust_to_outliers():
 
 
 @pytest.mark.slow
-@pytest.mark.filterwarnings("ignore::bayes_rvm.diagnostics.SamplingDiagnosticsWarning")
+@pytest.mark.filterwarnings("ignore::bayes_rvm.inference.diagnostics.SamplingDiagnosticsWarning")
 def test_vi_on_the_joint_models_agrees_with_mcmc():
     """The second algorithm: NUTS on the same joint models. The Poisson rates within 5% of
     MCMC's (relative RMS; measured 2.7%), the Student-t locations within 0.02 (measured 0.006)."""
@@ -315,7 +315,7 @@ def test_vi_on_the_joint_models_agrees_with_mcmc():
 
 
 def test_fit_vi_on_a_classifier_model_completes_as_mcmc_does():
-    """``fit_vi`` takes every joint model of bayes_rvm.models, the classifier's too: the weights
+    """``fit_vi`` takes every joint model of models.graphs, the classifier's too: the weights
     are the approximation's draws and log_likelihood is ln Bernoulli(t_n | sigmoid(phi_n w))."""
     rng = np.random.default_rng(0)
     X = rng.normal(size=(80, 2))

@@ -4,8 +4,10 @@ import numpy as np
 import pytest
 from scipy.linalg import cholesky, solve_triangular
 
+from bayes_rvm.basis.kernels import KernelBasis
 from bayes_rvm.datasets import make_sinc
-from bayes_rvm.estimators import RVR
+from bayes_rvm.estimators.regressor import RVR
+from bayes_rvm.evidence.problem import Engine, Problem, normalise_columns
 from bayes_rvm.evidence.sequential import fit_sequential
 from bayes_rvm.evidence.width import (
     evidence_width_gradient,
@@ -13,8 +15,6 @@ from bayes_rvm.evidence.width import (
     width_to_gamma,
 )
 from bayes_rvm.io import load_model, save_model
-from bayes_rvm.kernels import KernelBasis
-from bayes_rvm.problem import Engine, Problem, normalise_columns
 
 
 def _design(X, centres, ls, kernel, columns=None):
@@ -148,7 +148,7 @@ def test_width_errors():
 
 
 def test_rvc_evidence_width_is_the_best_of_its_curve(tmp_path):
-    from bayes_rvm.classifier import RVC
+    from bayes_rvm.estimators.classifier import RVC
 
     rng = np.random.default_rng(0)
     X = rng.normal(size=(80, 2))
@@ -168,7 +168,7 @@ def test_rvc_evidence_width_is_the_best_of_its_curve(tmp_path):
 def test_rvc_evidence_width_three_classes():
     # The width search hands the labels to the engine as a float column; the softmax engine
     # indexes one-hot targets with them (an IndexError before).
-    from bayes_rvm.classifier import RVC
+    from bayes_rvm.estimators.classifier import RVC
 
     rng = np.random.default_rng(1)
     X = rng.normal(size=(90, 2))
@@ -183,7 +183,7 @@ def test_rvc_evidence_width_three_classes():
 def test_rvrcv_agrees_with_grid_search():
     from sklearn.model_selection import GridSearchCV, KFold
 
-    from bayes_rvm.cv import RVRCV
+    from bayes_rvm.estimators.cv import RVRCV
 
     X, y = make_sinc(80, noise=0.1, random_state=1)
     widths = [8.0, 4.0, 2.0, 1.0, 0.5]
@@ -215,8 +215,8 @@ def test_rvrcv_agrees_with_grid_search():
 def test_rvccv_agrees_with_grid_search():
     from sklearn.model_selection import GridSearchCV, StratifiedKFold
 
-    from bayes_rvm.classifier import RVC
-    from bayes_rvm.cv import RVCCV
+    from bayes_rvm.estimators.classifier import RVC
+    from bayes_rvm.estimators.cv import RVCCV
 
     rng = np.random.default_rng(0)
     X = rng.normal(size=(90, 2))
@@ -241,7 +241,7 @@ def test_plot_width_path():
     import matplotlib
 
     matplotlib.use("Agg")
-    from bayes_rvm.cv import RVRCV
+    from bayes_rvm.estimators.cv import RVRCV
     from bayes_rvm.plots import plot_width_path
 
     X, y = make_sinc(50, noise=0.1, random_state=0)
@@ -263,8 +263,8 @@ def _sinc_type2(n=40):
 def test_width_model_density_equals_type2_evidence():
     """At the type-II point, the sampled-width model's likelihood is the engine's log evidence."""
 
-    from bayes_rvm.kernels import reference_gamma
-    from bayes_rvm.models import rvm_width_model
+    from bayes_rvm.basis.kernels import reference_gamma
+    from bayes_rvm.models.graphs import rvm_width_model
 
     X, y, model = _sinc_type2()
     r = model.length_scale_
@@ -275,7 +275,7 @@ def test_width_model_density_equals_type2_evidence():
     assert act[-1] == X.shape[0]  # the bias is in the model
     pm_model = rvm_width_model(X, y, X[rel])
     # The engine fits the precisions of unit-norm columns; alpha_rel is stated for unit-RMS ones
-    # (bayes_rvm.problem.prior_column_scale): N times larger.
+    # (bayes_rvm.evidence.problem.prior_column_scale): N times larger.
     point = {
         "gamma_rel_log__": np.log(width_to_gamma(r, "rbf") / reference_gamma(X, "rbf")),
         "alpha_rel_log__": np.log(fit.alpha[act] * X.shape[0]),

@@ -10,10 +10,12 @@ from sklearn.gaussian_process import GaussianProcessClassifier
 from sklearn.gaussian_process.kernels import DotProduct
 from sklearn.linear_model import BayesianRidge
 
-from bayes_rvm._base import DEFAULT_GAMMA
-from bayes_rvm.classifier import RVC
+from bayes_rvm.basis.kernels import KernelBasis, resolve_gamma
 from bayes_rvm.datasets import load_ripley, make_friedman, make_sinc
-from bayes_rvm.estimators import RVR
+from bayes_rvm.estimators.base import DEFAULT_GAMMA
+from bayes_rvm.estimators.classifier import RVC
+from bayes_rvm.estimators.regressor import RVR
+from bayes_rvm.evidence.problem import normalise_columns, target_scale
 from bayes_rvm.evidence.width import (
     _parabolic_maximum,
     design_width_gradient,
@@ -23,8 +25,6 @@ from bayes_rvm.evidence.width import (
     shared_laplace_evidence,
 )
 from bayes_rvm.io import load_model, save_model
-from bayes_rvm.kernels import KernelBasis, resolve_gamma
-from bayes_rvm.problem import normalise_columns, target_scale
 
 
 def _design(X, ls, *, centres=None):
@@ -177,7 +177,7 @@ def test_default_falls_back_to_scale_for_kernels_without_a_width():
 
 
 def test_default_width_on_a_subset_of_rows_beyond_the_limit(monkeypatch):
-    import bayes_rvm.width_selection as base
+    import bayes_rvm.estimators.width_selection as base
 
     X, y = make_sinc(150, noise=0.1, random_state=4)
     monkeypatch.setattr(base, "SHARED_MAX_SAMPLES", 60)
@@ -200,7 +200,7 @@ def test_default_width_on_a_subset_of_rows_beyond_the_limit(monkeypatch):
 def test_default_width_subset_is_the_same_every_fit(monkeypatch):
     # Issue 31 item 4: without a random_state the subset was drawn from the global state, so
     # two RVC() fits on the same data differed. Seed 0 stands in for a missing random_state.
-    import bayes_rvm.width_selection as base
+    import bayes_rvm.estimators.width_selection as base
 
     X, y, _, _ = load_ripley()
     X, y = X[:150], y[:150]
@@ -455,7 +455,7 @@ def test_per_feature_refinement_on_evenly_spaced_rows_beyond_its_limit(monkeypat
     # The per-feature search decomposes a Gram matrix of its rows 20-30 times: beyond
     # SHARED_ARD_MAX_SAMPLES it uses that many, evenly spaced. The truth: the chosen widths are
     # a stationary point of those rows' shared evidence (central differences), not of all rows'.
-    import bayes_rvm.width_selection as base
+    import bayes_rvm.estimators.width_selection as base
 
     rng = np.random.default_rng(2)
     X = rng.uniform(-2, 2, (100, 2))

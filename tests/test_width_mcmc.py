@@ -9,14 +9,14 @@ import pytest
 from scipy import stats
 from sklearn.metrics.pairwise import laplacian_kernel, rbf_kernel
 
-from bayes_rvm.classifier import RVC
+from bayes_rvm.basis.kernels import reference_gamma
 from bayes_rvm.datasets import make_sinc
-from bayes_rvm.estimators import RVR
+from bayes_rvm.estimators.classifier import RVC
+from bayes_rvm.estimators.regressor import RVR
 from bayes_rvm.inference import SamplingDiagnosticsWarning
 from bayes_rvm.io import load_model, save_model
-from bayes_rvm.kernels import reference_gamma
-from bayes_rvm.models import rvm_width_model
-from bayes_rvm.priors import DEFAULT_GAMMA_PRIOR, Prior
+from bayes_rvm.models.graphs import rvm_width_model
+from bayes_rvm.models.priors import DEFAULT_GAMMA_PRIOR, Prior
 
 SMALL = {"draws": 150, "tune": 250, "chains": 2}
 
@@ -59,7 +59,7 @@ def test_width_model_log_density_equals_dense_reference(kernel, ref_kernel, mult
         Phi = ref_kernel(X, centres, gamma=g_rel * g0)
         if bias:
             Phi = np.c_[Phi, np.ones(40)]
-        # alpha_rel is stated for unit-RMS columns (bayes_rvm.problem.prior_column_scale)
+        # alpha_rel is stated for unit-RMS columns (bayes_rvm.evidence.problem.prior_column_scale)
         alpha = a_rel * np.mean(Phi**2, axis=0) / y_scale**2
         cov = (s_rel * y_scale) ** 2 * np.eye(40) + (Phi / alpha) @ Phi.T
         T = Y.reshape(40, -1)

@@ -55,6 +55,7 @@ from collections.abc import Callable
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
+from bayes_rvm.basis.statistics import SufficientStatistics
 from bayes_rvm.evidence.design import ChunkedDesign
 from bayes_rvm.evidence.laplace import (
     STOPPED,
@@ -70,7 +71,6 @@ from bayes_rvm.evidence.result import EvidenceFit
 from bayes_rvm.evidence.sequential import fit_sequential
 from bayes_rvm.evidence.single_basis import log_hyperprior
 from bayes_rvm.families import Family, family
-from bayes_rvm.statistics import SufficientStatistics
 from bayes_rvm.threads import all_blas_threads
 
 __all__ = [
@@ -100,7 +100,7 @@ CACHE_BYTES = 4.5 * 2**30
 
 def column_norms(design_blocks) -> np.ndarray:
     """Column norms over every row block ``(rows, P)`` of ``design_blocks``, as
-    :func:`bayes_rvm.problem.normalise_columns` computes them (1 for a zero column).
+    :func:`bayes_rvm.evidence.problem.normalise_columns` computes them (1 for a zero column).
 
     The sum of squares is kept relative to the largest magnitude seen so far, rescaled when a
     larger one comes (LAPACK's ``dnrm2``), so kernel values of 1e160 or 1e-200 neither overflow

@@ -270,7 +270,7 @@ def fit_mackay(
     ----------
     Phi : ndarray of shape (N, M) or SufficientStatistics
         Design matrix, float64 (not modified, not copied per iteration); or the problem's
-        :class:`~bayes_rvm.statistics.SufficientStatistics` (then ``T`` is None): the engine
+        :class:`~bayes_rvm.basis.statistics.SufficientStatistics` (then ``T`` is None): the engine
         reads only ``Phi^T Phi``, ``Phi^T T``, ``T^T T`` and N.
     T : ndarray of shape (N,) or (N, D), or None
         Targets; D outputs share the alphas and the noise precision.

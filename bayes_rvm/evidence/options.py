@@ -19,7 +19,7 @@ from typing import Any, Literal
 import numpy as np
 from sklearn.utils import check_scalar
 
-from bayes_rvm.statistics import SufficientStatistics
+from bayes_rvm.basis.statistics import SufficientStatistics
 
 __all__ = [
     "ENGINE_NAMES",
@@ -411,7 +411,8 @@ def check_targets(T, N: int, likelihood: str) -> np.ndarray:
 def check_problem(Phi, T, options: EvidenceOptions, engine: str) -> Problem:
     """The one input check of every engine: shapes, finiteness, targets and index options.
 
-    ``Phi`` may be a :class:`~bayes_rvm.statistics.SufficientStatistics` with ``T`` None, for the
+    ``Phi`` may be a :class:`~bayes_rvm.basis.statistics.SufficientStatistics` with ``T`` None, for
+    the
     Gaussian engines (:func:`check_statistics`).
     """
     if isinstance(Phi, SufficientStatistics):

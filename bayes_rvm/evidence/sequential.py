@@ -90,7 +90,7 @@ def fit_sequential(
         Design matrix, float64, C- or F-ordered. It is neither copied nor modified; the engine
         keeps only ``Phi^T T``, the squared column norms and ``Phi^T phi_i`` of the active columns,
         so an N x M design of M << N candidate centres never leads to anything N x N. Or the
-        problem's :class:`~bayes_rvm.statistics.SufficientStatistics` (then ``T`` is None):
+        problem's :class:`~bayes_rvm.basis.statistics.SufficientStatistics` (then ``T`` is None):
         ``Phi^T phi_i`` is then read from the Gram matrix, and the fit is the design's up to
         rounding (the large-data path: memory and time independent of N).
     T : ndarray of shape (N,) or (N, D), or None

@@ -24,7 +24,7 @@ enter, and the chain through the column normalisation ``Phi_j = K_j / ||K_j||`` 
 where ``g_d = 2 (x_d - c_d)^2 / l_d^2`` (rbf) or ``|x_d - c_d| / l_d`` (laplacian): the norms
 cancel. This module holds those formulas and :func:`maximise_width`, an outer optimiser over the
 log width(s) around any type-II engine (an object with ``fit(problem, warm)``, such as
-:class:`bayes_rvm.problem.Engine`), so that it stays independent of how the engines are
+:class:`~bayes_rvm.evidence.problem.Engine`), so that it stays independent of how the engines are
 configured.
 
 The estimators' default width (``gamma="evidence_shared"``) maximises another evidence: that of the
@@ -45,11 +45,11 @@ from typing import Protocol
 import numpy as np
 from scipy import linalg, optimize
 
+from bayes_rvm.basis.kernels import WIDTH_KERNELS, stationary_kernel
 from bayes_rvm.evidence.gaussian import EvidenceFit
 from bayes_rvm.evidence.mode import LaplacePosterior, newton_mode
 from bayes_rvm.evidence.options import BETA_MAX
 from bayes_rvm.families import BERNOULLI, Family, family
-from bayes_rvm.kernels import WIDTH_KERNELS, stationary_kernel
 from bayes_rvm.threads import one_blas_thread, single_blas_thread
 
 __all__ = [
@@ -77,13 +77,13 @@ SATURATED = 0.9
 
 
 class Engine(Protocol):
-    """A type-II engine (:class:`bayes_rvm.problem.Engine`): ``engine.fit(problem, warm)``."""
+    """A type-II engine (an ``Engine``): ``engine.fit(problem, warm)``."""
 
     def fit(self, problem, warm: EvidenceFit | None = None) -> EvidenceFit: ...
 
 
 class Problem(Protocol):
-    """Normalised targets that take a design (:class:`bayes_rvm.problem.Problem`)."""
+    """Normalised targets that take a design (:class:`bayes_rvm.evidence.problem.Problem`)."""
 
     targets: np.ndarray
 
@@ -95,10 +95,10 @@ Design = Callable[..., np.ndarray]
 
 
 def width_to_gamma(length_scale, kernel: str):
-    """The coefficient(s) ``gamma`` of :class:`~bayes_rvm.kernels.KernelBasis` for length(s) ``l``.
+    """The coefficient(s) ``gamma`` of :class:`~bayes_rvm.KernelBasis` for length(s) ``l``.
 
     ``1 / l^2`` for ``"rbf"``, ``1 / l`` for ``"laplacian"``
-    (:meth:`bayes_rvm.kernels.StationaryKernel.gamma`).
+    (:meth:`bayes_rvm.basis.kernels.StationaryKernel.gamma`).
     """
     return stationary_kernel(kernel, purpose="a learned kernel width").gamma(length_scale)
 
@@ -412,12 +412,12 @@ def maximise_width(
         (shape (1,) or (P,)), the kernel columns first (on ``centres``), then the bias column if
         ``bias``; or only the given columns of it.
     engine : Engine
-        ``engine.fit(problem, warm) -> EvidenceFit`` (:class:`bayes_rvm.problem.Engine`);
+        ``engine.fit(problem, warm) -> EvidenceFit`` (an ``Engine``);
         ``warm`` is None or the previous fit, whose alphas and noise it should start from.
     X : ndarray of shape (N, P)
         Training inputs.
     problem : Problem
-        The normalised targets (:class:`bayes_rvm.problem.Problem`); each width's design is
+        The normalised targets (:class:`bayes_rvm.evidence.problem.Problem`); each width's design is
         given to it by ``problem.with_design(Phi, normalised=True)``, and the gradient refinement
         reads ``problem.targets`` (Gaussian likelihood).
     centres : ndarray of shape (M_kernel, P), optional
@@ -778,7 +778,7 @@ def shared_evidence_gram(
 
     ``gram = Phi^T Phi`` (M x M), ``cross = Phi^T T`` (M x D), ``tt = sum(T**2)`` and N: the
     eigenvalues of ``gram`` are those of ``Phi Phi^T`` and ``P = V^T Phi^T T / sqrt(s)``, so
-    the design itself is not needed (the large-data path of :mod:`bayes_rvm.statistics`).
+    the design itself is not needed (the large-data path of :mod:`bayes_rvm.basis.statistics`).
     """
     s, V = linalg.eigh(gram, driver="evd")
     keep = s > _RANK_TOL * max(float(s[-1]), 1e-300)

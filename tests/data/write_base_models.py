@@ -8,9 +8,9 @@ import sys
 import numpy as np
 from sklearn.datasets import make_blobs
 
-from bayes_rvm.classifier import RVC
 from bayes_rvm.datasets import make_sinc
-from bayes_rvm.estimators import RVR
+from bayes_rvm.estimators.classifier import RVC
+from bayes_rvm.estimators.regressor import RVR
 from bayes_rvm.io import save_model
 
 out = sys.argv[1]

@@ -1,7 +1,8 @@
 """Write MCMC models saved by bayes_rvm at bff6a04 (hyperpriors on unit-norm columns).
 
 At that commit ``alpha_rel`` was stated for columns of unit Euclidean norm; later versions state it
-for columns of unit root-mean-square (``bayes_rvm.problem.prior_column_scale``), N times larger.
+for columns of unit root-mean-square (``bayes_rvm.evidence.problem.prior_column_scale``), N times
+larger.
 Run from a checkout of that commit: ``python tests/data/write_mcmc_models.py tests/data``.
 """
 
@@ -11,9 +12,9 @@ import warnings
 import numpy as np
 from sklearn.datasets import make_blobs
 
-from bayes_rvm.classifier import RVC
 from bayes_rvm.datasets import make_sinc
-from bayes_rvm.estimators import RVR
+from bayes_rvm.estimators.classifier import RVC
+from bayes_rvm.estimators.regressor import RVR
 from bayes_rvm.io import save_model
 
 out = sys.argv[1]

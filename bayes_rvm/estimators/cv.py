@@ -1,0 +1,483 @@
+"""Cross-validated kernel width: :class:`RVRCV` and :class:`RVCCV`.
+
+The twins of :class:`~bayes_rvm.RVR` and
+:class:`~bayes_rvm.RVC` that choose
+the width of an rbf or laplacian kernel by K-fold cross-validation over a grid, as
+:class:`sklearn.linear_model.RidgeCV` and :class:`~sklearn.linear_model.LassoCV` choose their
+regularisation. The evidence can prefer widths that are too narrow (a near-exact fit with a tiny
+noise estimate and most basis functions kept); held-out error cannot be fooled that way.
+
+Faster than :class:`~sklearn.model_selection.GridSearchCV` over the same grid: the kernel matrix is
+built once per width on all the data and each fold takes its rows and columns from it; a fold
+keeps only the engine's fit and is scored from its mean (a fitted estimator adds validation and
+posterior summaries, and a classifier its importance-sampled predictive: a fifth of an RVC fit on
+Banana); and for RVRCV, along the grid (wide to narrow) each fold's engine starts from its fit at
+the previous width.
+"""
+
+from __future__ import annotations
+
+import time
+from numbers import Integral
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, _fit_context
+from sklearn.metrics import mean_poisson_deviance
+from sklearn.model_selection import KFold, StratifiedKFold
+from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.validation import check_is_fitted
+
+from bayes_rvm.basis.kernels import WIDTH_KERNELS, KernelBasis, stationary_kernel
+from bayes_rvm.estimators.base import training_data
+from bayes_rvm.estimators.classifier import RVC, one_vs_rest
+from bayes_rvm.estimators.persistence import Fail, SavedStateMixin
+from bayes_rvm.estimators.regressor import RVR, drop_duplicate_rows
+from bayes_rvm.evidence.problem import Problem
+from bayes_rvm.evidence.width import default_width_grid
+from bayes_rvm.families import rate_moments
+from bayes_rvm.models.priors import DEFAULT_NU
+from bayes_rvm.threads import one_blas_thread
+
+__all__ = ["RVCCV", "RVRCV"]
+
+
+def _constraints(template: type, names: tuple[str, ...]) -> dict:
+    """The parameter constraints of a cross-validated twin: its own and the template's.
+
+    The template's parameters are declared as the template declares them, so that scikit-learn's
+    ``_fit_context`` checks them all (with the same messages, under the twin's name) before a
+    fold is fitted.
+    """
+    return {
+        "widths": ["array-like", None],
+        "cv": [Interval(Integral, 2, None, closed="left")],
+        **{name: template._parameter_constraints[name] for name in names},
+    }
+
+
+class _WidthCV(SavedStateMixin, BaseEstimator):
+    """What the two cross-validated estimators share: the grid, the folds, the refit."""
+
+    _template: type
+
+    def _validate_params(self) -> None:
+        # The declared constraints, then what only the template's fit can say about the
+        # combination (the estimator refitted at the chosen width is built from these).
+        super()._validate_params()
+        self._estimator()._check_priors()
+
+    def _check(self, X) -> np.ndarray:
+        if stationary_kernel(self.kernel) is None:
+            raise ValueError(
+                f"{type(self).__name__} chooses the width of the kernels {WIDTH_KERNELS}; got "
+                f"kernel={self.kernel!r}."
+            )
+        if not isinstance(self.cv, Integral) or isinstance(self.cv, bool) or self.cv < 2:
+            raise ValueError(f"cv must be an integer >= 2 (the number of folds), got {self.cv!r}.")
+        if self.widths is None:
+            return default_width_grid(X)
+        grid = np.asarray(self.widths, dtype=np.float64)
+        if grid.ndim != 1 or grid.size < 1 or not np.all(np.isfinite(grid) & (grid > 0)):
+            raise ValueError(f"widths must be positive length scales, got {self.widths!r}.")
+        return np.sort(grid)[::-1]
+
+    def _estimator(self, **extra):
+        own = ("widths", "cv", "warm_start")
+        params = {k: v for k, v in self.get_params(deep=False).items() if k not in own}
+        return self._template(**params, **extra)
+
+    def _search(self, X, target, splits, fold_problem, fold_predict, fold_score) -> None:
+        """Scores of every (width, fold), the best width, and the refit on all the data.
+
+        ``fold_problem(Phi, target)`` is a fold's :class:`~bayes_rvm.evidence.problem.Problem`,
+        ``fold_predict(problem, fit, Phi_test)`` its predictions from the normalised test design,
+        ``fold_score(predictions, target)`` their score.
+        """
+        start = time.perf_counter()
+        grid = self._check(X)
+        engine = self._estimator().make_engine()
+        scores = np.empty((grid.size, len(splits)))
+        warm = [None] * len(splits)
+        width = stationary_kernel(self.kernel)
+        for i, ls in enumerate(grid):
+            g = float(width.gamma(ls))
+            # One kernel matrix per width on all the data; each fold slices it.
+            K = KernelBasis(self.kernel, gamma=g, bias=self.bias).fit(X).transform(X)
+            for f, (tr, te) in enumerate(splits):
+                cols = np.r_[tr, K.shape[1] - 1] if self.bias else tr
+                problem = fold_problem(K[np.ix_(tr, cols)], target[tr])
+                fit = engine.fit(problem, warm[f])
+                warm[f] = fit if getattr(self, "warm_start", False) else None
+                pred = fold_predict(problem, fit, K[np.ix_(te, cols)] / problem.norms)
+                scores[i, f] = fold_score(pred, target[te])
+        mean = scores.mean(axis=1)
+        best = int(np.argmax(mean))
+        self.cv_results_ = {
+            "length_scale": grid,
+            "mean_test_score": mean,
+            "std_test_score": scores.std(axis=1),
+            "split_test_scores": scores,
+        }
+        self.best_score_ = float(mean[best])
+        self.estimator_ = self._estimator(gamma=float(width.gamma(grid[best])))
+        self.estimator_.fit(X, self._refit_target)
+        self.length_scale_ = float(grid[best])
+        self.gamma_ = self.estimator_.gamma_
+        self.n_features_in_ = self.estimator_.n_features_in_
+        self.selection_time_ = time.perf_counter() - start
+
+    def _persisted_state(self) -> dict:
+        """What :mod:`bayes_rvm.io` stores: the refitted estimator's state and the search's."""
+        check_is_fitted(self, "estimator_")
+        state = self.estimator_._persisted_state()
+        search = {
+            "gamma": self.estimator_.gamma,
+            "length_scale": self.length_scale_,
+            "best_score": self.best_score_,
+            "selection_time": self.selection_time_,
+            "cv_results": {k: v.tolist() for k, v in self.cv_results_.items()},
+        }
+        return {**state, "extras": {**state["extras"], "cv": search}}
+
+    @classmethod
+    def _check_persisted(cls, state: dict, params: dict, fail: Fail) -> None:
+        # A cross-validated twin holds the state of the estimator it refitted.
+        cls._template._check_persisted(state, params, fail)
+
+    def _restore_state(self, state: dict) -> None:
+        search = state["extras"]["cv"]
+        self.estimator_ = self._estimator(gamma=search["gamma"])
+        self.estimator_._restore_state(state)
+        self.cv_results_ = {
+            k: np.asarray(v, dtype=np.float64) for k, v in search["cv_results"].items()
+        }
+        self.best_score_ = search["best_score"]
+        self.length_scale_ = search["length_scale"]
+        self.selection_time_ = search["selection_time"]
+        self.gamma_ = self.estimator_.gamma_
+        self.n_features_in_ = self.estimator_.n_features_in_
+        if hasattr(self.estimator_, "classes_"):
+            self.classes_ = self.estimator_.classes_
+
+    def __getattr__(self, name):
+        # The refitted estimator's fitted attributes (relevance_vectors_, alpha_, ...).
+        if name.endswith("_") and not name.startswith("__") and "estimator_" in self.__dict__:
+            return getattr(self.__dict__["estimator_"], name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True  # densified at the door, as RVR and RVC do
+        return tags
+
+    def _refitted(self):
+        check_is_fitted(self, "estimator_")
+        return self.estimator_
+
+    # What the plain estimator offers, delegated to the refit, as scikit-learn's search CVs do.
+    def make_model(self, **kwargs):
+        """The refitted estimator's :meth:`make_model` (its PyMC model, in the user's units)."""
+        return self._refitted().make_model(**kwargs)
+
+    def sample_posterior_predictive(self, X=None, random_state=None, *, extend_idata=True):
+        """The refitted estimator's :meth:`sample_posterior_predictive` (see there)."""
+        return self._refitted().sample_posterior_predictive(
+            X, random_state, extend_idata=extend_idata
+        )
+
+
+class RVRCV(RegressorMixin, _WidthCV):
+    """:class:`~bayes_rvm.RVR` with its kernel width chosen by cross-validation.
+
+    Each width of the grid is scored over ``cv`` shuffled folds by a score that fits the
+    likelihood (higher ``mean_test_score`` is better): the negative mean squared error of the
+    predictions for Gaussian and Student-t noise (the location: the t noise has no mean where
+    ``nu <= 1``), and for counts the negative mean Poisson deviance of the predicted rate
+    (:func:`sklearn.metrics.mean_poisson_deviance`, the score of scikit-learn's
+    ``PoissonRegressor``), which weighs each count's error by its variance as squared error
+    cannot. The estimator is then refitted on all the data at the best width.
+
+    Parameters
+    ----------
+    widths : array-like of float, optional
+        Length scales ``r`` to try (``gamma = 1/r^2`` for rbf, ``1/r`` for laplacian); default
+        :func:`bayes_rvm.evidence.width.default_width_grid` (7 widths from 4 to 1/16 times the
+        median distance between inputs).
+    cv : int, default=5
+        Number of folds, shuffled with ``random_state``.
+    warm_start : bool, default=True
+        Start each fold's engine from its fit at the previous (wider) width. Faster; the engine
+        may then stop at a slightly different local optimum of the alphas than a cold start
+        (False gives exactly the fits of a :class:`~sklearn.model_selection.GridSearchCV`).
+    kernel : {"rbf", "laplacian"}, default="rbf"
+    bias, prior, nu, solver, noise_variance, max_iter, tol, threshold_alpha
+        As in :class:`~bayes_rvm.RVR`.
+    likelihood : {"gaussian", "poisson", "student_t"}, default="gaussian"
+        As in :class:`~bayes_rvm.RVR`, with what it refuses: counts take one
+        column
+        of whole numbers and no ``noise_variance``; Student-t noise one output. Each fold is the
+        fit RVR makes (Student-t: its variational EM, warm-started along the grid as the
+        Gaussian fits are; counts: the Laplace engine, cold).
+    noise_nu : float, optional
+        Degrees of freedom of the Student-t noise (None: learned in each fit), as in RVR.
+    random_state : int, RandomState or None, default=None
+        Seeds the shuffling of the folds.
+
+    Attributes
+    ----------
+    estimator_ : RVR
+        Refitted on all the data at the chosen width; its fitted attributes
+        (``relevance_vectors_``, ``log_evidence_``, ...) are reachable on this object too.
+    length_scale_, gamma_ : float
+        The chosen width.
+    cv_results_ : dict
+        ``length_scale``, ``mean_test_score``, ``std_test_score`` and ``split_test_scores``
+        (widths x folds).
+    best_score_ : float
+        The best mean test score.
+    scoring_ : {"neg_mean_squared_error", "neg_mean_poisson_deviance"}
+        The score of ``cv_results_``, scikit-learn's name for it.
+    selection_time_ : float
+        Seconds for the whole search and refit.
+    """
+
+    _template = RVR
+    _parameter_constraints: dict = {  # noqa: RUF012 - scikit-learn's convention
+        **_constraints(
+            RVR,
+            (
+                "kernel",
+                "bias",
+                "prior",
+                "nu",
+                "solver",
+                "noise_variance",
+                "max_iter",
+                "tol",
+                "threshold_alpha",
+                "random_state",
+                "likelihood",
+                "noise_nu",
+            ),
+        ),
+        "kernel": [StrOptions(set(WIDTH_KERNELS))],
+        "warm_start": ["boolean"],
+    }
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.multi_output = True  # as RVR: one output or several sharing the alphas
+        tags.target_tags.single_output = True
+        return tags
+
+    def predict(self, X, return_std: bool = False, return_cov: bool = False):
+        """:meth:`RVR.predict <bayes_rvm.RVR.predict>` of the refitted estimator."""
+        return self._refitted().predict(X, return_std=return_std, return_cov=return_cov)
+
+    def sample_y(self, X, n_samples: int = 1, random_state=0) -> np.ndarray:
+        """:meth:`RVR.sample_y <bayes_rvm.RVR.sample_y>` of the refitted estimator."""
+        return self._refitted().sample_y(X, n_samples=n_samples, random_state=random_state)
+
+    @property
+    def scoring_(self) -> str:
+        """The score of ``cv_results_``, by scikit-learn's name (see the class docstring)."""
+        check_is_fitted(self, "estimator_")
+        counts = self.estimator_.likelihood == "poisson"
+        return "neg_mean_poisson_deviance" if counts else "neg_mean_squared_error"
+
+    def score(self, X, y, sample_weight=None) -> float:
+        """:meth:`RVR.score <bayes_rvm.RVR.score>` of the refitted estimator (R^2;
+        for counts the fraction of Poisson deviance explained)."""
+        return self._refitted().score(X, y, sample_weight=sample_weight)
+
+    def __init__(
+        self,
+        *,
+        widths=None,
+        cv=5,
+        warm_start=True,
+        kernel="rbf",
+        bias=True,
+        prior="ard",
+        nu=DEFAULT_NU,
+        solver="auto",
+        noise_variance=None,
+        max_iter=10_000,
+        tol=1e-3,
+        threshold_alpha="auto",
+        random_state=None,
+        likelihood="gaussian",
+        noise_nu=None,
+    ):
+        self.widths = widths
+        self.cv = cv
+        self.warm_start = warm_start
+        self.kernel = kernel
+        self.bias = bias
+        self.prior = prior
+        self.nu = nu
+        self.solver = solver
+        self.noise_variance = noise_variance
+        self.max_iter = max_iter
+        self.tol = tol
+        self.threshold_alpha = threshold_alpha
+        self.random_state = random_state
+        self.likelihood = likelihood
+        self.noise_nu = noise_nu
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    @one_blas_thread
+    def fit(self, X, y) -> RVRCV:
+        """Choose the width by cross-validation, then fit on all the data."""
+        X, y = training_data(self, X, y, regression=True, min_samples=4)
+        template = self._estimator()
+        # RVR's own refusals, before any fold: counts, and what each likelihood cannot take.
+        y = template._check_likelihood(y)
+        template._check_student_t(y)
+        counts = self.likelihood == "poisson"
+        if self.noise_variance is None and not counts:
+            # As RVR does; here a row's copies would also sit in a fold's training and test rows.
+            X, y = drop_duplicate_rows(X, y)
+        self._check(X)
+        T = y[:, None] if y.ndim == 1 else y
+        folds = KFold(self.cv, shuffle=True, random_state=self.random_state)
+
+        def fold_problem(Phi, Tf):
+            return template._problem(Phi, Tf)
+
+        def fold_predict(problem, fit, Phi_te):
+            if counts:  # the rate's posterior mean, as RVR.predict gives it
+                mean, var = fit.predict(Phi_te[:, fit.active])
+                return rate_moments(mean[:, 0], var[:, 0])[0]
+            return problem.scale * (Phi_te[:, fit.active] @ fit.mean)
+
+        def fold_score(pred, Tte):
+            if counts:
+                return -float(mean_poisson_deviance(Tte[:, 0], pred))
+            return -float(np.mean((pred - Tte) ** 2))
+
+        self._refit_target = y
+        self._search(X, T, list(folds.split(X)), fold_problem, fold_predict, fold_score)
+        del self._refit_target
+        return self
+
+
+class RVCCV(ClassifierMixin, _WidthCV):
+    """:class:`~bayes_rvm.RVC` with its kernel width chosen by cross-validation.
+
+    Each width of the grid is scored by the accuracy over ``cv`` shuffled, stratified folds (the
+    class of largest latent mean, which is also the class of largest probit-moderated probability
+    for two classes; the importance-sampled predictive of ``moderated="auto"`` can differ from it
+    at points on the boundary); the classifier is then refitted on all the data at the best width.
+
+    Parameters
+    ----------
+    widths, cv, kernel, random_state
+        As in :class:`RVRCV` (the Laplace engines take no warm start).
+    bias, prior, nu, solver, multi_class, max_iter, tol, threshold_alpha
+        As in :class:`~bayes_rvm.RVC`.
+
+    Attributes
+    ----------
+    estimator_ : RVC
+        Refitted on all the data at the chosen width (its fitted attributes are reachable on this
+        object too).
+    classes_ : ndarray
+    length_scale_, gamma_, cv_results_, best_score_, selection_time_
+        As in :class:`RVRCV` (scores are accuracies).
+    """
+
+    _template = RVC
+    _parameter_constraints: dict = {  # noqa: RUF012 - scikit-learn's convention
+        **_constraints(
+            RVC,
+            (
+                "kernel",
+                "bias",
+                "prior",
+                "nu",
+                "solver",
+                "multi_class",
+                "max_iter",
+                "tol",
+                "threshold_alpha",
+                "random_state",
+            ),
+        ),
+        "kernel": [StrOptions(set(WIDTH_KERNELS))],
+    }
+
+    def __init__(
+        self,
+        *,
+        widths=None,
+        cv=5,
+        kernel="rbf",
+        bias=True,
+        prior="ard",
+        nu=DEFAULT_NU,
+        solver="sequential",
+        multi_class="multinomial",
+        max_iter=10_000,
+        tol=1e-6,
+        threshold_alpha=1e9,
+        random_state=None,
+    ):
+        self.widths = widths
+        self.cv = cv
+        self.kernel = kernel
+        self.bias = bias
+        self.prior = prior
+        self.nu = nu
+        self.solver = solver
+        self.multi_class = multi_class
+        self.max_iter = max_iter
+        self.tol = tol
+        self.threshold_alpha = threshold_alpha
+        self.random_state = random_state
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    @one_blas_thread
+    def fit(self, X, y) -> RVCCV:
+        """Choose the width by cross-validation, then fit on all the data."""
+        X, y = training_data(self, X, y, regression=False, min_samples=4)
+        self._check(X)
+        classes, yi = np.unique(y, return_inverse=True)
+        if classes.size < 2:
+            raise ValueError("RVCCV needs samples of at least two classes.")
+        folds = StratifiedKFold(self.cv, shuffle=True, random_state=self.random_state)
+        ovr = one_vs_rest(self.multi_class, X.shape[0], classes.size)
+
+        def fold_problem(Phi, yf):
+            return Problem.classification(Phi, yf, classes.size, one_vs_rest=ovr)
+
+        def fold_predict(problem, fit, Phi_te):
+            # One-vs-rest: one column per class too (OneVsRestFit.mean), argmax as softmax.
+            latent = Phi_te[:, fit.active] @ fit.mean
+            return (latent[:, 0] > 0).astype(int) if latent.shape[1] == 1 else latent.argmax(1)
+
+        def fold_score(pred, yte):
+            return float(np.mean(pred == yte))
+
+        self._refit_target = y
+        self._search(X, yi, list(folds.split(X, yi)), fold_problem, fold_predict, fold_score)
+        del self._refit_target
+        self.classes_ = self.estimator_.classes_
+        return self
+
+    def predict(self, X) -> np.ndarray:
+        """Class labels of the refitted classifier."""
+        return self._refitted().predict(X)
+
+    def predict_proba(self, X) -> np.ndarray:
+        """Class probabilities of the refitted classifier."""
+        return self._refitted().predict_proba(X)
+
+    def predict_log_proba(self, X) -> np.ndarray:
+        """Log class probabilities of the refitted classifier."""
+        return self._refitted().predict_log_proba(X)
+
+    def decision_function(self, X) -> np.ndarray:
+        """:meth:`RVC.decision_function <bayes_rvm.RVC.decision_function>` of the
+        refitted classifier."""
+        return self._refitted().decision_function(X)

@@ -1,0 +1,343 @@
+"""The numba-compiled marginal log likelihood of the RVM regression model and its gradient.
+
+Plain jitted functions (no PyTensor): :mod:`bayes_rvm.models.marginal.numba_backend` registers them
+with
+PyTensor's numba linker (nutpie's backend) and
+:class:`~.op.MarginalLogLikelihood`
+runs the low-rank one in its ``perform``. Compiled with ``cache=True`` so that numba keeps the
+machine code on disk across processes; the loops run without the GIL, so that nutpie's chains run
+in parallel threads.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from bayes_rvm.families import LOG_2PI
+
+__all__ = ["log_evidence_numba", "lowrank_log_evidence_and_grad"]
+
+
+@numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+def _gram_cholesky(alpha, beta, gram):  # pragma: no cover - numba
+    """Cholesky factor ``L`` of ``H = A + beta Phi^T Phi`` equilibrated by its diagonal, with
+    ``dinv = 1 / sqrt(diag H)``, ``ldinv = 1 / diag L`` and ``log|H|``; ``log|H| = inf`` where
+    ``H`` is not numerically positive definite."""
+    M = alpha.shape[0]
+    # H = A + beta Phi^T Phi scaled to unit diagonal, built row by row inside its own Cholesky
+    # factor (lower triangle only). Reciprocals are kept because divisions cost several times a
+    # multiplication in these O(M^2) and O(M^3) loops; row views (Li = L[i]) let LLVM
+    # vectorise the inner loops, where 2-D indexing does not. log|H| = sum log h_ii + log|H_s|.
+    dinv = np.empty(M)
+    log_det = 0.0
+    for i in range(M):
+        hii = alpha[i] + beta * gram[i, i]
+        dinv[i] = 1.0 / np.sqrt(hii)
+        log_det += np.log(hii)
+    L = np.empty((M, M))
+    ldinv = np.empty(M)
+    for i in range(M):
+        Li = L[i]
+        gi = gram[i]
+        si = beta * dinv[i]
+        for j in range(i):
+            Li[j] = si * gi[j] * dinv[j]
+        for j in range(i):
+            Lj = L[j]
+            s = Li[j]
+            for k in range(j):
+                s -= Li[k] * Lj[k]
+            Li[j] = s * ldinv[j]
+        s = 1.0
+        for k in range(i):
+            s -= Li[k] * Li[k]
+        if not s > 0.0:
+            return L, dinv, ldinv, np.inf
+        Li[i] = np.sqrt(s)
+        ldinv[i] = 1.0 / Li[i]
+        log_det += np.log(s)
+    return L, dinv, ldinv, log_det
+
+
+@numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+def _lower_inverse(L, ldinv):  # pragma: no cover - numba
+    """``X = L^-1`` of a lower factor (``ldinv = 1 / diag L``) and the column sums of ``X^2``."""
+    M = L.shape[0]
+    # X = L^-1 (lower), row i from the rows above it, inner loops along contiguous rows;
+    # diag(H_s^-1) = column sums of X^2, accumulated as the rows are made.
+    X = np.zeros((M, M))
+    acc = np.empty(M)
+    sd = np.zeros(M)
+    for i in range(M):
+        Li = L[i]
+        for j in range(i):
+            acc[j] = 0.0
+        for k in range(i):
+            lik = Li[k]
+            Xk = X[k]
+            for j in range(k + 1):
+                acc[j] += lik * Xk[j]
+        inv = ldinv[i]
+        Xi = X[i]
+        for j in range(i):
+            v = -acc[j] * inv
+            Xi[j] = v
+            sd[j] += v * v
+        Xi[i] = inv
+        sd[i] += inv * inv
+    return X, sd
+
+
+@numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+def _sum_squares(R):  # pragma: no cover - numba
+    """``||R||^2`` of a 2-D array (the residual sum of squares)."""
+    s = 0.0
+    for n in range(R.shape[0]):
+        for c in range(R.shape[1]):
+            s += R[n, c] * R[n, c]
+    return s
+
+
+@numba.njit(cache=True, fastmath={"reassoc", "contract"})
+def log_evidence_numba(log_alpha, log_beta, Phi, Y, gram):  # pragma: no cover - compiled by numba
+    """:func:`~bayes_rvm.models.marginal.op.log_evidence_and_grad` compiled: the same outputs."""
+    # Same algebra as log_evidence_and_grad, written with loops numba compiles without the GIL,
+    # so that nutpie's chains run in parallel threads.
+    N, M = Phi.shape
+    D = Y.shape[1]
+    lb = log_beta.item()
+    beta = np.exp(lb)
+    alpha = np.exp(log_alpha)
+    Phi = np.ascontiguousarray(Phi)
+    Y = np.ascontiguousarray(Y)
+    out_ga = np.zeros(M)
+    out_gY = np.zeros((N, D))
+    ok = np.isfinite(beta) and beta > 0.0
+    for i in range(M):
+        if not (np.isfinite(alpha[i]) and alpha[i] > 0.0):
+            ok = False
+    if not ok:
+        return np.asarray(-np.inf), out_ga, np.asarray(0.0), out_gY
+    L, dinv, ldinv, log_det = _gram_cholesky(alpha, beta, gram)
+    if log_det == np.inf:
+        return np.asarray(-np.inf), out_ga, np.asarray(0.0), out_gY
+    X, sd = _lower_inverse(L, ldinv)
+    PY = Phi.T @ Y
+    for i in range(M):
+        for c in range(D):
+            PY[i, c] *= dinv[i]
+    tmp = X @ PY
+    mean = X.T @ tmp
+    for i in range(M):
+        for c in range(D):
+            mean[i, c] *= beta * dinv[i]
+    resid = Y - Phi @ mean
+    sse = _sum_squares(resid)
+    sum_la = 0.0
+    alpha_sigma = 0.0
+    penalty = 0.0
+    for i in range(M):
+        sum_la += log_alpha[i]
+        sdi = sd[i] * dinv[i] * dinv[i]
+        m2 = 0.0
+        for c in range(D):
+            m2 += mean[i, c] * mean[i, c]
+        penalty += alpha[i] * m2
+        alpha_sigma += alpha[i] * sdi
+        out_ga[i] = 0.5 * (D - alpha[i] * (m2 + D * sdi))
+    logp = 0.5 * D * (N * (lb - LOG_2PI) + sum_la - log_det) - 0.5 * beta * sse - 0.5 * penalty
+    sum_gamma = M - alpha_sigma
+    g_beta = 0.5 * (N * D - D * sum_gamma - beta * sse)
+    for n in range(N):
+        for c in range(D):
+            out_gY[n, c] = -beta * resid[n, c]
+    if not np.isfinite(logp):
+        return np.asarray(-np.inf), np.zeros(M), np.asarray(0.0), np.zeros((N, D))
+    return np.asarray(logp), out_ga, np.asarray(g_beta), out_gY
+
+
+@numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+def _equilibrated_cholesky(GT, ainv, beta):  # pragma: no cover - numba
+    """``K = beta^-1 I + G^T A^-1 G`` from the rows of ``G^T``: the Cholesky factor ``L`` of
+    ``K`` equilibrated by its diagonal (``D^-1 K D^-1 = L L^T``), ``dinv = 1 / sqrt(diag K)``
+    and ``log|K|``; ``log|K| = inf`` where ``K`` is not numerically positive definite."""
+    r, M = GT.shape
+    GA = np.empty((r, M))
+    for a in range(r):
+        ga = GA[a]
+        gt = GT[a]
+        for i in range(M):
+            ga[i] = gt[i] * ainv[i]
+    # Lower triangle, as dot products of contiguous rows.
+    K = np.empty((r, r))
+    for a in range(r):
+        ga = GA[a]
+        for b in range(a + 1):
+            gb = GT[b]
+            s = 0.0
+            for i in range(M):
+                s += ga[i] * gb[i]
+            K[a, b] = s
+    dinv = np.empty(r)
+    log_det = 0.0
+    for k in range(r):
+        K[k, k] += 1.0 / beta
+        dinv[k] = 1.0 / np.sqrt(K[k, k])
+        log_det += np.log(K[k, k])
+    L = np.zeros((r, r))
+    for i in range(r):
+        Li = L[i]
+        for j in range(i + 1):
+            Lj = L[j]
+            s = K[i, j] * dinv[i] * dinv[j]
+            for k in range(j):
+                s -= Li[k] * Lj[k]
+            if i == j:
+                if not s > 0.0:
+                    return L, dinv, np.inf
+                Li[i] = np.sqrt(s)
+                log_det += np.log(s)
+            else:
+                Li[j] = s / Lj[j]
+    return L, dinv, log_det
+
+
+@numba.njit(cache=True, nogil=True)
+def _trace_inverse(L, dinv):  # pragma: no cover - numba
+    """``tr(K^-1) = sum_k dinv_k^2 ||L^-1 e_k||^2``, from ``L^-1`` (r^3 / 6, small)."""
+    r = L.shape[0]
+    Linv = np.zeros((r, r))
+    for j in range(r):
+        Linv[j, j] = 1.0 / L[j, j]
+        for i in range(j + 1, r):
+            s = 0.0
+            for k in range(j, i):
+                s -= L[i, k] * Linv[k, j]
+            Linv[i, j] = s / L[i, i]
+    tr_kinv = 0.0
+    for k in range(r):
+        s = 0.0
+        for i in range(k, r):
+            s += Linv[i, k] * Linv[i, k]
+        tr_kinv += s * dinv[k] * dinv[k]
+    return tr_kinv
+
+
+@numba.njit(cache=True, nogil=True)
+def _solve_equilibrated(L, dinv, Z):  # pragma: no cover - numba
+    """``K^-1 Z`` by two triangular solves with the equilibrated factor."""
+    r, D = Z.shape
+    Q = np.empty((r, D))
+    v = np.empty(r)
+    for c in range(D):
+        for i in range(r):
+            s = Z[i, c] * dinv[i]
+            for k in range(i):
+                s -= L[i, k] * v[k]
+            v[i] = s / L[i, i]
+        for i in range(r - 1, -1, -1):
+            s = v[i]
+            for k in range(i + 1, r):
+                s -= L[k, i] * v[k]
+            v[i] = s / L[i, i]
+        for i in range(r):
+            Q[i, c] = v[i] * dinv[i]
+    return Q
+
+
+@numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+def lowrank_log_evidence_and_grad(log_alpha, log_beta, U, Y, VS):  # pragma: no cover - numba
+    """Low-rank marginal log likelihood and its gradient (:mod:`~.lowrank`).
+
+    Same outputs as :func:`~bayes_rvm.models.marginal.op.log_evidence_and_grad`, from ``U`` (N, r)
+    and
+    ``V S`` (M, r) of a thin SVD of the design, with ``G = V S``, ``K = beta^-1 I + G^T A^-1 G``,
+    ``z_d = U^T t_d`` and ``Q = K^-1 Z``::
+
+        logp = -(D (N log 2 pi - (N - r) log beta + log|K|) + beta ||T - U Z||^2 + tr(Z^T Q)) / 2
+        d/dlog alpha_i = (D g_i^T K^-1 g_i - ||(G Q)_i||^2) / (2 alpha_i)
+        d/dlog beta    = (D (N - r) + D tr(K^-1) / beta - beta ||T - U Z||^2 - ||Q||^2 / beta) / 2
+        d/dT           = -(beta (T - U Z) + U Q)
+
+    The O(M r^2) work is two passes along contiguous rows of ``G^T``: the lower triangle of
+    ``K`` and ``W = L^-1 D^-1 G^T`` (``L`` the Cholesky factor of ``K`` equilibrated by its
+    diagonal ``D``), whose column norms are ``g_i^T K^-1 g_i``; neither ``K^-1`` nor ``G K^-1``
+    is formed.
+    """
+    N, r = U.shape
+    M = VS.shape[0]
+    D = Y.shape[1]
+    lb = np.asarray(log_beta).item()
+    beta = np.exp(lb)
+    ainv = np.exp(-log_alpha)
+    out_ga = np.zeros(M)
+    out_gY = np.zeros((N, D))
+    ok = np.isfinite(beta) and beta > 0.0
+    for i in range(M):
+        if not (np.isfinite(ainv[i]) and ainv[i] > 0.0 and np.isfinite(log_alpha[i])):
+            ok = False
+    if not ok:
+        return np.asarray(-np.inf), out_ga, np.asarray(0.0), out_gY
+    # GT = (V S)^T, rows contiguous: every O(M r^2) loop below runs along a contiguous row.
+    GT = np.ascontiguousarray(VS.T)
+    Uc = np.ascontiguousarray(U)
+    Yc = np.ascontiguousarray(Y)
+    L, dinv, log_det = _equilibrated_cholesky(GT, ainv, beta)
+    if log_det == np.inf:
+        return np.asarray(-np.inf), out_ga, np.asarray(0.0), out_gY
+    # W = L^-1 D^-1 G^T (r x M) by forward substitution along contiguous rows:
+    # g_i^T K^-1 g_i = ||W[:, i]||^2.
+    W = np.empty((r, M))
+    gkg = np.zeros(M)
+    for a in range(r):
+        wa = W[a]
+        gt = GT[a]
+        da = dinv[a]
+        for i in range(M):
+            wa[i] = gt[i] * da
+        La = L[a]
+        for k in range(a):
+            lak = La[k]
+            wk = W[k]
+            for i in range(M):
+                wa[i] -= lak * wk[i]
+        inv = 1.0 / La[a]
+        for i in range(M):
+            wa[i] *= inv
+            gkg[i] += wa[i] * wa[i]
+    tr_kinv = _trace_inverse(L, dinv)
+    # Z = U^T T, Q = K^-1 Z by two triangular solves, R = T - U Z.
+    Z = Uc.T @ Yc
+    Q = _solve_equilibrated(L, dinv, Z)
+    R = Yc - Uc @ Z
+    sse = _sum_squares(R)
+    quad = 0.0
+    q2 = 0.0
+    for k in range(r):
+        for c in range(D):
+            quad += Z[k, c] * Q[k, c]
+            q2 += Q[k, c] * Q[k, c]
+    # (G Q)_i for each output, along contiguous rows of G^T.
+    gq2 = np.zeros(M)
+    gq = np.empty(M)
+    for c in range(D):
+        gq[:] = 0.0
+        for k in range(r):
+            qk = Q[k, c]
+            gt = GT[k]
+            for i in range(M):
+                gq[i] += gt[i] * qk
+        for i in range(M):
+            gq2[i] += gq[i] * gq[i]
+    for i in range(M):
+        out_ga[i] = 0.5 * ainv[i] * (D * gkg[i] - gq2[i])
+    logp = -0.5 * (D * (N * LOG_2PI - (N - r) * lb + log_det) + beta * sse + quad)
+    g_beta = 0.5 * (D * (N - r) + D * tr_kinv / beta - beta * sse - q2 / beta)
+    UQ = Uc @ Q
+    for n in range(N):
+        for c in range(D):
+            out_gY[n, c] = -(beta * R[n, c] + UQ[n, c])
+    if not np.isfinite(logp):
+        return np.asarray(-np.inf), np.zeros(M), np.asarray(0.0), np.zeros((N, D))
+    return np.asarray(logp), out_ga, np.asarray(g_beta), out_gY

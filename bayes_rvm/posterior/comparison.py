@@ -1,0 +1,291 @@
+"""ArviZ helpers for RVM fits: an honest elpd comparison and relevance summaries.
+
+What each fit's elpd is, by engine (:func:`elpd`, and the ``method`` column of :func:`compare`):
+
+MCMC, regression
+    PSIS-LOO on the exact leave-one-out terms ``ln p(t_n | t_-n, alpha, sigma)`` of the
+    weight-marginalised model (:func:`bayes_rvm.inference.gaussian_loo_terms`): the hyperparameters
+    are integrated over their posterior, and importance sampling moves that posterior to leave
+    each point out.
+Type-II, regression (``RVR.idata_``)
+    Brute-force cross-validation: the hyperparameters refitted without each left-out row (exact
+    leave-one-out up to 200 rows, 10-fold beyond), stored in the tree's ``loo`` group
+    (:meth:`bayes_rvm.estimators.regressor.RVR.refit_loo`). PSIS-LOO on a type-II tree keeps the
+    hyperparameters tuned on all the data, the left-out point included, and overstates the elpd:
+    on sinc (N = 100, width 2, five data sets) by 8.5 nats against brute-force LOO, enough to rank
+    type-II first every time where held-out data preferred MCMC on three sets of five.
+Type-II without a ``loo`` group
+    A classifier's, or :func:`bayes_rvm.inference.type2_datatree` without ``loo``: PSIS-LOO at
+    the fixed hyperparameters, labelled as such, with a warning: it is optimistic.
+MCMC, classifiers
+    PSIS-LOO on ``ln p(t_n | w)``, which factorise given the weights.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping
+
+import numpy as np
+import pandas as pd
+import xarray as xr
+from scipy.special import logsumexp
+
+from bayes_rvm.dims import BASIS, OBS
+
+__all__ = ["compare", "elpd", "relevance_summary"]
+
+#: ``method`` of a fit scored by PSIS-LOO over a posterior of the hyperparameters.
+PSIS = "PSIS-LOO"
+#: ``method`` of a type-II fit scored by PSIS-LOO at hyperparameters tuned on all the data.
+PSIS_FIXED = "PSIS-LOO, hyperparameters fixed (optimistic)"
+
+
+def _tree(fit) -> xr.DataTree:
+    """A fit's DataTree: the tree itself, or a fitted estimator's ``idata_``."""
+    if isinstance(fit, xr.DataTree):
+        return fit
+    if hasattr(fit, "idata_"):
+        return fit.idata_
+    raise TypeError(
+        f"a fit must be an xarray.DataTree or a fitted RVR / RVC, got {type(fit).__name__}."
+    )
+
+
+def elpd(fit, *, var_name: str | None = None):
+    """The fit's expected log pointwise predictive density, and how it was estimated.
+
+    Parameters
+    ----------
+    fit : xarray.DataTree or fitted estimator
+        A fit of this package (``idata_``, or the estimator itself).
+    var_name : str, optional
+        The variable of ``log_likelihood`` (default its only one).
+
+    Returns
+    -------
+    elpd_data : arviz_stats.ELPDData
+        Pointwise (``elpd_i``), as :func:`arviz.compare` takes it: PSIS-LOO results
+        (``az.loo``), or for a type-II fit with a ``loo`` group its refit terms (``kind`` "loo"
+        for exact leave-one-out, "loo_kfold" for K-fold), with ``p`` the in-sample log
+        predictive density minus the elpd and no Pareto k (nothing was importance sampled).
+    method : str
+        ``"PSIS-LOO"``, ``"exact LOO (N refits)"``, ``"K-fold refits"`` or
+        ``"PSIS-LOO, hyperparameters fixed (optimistic)"`` (module docstring).
+    """
+    import arviz as az
+    from arviz_stats.utils import ELPDDataLOO, ELPDDataLOOKFold
+
+    dt = _tree(fit)
+    if "log_likelihood" not in dt.children:
+        raise ValueError("the fit has no log_likelihood group.")
+    type2 = dt.attrs.get("method") == "type2"
+    if not (type2 and "loo" in dt.children):
+        res = az.loo(dt, pointwise=True, var_name=var_name)
+        return res, PSIS_FIXED if type2 else PSIS
+    loo = dt["loo"].dataset
+    elpd_i = loo["y"].rename({d: OBS for d in loo["y"].dims})
+    ll = dt["log_likelihood"].dataset
+    ll = ll[var_name or next(iter(ll.data_vars))]
+    n_samples = ll.sizes["chain"] * ll.sizes["draw"]
+    lppd_i = logsumexp(ll.stack(__s=("chain", "draw")).values, axis=-1) - np.log(n_samples)
+    n = elpd_i.size
+    common = {
+        "elpd": float(elpd_i.sum()),
+        "se": float(np.sqrt(n * np.var(elpd_i.values))),
+        "p": float(lppd_i.sum() - elpd_i.sum()),
+        "n_samples": n_samples,
+        "n_data_points": n,
+        "scale": "log",
+        "warning": False,
+        "good_k": None,
+        "elpd_i": elpd_i,
+    }
+    if bool(loo.attrs.get("exact", True)):
+        return ELPDDataLOO(**common), str(loo.attrs["method"])
+    return ELPDDataLOOKFold(**common, n_folds=int(loo.attrs["n_folds"])), str(loo.attrs["method"])
+
+
+def compare(fits: Mapping[str, object], *, round_to="none", **kwargs) -> pd.DataFrame:
+    """ArviZ's comparison table for a set of fits, each scored as its engine allows honestly.
+
+    Parameters
+    ----------
+    fits : mapping of str to xarray.DataTree or fitted estimator
+        Named fits (for example ``{"type-II": rvr.idata_, "MCMC": rvr_mcmc}``), each with a
+        ``log_likelihood`` group over the same observations. Precomputed
+        ``arviz_stats.ELPDData`` (pointwise) are passed through.
+    round_to : default="none"
+        Passed to :func:`arviz.compare`; unrounded by default so the numbers can be tested and
+        post-processed.
+    **kwargs
+        Passed to :func:`arviz.compare` (``method``, ``var_name``, ...).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per fit, best first (``elpd``, ``p``, ``elpd_diff``, ``weight``, ``se``,
+        ``dse``, ...) and ``method``: how each row's elpd was estimated (:func:`elpd`). A type-II
+        regression fit (``RVR.idata_``) is scored by refitting its hyperparameters without each
+        left-out row, never by PSIS-LOO at hyperparameters that saw that row.
+
+    Raises
+    ------
+    ValueError
+        With fewer than two fits, a fit without log likelihood, or fits on different numbers of
+        observations or log likelihoods on different rows (a fit from sufficient statistics
+        keeps those of a subset of rows: its DataTree's ``log_likelihood_rows`` attribute).
+
+    Warns
+    -----
+    UserWarning
+        For a type-II fit with no refit terms, scored by PSIS-LOO at its fixed hyperparameters.
+    """
+    import arviz as az
+    from arviz_stats.utils import ELPDData
+
+    if len(fits) < 2:
+        raise ValueError("compare needs at least two fits.")
+    # Checked before any LOO is computed: the refits or PSIS of a mismatched set would be wasted.
+    trees, n_obs = {}, {}
+    for name, fit in fits.items():
+        if isinstance(fit, ELPDData):
+            n_obs[name] = int(fit.n_data_points)
+            continue
+        dt = trees[name] = _tree(fit)
+        if "log_likelihood" not in dt.children:
+            raise ValueError(f"fit {name!r} has no log_likelihood group.")
+        ll = dt["log_likelihood"].dataset
+        var = ll[kwargs.get("var_name") or next(iter(ll.data_vars))]
+        n_obs[name] = int(np.prod([s for d, s in var.sizes.items() if d not in ("chain", "draw")]))
+    if len(set(n_obs.values())) > 1:
+        raise ValueError(f"fits were made on different numbers of observations: {n_obs}.")
+    # A fit from sufficient statistics keeps the log likelihood of a subset of its rows only.
+    rows = {name: dt.attrs.get("log_likelihood_rows", "all rows") for name, dt in trees.items()}
+    if len(set(rows.values())) > 1:
+        raise ValueError(
+            f"the fits' log likelihoods are on different rows, so their elpd cannot be "
+            f"compared: {rows}."
+        )
+    scored, methods = {}, {}
+    for name, fit in fits.items():
+        if name in trees:
+            scored[name], methods[name] = elpd(trees[name], var_name=kwargs.get("var_name"))
+        else:
+            scored[name], methods[name] = fit, fit.kind
+    fixed = [name for name, m in methods.items() if m == PSIS_FIXED]
+    if fixed:
+        warnings.warn(
+            f"{fixed}: type-II fits without refit LOO terms are scored by PSIS-LOO at "
+            "hyperparameters tuned on all the data, which overstates their elpd (by about 8 nats "
+            "on sinc, N = 100). Regression fits: pass RVR's idata_ (it carries exact LOO by "
+            "refits), or type2_datatree(..., loo=rvr.refit_loo()). Classifiers have no refit "
+            "LOO yet: read their elpd as an upper bound.",
+            UserWarning,
+            stacklevel=2,
+        )
+    kwargs.pop("var_name", None)
+    with warnings.catch_warnings():
+        # The rows say which method each used; ArviZ's note on mixing LOO and K-fold is that.
+        warnings.filterwarnings("ignore", message="Comparing LOO-CV to K-fold-CV")
+        table = az.compare(scored, round_to=round_to, **kwargs)
+    table["method"] = [methods[name] for name in table.index]
+    return table
+
+
+def relevance_summary(
+    dt: xr.DataTree,
+    *,
+    threshold: float = 10.0,
+    type2: xr.DataTree | None = None,
+) -> pd.DataFrame:
+    """Per basis function: how probable it is that its ``alpha`` is small enough to matter.
+
+    Parameters
+    ----------
+    dt : xarray.DataTree
+        A fit with ``alpha[basis]`` (and ``w``) in its posterior.
+    threshold : float, default=10
+        ``alpha_i < threshold`` on the normalised problem counts as relevant: columns of unit
+        norm, regression targets of unit root-mean-square (as
+        :class:`bayes_rvm.estimators.regressor.RVR`
+        fits them), where relevance vectors have weights of order one and more and the prior sd
+        of a relevant weight is above ``threshold^-1/2`` (about 0.3). The alphas of ``dt`` (in
+        the user's units) are mapped there as ``alpha_i rms(y)^2 / ||phi_i||^2`` with the design
+        of ``constant_data`` and the targets of ``observed_data`` (rms 1 for class labels), so
+        the table does not change with the units of ``y`` or of the design's columns; a fit
+        without ``Phi`` in ``constant_data`` (a sampled width) uses its ``alpha_rel``. Type-II
+        pruning corresponds to ``alpha = inf``. Compare with the prior probability of the same
+        event: a column whose ``p_relevant`` stays at its prior value is not informed by the
+        data.
+    type2 : xarray.DataTree, optional
+        A type-II fit (:func:`bayes_rvm.inference.type2_datatree`) on the same basis; adds its
+        relevant set as a column.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Indexed by basis, with ``p_relevant`` (posterior probability of ``alpha < threshold``
+        on the normalised problem), ``log10_alpha_median`` (normalised too), ``w_mean``,
+        ``w_sd`` (units of ``y`` per unit of the column) and, with ``type2``, ``type2_relevant``
+        and ``type2_w``; sorted by ``p_relevant``, most relevant first.
+    """
+    post = dt["posterior"].dataset
+    alpha = _normalised_alpha(dt)
+    sample = ("chain", "draw")
+    with np.errstate(divide="ignore"):
+        log10_alpha = np.log10(alpha)
+    out = pd.DataFrame(
+        {
+            "p_relevant": (alpha < threshold).mean(sample).values,
+            "log10_alpha_median": log10_alpha.median(sample).values,
+        },
+        index=pd.Index(alpha.coords[BASIS].values, name=BASIS),
+    )
+    if "w" in post:
+        w = post["w"]
+        extra = [d for d in w.dims if d not in (*sample, BASIS)]
+        # With several outputs, report the root mean square over outputs.
+        w_mean = w.mean(sample)
+        w_sd = w.std(sample)
+        if extra:
+            w_mean = np.sqrt((w_mean**2).mean(extra))
+            w_sd = np.sqrt((w_sd**2).mean(extra))
+        out["w_mean"] = w_mean.values
+        out["w_sd"] = w_sd.values
+    if type2 is not None:
+        t2 = type2["posterior"].dataset
+        a2 = t2["alpha"].isel(chain=0, draw=0).to_series()
+        out["type2_relevant"] = np.isfinite(a2.reindex(out.index).values)
+        w2 = t2["w"].mean(sample)
+        extra = [d for d in w2.dims if d != BASIS]
+        if extra:
+            w2 = np.sqrt((w2**2).mean(extra))
+        out["type2_w"] = w2.to_series().reindex(out.index).values
+    return out.sort_values("p_relevant", ascending=False, kind="stable")
+
+
+def _normalised_alpha(dt: xr.DataTree) -> xr.DataArray:
+    """``alpha`` on the normalised problem: ``alpha_i rms(y)^2 / ||phi_i||^2``."""
+    post = dt["posterior"].dataset
+    const = dt["constant_data"].dataset if "constant_data" in dt.children else xr.Dataset()
+    if "Phi" not in const:
+        if "alpha_rel" in post and "observed_data" in dt.children:
+            # alpha_rel is stated for unit-RMS columns
+            # (bayes_rvm.evidence.problem.prior_column_scale):
+            # N times the unit-norm alpha.
+            return post["alpha_rel"] / dt["observed_data"]["y"].sizes[OBS]
+        raise ValueError(
+            "relevance_summary needs the design (Phi in constant_data) or alpha_rel in the "
+            "posterior to put the alphas on the normalised scale."
+        )
+    Phi = const["Phi"]
+    other = [d for d in Phi.dims if d != BASIS]
+    norm2 = (Phi**2).sum(other)
+    norm2 = norm2.where(norm2 > 0, 1.0)
+    y_scale2 = 1.0
+    if dt.attrs.get("likelihood", "gaussian") == "gaussian" and "observed_data" in dt.children:
+        y = np.asarray(dt["observed_data"]["y"].values, dtype=np.float64)
+        y_scale2 = float(np.mean(y**2)) or 1.0
+    alpha = post["alpha"]
+    return alpha * y_scale2 / norm2

@@ -1,0 +1,372 @@
+"""A study's inputs: checked, or read from a TOML file (``bayes-rvm study``); the CSV reader.
+
+:func:`read_config` turns a TOML file into the arguments of
+:func:`bayes_rvm.studies.runner.run_study`
+(a :class:`StudyConfig`); :func:`check_models` and :func:`check_datasets` check those arguments
+however they come; :func:`read_table` reads a CSV table of features and a target for it
+and for the ``bayes-rvm fit`` command, with one error per fault naming the file, column and line.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+
+__all__ = [
+    "StudyConfig",
+    "StudyData",
+    "check_datasets",
+    "check_models",
+    "read_config",
+    "read_table",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class StudyData:
+    """One data set of a study: training inputs and targets, and optionally a test set."""
+
+    X: object
+    y: object
+    X_test: object = None
+    y_test: object = None
+
+
+def check_models(models) -> dict:
+    """The named estimators of a study, checked: a non-empty mapping of names to estimators."""
+    if not isinstance(models, Mapping) or not models:
+        raise TypeError("models must be a non-empty mapping of names to unfitted estimators.")
+    for name, est in models.items():
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"model names must be non-empty strings, got {name!r}.")
+        if not (hasattr(est, "fit") and hasattr(est, "get_params")):
+            raise TypeError(
+                f"models[{name!r}] must be a scikit-learn estimator (with fit and get_params), "
+                f"got {type(est).__name__}."
+            )
+    return dict(models)
+
+
+def check_datasets(datasets) -> dict[str, StudyData]:
+    """The named data sets of a study as :class:`StudyData`, checked (types and lengths)."""
+    if not isinstance(datasets, Mapping) or not datasets:
+        raise TypeError(
+            "datasets must be a non-empty mapping of names to (X, y) or (X, y, X_test, y_test)."
+        )
+    out = {}
+    for name, value in datasets.items():
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"data set names must be non-empty strings, got {name!r}.")
+        if not isinstance(value, tuple | list) or len(value) not in (2, 4):
+            raise ValueError(
+                f"datasets[{name!r}] must be (X, y) or (X, y, X_test, y_test), got "
+                f"{type(value).__name__}"
+                + (f" of length {len(value)}" if isinstance(value, tuple | list) else "")
+                + "."
+            )
+        data = StudyData(*value)
+        for x, t, what in ((data.X, data.y, ""), (data.X_test, data.y_test, "test ")):
+            if x is None and t is None and what:
+                continue
+            for a, label in ((x, f"{what}X"), (t, f"{what}y")):
+                if a is None or isinstance(a, str | bytes) or not hasattr(a, "__len__"):
+                    raise TypeError(
+                        f"datasets[{name!r}]: {label} must be an array-like of samples, got "
+                        f"{type(a).__name__}."
+                    )
+            if len(x) != len(t):
+                raise ValueError(
+                    f"datasets[{name!r}]: {what}X has {len(x)} rows but {what}y has {len(t)}."
+                )
+        out[name] = data
+    return out
+
+
+def _delimiter(path: Path) -> str:
+    """The table's delimiter among , ; tab | (a comma where the file has one column).
+
+    pandas' own sniffing (``sep=None``) accepts any character, and splits a one-column file of
+    decimals on the ``.``.
+    """
+    try:
+        with open(path, newline="") as f:
+            sample = f.read(65536)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"could not read {path} as CSV text: {exc}") from None
+    try:
+        return csv.Sniffer().sniff(sample, delimiters=",;\t|").delimiter
+    except csv.Error:
+        return ","
+
+
+def read_table(
+    path: str | os.PathLike,
+    target: str | None = None,
+    *,
+    numeric: bool = True,
+    target_flag: str = "target",
+) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """Features, target and feature names from a CSV file with a header row.
+
+    Parameters
+    ----------
+    path : path
+        The file; its delimiter (``,``, ``;``, tab or ``|``) is sniffed.
+    target : str, optional
+        The target's column; by default the last one.
+    numeric : bool, default=True
+        Whether the target must be numbers too (returned as float); class labels need not be.
+    target_flag : str, default="target"
+        How an error names the target option (``"--target"`` for the command line).
+
+    Returns
+    -------
+    X : ndarray of shape (n_samples, n_features), float
+    y : ndarray of shape (n_samples,)
+    names : list of str
+        The feature columns, in order.
+
+    Raises
+    ------
+    ValueError
+        Naming the file and the fault: missing or unreadable, fewer than two columns or data
+        rows, an unknown target, or a non-numeric or empty cell (with its line).
+    """
+    import pandas as pd
+
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"{path} does not exist")
+    sep = _delimiter(path)
+    try:
+        frame = pd.read_csv(path, sep=sep)
+    except Exception as exc:  # any parser error is a bad file for the user
+        detail = " ".join(str(exc).split())
+        raise ValueError(f"could not read {path} as CSV: {detail}") from None
+    if frame.shape[1] < 2:
+        raise ValueError(
+            f"{path} has {frame.shape[1]} column(s) {list(frame.columns)}; it needs at least one "
+            "feature and the target (a header row, then one row per sample)"
+        )
+    if len(frame) < 2:
+        raise ValueError(
+            f"{path} has {len(frame)} data row(s) below its header; a fit needs at least 2"
+        )
+    target = target or frame.columns[-1]
+    if target not in frame.columns:
+        raise ValueError(
+            f"{target_flag} {target!r} is not a column of {path}: {list(frame.columns)}"
+        )
+    for column in frame.columns if numeric else frame.columns.drop(target):
+        # The line of the file: the header is line 1, data row 0 is line 2.
+        values = frame[column]
+        if not pd.api.types.is_numeric_dtype(values):
+            numbers = pd.to_numeric(values, errors="coerce")
+            row = int(np.flatnonzero(numbers.isna() & values.notna())[0])
+            raise ValueError(
+                f"column {column!r} of {path} is not numeric: {values.iloc[row]!r} "
+                f"at line {row + 2}"
+            )
+        if values.isna().any():
+            row = int(np.flatnonzero(values.isna())[0])
+            raise ValueError(
+                f"column {column!r} of {path} has an empty or NaN cell at line {row + 2}; "
+                "remove or fill the row"
+            )
+    features = frame.drop(columns=[target])
+    y = frame[target].to_numpy(float) if numeric else frame[target].to_numpy()
+    return features.to_numpy(float), y, list(features.columns)
+
+
+@dataclasses.dataclass(frozen=True)
+class StudyConfig:
+    """A study read from a TOML file by :func:`read_config`: the arguments of :func:`run_study`.
+
+    Attributes
+    ----------
+    models : dict of str to estimator
+    datasets : dict of str to tuple
+    store : Path or None
+    output : Path
+        Folder for the table (``study.csv``) and the comparison plot (``study.png``).
+    n_jobs : int or None
+    random_state : int or None
+    """
+
+    models: dict
+    datasets: dict
+    store: Path | None
+    output: Path
+    n_jobs: int | None
+    random_state: int | None
+
+
+_STUDY_KEYS = {"random_state", "store", "output", "n_jobs"}
+_STUDY_TYPES = (
+    ("random_state", int, "an int >= 0"),
+    ("store", str, "a folder name (a string)"),
+    ("output", str, "a folder name (a string)"),
+    ("n_jobs", int, "a nonzero int"),
+)
+_ESTIMATORS = ("RVR", "RVC")
+
+
+def _config_error(path: Path, where: str, message: str) -> ValueError:
+    return ValueError(f"{path}: [{where}] {message}")
+
+
+def _config_dataset(path: Path, name: str, spec: dict) -> tuple:
+    """``(X, y)`` or ``(X, y, X_test, y_test)`` from one ``[datasets.NAME]`` table."""
+    from bayes_rvm import datasets as gen
+
+    where = f"datasets.{name}"
+    spec = dict(spec)
+    source = spec.pop("source", None)
+    n_test = spec.pop("n_test", 0)
+    if not isinstance(n_test, int) or n_test < 0:
+        raise _config_error(path, where, f"n_test must be an int >= 0, got {n_test!r}")
+    if source != "csv":
+        # Generated data sets are reproducible by default: the file describes the data.
+        spec.setdefault("random_state", 0)
+    try:
+        if source == "sinc":
+            seed = spec["random_state"]
+            X, y = gen.make_sinc(**spec)
+            if not n_test:
+                return X, y
+            test = {k: v for k, v in spec.items() if k not in ("n_samples", "random_state")}
+            # Fresh inputs drawn over the same interval, from a seed of their own.
+            Xt, yt = gen.make_sinc(n_test, **{**test, "random": True}, random_state=seed + 1)
+            return X, y, Xt, yt
+        if source in ("friedman1", "friedman2", "friedman3"):
+            n = spec.pop("n_samples", 240)
+            X, y = gen.make_friedman(int(source[-1]), n + n_test, **spec)
+            return (X, y) if not n_test else (X[:n], y[:n], X[n:], y[n:])
+        if source == "csv":
+            return _config_csv(path, where, spec)
+    except TypeError as exc:
+        raise _config_error(path, where, f"bad settings for source {source!r}: {exc}") from None
+    raise _config_error(
+        path, where, f"source must be 'sinc', 'friedman1/2/3' or 'csv', got {source!r}"
+    )
+
+
+def _config_csv(path: Path, where: str, spec: dict) -> tuple:
+    unknown = set(spec) - {"path", "target", "test_path"}
+    if unknown or "path" not in spec:
+        raise _config_error(
+            path, where, f"a csv source takes path, target, test_path; got {sorted(spec)}"
+        )
+
+    def read(file):
+        try:
+            # Class labels may be text: only the features must be numbers.
+            X, y, _ = read_table((path.parent / file).resolve(), spec.get("target"), numeric=False)
+        except ValueError as exc:
+            raise _config_error(path, where, str(exc)) from None
+        return X, y
+
+    X, y = read(spec["path"])
+    return (X, y) if "test_path" not in spec else (X, y, *read(spec["test_path"]))
+
+
+def _config_model(path: Path, name: str, spec: dict):
+    from bayes_rvm.estimators.classifier import RVC
+    from bayes_rvm.estimators.regressor import RVR
+
+    spec = dict(spec)
+    kind = spec.pop("estimator", "RVR")
+    if kind not in _ESTIMATORS:
+        raise _config_error(path, f"models.{name}", f"estimator must be RVR or RVC, got {kind!r}")
+    cls = {"RVR": RVR, "RVC": RVC}[kind]
+    unknown = sorted(set(spec) - set(cls().get_params(deep=False)))
+    if unknown:
+        raise _config_error(path, f"models.{name}", f"{kind} has no parameters {unknown}")
+    return cls(**spec)
+
+
+def read_config(path: str | os.PathLike) -> StudyConfig:
+    """Read a study from a TOML file.
+
+    The file has a ``[study]`` table (``random_state``, ``store``, ``output``, ``n_jobs``; paths
+    relative to the file), one ``[datasets.NAME]`` table per data set and one ``[models.NAME]``
+    table per model::
+
+        [study]
+        random_state = 0
+        store = "sinc_study"          # resumable results
+        output = "sinc_study_output"  # study.csv and study.png
+
+        [datasets.sinc]
+        source = "sinc"               # or friedman1/2/3, or csv (path, target, test_path)
+        n_samples = 50
+        noise = 0.1
+        random_state = 0              # the default for generated data
+        n_test = 500                  # held-out points, drawn afresh (sinc: seed random_state + 1)
+
+        [models."ARD w=3"]
+        estimator = "RVR"             # the default; RVC for classification
+        gamma = 0.111
+
+        [models."MCMC w=3"]
+        gamma = 0.111
+        inference = "mcmc"
+        draws = 500
+
+    Every other key of a model table is a constructor parameter of its estimator.
+
+    Raises
+    ------
+    ValueError
+        Naming the file and the table of any unknown key or bad value.
+    """
+    import tomllib
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no study configuration at {path}")
+    try:
+        config = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"{path} is not valid TOML: {exc}") from None
+    unknown = sorted(set(config) - {"study", "datasets", "models"})
+    if unknown:
+        raise ValueError(f"{path}: unknown tables {unknown} (expected study, datasets, models)")
+    study = config.get("study", {})
+    if not isinstance(study, dict):
+        raise ValueError(f"{path}: study must be a table ([study]), got {study!r}")
+    bad = sorted(set(study) - _STUDY_KEYS)
+    if bad:
+        raise _config_error(path, "study", f"unknown keys {bad}; expected {sorted(_STUDY_KEYS)}")
+    for key, kind, what in _STUDY_TYPES:
+        if key in study and (not isinstance(study[key], kind) or isinstance(study[key], bool)):
+            raise _config_error(path, "study", f"{key} must be {what}, got {study[key]!r}")
+    for table in ("datasets", "models"):
+        entries = config.get(table)
+        if not entries:
+            raise ValueError(f"{path}: no [{table}.NAME] tables")
+        if not isinstance(entries, dict):
+            raise ValueError(f"{path}: {table} must be [{table}.NAME] tables, got {entries!r}")
+        for name, spec in entries.items():
+            if not isinstance(spec, dict):
+                raise _config_error(path, f"{table}.{name}", f"must be a table, got {spec!r}")
+    base = path.parent
+    output = base / study.get("output", f"{path.stem}_output")
+    store = base / study["store"] if "store" in study else None
+    # Checked now, not after the fits: a study without a place for its results is lost.
+    for key, folder in (("output", output), ("store", store)):
+        if folder is not None and folder.exists() and not folder.is_dir():
+            raise _config_error(path, "study", f"{key} {folder} is a file, not a folder")
+    return StudyConfig(
+        models={k: _config_model(path, k, v) for k, v in config["models"].items()},
+        datasets={k: _config_dataset(path, k, v) for k, v in config["datasets"].items()},
+        store=store,
+        output=output,
+        n_jobs=study.get("n_jobs"),
+        random_state=study.get("random_state"),
+    )
