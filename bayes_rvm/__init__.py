@@ -25,8 +25,8 @@ _EXPORTS = {
     "KernelBasis": "bayes_rvm.basis.kernels",
     "Prior": "bayes_rvm.models.priors",
     "compare": "bayes_rvm.posterior.comparison",
-    "load_model": "bayes_rvm.io",
-    "save_model": "bayes_rvm.io",
+    "load_model": "bayes_rvm.estimators.saving",
+    "save_model": "bayes_rvm.estimators.saving",
 }
 
 __all__ = [

@@ -339,7 +339,7 @@ def _type2_report(model: RVR, X, y, args, simulated: bool) -> list[str]:
 
 
 def _fit(args) -> int:
-    from bayes_rvm.io import save_model
+    from bayes_rvm.estimators.saving import save_model
 
     X, y, X_test, label, default_gamma = _problem(args)
     params = {

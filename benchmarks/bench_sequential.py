@@ -14,6 +14,18 @@ Each size runs in its own subprocess so that memory peaks do not mix.
 
     python benchmarks/bench_sequential.py            # full sizes (several minutes)
     python benchmarks/bench_sequential.py --quick    # smoke run (seconds)
+
+``--estimators`` runs another table instead, the estimators end to end (kernel, normalisation,
+engine, results), both in this process and interleaved (ours, fastrvm, fastrvm, ours, ...: a
+machine shared with other work slows both alike): ``RVR(kernel="rbf", gamma=1/9)`` against
+``fastrvm.RVR(kernel="rbf", gamma=1/9, fit_intercept=True)`` (the same model: an rbf column per
+training point and a bias) on ``make_sinc`` at each ``--est-sizes`` N, medians of ``--repeats``,
+then ``RVR`` alone at ``--est-big`` rows (its time and peak resident memory, in a subprocess of
+its own; fastrvm's N x N kernel and copies do not fit there). Each row also gives the time of
+the engine's shared-precision check (``restart_from_shared_bound``) within our fit, and the
+load average of the machine is printed before and after.
+
+    python benchmarks/bench_sequential.py --estimators
 """
 
 from __future__ import annotations
@@ -147,6 +159,139 @@ def worker(cfg: dict) -> dict:
     return out
 
 
+def _load() -> str:
+    try:
+        with open("/proc/loadavg") as fh:
+            return " ".join(fh.read().split()[:3])
+    except OSError:
+        return "n/a"
+
+
+def _guard_timer() -> list[float]:
+    """Times of the sequential engine's shared-precision check, appended as fits run."""
+    from bayes_rvm.evidence import sequential
+
+    spent: list[float] = []
+    check = sequential._Sequential.restart_from_shared_bound
+
+    def timed(self):
+        t0 = time.perf_counter()
+        try:
+            return check(self)
+        finally:
+            spent.append(time.perf_counter() - t0)
+
+    sequential._Sequential.restart_from_shared_bound = timed
+    return spent
+
+
+def _design_timer() -> list[float]:
+    """Times of the design's build (``KernelBasis.transform``) and column normalisation."""
+    from bayes_rvm.basis.kernels import KernelBasis
+    from bayes_rvm.evidence import problem
+
+    spent: list[float] = []
+
+    def timed(fn):
+        def run(*args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent.append(time.perf_counter() - t0)
+
+        return run
+
+    KernelBasis.transform = timed(KernelBasis.transform)
+    problem.normalise_columns = timed(problem.normalise_columns)
+    return spent
+
+
+def estimator_worker(n: int) -> dict:
+    """``RVR(kernel="rbf", gamma=1/9)`` on ``make_sinc(n)``: time and peak memory of one fit."""
+    from bayes_rvm.datasets import make_sinc
+    from bayes_rvm.estimators.regressor import RVR
+
+    X, y = make_sinc(n, noise=0.1, random=True, random_state=n)
+    RVR(kernel="rbf", gamma=GAMMA).fit(*make_sinc(3000, noise=0.1, random_state=0))  # warm-up
+    guard = _guard_timer()
+    _reset_peak()
+    t0 = time.perf_counter()
+    model = RVR(kernel="rbf", gamma=GAMMA).fit(X, y)
+    seconds = time.perf_counter() - t0
+    return {
+        "n": n,
+        "time": seconds,
+        "peak_gb": _peak_gb(),
+        "guard": sum(guard),
+        "n_rv": int(model.n_relevance_vectors_),
+    }
+
+
+def estimator_table(sizes, repeats: int, big_n: int) -> None:
+    """Our estimator against fastrvm's, interleaved in one process (see the module docstring)."""
+    import fastrvm
+
+    from bayes_rvm.datasets import make_sinc
+    from bayes_rvm.estimators.regressor import RVR
+
+    print(f"load average before: {_load()}")
+    guard = _guard_timer()
+    design = _design_timer()
+    fits = {
+        "ours": lambda X, y: RVR(kernel="rbf", gamma=GAMMA).fit(X, y),
+        "fastrvm": lambda X, y: fastrvm.RVR(kernel="rbf", gamma=GAMMA, fit_intercept=True).fit(
+            X, y
+        ),
+    }
+    head = (
+        f"{'N':>6} {'bayes_rvm s':>12} {'fastrvm s':>10} {'ratio':>6} {'guard ms':>9} "
+        f"{'design ms':>10} {'#RV ours':>8} {'#RV fastrvm':>11}"
+    )
+    print(head)
+    print("-" * len(head))
+    for n in sizes:
+        X, y = make_sinc(n, noise=0.1, random=True, random_state=n)
+        models = {name: fit(X, y) for name, fit in fits.items()}  # warm-up
+        times: dict[str, list[float]] = {name: [] for name in fits}
+        guard.clear()
+        design.clear()
+        for i in range(repeats):
+            for name in ("ours", "fastrvm") if i % 2 == 0 else ("fastrvm", "ours"):
+                time.sleep(0.2)  # let BLAS threads left spinning by the other go idle
+                t0 = time.perf_counter()
+                fits[name](X, y)
+                times[name].append(time.perf_counter() - t0)
+        ours, fast = float(np.median(times["ours"])), float(np.median(times["fastrvm"]))
+        print(
+            f"{n:>6} {ours:>12.4f} {fast:>10.4f} {ours / fast:>6.2f} "
+            f"{1e3 * float(np.median(guard)):>9.1f} {1e3 * sum(design) / repeats:>10.1f} "
+            f"{models['ours'].n_relevance_vectors_:>8} "
+            f"{models['fastrvm'].n_relevance_:>11}",
+            flush=True,
+        )
+    print(
+        "ratio = bayes_rvm time / fastrvm time (median of each); guard = shared-precision check; "
+        "design = kernel design and column normalisation (mean per fit)"
+    )
+    if big_n > 0:
+        proc = subprocess.run(
+            [sys.executable, __file__, "--estimator-worker", str(big_n)],
+            capture_output=True,
+            text=True,
+        )
+        if proc.returncode != 0:
+            print(f"  ! N={big_n} failed:\n{proc.stderr[-2000:]}", file=sys.stderr)
+        else:
+            r = json.loads(proc.stdout.strip().splitlines()[-1])
+            print(
+                f"N={r['n']}: bayes_rvm {r['time']:.2f} s, peak resident memory "
+                f"{r['peak_gb']:.2f} GB (the design alone: {8e-9 * r['n'] * (r['n'] + 1):.2f} GB), "
+                f"guard {1e3 * r['guard']:.0f} ms, {r['n_rv']} relevance vectors"
+            )
+    print(f"load average after: {_load()}")
+
+
 def spawn(cfg: dict) -> dict | None:
     proc = subprocess.run(
         [sys.executable, __file__, "--worker", json.dumps(cfg)],
@@ -219,10 +364,24 @@ def main(argv=None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-fastrvm", action="store_true", help="skip fastrvm")
     ap.add_argument("--quick", action="store_true", help="tiny smoke run")
+    ap.add_argument(
+        "--estimators", action="store_true", help="the end-to-end estimator table instead"
+    )
+    ap.add_argument("--est-sizes", type=int, nargs="+", default=[1000, 2000, 4000])
+    ap.add_argument("--est-big", type=int, default=20_000, help="N of RVR alone (0: skip it)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
+    ap.add_argument("--estimator-worker", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
         print(json.dumps(worker(json.loads(args.worker))))
+        return
+    if args.estimator_worker:
+        print(json.dumps(estimator_worker(args.estimator_worker)))
+        return
+    if args.estimators:
+        if args.quick:
+            args.est_sizes, args.est_big, args.repeats = [300, 600], 2000, 2
+        estimator_table(args.est_sizes, args.repeats, args.est_big)
         return
     if args.quick:
         args.sizes, args.big_n, args.big_m = [300, 600], 5000, 200

@@ -223,7 +223,10 @@ def rvr_loo_compare(out):
 
 
 def rvr_idata(out):
-    from bayes_rvm.posterior.comparison import relevance_summary
+    try:  # the layout of either checkout
+        from bayes_rvm.posterior.comparison import relevance_summary
+    except ImportError:
+        from bayes_rvm.comparison import relevance_summary
 
     model = _rvr(gamma=0.25)
     _tree(out, "idata_", model.idata_)

@@ -6,6 +6,7 @@ Usage (from the repository root)::
     .venv/bin/python scripts/execute_notebooks.py 02 05           # the ones whose names start so
     .venv/bin/python scripts/execute_notebooks.py --fast 02       # CI's reduced settings
     .venv/bin/python scripts/execute_notebooks.py --check         # only check the stored outputs
+    .venv/bin/python scripts/execute_notebooks.py --fast --no-write --jobs 2   # what CI runs
 
 Each notebook runs top to bottom in a fresh ``python3`` kernel that imports this checkout's
 ``bayes_rvm``, with its folder as the working directory and matplotlib's inline backend, so every
@@ -25,6 +26,7 @@ import os
 import re
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import nbformat
@@ -174,35 +176,42 @@ def _select(names: list[str]) -> list[Path]:
     return list(dict.fromkeys(chosen))
 
 
+def run_one(path: Path, args: argparse.Namespace) -> tuple[bool, str]:
+    """Execute (or read) one notebook, write it back unless told not to; (ok, report)."""
+    start = time.perf_counter()
+    if args.check:
+        nb = nbformat.read(path, as_version=4)
+    else:
+        print(f"{path.name}: executing ...", file=sys.stderr, flush=True)
+        try:
+            nb = execute(path, fast=args.fast, timeout=args.timeout)
+        except Exception as exc:  # report every notebook, then fail
+            detail = str(exc).strip().splitlines()
+            return False, f"{path.name}: FAILED, not written: {detail[-1] if detail else exc!r}"
+        if not args.no_write:
+            nbformat.write(nb, path)
+    found = problems(nb)
+    status = "ok" if not found else f"{len(found)} problem(s)"
+    lines = [f"{path.name}: {status} ({time.perf_counter() - start:.0f} s)"]
+    return not found, "\n".join(lines + [f"    {line}" for line in found])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("notebooks", nargs="*", help="names or name prefixes (default: all)")
     parser.add_argument("--fast", action="store_true", help="CI's reduced settings")
     parser.add_argument("--check", action="store_true", help="only check the stored outputs")
+    parser.add_argument("--no-write", action="store_true", help="execute and check, keep files")
+    parser.add_argument("--jobs", type=int, default=1, help="notebooks executed at once")
     parser.add_argument("--timeout", type=int, default=3600, help="seconds per cell")
     args = parser.parse_args(argv)
-    failed = 0
-    for path in _select(args.notebooks):
-        start = time.perf_counter()
-        if args.check:
-            nb = nbformat.read(path, as_version=4)
-        else:
-            print(f"{path.name}: executing ...", file=sys.stderr, flush=True)
-            try:
-                nb = execute(path, fast=args.fast, timeout=args.timeout)
-            except Exception as exc:  # report every notebook, then fail
-                detail = str(exc).strip().splitlines()
-                print(f"{path.name}: FAILED, not written: {detail[-1] if detail else exc!r}")
-                failed += 1
-                continue
-            nbformat.write(nb, path)
-        found = problems(nb)
-        failed += bool(found)
-        status = "ok" if not found else f"{len(found)} problem(s)"
-        print(f"{path.name}: {status} ({time.perf_counter() - start:.0f} s)")
-        for line in found:
-            print(f"    {line}")
-    return 1 if failed else 0
+    paths = _select(args.notebooks)
+    # Each notebook runs in its own kernel process: a pool of threads only waits on them.
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        results = list(pool.map(lambda p: run_one(p, args), paths))
+    for _, report in results:
+        print(report, flush=True)
+    return 0 if all(ok for ok, _ in results) else 1
 
 
 if __name__ == "__main__":

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bayes_rvm import load_model
 from bayes_rvm.cli import main
-from bayes_rvm.io import load_model
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

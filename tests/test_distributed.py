@@ -175,6 +175,31 @@ def test_predict_of_several_outputs_keeps_their_axis():
     np.testing.assert_allclose(std.compute(scheduler="sync"), want_std, rtol=1e-12)
 
 
+@pytest.mark.parametrize("outputs", [1, 2])
+def test_predict_on_a_filtered_array_takes_empty_blocks_and_unknown_sizes(outputs):
+    # Boolean indexing leaves blocks of unknown size, some empty: their predict failed with
+    # "Found array with 0 sample(s)".
+    X, Y = smooth_data(300, outputs=outputs)
+    model = RVR(gamma=0.5, centres="random", n_centres=30, random_state=0).fit(X, Y)
+    keep = np.zeros(300, dtype=bool)
+    keep[[3, 4, 160, 299]] = True  # rows in blocks 0, 3 and 5 of six: three blocks empty
+    dX = da.from_array(X, chunks=50)
+    filtered = dX[da.from_array(keep, chunks=50)]
+    assert np.isnan(filtered.chunks[0]).all()
+    want_mean, want_std = model.predict(X[keep], return_std=True)
+    for rows in (filtered, filtered.compute_chunk_sizes()):
+        mean, std = model.predict(rows, return_std=True)
+        got_mean, got_std = (a.compute(scheduler="sync") for a in (mean, std))
+        np.testing.assert_allclose(got_mean, want_mean, rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(got_std, want_std, rtol=1e-12)
+        np.testing.assert_allclose(model.predict(rows).compute(scheduler="sync"), want_mean)
+    # Nothing left at all: empty predictions of the right shape and dtype.
+    none = model.predict(dX[dX[:, 0] > 10], return_std=True)
+    for a in none:
+        got = a.compute(scheduler="sync")
+        assert got.shape == (0, *Y.shape[1:]) and got.dtype == np.float64
+
+
 @pytest.mark.parametrize("gamma", [0.5, "scale", "evidence_shared"])
 def test_fit_on_dask_arrays_equals_the_in_memory_fit(client, gamma):
     X, y = smooth_data(4000, seed=2)

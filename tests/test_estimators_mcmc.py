@@ -5,9 +5,9 @@ import pickle
 import numpy as np
 import pytest
 
+from bayes_rvm import load_model, save_model
 from bayes_rvm.datasets import make_sinc
 from bayes_rvm.estimators.regressor import RVR
-from bayes_rvm.io import load_model, save_model
 from bayes_rvm.models.priors import Prior, sparse_alpha_prior
 from bayes_rvm.posterior.comparison import compare
 

@@ -4,15 +4,16 @@ import json
 import pickle
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 import xarray as xr
 
+from bayes_rvm import load_model, save_model
 from bayes_rvm.datasets import make_sinc
 from bayes_rvm.estimators.regressor import RVR
-from bayes_rvm.evidence.problem import OneVsRestFit
-from bayes_rvm.io import _checksum, load_model, save_model
+from bayes_rvm.io import FORMAT, ModelFileError, tree_checksum
 
 X_TEST = np.linspace(-10, 10, 200)[:, None]
 
@@ -29,7 +30,7 @@ def test_round_trip_in_a_fresh_process_is_bit_for_bit(tmp_path, fitted, suffix):
     mean, std = fitted.predict(X_TEST, return_std=True)
     np.save(tmp_path / "X.npy", X_TEST)
     code = (
-        "import sys, numpy as np; from bayes_rvm.io import load_model; "
+        "import sys, numpy as np; from bayes_rvm import load_model; "
         "m = load_model(sys.argv[1]); mu, sd = m.predict(np.load(sys.argv[2]), return_std=True); "
         "np.save(sys.argv[3], np.c_[mu, sd])"
     )
@@ -69,7 +70,7 @@ def test_other_constructor_parameters_give_a_clear_error(tmp_path, fitted):
     params["old_option"] = 1
     del params["nu"]
     tree.attrs["params"] = json.dumps(params)
-    tree.attrs["checksum"] = _checksum(tree)  # as another version would have written it
+    tree.attrs["checksum"] = tree_checksum(tree)  # as another version would have written it
     tree.to_netcdf(tmp_path / "other.nc", engine="h5netcdf")
     with pytest.raises(
         ValueError, match=r"other constructor parameters.*missing \['nu'\].*old_option"
@@ -117,29 +118,70 @@ def test_classifier_round_trip(tmp_path, multi_class, n_classes):
     assert loaded.get_params() == model.get_params()
 
 
-def test_files_saved_by_the_base_version_load_and_predict_as_they_did():
-    # Written by bayes_rvm at 23a5226, before each estimator owned its saved state
-    # (tests/data/write_base_models.py): the format is unchanged, so they load without a warning
-    # and predict what that version predicted: bit for bit on the machine that wrote them, to a
-    # few ulps elsewhere (OpenBLAS picks its kernels by CPU; 1 ulp seen on another machine).
-    import warnings
-    from pathlib import Path
+def _walk_attrs(tree: xr.DataTree):
+    """(group path, key, value) of every attribute of every group and variable of ``tree``."""
+    for node in tree.subtree:
+        ds = node.to_dataset(inherit=False)
+        for key, value in node.attrs.items():
+            yield node.path, key, value
+        for name, var in ds.variables.items():
+            for key, value in var.attrs.items():
+                yield f"{node.path}:{name}", key, value
 
-    data = Path(__file__).parent / "data"
-    expected = np.load(data / "predictions_23a5226.npz")
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        reg = load_model(data / "rvr_23a5226.nc")
-        clf = load_model(data / "rvc_ovr_23a5226.nc")
-    assert type(reg).__name__ == "RVR" and type(clf).__name__ == "RVC"
-    mean, std = reg.predict(expected["X_reg"], return_std=True)
-    np.testing.assert_allclose(mean, expected["mean"], rtol=1e-13, atol=1e-16)
-    np.testing.assert_allclose(std, expected["std"], rtol=1e-13, atol=1e-16)
-    assert isinstance(clf.fit_, OneVsRestFit) and len(clf.fit_) == 3  # one-vs-rest: three fits
-    # The importance-sampled probabilities are PSIS-smoothed since (issue 28): within 1e-3, not
-    # bit for bit; the fit itself loads exactly.
-    np.testing.assert_allclose(clf.predict_proba(expected["X_clf"]), expected["proba"], rtol=1e-3)
-    np.testing.assert_array_equal(clf.classes_, ["ant", "bee", "cow"])
+
+def test_a_saved_file_names_its_classes_by_short_names_only(tmp_path, fitted):
+    # Moving a class must not break a file: no attribute holds a module path.
+    from sklearn.datasets import make_blobs
+
+    from bayes_rvm.estimators.classifier import RVC
+
+    X, y = make_blobs(60, centers=3, random_state=0)
+    for model in (fitted, RVC(gamma=0.2, multi_class="ovr").fit(X, y)):
+        tree = xr.open_datatree(save_model(model, tmp_path / "m.nc"), engine="h5netcdf")
+        attrs = list(_walk_attrs(tree))
+        assert not [a for a in attrs if "bayes_rvm." in str(a[2])]
+        assert tree.attrs["format"] == FORMAT
+        assert tree.attrs["estimator"] == type(model).__name__
+        kinds = {value for _, key, value in attrs if key.endswith("kind")}
+        assert kinds <= {"EvidenceFit", "GaussianWeights", "LaplaceWeights"} and kinds
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda t: t["fit"].attrs.update(kind="bayes_rvm.result:Fit"), "unknown result kind"),
+        (lambda t: t["fit"].attrs.update({"posterior.kind": "Weights"}), "unknown result kind"),
+        (lambda t: t.attrs.update(estimator="SVR"), "unknown estimator 'SVR'"),
+    ],
+)
+def test_unknown_kinds_are_named(tmp_path, fitted, edit, message):
+    tree = xr.open_datatree(save_model(fitted, tmp_path / "m.nc"), engine="h5netcdf").load()
+    edit(tree)
+    tree.attrs["checksum"] = tree_checksum(tree)
+    tree.to_netcdf(tmp_path / "other.nc", engine="h5netcdf")
+    with pytest.raises(ModelFileError, match=message):
+        load_model(tmp_path / "other.nc")
+
+
+def test_files_of_an_earlier_format_are_refused_naming_both_formats(tmp_path, fitted):
+    # Written by bayes_rvm at 23a5226 in format 2 (module paths for its classes); and a fresh
+    # file marked as format 1, which carried no checksum. Neither is read: re-fit and save.
+    tree = xr.open_datatree(save_model(fitted, tmp_path / "m.nc"), engine="h5netcdf").load()
+    tree.attrs["format"] = "bayes_rvm-model/1"
+    del tree.attrs["checksum"]
+    tree.to_netcdf(tmp_path / "one.nc", engine="h5netcdf")
+    old = {"bayes_rvm-model/2": Path(__file__).parent / "data" / "rvr_23a5226.nc"}
+    old["bayes_rvm-model/1"] = tmp_path / "one.nc"
+    for fmt, path in old.items():
+        with pytest.raises(ModelFileError) as info:
+            load_model(path)
+        message = str(info.value)
+        assert str(path) in message and repr(fmt) in message and repr(FORMAT) in message
+        assert "re-fit" in message
+        assert info.value.__cause__ is None  # a message, not a traceback from inside
+    # Such a file is still a saved model: a save may replace it.
+    save_model(fitted, tmp_path / "one.nc")
+    assert load_model(tmp_path / "one.nc").get_params() == fitted.get_params()
 
 
 @pytest.fixture(scope="module")
@@ -190,21 +232,17 @@ def test_statistics_mcmc_round_trip(tmp_path, statistics_mcmc):
     _same_mcmc_model(loaded, fitted)
 
 
-def test_statistics_mcmc_files_without_statistics_rebuild_them(tmp_path, statistics_mcmc):
-    # Files written before the statistics were saved: they load, and the statistics are one
-    # pass over the stored training rows away.
+def test_statistics_mcmc_files_without_their_statistics_are_refused(tmp_path, statistics_mcmc):
     _, _, fitted = statistics_mcmc
     tree = xr.open_datatree(save_model(fitted, tmp_path / "s.nc"), engine="h5netcdf").load()
     arrays = tree["arrays"].to_dataset()
     kept = [k for k in arrays.data_vars if not k.startswith("statistics_")]
     assert len(kept) < len(arrays.data_vars)
     tree["arrays"] = xr.DataTree(arrays[kept])
-    tree.attrs["checksum"] = _checksum(tree)  # as the earlier version wrote it
+    tree.attrs["checksum"] = tree_checksum(tree)
     tree.to_netcdf(tmp_path / "old.nc", engine="h5netcdf")
-    loaded = load_model(tmp_path / "old.nc")
-    np.testing.assert_allclose(loaded.statistics_.gram, fitted.statistics_.gram, rtol=1e-13)
-    assert loaded.statistics_.n == fitted.statistics_.n
-    _same_mcmc_model(loaded, fitted)
+    with pytest.raises(ModelFileError, match="sufficient statistics without its statistics"):
+        load_model(tmp_path / "old.nc")
 
 
 def test_inconsistent_stored_statistics_are_refused(tmp_path, statistics_mcmc):
@@ -212,7 +250,7 @@ def test_inconsistent_stored_statistics_are_refused(tmp_path, statistics_mcmc):
     tree = xr.open_datatree(save_model(fitted, tmp_path / "s.nc"), engine="h5netcdf").load()
     arrays = tree["arrays"].to_dataset()
     tree["arrays"] = xr.DataTree(arrays.drop_vars("statistics_cross"))
-    tree.attrs["checksum"] = _checksum(tree)
+    tree.attrs["checksum"] = tree_checksum(tree)
     tree.to_netcdf(tmp_path / "partial.nc", engine="h5netcdf")
     with pytest.raises(ValueError, match=r"statistics without \['cross'\]"):
         load_model(tmp_path / "partial.nc")
@@ -226,43 +264,7 @@ def _alpha_at_draws(model, draws):
     return np.stack([alpha(a) for a in draws.values.reshape(-1, draws.shape[-1])])
 
 
-@pytest.mark.parametrize("name", ["rvr", "rvc"])
-def test_mcmc_files_from_before_the_rms_prior_scale_are_restated(tmp_path, name):
-    # Written by bayes_rvm at bff6a04 (tests/data/write_mcmc_models.py), when alpha_rel was
-    # relative to unit-norm columns: the model graph now takes unit-RMS ones, N times alpha_rel.
-    from pathlib import Path
-
-    data = Path(__file__).parent / "data"
-    path = data / f"{name}_mcmc_bff6a04.nc"
-    raw = xr.open_datatree(path, engine="h5netcdf").load()
-    assert "prior_column_scale" not in raw.attrs
-    expected = np.load(data / "predictions_mcmc_bff6a04.npz")
-    loaded = load_model(path)
-    if name == "rvr":
-        got = loaded.predict(expected["X_reg"], return_std=True)
-        np.testing.assert_allclose(got[0], expected["mean"], rtol=1e-13, atol=1e-16)
-        np.testing.assert_allclose(got[1], expected["std"], rtol=1e-13, atol=1e-16)
-    else:
-        proba = loaded.predict_proba(expected["X_clf"])
-        np.testing.assert_allclose(proba, expected["proba"], rtol=1e-13, atol=1e-16)
-    post = loaded.idata_["posterior"].dataset
-    n = raw["arrays"]["x_train"].shape[0]
-    assert n == 30
-    np.testing.assert_array_equal(post["alpha_rel"], raw["posterior"]["alpha_rel"] * n)
-    np.testing.assert_array_equal(post["alpha"], raw["posterior"]["alpha"])
-    model = loaded.make_model()
-    stored = raw["posterior"]["alpha"].values.reshape(-1, post.sizes["basis"])
-    np.testing.assert_allclose(_alpha_at_draws(model, post["alpha_rel"]), stored, rtol=1e-10)
-    # The stored column scale is the graph's: the training columns' root-mean-square.
-    np.testing.assert_allclose(
-        loaded.idata_["constant_data"]["phi_scale"], model["phi_scale"].get_value(), rtol=1e-13
-    )
-    # Saved again, it is marked and read back as it is.
-    again = load_model(save_model(loaded, tmp_path / "again.nc"))
-    np.testing.assert_array_equal(again.idata_["posterior"]["alpha_rel"], post["alpha_rel"])
-
-
-def test_new_files_are_marked_and_not_restated(tmp_path):
+def test_mcmc_draws_round_trip_on_the_graphs_column_scale(tmp_path):
     import warnings
 
     X, y = make_sinc(30, random_state=0)
@@ -270,9 +272,7 @@ def test_new_files_are_marked_and_not_restated(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # 10 draws: convergence warnings are not this test's
         model.fit(X, y, progressbar=False)
-    path = save_model(model, tmp_path / "m.nc")
-    assert xr.open_datatree(path, engine="h5netcdf").attrs["prior_column_scale"] == "rms"
-    loaded = load_model(path)
+    loaded = load_model(save_model(model, tmp_path / "m.nc"))
     for var in ("alpha_rel", "alpha"):
         np.testing.assert_array_equal(
             loaded.idata_["posterior"][var], model.idata_["posterior"][var]
@@ -323,21 +323,6 @@ def test_width_selection_is_saved_without_its_design(tmp_path, case):
         assert len(got.fit.fits) == 3
         for a, b in zip(got.fit.fits, want.fit.fits, strict=True):
             np.testing.assert_array_equal(a.alpha, b.alpha)
-    # A file written before the search was saved (no such group) loads without it.
-    tree = xr.open_datatree(path, engine="h5netcdf").load()
-    old = xr.DataTree.from_dict(
-        {
-            node.path: node.to_dataset(inherit=False)
-            for node in tree.subtree
-            if not node.path.startswith("/width_selection")
-        }
-    )
-    old.attrs = dict(tree.attrs)
-    old.attrs["checksum"] = _checksum(old)  # as the earlier version wrote it
-    old.to_netcdf(tmp_path / "old.nc", engine="h5netcdf")
-    loaded = load_model(tmp_path / "old.nc")
-    assert not hasattr(loaded, "width_selection_")
-    np.testing.assert_array_equal(loaded.predict(X), model.predict(X))
     # A refit at a fixed width made no search: the earlier one's diagnostics are not kept.
     model.set_params(gamma=0.3).fit(X, y)
     assert not hasattr(model, "width_selection_")
@@ -350,7 +335,7 @@ def test_an_inconsistent_width_selection_is_refused(tmp_path):
     tree = tree.load()
     fit = tree["width_selection/fit_0"].to_dataset()
     tree["width_selection/fit_0"] = xr.DataTree(fit.isel(alpha_0=slice(1, None)))
-    tree.attrs["checksum"] = _checksum(tree)
+    tree.attrs["checksum"] = tree_checksum(tree)
     tree.to_netcdf(tmp_path / "bad.nc", engine="h5netcdf")
     with pytest.raises(ValueError, match=r"alphas of shape \(40,\) for 41 basis functions"):
         load_model(tmp_path / "bad.nc")

@@ -201,3 +201,73 @@ def test_transform_into_a_buffer_checks_it():
         basis.transform(X, out=np.empty((20, 20)))
     with pytest.raises(ValueError, match="centre columns before the bias"):
         basis.transform(X, columns=[20, 0], out=np.empty((20, 2)))
+
+
+# --- the rbf design, value for value scikit-learn's -------------------------------------------
+
+
+@pytest.mark.parametrize("n_features", [1, 2, 3, 7])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_rbf_design_is_scikit_learns_value_for_value(n_features, threads, monkeypatch):
+    # The design's rbf columns are built in cache-sized row blocks (by one product of augmented
+    # inputs on 1-D data), shared among threads: the same floats as rbf_kernel, not close ones.
+    from sklearn.metrics.pairwise import rbf_kernel
+
+    from bayes_rvm.basis import kernels
+
+    monkeypatch.setattr(kernels, "RBF_BLOCK_ENTRIES", 2**11)  # many blocks, an odd last one
+    monkeypatch.setattr(kernels, "RBF_THREADED_ENTRIES", 1)
+    monkeypatch.setattr(kernels, "process_threads", lambda: threads)
+    rng = np.random.default_rng(n_features)
+    X = rng.uniform(-10, 10, size=(301, n_features))
+    X[:40] = np.round(X[:40], 1)  # near and equal pairs: distances that cancel to zero or below
+    basis = KernelBasis("rbf", gamma=1 / 9).fit(X)
+    np.testing.assert_array_equal(basis.transform(X)[:, :-1], rbf_kernel(X, X[:], gamma=1 / 9))
+    Z = rng.normal(size=(57, n_features)) * 4
+    cols = np.sort(rng.choice(302, 40, replace=False))
+    np.testing.assert_array_equal(
+        basis.transform(Z, columns=cols), np.c_[rbf_kernel(Z, X, gamma=1 / 9), np.ones(57)][:, cols]
+    )
+    # Chunks of rows form their products as scikit-learn's kernel on those chunks does.
+    chunked = np.vstack([rbf_kernel(Z[i : i + 5], X, gamma=1 / 9) for i in range(0, 57, 5)])
+    np.testing.assert_array_equal(basis.transform(Z, chunk_size=5)[:, :-1], chunked)
+    # kernel_matrix of an array with itself: scikit-learn's zero diagonal distances.
+    np.testing.assert_array_equal(basis.kernel_matrix(Z, Z), rbf_kernel(Z, gamma=1 / 9))
+    np.testing.assert_array_equal(basis.kernel_matrix(Z[:1], X), rbf_kernel(Z[:1], X, gamma=1 / 9))
+    # One coefficient per feature: the kernel of rescaled inputs with a unit coefficient.
+    g = rng.uniform(0.1, 2.0, n_features)
+    ard = KernelBasis("rbf", gamma=list(g)).fit(X)
+    s = np.sqrt(g)
+    np.testing.assert_array_equal(ard.transform(Z)[:, :-1], rbf_kernel(Z * s, X * s, gamma=1.0))
+
+
+def test_rbf_design_checks_only_what_can_overflow():
+    # Squared norms beyond 1e300 can make a distance inf - inf: then the sum check runs.
+    from bayes_rvm.basis.kernels import rbf_block
+
+    X = np.array([[1e151], [-1e151], [0.0]])
+    out = np.empty((3, 3))
+    assert not rbf_block(X, X, 1.0, out)  # finite values, but the check is not skipped
+    assert rbf_block(X / 1e10, X / 1e10, 1.0, out)
+    np.testing.assert_array_equal(KernelBasis("rbf", gamma=1.0).fit(X).transform(X)[:, -1], 1.0)
+    with (
+        np.errstate(over="ignore", invalid="ignore"),
+        pytest.raises(ValueError, match="non-finite"),
+    ):
+        KernelBasis("rbf", gamma=1.0).fit(X * 1e9).transform(X * 1e9)  # inf - inf on the diagonal
+
+
+def test_shared_blocks_raise_what_a_thread_raised():
+    from bayes_rvm.basis.kernels import share_blocks
+
+    done = []
+
+    def fill(start, stop):
+        if start == 6:
+            raise FloatingPointError("in a block")
+        done.append(start)
+
+    with pytest.raises(FloatingPointError, match="in a block"):
+        share_blocks(fill, [(i, i + 1) for i in range(10)], 3)
+    share_blocks(done.append, [(i,) for i in range(10, 20)], 4)
+    assert sorted(d for d in done if d >= 10) == list(range(10, 20))

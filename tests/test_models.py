@@ -235,7 +235,7 @@ def test_invalid_arguments(kwargs, match):
 
 def test_priors_must_be_prior_objects():
     Phi, Y, _, _ = _problem(N=10, M=4)
-    with pytest.raises(TypeError, match=r"alpha_prior must be a bayes_rvm\.priors\.Prior"):
+    with pytest.raises(TypeError, match=r"alpha_prior must be a bayes_rvm\.Prior"):
         rvm_regression_model(Phi, Y[:, 0], alpha_prior=lambda n, d: None)
 
 

@@ -198,7 +198,7 @@ def test_log_predictive_is_the_integral():
 
 
 def test_idata_save_load_and_model(counts, fitted, tmp_path):
-    from bayes_rvm.io import load_model, save_model
+    from bayes_rvm import load_model, save_model
 
     x, y, _ = counts
     dt = fitted.idata_
@@ -270,7 +270,7 @@ def test_mcmc_recovers_the_log_rate(counts, tmp_path):
     (measured: max R-hat 1.005, no divergence, log-rate RMSE 0.104)."""
     import arviz as az
 
-    from bayes_rvm.io import load_model, save_model
+    from bayes_rvm import load_model, save_model
 
     x, y, log_rate = counts
     est = RVR(likelihood="poisson", inference="mcmc", mcmc_basis="relevant", random_state=0).fit(

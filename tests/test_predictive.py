@@ -14,10 +14,10 @@ from sklearn.calibration import calibration_curve
 from sklearn.datasets import make_blobs, make_moons
 from sklearn.metrics.pairwise import rbf_kernel
 
+from bayes_rvm import load_model, save_model
 from bayes_rvm.datasets import sinc
 from bayes_rvm.estimators.classifier import RVC, OneVsRestFit
 from bayes_rvm.estimators.regressor import RVR
-from bayes_rvm.io import load_model, save_model
 from bayes_rvm.posterior.calibration import (
     gaussian_nlpd,
     interval_coverage,

@@ -18,11 +18,12 @@ import xarray as xr
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bayes_rvm import load_model, save_model
 from bayes_rvm.datasets import make_sinc, sinc
 from bayes_rvm.estimators.base import MEMORY_ENV, memory_limit, normalise_columns
 from bayes_rvm.estimators.classifier import RVC
 from bayes_rvm.estimators.regressor import RVR
-from bayes_rvm.io import ModelFileError, _checksum, load_model, save_model
+from bayes_rvm.io import ModelFileError, tree_checksum
 from bayes_rvm.models.priors import Prior
 
 X_TEST = np.linspace(-10, 10, 57)[:, None]
@@ -130,7 +131,7 @@ def _edit(path: Path, edit, *, fix_checksum: bool) -> Path:
     tree = xr.load_datatree(path, engine="h5netcdf")
     edit(tree)
     if fix_checksum:
-        tree.attrs["checksum"] = _checksum(tree)
+        tree.attrs["checksum"] = tree_checksum(tree)
     out = path.with_name("edited.nc")
     tree.to_netcdf(out, engine="h5netcdf")
     return out
@@ -193,7 +194,7 @@ def test_a_missing_group_is_named(tmp_path, sinc_model):
     tree = xr.DataTree.from_dict(
         {k: v.to_dataset(inherit=False) for k, v in tree.subtree_with_keys if k != "basis"}
     )
-    tree.attrs["checksum"] = _checksum(tree)
+    tree.attrs["checksum"] = tree_checksum(tree)
     tree.to_netcdf(tmp_path / "nobasis.nc", engine="h5netcdf")
     with pytest.raises(ModelFileError, match=r"nobasis\.nc: the group '/basis' is missing"):
         load_model(tmp_path / "nobasis.nc")
@@ -209,16 +210,15 @@ def test_edited_classes_of_a_classifier_are_caught(tmp_path, classifier):
         load_model(_edit(path, drop, fix_checksum=True))
 
 
-def test_legacy_files_without_checksum_load_with_a_warning(tmp_path, sinc_model):
+def test_files_of_another_format_are_refused_naming_it(tmp_path, sinc_model):
     path = save_model(sinc_model, tmp_path / "m.nc")
 
     def legacy(tree):
         tree.attrs["format"] = "bayes_rvm-model/1"
         del tree.attrs["checksum"]
 
-    with pytest.warns(UserWarning, match="cannot be verified"):
-        loaded = load_model(_edit(path, legacy, fix_checksum=False))
-    np.testing.assert_array_equal(_predictions(loaded, X_TEST), _predictions(sinc_model, X_TEST))
+    with pytest.raises(ModelFileError, match="format 'bayes_rvm-model/1'; this version reads"):
+        load_model(_edit(path, legacy, fix_checksum=False))
 
 
 # -- 6. all fitted state saved ---------------------------------------------------------------------
@@ -813,35 +813,45 @@ def test_a_fit_that_did_not_converge_says_so_everywhere(capsys):
     assert "R-hat 1.596, bulk ESS 7, 0 divergences" in _convergence_note({**row, "divergences": 0})
 
 
-def test_a_store_of_the_first_format_loads_with_a_warning(small_study, tmp_path):
-    # Written before the checksums: plain rows, settings without a checksum. Still readable, and
-    # said to be unverifiable.
-    from bayes_rvm.studies.runner import load_study
+def test_a_store_of_another_format_is_refused_naming_its_version(small_study, tmp_path):
+    # Written before the checksums (format 1) or with estimators fingerprinted by module path
+    # (format 2): refused, naming what wrote it.
+    from bayes_rvm.io import json_checksum
+    from bayes_rvm.studies.runner import StudyStoreError, load_study, run_study
 
     store = _fresh_copy(small_study, tmp_path)
-    settings = json.loads((store / "study.json").read_text())
+    path = store / "study.json"
+    settings = json.loads(path.read_text())
     settings.pop("checksum")
-    settings["format"] = "bayes_rvm-study/1"
-    (store / "study.json").write_text(json.dumps(settings))
-    for path in (store / "rows").iterdir():
-        path.write_text(json.dumps(json.loads(path.read_text())["row"]))
-    with pytest.warns(UserWarning, match="older format 'bayes_rvm-study/1' without checksums"):
-        table = load_study(store)
-    assert table["elpd_loo"].tolist() == small_study[2]["elpd_loo"].tolist()
+    settings.update(format="bayes_rvm-study/2", bayes_rvm_version="0.0.9")
+    path.write_text(json.dumps({**settings, "checksum": json_checksum(settings)}))
+    message = r"written by bayes_rvm 0\.0\.9 in format 'bayes_rvm-study/2'; this version reads"
+    with pytest.raises(StudyStoreError, match=message):
+        load_study(store)
+    with pytest.raises(StudyStoreError, match=message):
+        run_study(small_study[0], {"sinc": _sinc_set()}, store=store, n_jobs=1)
 
 
 # -- issue 26: Prior validation ---------------------------------------------------------------
 @pytest.mark.parametrize(
     ("make", "error", "match"),
     [
-        (lambda: Prior("Gamma", alpha="2", beta=1.0), TypeError, "Gamma parameter alpha must be"),
+        (
+            lambda: Prior("Gamma", alpha="2", beta=1.0),
+            TypeError,
+            r"Prior\('Gamma'\): parameter alpha must be",
+        ),
         (lambda: Prior("Gamma", alpha=True, beta=1.0), TypeError, "alpha must be a number"),
         (lambda: Prior("HalfNormal", sigma=1.0, dims=3), TypeError, "dims must be a dimension"),
         (lambda: Prior("HalfNormal", sigma=1.0, dims=[1, 2]), TypeError, "sequence of names"),
         (lambda: Prior.from_dict([{"dist": "HalfNormal"}]), TypeError, "takes a dict.*got list"),
         (lambda: Prior.from_dict({"dist": "Gamma", "kwargs": [1]}), TypeError, "'kwargs' must"),
         (lambda: Prior.from_dict({"dist": "Gamma", "kwarg": {}}), ValueError, "keys 'dist'"),
-        (lambda: Prior("HalfNormal", sigma=float("nan")), ValueError, "sigma=nan must be finite"),
+        (
+            lambda: Prior("HalfNormal", sigma=float("nan")),
+            ValueError,
+            "parameter sigma must be finite, got nan",
+        ),
         (lambda: Prior("Normal", mu=0.0, sigma=[1.0, np.inf]), ValueError, "must be finite"),
         # Parameter supports come from the distribution's own logp, for every distribution.
         (lambda: Prior("HalfNormal", sigma=-1.0), ValueError, r"must satisfy sigma > 0"),
@@ -1043,8 +1053,8 @@ def test_predictions_too_large_for_memory_stop_before_allocating(eight_gib):
     est = RVR(gamma=1.0).fit(X, y)
     with pytest.raises(
         MemoryError,
-        match=r"RVR\.sample_y: 3 inputs x 1000000000000 samples.*"
-        r"limit of 8\.0 GiB.*fewer samples",
+        match=r"RVR\.sample_y: 3 inputs x n_samples=1000000000000 draws.*"
+        r"limit of 8\.0 GiB.*smaller n_samples",
     ):
         est.sample_y(X[:3], n_samples=10**12)
     # The estimate is never below what the draws alone hold: a limit of exactly their size stops.
@@ -1118,3 +1128,192 @@ def test_mcmc_predictions_are_made_in_blocks_of_rows_with_the_same_result(
     np.testing.assert_allclose(est.predict(many)[::1000], est.predict(many[::1000]), rtol=1e-12)
     with pytest.raises(MemoryError, match=r"RVR\.predict: 5001 inputs x 200 posterior draws with"):
         est.predict(many, return_cov=True)
+
+
+# -- reliability issue: comparisons, Prior messages, VI divergence, sample_y, large counts -------
+def test_compare_refuses_other_rows_and_other_likelihoods_and_takes_a_list():
+    # Two fits on other data of the same N were ranked by elpd without a word; a regressor's
+    # density beside a classifier's probabilities too; a list failed on list.items().
+    from bayes_rvm import compare
+
+    X, y = make_sinc(30, random_state=0)
+    a = RVR(gamma=1.0).fit(X, y)
+    b = RVR(gamma=0.5).fit(X, y)
+    for fits in ([a, b.idata_], (a.idata_, b)):
+        table = compare(fits)
+        assert sorted(table.index) == ["model_0", "model_1"]
+        assert table.loc["model_0", "elpd"] == pytest.approx(a.refit_loo().elpd_i.sum())
+    # Other targets on the same 30 inputs (another noise draw): refused, naming both fits.
+    _, y_other = make_sinc(30, random_state=1)
+    other = RVR(gamma=1.0).fit(X, y_other)
+    with pytest.raises(ValueError, match=r"different data: their targets y differ.*'a'.*'other'"):
+        compare({"a": a, "other": other.idata_})
+    # The same targets on other inputs: the estimators keep their training inputs.
+    shuffled = RVR(gamma=1.0).fit(X[::-1], y)
+    with pytest.raises(ValueError, match=r"training inputs X differ.*'model_0'.*'model_1'"):
+        compare([a, shuffled])
+    # The same rows, scored as a density and as class probabilities.
+    labels = y > 0.2
+    reg = RVR(gamma=1.0).fit(X, labels.astype(float))
+    clf = RVC(gamma=1.0).fit(X, labels)
+    with pytest.raises(
+        ValueError,
+        match=r"likelihoods differ.*'reg' \(gaussian\): densities.*'clf' \(bernoulli\): prob",
+    ):
+        compare({"reg": reg, "clf": clf})
+    # Two classifiers on the same rows compare; on other labels of the same N they do not.
+    with pytest.warns(UserWarning, match="overstates"):  # classifiers: PSIS at fixed alphas
+        assert len(compare([clf, RVC(gamma=0.5).fit(X, labels)])) == 2
+    with pytest.raises(ValueError, match="targets y differ"):
+        compare([clf, RVC(gamma=1.0).fit(X, y > 0.1)])
+    # An estimator without a DataTree says why, not "not a fit".
+    ovr = RVC(gamma=1.0, multi_class="ovr").fit(X, np.digitize(y, [0.1, 0.4]))
+    with pytest.raises(AttributeError, match="multi_class='ovr'"):
+        compare([clf, ovr])
+    with pytest.raises(TypeError, match="dict of named fits or a list"):
+        compare(a)
+
+
+@pytest.mark.parametrize(
+    ("make", "error", "match"),
+    [
+        (
+            lambda: Prior("RegularisedHorseshoePrecision", c="two"),
+            ValueError,
+            r"Prior\('RegularisedHorseshoePrecision'\): parameter c must be a positive number.*"
+            r"got 'two'",
+        ),
+        (
+            lambda: Prior("RegularisedHorseshoePrecision", beta=1.0, c=None),
+            ValueError,
+            r"Prior\('RegularisedHorseshoePrecision'\): parameter c must be .* got None",
+        ),
+        (
+            lambda: Prior("RegularisedHorseshoePrecision", c=float("inf")),
+            ValueError,
+            r"parameter c must be a positive number",
+        ),
+        (
+            lambda: Prior("RegularisedHorseshoePrecision", beta="x"),
+            TypeError,
+            r"Prior\('RegularisedHorseshoePrecision'\): parameter beta must be a number",
+        ),
+        (
+            lambda: Prior("RegularisedHorseshoePrecision", beta=-1.0, c=2.0),
+            ValueError,
+            r"Prior\('RegularisedHorseshoePrecision'\): parameter beta must satisfy beta > 0, "
+            r"got beta=-1\.0, c=2\.0",
+        ),
+        (
+            lambda: Prior("HalfCauchyPrecision", beta=[0.1, -0.1]),
+            ValueError,
+            r"Prior\('HalfCauchyPrecision'\): parameter beta must satisfy beta > 0",
+        ),
+        (
+            lambda: Prior("HalfNormal", sigma=float("inf")),
+            ValueError,
+            r"Prior\('HalfNormal'\): parameter sigma must be finite, got inf",
+        ),
+        # Of two parameters, the one that breaks its condition is named.
+        (
+            lambda: Prior("Gamma", alpha=2.0, beta=-1.0),
+            ValueError,
+            r"Prior\('Gamma'\): parameter beta must satisfy beta > 0, got alpha=2\.0, beta=-1\.0",
+        ),
+        (
+            lambda: Prior("Uniform", lower=1.0, upper=0.0),
+            ValueError,
+            r"Prior\('Uniform'\): parameters lower, upper must satisfy lower <= upper",
+        ),
+        # A condition on PyMC's own parametrisation (StudentT's lam = sigma^-2): every given
+        # parameter is named.
+        (
+            lambda: Prior("StudentT", nu=3.0, sigma=-1.0),
+            ValueError,
+            r"Prior\('StudentT'\): parameters nu, sigma must satisfy PyMC's conditions lam > 0",
+        ),
+        (
+            lambda: Prior("Gamma", alpha=2.0, mu=1.0),
+            ValueError,
+            r"Prior\('Gamma'\): parameters alpha=2\.0, mu=1\.0 cannot be built",
+        ),
+        (
+            lambda: Prior("Normal", mu=0.0, scale=1.0),
+            ValueError,
+            r"Prior\('Normal'\) has no parameter\(s\) \['scale'\]",
+        ),
+    ],
+)
+def test_every_refused_prior_parameter_is_named_with_its_distribution(make, error, match):
+    with pytest.raises(error, match=match):
+        make()
+
+
+def test_the_student_t_default_prior_names_a_bad_nu():
+    from bayes_rvm.models.priors import default_alpha_prior
+
+    with pytest.raises(ValueError, match=r"default_alpha_prior\('student_t'\): nu must be"):
+        default_alpha_prior("student_t", "two")
+    with pytest.raises(ValueError, match=r"s must be a positive number, got -0\.1"):
+        default_alpha_prior("student_t", 1.0, -0.1)
+
+
+def test_a_diverging_vi_learning_rate_is_named_with_the_advice():
+    # PyMC's "NaN occurred in optimization" surfaced before the package's advice.
+    X, y = make_sinc(30, random_state=0)
+    est = RVR(gamma=1.0, inference="vi", draws=20, vi_kwargs={"learning_rate": 1e3, "n": 300})
+    with pytest.raises(
+        FloatingPointError,
+        match=r"ADVI diverged.*vi_kwargs\['learning_rate'\]=1000.*"
+        r"Lower vi_kwargs\['learning_rate'\] \(for example to 100",
+    ) as info:
+        est.fit(X, y)
+    assert isinstance(info.value.__cause__, FloatingPointError)
+    assert "NaN occurred in optimization" in str(info.value.__cause__)
+
+
+@pytest.mark.parametrize("n_samples", [0, -1, 1.5, "2", True, None])
+def test_sample_y_refusals_name_n_samples(n_samples):
+    X, y = make_sinc(20, random_state=0)
+    est = RVR(gamma=1.0).fit(X, y)
+    want = rf"^n_samples must be an integer > 0\.0, got {re.escape(repr(n_samples))}"
+    with pytest.raises(ValueError, match=want):
+        est.sample_y(X[:3], n_samples=n_samples)
+
+
+def test_sample_y_memory_refusals_name_n_samples_and_count_what_counts_draw(monkeypatch):
+    x = np.linspace(-5.0, 5.0, 60)[:, None]
+    counts = np.random.default_rng(0).poisson(np.exp(1.0 + np.sin(x[:, 0])))
+    est = RVR(likelihood="poisson", gamma=0.5).fit(x, counts)
+    monkeypatch.setenv(MEMORY_ENV, "1GiB")
+    with pytest.raises(MemoryError, match=r"x n_samples=100000000 draws.*smaller n_samples"):
+        est.sample_y(x[:3], n_samples=10**8)
+    # Counts draw weights, never a joint covariance of the inputs: 20000 inputs need no
+    # 20000 x 20000 matrix (3 GiB), which the Gaussian regressor's joint draw does.
+    many = np.linspace(-5.0, 5.0, 20_000)[:, None]
+    assert est.sample_y(many, n_samples=2).shape == (20_000, 2)
+    gaussian = RVR(gamma=0.5).fit(x, np.log1p(counts))
+    with pytest.raises(MemoryError, match="with their joint covariance"):
+        gaussian.sample_y(many, n_samples=2)
+
+
+def test_counts_above_the_limit_are_refused_naming_y_and_the_limit():
+    # Counts of 1e15 (whole numbers float64 holds exactly) gave rates up to 1e304 with only
+    # NumPy RuntimeWarnings.
+    from bayes_rvm.estimators.counts import MAX_COUNT
+
+    x = np.linspace(-5.0, 5.0, 40)[:, None]
+    rate = np.exp(1.0 + np.sin(x[:, 0]))
+    with pytest.raises(
+        ValueError, match=r"counts up to 1e\+09 in y; y\[0\] = 709\d{13}\.0 is larger"
+    ):
+        RVR(likelihood="poisson").fit(x, np.round(1e15 * rate))
+    with pytest.raises(ValueError, match=r"y\[\d+\] = 1000000001\.0 is larger \(1 such value"):
+        RVR(likelihood="poisson").fit(x, np.r_[np.ones(39), MAX_COUNT + 1])
+    # At the limit the rates are those of the data; scoring takes counts of any size.
+    y = np.round(MAX_COUNT / rate.max() * rate)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the engine's notes on near-singular curvature
+        est = RVR(likelihood="poisson").fit(x, y)
+    np.testing.assert_allclose(est.predict(x), y, rtol=1e-3)
+    assert est.score(x, 1e6 * y) < 0

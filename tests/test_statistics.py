@@ -202,7 +202,8 @@ def test_rvr_from_statistics_equals_in_memory(sinc2d, gamma):
 
 
 def test_rvr_chunk_rows_rules(sinc2d, monkeypatch):
-    from bayes_rvm import RVR, large_data
+    from bayes_rvm import RVR
+    from bayes_rvm.estimators import large_data
     from bayes_rvm.models.priors import DEFAULT_GAMMA_PRIOR
 
     X, y, _ = sinc2d
@@ -289,7 +290,8 @@ def test_rvr_mcmc_from_statistics_samples_the_same_posterior_as_the_design(sinc2
 
 def test_rvr_auto_chunk_rows_counts_the_mcmc_log_likelihood(sinc2d, monkeypatch):
     # Under MCMC the design path holds an N x draws pointwise log likelihood: "auto" counts it.
-    from bayes_rvm import RVR, large_data
+    from bayes_rvm import RVR
+    from bayes_rvm.estimators import large_data
 
     X = sinc2d[0][:3000]
     monkeypatch.setattr(large_data, "LARGE_DESIGN_BYTES", 8 * 3000 * 51 * 10)

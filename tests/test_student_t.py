@@ -240,7 +240,7 @@ def test_student_t_bad_input_is_refused_early():
 
 
 def test_student_t_fit_survives_save_and_load(tmp_path):
-    from bayes_rvm.io import load_model, save_model
+    from bayes_rvm import load_model, save_model
 
     X, y, _, X_test, _ = _outlier_sinc()
     model = RVR(gamma=GAMMA, likelihood="student_t", noise_nu=4.0).fit(X, y)

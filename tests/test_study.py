@@ -268,6 +268,10 @@ def test_store_settings_record_the_grid(tmp_path):
     one = next(t for t in tasks.values() if t["model"] == "Student-t" and t["dataset"] == "sinc")
     assert one["seed"] == task_seed(5, "sinc", "Student-t")
     assert json.loads(one["spec"])["params"]["prior"] == "student_t"
+    # Estimators by their short names: a class that moves keeps the store resumable.
+    assert json.loads(one["spec"])["class"] == "RVR"
+    assert settings["format"] == "bayes_rvm-study/3"
+    assert "bayes_rvm." not in (tmp_path / "s" / "study.json").read_text()
 
 
 # ---------------------------------------------------------------------------------------------

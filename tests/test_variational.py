@@ -5,6 +5,7 @@ import pytest
 from scipy import stats
 from sklearn.utils._param_validation import InvalidParameterError
 
+from bayes_rvm import load_model, save_model
 from bayes_rvm.datasets import make_sinc
 from bayes_rvm.estimators.classifier import RVC
 from bayes_rvm.estimators.regressor import RVR
@@ -14,7 +15,6 @@ from bayes_rvm.inference.variational import (
     fit_vi,
     relative_change,
 )
-from bayes_rvm.io import load_model, save_model
 from bayes_rvm.models.graphs import rvm_regression_model
 from bayes_rvm.posterior.calibration import mixture_nlpd
 from bayes_rvm.posterior.comparison import compare

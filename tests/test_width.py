@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 from scipy.linalg import cholesky, solve_triangular
 
+from bayes_rvm import load_model, save_model
 from bayes_rvm.basis.kernels import KernelBasis
 from bayes_rvm.datasets import make_sinc
 from bayes_rvm.estimators.regressor import RVR
@@ -14,7 +15,6 @@ from bayes_rvm.evidence.width import (
     maximise_width,
     width_to_gamma,
 )
-from bayes_rvm.io import load_model, save_model
 
 
 def _design(X, centres, ls, kernel, columns=None):

@@ -10,6 +10,7 @@ from sklearn.gaussian_process import GaussianProcessClassifier
 from sklearn.gaussian_process.kernels import DotProduct
 from sklearn.linear_model import BayesianRidge
 
+from bayes_rvm import load_model, save_model
 from bayes_rvm.basis.kernels import KernelBasis, resolve_gamma
 from bayes_rvm.datasets import load_ripley, make_friedman, make_sinc
 from bayes_rvm.estimators.base import DEFAULT_GAMMA
@@ -24,7 +25,6 @@ from bayes_rvm.evidence.width import (
     shared_evidence_design_gradient,
     shared_laplace_evidence,
 )
-from bayes_rvm.io import load_model, save_model
 
 
 def _design(X, ls, *, centres=None):

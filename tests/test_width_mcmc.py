@@ -9,12 +9,12 @@ import pytest
 from scipy import stats
 from sklearn.metrics.pairwise import laplacian_kernel, rbf_kernel
 
+from bayes_rvm import load_model, save_model
 from bayes_rvm.basis.kernels import reference_gamma
 from bayes_rvm.datasets import make_sinc
 from bayes_rvm.estimators.classifier import RVC
 from bayes_rvm.estimators.regressor import RVR
 from bayes_rvm.inference import SamplingDiagnosticsWarning
-from bayes_rvm.io import load_model, save_model
 from bayes_rvm.models.graphs import rvm_width_model
 from bayes_rvm.models.priors import DEFAULT_GAMMA_PRIOR, Prior
 

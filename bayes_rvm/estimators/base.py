@@ -613,7 +613,7 @@ class BaseRVM(WidthSelectionMixin, BaseEstimator):
         if cov:
             floats += float(n) * n * (4 + n_outputs)
         if n_samples:
-            advice = "Ask for fewer samples, or draw at fewer inputs at a time."
+            advice = "Ask for fewer draws (a smaller n_samples), or draw at fewer inputs at a time."
         elif cov:
             advice = (
                 "Ask for return_std=True (the marginal standard deviations need O(n) memory), "
@@ -624,7 +624,7 @@ class BaseRVM(WidthSelectionMixin, BaseEstimator):
         check_memory(
             f"{type(self).__name__}.{call}",
             f"{n} inputs"
-            + (f" x {n_samples} samples" if n_samples else "")
+            + (f" x n_samples={n_samples} draws" if n_samples else "")
             + (f" x {draws} posterior draws" if draws else "")
             + (" with their joint covariance" if cov else "")
             + " need",

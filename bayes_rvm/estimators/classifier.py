@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import warnings
 from numbers import Integral
-from typing import ClassVar
 
 import numpy as np
 from sklearn.base import ClassifierMixin, _fit_context
@@ -89,13 +88,13 @@ def _parts(fit) -> tuple[tuple[EvidenceFit, np.ndarray], ...]:
 
 
 class RVC(ClassifierMixin, SavedStateMixin, BaseRVM):
-    """Relevance Vector Classifier (Tipping 2001) fitted by type-II maximum likelihood.
+    """Relevance Vector Classifier (Tipping 2001), fitted by type-II maximum likelihood or sampled.
 
-    The weights of the kernel basis ``phi_i(x) = k(x, x_i)`` (plus an optional bias) have ARD priors
-    ``w_i ~ N(0, 1/alpha_i)``; the likelihood is Bernoulli-logit for two classes and softmax for
-    more. The evidence ``p(t | alpha)`` is approximated by Laplace's method at the posterior mode
-    (found by Newton / IRLS) and maximised over ``alpha``; most ``alpha_i`` run to infinity, and the
-    remaining basis functions are the *relevance vectors*.
+    The weights of the kernel basis ``phi_i(x) = k(x, x_i)`` (plus an optional bias) have ARD
+    priors ``w_i ~ N(0, 1/alpha_i)``; the likelihood is Bernoulli-logit for two classes and
+    softmax (or one binary model per class) for more. The evidence is approximated by Laplace's
+    method at the posterior mode and maximised over ``alpha``; most ``alpha_i`` run to infinity,
+    and the remaining basis functions are the *relevance vectors*.
 
     Parameters
     ----------
@@ -103,24 +102,11 @@ class RVC(ClassifierMixin, SavedStateMixin, BaseRVM):
         Basis kernel; see :class:`bayes_rvm.basis.kernels.KernelBasis`.
     gamma : {"evidence_shared", "evidence", "scale", "auto"}, float or array-like, \
 default="evidence_shared"
-        Kernel coefficient; for rbf of width ``r``, ``1/r^2`` (laplacian: ``1/r``); an array
-        gives one coefficient per input feature. ``"evidence_shared"`` (default) chooses the rbf
-        or laplacian width that maximises the Laplace evidence of the same basis with one prior
-        precision shared by all weights (a Gaussian-process classifier of covariance
-        ``Phi Phi^T / alpha``; :func:`bayes_rvm.evidence.width.shared_laplace_evidence`; for
-        more than two classes the one-vs-rest evidences summed) less half a nat per
-        well-determined parameter (a log prior on the width: that dense-model evidence is flat
-        near its maximum and favours kernels narrower than the sparse model needs; on Table 2 of
-        Tipping 2001 this lands near the paper's widths), on at most 500 rows (a subset drawn
-        with ``random_state``, seed 0 when it is None, beyond), then fits the RVC at that width
-        (why: the README, "Choosing the kernel width"; other kernels ignore it, poly and sigmoid
-        use ``"scale"``). ``"evidence"`` maximises the RVC's own Laplace evidence over the
-        width (:func:`bayes_rvm.evidence.width.maximise_width` with Brent's bounded search from
-        the best maxima of an evidence curve; for one-vs-rest, the evidence summed over the
-        classes); it prefers narrow widths (Ripley: 12-16% error). Per-feature widths by the
-        evidence (``"evidence_ard"``) are RVR's only: they need the closed-form gradient of the
-        Gaussian likelihood. ``"scale"`` and ``"auto"`` as in :class:`sklearn.svm.SVC`. The
-        chosen width is in ``gamma_`` and ``length_scale_``, the curve in ``width_path_``.
+        Kernel coefficient (rbf: ``1/r^2`` for width ``r``; laplacian: ``1/r``); an array gives
+        one per feature. ``"evidence_shared"``: the width that maximises the Laplace evidence
+        with one prior precision shared by all weights, less half a nat per well-determined
+        parameter; ``"evidence"``: the RVC's own Laplace evidence (it prefers narrow widths);
+        ``"scale"``, ``"auto"``: as in :class:`sklearn.svm.SVC`.
     degree : int, default=3
         Degree of the polynomial kernel.
     coef0 : float, default=1.0
@@ -128,126 +114,59 @@ default="evidence_shared"
     kernel_params : dict, optional
         Extra keyword arguments of a callable kernel.
     bias : bool or "free", default=True
-        ``True``: a constant basis function with its own ARD prior, pruned like any other (the
-        paper's model). ``"free"``: an intercept that is never pruned, with the weakly
-        informative prior ``N(0, 10^2)`` in logits (Gelman et al. 2008; the engines' ``free``
-        columns, :data:`bayes_rvm.evidence.options.FREE_LATENT_SD`; under
-        ``inference="mcmc"`` the model's ``intercept`` variable, one per class for the
-        softmax). For a rare class: its few examples let the evidence trade the bias for a
-        relevance vector, and the probabilities away from them then follow that vector's
-        kernel instead of the base rate; with the linear kernel on 1% positives the test log
-        loss is 0.90-1.04 times logistic regression's with ``"free"``, 0.98-1.25 with ``True``.
-        Far from the data an rbf basis returns to the intercept alone, which the labels fix
-        only where no basis function reaches. ``False``: no bias.
+        ``True``: a constant basis function with its own ARD prior, pruned like any other.
+        ``"free"``: an intercept that is never pruned, prior ``N(0, 10^2)`` in logits (better
+        for a rare class). ``False``: no bias.
     prior : {"ard", "student_t"}, default="ard"
-        ``"ard"``: flat hyperprior on ``log alpha``; ``"student_t"``: ``alpha_i ~ Gamma(nu/2,
-        nu/2)`` on the unit-norm basis, whose marginal is ``w_i ~ t_nu(0, 1)``.
+        ``"ard"``: flat hyperprior on ``log alpha``. ``"student_t"``: ``alpha_i ~ Gamma(nu/2,
+        nu/2)``, Student-t weights.
     nu : float, Prior or "auto", default="auto"
-        Degrees of freedom of the Student-t prior (ignored for ``"ard"``), as in
-        :class:`~bayes_rvm.RVR`: ``"auto"`` is
-        :data:`bayes_rvm.models.priors.DEFAULT_NU`
-        for the type-II fit and :data:`bayes_rvm.models.priors.DEFAULT_MCMC_NU` under MCMC.
+        Degrees of freedom of the Student-t prior, as in :class:`~bayes_rvm.RVR` (``"auto"``:
+        1e-4 for the type-II fit, 1 under MCMC).
+    alpha_prior : Prior, optional
+        MCMC hyperprior of the relative precisions under ``prior="ard"``; default a half-Cauchy
+        of scale 0.1 on ``alpha_rel^-1/2`` (:mod:`bayes_rvm.models.priors`).
     solver : {"sequential", "mackay"}, default="sequential"
-        ``"sequential"``: Tipping and Faul's add / re-estimate / delete algorithm on the problem
-        linearised at the mode (starts from one basis function; the fast choice). ``"mackay"``:
-        re-estimation of all alphas with pruning (O(N^3) per iteration at the start).
+        ``"sequential"``: Tipping & Faul's (2003) algorithm on the problem linearised at the
+        mode (the fast choice). ``"mackay"``: re-estimation of all alphas with pruning.
     multi_class : {"auto", "multinomial", "ovr"}, default="auto"
-        More than two classes: one softmax model with alphas shared across classes, or one binary
-        RVM per class (their probabilities normalised to sum to one). ``"auto"``: the softmax
-        model up to :data:`MULTINOMIAL_MAX_CELLS` (10,000) training rows times classes (iris,
-        wine), one-vs-rest beyond (scikit-learn's digits, USPS), and always the softmax under
-        ``inference="mcmc"``; :attr:`multi_class_` says which. The softmax model keeps fewer
-        relevance vectors (one set for all classes) but its steps cost more than the C binary
-        fits' together: on all 7291 USPS digits it took 466 s (422 s CPU) for 5.98% test error
-        with 124 vectors, one-vs-rest 452 s (226 s CPU) for 6.1% with 411.
+        More than two classes: one softmax model with alphas shared across classes, or one
+        binary RVM per class. ``"auto"``: softmax up to :data:`MULTINOMIAL_MAX_CELLS` (10,000)
+        training rows times classes and always under MCMC, one-vs-rest beyond.
     moderated : {"auto", "importance", "probit"} or bool, default="auto"
-        How :meth:`predict_proba` averages the likelihood over the uncertainty of the weights
-        (type-II fits). ``"importance"``: the posterior predictive at the fitted ``alpha`` by
-        importance sampling with the Laplace approximation as the proposal
-        (:func:`bayes_rvm.evidence.importance_draws`; 4000 draws from a fixed seed, so
-        predictions are deterministic and survive save / load); it stays right where the
-        Laplace Gaussian does not, e.g. far from a rare class's examples, where the data bound
-        the log-odds from above only and the symmetric Gaussian spreads far above that bound.
-        It warns when the effective sample size falls below ``MIN_ESS`` (100; the weight space
-        is large, e.g. a softmax over many classes). ``True`` or ``"probit"``: MacKay's probit
-        approximation ``sigmoid(kappa mu)``, ``kappa = (1 + pi s^2 / 8)^-1/2``, of the Laplace
-        Gaussian (each class's marginal for the softmax). ``"auto"``: importance sampling where
-        its effective sample size reaches ``MIN_ESS``, else the probit; :attr:`moderation_`
-        says which. ``predictive="rvm*"`` always moderates its augmented latent moments by the
-        probit. ``False`` plugs in the posterior mode.
+        How :meth:`predict_proba` averages over the weights' uncertainty (type-II fits):
+        ``"importance"`` sampling from the Laplace Gaussian, ``True`` or ``"probit"`` (MacKay's
+        approximation), ``False`` (the posterior mode). ``"auto"``: importance sampling where
+        its effective sample size suffices, else the probit; see :attr:`moderation_`.
     predictive : {"rvm", "rvm*"}, default="rvm"
-        Latent predictive: the RVM's own, or RVM* (Rasmussen & Quinonero-Candela 2005), the
-        Laplace posterior augmented at prediction time by a basis function centred on the test
-        point (:mod:`bayes_rvm.posterior.predictive`): far from the data the latent variance
-        returns to a
-        Gaussian-process prior variance, so moderated probabilities fall back towards the
-        prior's instead of staying as confident as at the relevance vectors. Needs the training
-        inputs at prediction time; not with ``kernel="precomputed"``.
+        Latent predictive: the RVM's own, or RVM* (Rasmussen & Quinonero-Candela 2005), whose
+        probabilities fall back towards the prior's far from the data (not with
+        ``kernel="precomputed"``).
     max_iter : int, default=10000
         Iteration cap of the engine; reaching it warns with ``ConvergenceWarning``.
     tol : float, default=1e-6
         Convergence tolerance on ``log alpha``.
     threshold_alpha : float, default=1e9
         Largest ``alpha`` (on the unit-norm scale) still taken as finite.
-    alpha_prior : Prior, optional
-        MCMC hyperprior of the relative precisions ``alpha_rel`` under ``prior="ard"`` (on
-        columns of unit root-mean-square; see :mod:`bayes_rvm.models.priors`).
     centres : None, "random", "kmeans" or array-like of shape (n_centres, n_features)
-        Where the candidate basis functions sit, as in
-        :class:`~bayes_rvm.RVR`: every
-        training input (None), a random subset or k-means centres of ``n_centres`` points, or
-        given centres. A subset keeps the design matrix at N x (n_centres + 1) for large N; then
-        ``relevance_`` indexes ``basis_.centres_``.
+        Candidate basis functions, as in :class:`~bayes_rvm.RVR`: every training input (None),
+        a random or k-means subset of ``n_centres`` points, or given centres.
     n_centres : int, optional
         Number of centres for ``centres="random"`` or ``"kmeans"``.
     chunk_rows : "auto", int or None, default="auto"
-        How the Laplace fit reads the N x M design of a subset of centres (the rule of
-        :class:`~bayes_rvm.RVR`). An int: the chunked path, building the
-        design this
-        many rows at a time (:mod:`bayes_rvm.evidence.chunked`). A binary fit alternates
-        passes over the rows, each forming the reweighted sufficient statistics of the
-        likelihood linearised at the current mode, with a Gaussian sequential fit on them (a
-        handful of passes in all); a softmax fit starts from an in-memory fit on a fixed subset
-        of rows (a quarter of them, at most 50,000), then refines on all rows, a pass a step.
-        The blocks are kept between passes while the whole design fits in
-        :data:`~bayes_rvm.evidence.chunked.CACHE_BYTES` (and the memory limit), else rebuilt at
-        each pass, so memory stays bounded whatever N. Either may end at another local optimum
-        of the Laplace evidence than the in-memory engine (see the "Large data" page). None:
-        the whole design
-        in memory (a MemoryError above the memory limit). ``"auto"``: the chunked path, in
-        blocks of about 256 MiB, when ``centres`` selects a subset, the design would take more
-        than :data:`bayes_rvm.estimators.large_data.LARGE_DESIGN_BYTES` (2 GiB) or the memory
-        limit, and
-        the fit can run there; else the design. The chunked path keeps no N x K training
-        design: it takes no ``inference="mcmc"``, ``predictive="rvm*"``,
-        ``moderated="importance"`` or ``gamma="evidence"`` (a clear error),
-        ``moderated="auto"`` takes the probit, and ``idata_`` raises. ``chunked_passes_``
-        counts its passes.
+        An int builds the design in blocks of that many rows and fits the Laplace model by
+        passes over them (memory bounded whatever N); None keeps the design in memory.
+        ``"auto"``: blocks when a subset of centres gives a design above 2 GiB, where allowed.
     inference : {"type2", "mcmc"}, default="type2"
-        ``"mcmc"``: after the type-II fit (which seeds it), NUTS over the weights and their
-        precisions of :attr:`model_` (:func:`bayes_rvm.models.graphs.rvm_classification_model`,
-        non-centred, ARD with a half-Cauchy of scale 0.1 on each weight's scale), at a target
-        acceptance of 0.95 (``fit(X, y, nuts={...})``
-        overrides it);
-        :meth:`predict_proba` then averages the class probabilities over the posterior draws.
-        Binary and multinomial only. Nearly collinear relevance vectors make their relevance,
-        and so the posterior, bimodal; the sequential type-II fit (``solver="sequential"``)
-        probes such pairs and keeps the one the evidence prefers (``probe_deletions`` of
-        :class:`~bayes_rvm.evidence.EvidenceOptions`). Where R-hat still warns, a narrower
-        kernel helps. The full basis leaves some divergences (Ripley's data, 4 x 1000 draws: 27
-        at target acceptance 0.95, 21 at 0.99; max R-hat 1.01), from the half-Cauchy's funnel
-        for weights the labels leave loose.
+        ``"mcmc"``: NUTS over the weights and their precisions of :attr:`model_`, started at the
+        type-II fit; :meth:`predict_proba` then averages over the draws. Binary and softmax.
     draws, tune, chains : int, default=1000, 1000, 4
-        MCMC settings.
+        MCMC draws per chain, tuning steps and chains.
     sampler : {"nutpie", "numpyro", "pymc", "blackjax"}, default="nutpie"
         NUTS implementation.
     mcmc_basis : {"all", "relevant"}, default="all"
-        Sample over the full candidate basis (the default: the model the Laplace fit
-        approximates, its bias column included, so that the result is not conditional on the
-        type-II selection; on make_moons, N = 250, 2 x 500 draws, test log loss 0.237 against
-        the Laplace fit's 0.242), or only over the type-II relevance vectors (cheaper for
-        large N, but conditional on that selection; a pruned bias then means no intercept:
-        0.260 there).
+        Sample the full candidate basis, or only the type-II relevance vectors (cheaper for
+        large N, but conditional on that selection).
     random_state : int, RandomState or None, default=None
         Seed of the candidate subsets, of the type-II DataTree's draws and of sampling.
     verbose : bool, default=False
@@ -258,24 +177,20 @@ default="evidence_shared"
     classes_ : ndarray of shape (n_classes,)
         Class labels.
     multi_class_ : {"multinomial", "ovr", "binary"}
-        The model fitted: ``multi_class`` with ``"auto"`` resolved (``"binary"`` for two classes).
+        The model fitted: ``multi_class`` with ``"auto"`` resolved.
     basis_ : KernelBasis
         The fitted basis.
     gamma_, length_scale_, width_path_
-        The kernel coefficient(s) used, as length scale(s), and the evidence curve of a learned
-        width (see :class:`~bayes_rvm.RVR`).
+        The kernel coefficient(s) used, as length scale(s), and a learned width's evidence curve.
     fit_ : EvidenceFit or OneVsRestFit
-        Engine result in original units; for ``"ovr"`` a :class:`OneVsRestFit` of one binary fit
-        per class (iterable and indexable as the tuple of those fits it once was). For the
-        multinomial fit, ``mean`` is (n_active, n_classes) and ``chol`` the Cholesky factor of the
-        class-major (n_active * n_classes)-square Hessian.
+        The engine's result in original units (for ``"ovr"``, one binary fit per class).
     training_ : bayes_rvm.evidence.problem.TrainingData
-        The training inputs (or kernel matrix), class indices, retained design columns with
-        their norms, and the normalised alphas that prediction, :attr:`model_` and saving use.
+        The inputs, class indices and retained columns that prediction and saving use.
     active_ : ndarray of int
-        Retained basis functions (the union over classes for ``"ovr"``; ``n_centres`` is the bias).
+        Retained basis functions (the union over classes for ``"ovr"``; ``n_centres`` is the
+        bias).
     relevance_ : ndarray of int
-        Training samples that are relevance vectors.
+        Training samples that are relevance vectors (or indices into ``basis_.centres_``).
     relevance_vectors_ : ndarray of shape (n_relevance, n_features) or None
         The relevance vectors (None for a precomputed kernel).
     coef_ : ndarray of shape (n_relevance,) or (n_relevance, n_classes)
@@ -283,26 +198,29 @@ default="evidence_shared"
     intercept_ : float or ndarray of shape (n_classes,)
         Posterior mode weight of the bias (0 if pruned or absent).
     alpha_ : ndarray of shape (n_active,) or (n_active, n_classes)
-        Prior precisions of the retained basis functions (``"ovr"``: per class, ``inf`` where a
-        class's model pruned the column).
+        Prior precisions of the retained basis functions (``"ovr"``: per class).
     log_evidence_ : float
         Laplace log evidence (summed over the binary models for ``"ovr"``).
-    n_iter_ : int
-        Engine iterations (summed over classes for ``"ovr"``).
-    converged_ : bool
-        Whether every engine met its stopping rule.
+    n_iter_, converged_ : int, bool
+        Engine iterations (summed over classes), and whether every engine met its stopping rule.
     chunked_passes_ : dict or None
-        A chunked fit's passes over the rows (:class:`~bayes_rvm.evidence.design.PassCounter`:
-        ``full`` kernel passes over every column, ``columns`` over some, ``cache_fills`` of those
-        that filled the active columns' cache, ``cached`` from kept blocks); None for a fit in
-        memory.
+        A chunked fit's passes over the rows; None for a fit in memory.
     moderation_ : {"importance", "probit", "mode", "mcmc"}
         How :meth:`predict_proba` averages over the weights under the current ``moderated``.
     model_ : pymc.Model
-        The model ``inference="mcmc"`` samples, over ``mcmc_basis``, in the units of ``X``;
-        rebuilt on demand, never pickled.
+        The PyMC model that MCMC samples, over ``mcmc_basis``, in the units of ``X``.
     idata_ : xarray.DataTree
-        The fit in ArviZ form, shaped as :class:`RVR`'s (binary and multinomial fits).
+        The fit in ArviZ form, shaped as :class:`~bayes_rvm.RVR`'s (binary and softmax fits).
+
+    See Also
+    --------
+    bayes_rvm.estimators.regressor.RVR : The regressor.
+    bayes_rvm.estimators.cv.RVCCV : The kernel width by cross-validation.
+
+    Notes
+    -----
+    The documentation explains each option, with measurements, on its *Estimator options* page
+    (``docs/estimators.md``), and the chunked path for large N on *Large data*.
 
     Examples
     --------
@@ -322,9 +240,6 @@ default="evidence_shared"
         "threshold_alpha": [POSITIVE],
         "chunk_rows": [StrOptions({"auto"}), Interval(Integral, 1, None, closed="left"), None],
     }
-    #: Parameters added after saved files of earlier versions, with the value that makes such a
-    #: file's model what it was (read by :func:`bayes_rvm.io.load_model`).
-    added_parameters: ClassVar[dict] = {"chunk_rows": "auto"}
 
     def __init__(
         self,
@@ -681,7 +596,7 @@ default="evidence_shared"
         self.alpha_ = alpha
 
     def _persisted_state(self) -> dict:
-        """What :mod:`bayes_rvm.io` stores: basis, engine result(s) and the class labels."""
+        """What a saved model holds: basis, engine result(s) and the class labels."""
         ovr = isinstance(self.fit_, OneVsRestFit)
         return {
             "basis": self.basis_,

@@ -277,7 +277,15 @@ def dask_statistics(basis, X, y, *, split_every: int = 8) -> SufficientStatistic
     return stats
 
 
-def _predict_block(estimator, X: np.ndarray, return_std: bool) -> np.ndarray:
+def _predict_block(estimator, X: np.ndarray, return_std: bool, shape: tuple) -> np.ndarray:
+    """One row block's predictions, of shape ``(rows, *shape)``.
+
+    A block may hold no rows (boolean indexing such as ``X[X[:, 0] > 0]`` leaves empty blocks),
+    which the estimator's ``predict`` refuses as scikit-learn's checks do: its prediction is
+    the empty array of the other blocks' trailing shape.
+    """
+    if X.shape[0] == 0:
+        return np.empty((0, *shape), dtype=np.float64)
     out = estimator.predict(X, return_std=return_std)
     return np.stack(out, axis=-1) if return_std else out
 
@@ -303,7 +311,8 @@ def predict_dask(estimator, X, *, return_std: bool = False):
     Each row block is predicted where it lives by the estimator's own ``predict`` (the estimator,
     without its training rows for the type-II predictive, is one key of the graph, sent once to
     each worker), so the numbers are the in-memory ones.
-    Row blocks of unknown size are fine here.
+    Row blocks of any size are fine here: unknown sizes, and empty blocks (both left by boolean
+    indexing, ``X[X[:, 0] > 0]``), whose predictions are empty arrays.
 
     Parameters
     ----------
@@ -343,6 +352,7 @@ def predict_dask(estimator, X, *, return_std: bool = False):
         dask.delayed(_slim(estimator), pure=True),
         X,
         return_std,
+        stacked,
         chunks=chunks,
         drop_axis=None if stacked else 1,
         new_axis=new_axis,

@@ -1,9 +1,10 @@
 """The estimators' side of saving: each one turns its state into groups and rebuilds from them.
 
 :mod:`bayes_rvm.io` knows the file: the tree format, the checksum, the atomic write and the lock,
-and how a frozen result dataclass becomes a Dataset. What a model stores, and which invariants
-its stored state must keep, belongs to the estimator; this module holds that side of the saving
-protocol (in the spirit of pymc-marketing's build-from-idata):
+and how a frozen result dataclass becomes a Dataset; :mod:`bayes_rvm.estimators.saving` puts an
+estimator's state into a tree and back. What a model stores, and which invariants its stored
+state must keep, belongs to the estimator; this module holds that side of the saving protocol
+(in the spirit of pymc-marketing's build-from-idata):
 
 - ``_persisted_state()`` (each estimator): its state as a dict: ``basis`` (the fitted
   :class:`~bayes_rvm.KernelBasis`), ``fit`` (a frozen result, or a list of them),
@@ -17,7 +18,7 @@ protocol (in the spirit of pymc-marketing's build-from-idata):
 - :func:`width_selection_state` and :func:`width_selection_from_state`: the width search's
   diagnostics (``width_selection_``) without the N x M design they were computed on;
 - :meth:`SavedStateMixin._saved_state` and :meth:`SavedStateMixin._from_saved_state`, which
-  :func:`bayes_rvm.io.save_model` and :func:`bayes_rvm.io.load_model` call: the basis as the
+  :func:`bayes_rvm.save_model` and :func:`bayes_rvm.load_model` call: the basis as the
   ``/basis`` group and back, the checks every estimator shares, then the estimator's own.
 """
 
@@ -55,7 +56,7 @@ __all__ = [
 BASIS_FITTED = ("gamma_", "n_features_in_", "n_centres_", "n_basis_")
 BASIS_PARAMS = ("kernel", "gamma", "degree", "coef0", "kernel_params", "bias")
 
-#: Prefix of the stored arrays of a fit's sufficient statistics (absent from older files).
+#: Prefix of the stored arrays of a fit's sufficient statistics (absent for a fit on the design).
 STATISTICS_PREFIX = "statistics_"
 _STATISTICS_FIELDS = ("gram", "cross", "tt", "n", "t_sum")
 
@@ -64,7 +65,8 @@ Fail = Callable[[str], None]
 
 
 class SavedStateMixin:
-    """The saving protocol that :mod:`bayes_rvm.io` calls (see the module docstring)."""
+    """The saving protocol that :mod:`bayes_rvm.estimators.saving` calls (see the module
+    docstring)."""
 
     def _saved_state(self) -> dict:
         """The estimator's ``_persisted_state`` with the basis as the ``/basis`` group, and the
@@ -79,7 +81,7 @@ class SavedStateMixin:
 
     @classmethod
     def _from_saved_state(cls, params: dict, state: dict, path: Path):
-        """A fitted estimator of ``params`` rebuilt from the groups :mod:`bayes_rvm.io` read.
+        """A fitted estimator of ``params`` rebuilt from the groups of a saved model file.
 
         Raises
         ------
@@ -99,7 +101,7 @@ class SavedStateMixin:
             state.get("width_selection"), state["basis"].n_basis_, fail
         )
         model._restore_state(state)
-        if search is not None:  # files written before it was saved load without it
+        if search is not None:  # none where the fit searched no width
             model.width_selection_ = search
         return model
 
@@ -128,22 +130,21 @@ def basis_from_group(basis_ds: xr.Dataset, params: dict, path: Path) -> KernelBa
     """The fitted basis of a ``/basis`` group, built from the model's parameters ``params``."""
     # The model's parameters build the basis; only gamma may differ (a width the fit chose).
     own = {k: params.get(k) for k in BASIS_PARAMS}
-    if "params" in basis_ds.attrs:
-        stored = decode_params(json_attr(basis_ds.attrs, "params", f"{path}:/basis"))
-        if not isinstance(stored, dict) or set(stored) != set(BASIS_PARAMS):
-            raise ModelFileError(f"{path}:/basis: the stored parameters are not {BASIS_PARAMS}")
-        # A width rule, a sampled width or a cross-validated twin (no gamma of its own).
-        chosen = "gamma" not in params or _chosen_width(params["gamma"])
-        if not chosen and json.dumps(stored["gamma"], default=json_default) != json.dumps(
-            params["gamma"], default=json_default
-        ):
-            raise ModelFileError(
-                f"{path}: inconsistent stored model: the basis's gamma {stored['gamma']!r} is "
-                f"not the model's {params['gamma']!r}"
-            )
-        gamma = stored["gamma"]
-        # Per-feature coefficients are an array when fitted.
-        own["gamma"] = np.asarray(gamma, dtype=np.float64) if isinstance(gamma, list) else gamma
+    stored = decode_params(json_attr(basis_ds.attrs, "params", f"{path}:/basis"))
+    if not isinstance(stored, dict) or set(stored) != set(BASIS_PARAMS):
+        raise ModelFileError(f"{path}:/basis: the stored parameters are not {BASIS_PARAMS}")
+    # A width rule, a sampled width or a cross-validated twin (no gamma of its own).
+    chosen = "gamma" not in params or _chosen_width(params["gamma"])
+    if not chosen and json.dumps(stored["gamma"], default=json_default) != json.dumps(
+        params["gamma"], default=json_default
+    ):
+        raise ModelFileError(
+            f"{path}: inconsistent stored model: the basis's gamma {stored['gamma']!r} is "
+            f"not the model's {params['gamma']!r}"
+        )
+    gamma = stored["gamma"]
+    # Per-feature coefficients are an array when fitted.
+    own["gamma"] = np.asarray(gamma, dtype=np.float64) if isinstance(gamma, list) else gamma
     basis = KernelBasis(**own)
     for key in BASIS_FITTED:
         setattr(basis, key, json_attr(basis_ds.attrs, key, f"{path}:/basis"))
@@ -315,7 +316,7 @@ def width_selection_from_state(stored: dict | None, n_basis: int, fail: Fail) ->
     """The :class:`~bayes_rvm.evidence.width.WidthFit` that :func:`width_selection_state` stored.
 
     ``fail`` reports fits that do not fit the basis, or a count of fits that is not the kind's.
-    None when nothing was stored (no width search, or a file written before it was saved).
+    None when nothing was stored (the fit searched no width).
     """
     if stored is None:
         return None

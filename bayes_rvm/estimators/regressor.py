@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import json
 from numbers import Integral
-from typing import ClassVar
 
 import numpy as np
 import xarray as xr
@@ -108,62 +107,25 @@ class RVR(
     SavedStateMixin,
     BaseRVM,
 ):
-    """Relevance Vector Regression (Tipping 2001) fitted by type-II maximum likelihood.
+    """Relevance Vector Regression (Tipping 2001), fitted by type-II maximum likelihood or sampled.
 
-    The model is ``t = Phi w + noise`` with one basis function ``k(x, x_i)`` per training input and
-    an optional bias, the prior ``w_i ~ N(0, 1/alpha_i)`` and Gaussian noise of precision ``beta``.
-    The hyperparameters maximise the marginal likelihood (the evidence); most ``alpha_i`` run to
-    infinity and their basis functions are pruned, leaving a few *relevance vectors*.
+    The model is ``t = Phi w + noise``, one basis function ``k(x, x_i)`` per training input (or
+    centre) plus an optional bias, with the prior ``w_i ~ N(0, 1/alpha_i)``. The hyperparameters
+    maximise the marginal likelihood (the evidence); most ``alpha_i`` run to infinity and their
+    basis functions are pruned, leaving a few *relevance vectors*.
 
     Parameters
     ----------
     kernel : str, callable, scikit-learn kernel object or "precomputed", default="rbf"
         Basis kernel; see :class:`bayes_rvm.basis.kernels.KernelBasis`.
-    gamma : {"evidence_shared", "evidence", "evidence_ard", "scale", "auto"}, float or \
-array-like, default="evidence_shared"
-        Kernel coefficient; for rbf, width ``r`` is ``1/r^2``, for laplacian ``1/r``. An array
-        gives one coefficient per input feature (rbf, laplacian). Width rules (rbf, laplacian):
-
-        - ``"evidence_shared"`` (default): the width that maximises the evidence of the same basis
-          with one prior precision shared by all weights (a Gaussian process of covariance
-          ``Phi Phi^T / alpha`` plus noise; :func:`bayes_rvm.evidence.width.shared_evidence`,
-          a grid refined by parabolic interpolation; on at most 1000 rows, a random subset
-          drawn with ``random_state`` beyond), then the RVM fitted at that width. With the
-          Gaussian likelihood and several input features, one length scale per feature: the
-          single width is searched in units of each feature's standard deviation, then each
-          feature's length scale is refined on the same evidence
-          (:func:`bayes_rvm.evidence.width.maximise_width_shared_ard`; Friedman #3: MSE 0.0099
-          against 0.018 with one width, Tipping's 0.0164), so that rescaling a feature changes
-          no prediction. Should the engine stop below the evidence of one shared precision at
-          that width, it runs again from there. It cannot collapse onto narrow widths as the
-          RVM's own evidence can; why it is the default, with the measurements, is in the README
-          ("Choosing the kernel width"). Other kernels ignore it (poly and sigmoid use
-          ``"scale"``).
-        - ``"evidence"``: the RVM's own log evidence maximised over the log width with the alphas
-          and the noise (:func:`bayes_rvm.evidence.width.maximise_width`: an evidence curve over
-          a grid of widths, then refinement from its best local maxima with the closed-form
-          gradient). That evidence can grow without bound as the width narrows (one alpha per
-          basis function fits each target, the noise going to 0: on Friedman #3 it keeps 239 of
-          240 vectors). ``"evidence_ard"``: one length scale per input feature chosen by the
-          shared evidence, as the default does on several features (ARD over the inputs: a
-          feature with a long length scale barely matters), also on one feature.
-        - ``"scale"``: ``1 / (n_features * X.var())`` and ``"auto"``: ``1 / n_features``, as in
-          :class:`sklearn.svm.SVR`.
-        - a :class:`~bayes_rvm.models.priors.Prior` (``inference="mcmc"``, rbf or laplacian): the
-        width
-          sampled by NUTS beside the alphas and the noise. The Prior is that of
-          ``gamma / gamma_0``, with ``gamma_0`` the coefficient of scikit-learn's ``"scale"``
-          length (:func:`bayes_rvm.basis.kernels.reference_gamma`); the package's default is
-          :data:`bayes_rvm.models.priors.DEFAULT_GAMMA_PRIOR` (``log(r / r0) ~ N(0, 1)`` for rbf). A
-          type-II fit at the RVM's evidence width (``"evidence"``) seeds the sampler and, with
-          ``mcmc_basis="auto"``, places the basis functions at its relevance vectors;
-          ``gamma_`` and ``width_path_`` are that fit's, the width's posterior is ``gamma`` and
-          ``length_scale`` in ``idata_``, and predictions average over it (the design rebuilt at
-          each draw's width). See :func:`bayes_rvm.models.graphs.rvm_width_model` for the model and
-          where sampling the width stops being practical.
-
-        The chosen width is in ``gamma_`` and ``length_scale_``, the curve of the rule's evidence
-        in ``width_path_``. With ``inference="mcmc"`` the width is chosen first, then sampled at.
+    gamma : {"evidence_shared", "evidence", "evidence_ard", "scale", "auto"}, float, \
+array-like or Prior, default="evidence_shared"
+        Kernel coefficient (rbf: ``1/r^2`` for width ``r``; laplacian: ``1/r``); an array gives
+        one per feature. ``"evidence_shared"``: the width (per feature when there are several)
+        that maximises the evidence with one prior precision shared by all weights;
+        ``"evidence"``: the RVM's own evidence; ``"evidence_ard"``: one length scale per feature;
+        ``"scale"``, ``"auto"``: as in :class:`sklearn.svm.SVR`. A
+        :class:`~bayes_rvm.models.priors.Prior` samples the width (``inference="mcmc"``).
     degree : int, default=3
         Degree of the polynomial kernel.
     coef0 : float, default=1.0
@@ -174,296 +136,119 @@ array-like, default="evidence_shared"
         Include a constant basis function (with its own ARD prior).
     prior : {"ard", "student_t"}, default="ard"
         ``"ard"``: flat hyperprior on ``log alpha`` (plain type-II maximum likelihood).
-        ``"student_t"``: ``alpha_i ~ Gamma(nu/2, nu/2)``, whose marginal is ``w_i ~ t_nu(0, 1)`` on
-        the normalised basis (unit-norm columns, unit-RMS targets); the MAP-II update is
-        ``alpha_i = (gamma_i + nu) / (m_i^2 + nu)``. Smaller ``nu`` gives sparser fits.
+        ``"student_t"``: ``alpha_i ~ Gamma(nu/2, nu/2)``, Student-t weights, sparser as nu falls.
     nu : float, Prior or "auto", default="auto"
-        Degrees of freedom of the Student-t prior (ignored for ``"ard"``). ``"auto"``: for the
-        type-II fit :data:`bayes_rvm.models.priors.DEFAULT_NU` (1e-4), small enough to give a sparse
-        fit; under ``inference="mcmc"`` :data:`bayes_rvm.models.priors.DEFAULT_MCMC_NU` (1), Cauchy
-        weights that NUTS samples without divergences (at 1e-4 the Gamma hyperprior lies below
-        float64's range, and the model warns). A number is used by both. Under
-        ``inference="mcmc"`` it may be a :class:`~bayes_rvm.models.priors.Prior`, and is then
-        sampled
-        (the type-II fit that seeds the sampler uses the default).
+        Degrees of freedom of the Student-t prior (ignored for ``"ard"``). ``"auto"``: 1e-4 for
+        the type-II fit, 1 under MCMC (:mod:`bayes_rvm.models.priors`). A Prior is sampled.
     alpha_prior : Prior, optional
-        MCMC hyperprior of the relative precisions ``alpha_rel`` under ``prior="ard"`` (see
-        :mod:`bayes_rvm.models.priors`; default a half-Cauchy of scale 0.1 on ``alpha_rel^-1/2``).
-        Stated on the normalised problem, as are all hyperpriors (columns and targets of unit
-        root-mean-square, so that they mean the same at every N); :attr:`model_` maps them into
-        the units of ``X`` and ``y``. The default determines relevance where the data determine it
-        (20 independent features, 3 informative, N = 100: the irrelevant ones' posterior median
-        log10 alpha lies 1.75 above the informative ones', P(alpha_rel < 10) goes from the
-        prior's 0.805 to 0.975 and 0.66), but it is not sparse: on a kernel basis of
-        near-duplicate columns (sinc, width 2: neighbours correlate at 0.998) it spreads the
-        weight over many of them (12 effective parameters where type-II has 6.5), and no
-        single column's alpha tells type-II's relevance vectors from the columns it prunes
-        (under any of the priors measured). Sparser alternatives:
-        :func:`bayes_rvm.models.priors.sparse_alpha_prior` and
-        ``Prior("RegularisedHorseshoePrecision", ...)``; the figures are in ``docs/theory.md``
-        ("Hyperpriors under MCMC") and ``benchmarks/bench_relevance.py``.
+        Hyperprior of the relative precisions under ``prior="ard"``, for MCMC and VI; default a
+        half-Cauchy of scale 0.1 on ``alpha_rel^-1/2`` (not sparse; see
+        :func:`~bayes_rvm.models.priors.sparse_alpha_prior`).
     noise_prior : Prior, optional
-        MCMC prior of the relative noise sd ``sigma / rms(y)`` (default ``HalfNormal(1)``).
+        MCMC and VI prior of the relative noise sd ``sigma / rms(y)``; default ``HalfNormal(1)``.
     solver : {"auto", "sequential", "mackay"}, default="auto"
-        Type-II engine: ``"sequential"``, the fast algorithm of Tipping & Faul (2003), which
-        starts from one basis function and adds, re-estimates or deletes one at a time; or
-        ``"mackay"``, fixed-point re-estimation of all alphas with pruning (O(N^3) per early
-        iteration). The evidence is multimodal: the two may stop at different local optima.
-        ``"auto"`` is ``"sequential"`` for the ARD prior and ``"mackay"`` for the Student-t
-        prior, whose MAP-II optimum keeps every alpha finite and defines relevance by
-        ``threshold_alpha`` (the sequential engine, asked explicitly, leaves a basis function out
-        whenever its hyperprior term outweighs its evidence gain, and gives sparser fits).
+        Type-II engine: ``"sequential"`` (Tipping & Faul 2003) adds, re-estimates or deletes one
+        basis function at a time; ``"mackay"`` re-estimates all alphas (MacKay 1992).
+        ``"auto"``: sequential for ``prior="ard"``, mackay for ``"student_t"``.
     noise_variance : float, optional
-        Fix the noise variance (in the units of ``y``) instead of estimating it (Gaussian
-        noise; Student-t noise: the square of its scale ``sigma``; not for counts).
+        Fix the noise variance (units of ``y``; Student-t noise: the squared scale) instead of
+        estimating it. Not for counts.
     likelihood : {"gaussian", "poisson", "student_t"}, default="gaussian"
-        The observation model (see *Likelihoods* below): Gaussian noise, counts with a log link
-        (``"poisson"``), or Student-t noise. ``"student_t"``: robust regression,
-        ``t_n ~ StudentT(nu, phi_n w, sigma)``,
-        the scale mixture ``N(phi_n w, sigma^2 / u_n)`` over ``u_n ~ Gamma(nu/2, nu/2)`` (Tipping
-        and Lawrence 2005): a gross outlier gets a small ``u_n`` and barely moves the fit. The
-        type-II fit is variational EM (:func:`bayes_rvm.evidence.student_t.fit_student_t`): each
-        E-step reweights the points by ``E[u_n] = (nu + 1) / (nu + r_n / sigma^2)``, with
-        ``r_n`` the expected squared residual under the weight posterior, and the Gaussian engine
-        of ``solver`` refits the reweighted problem; ``log_evidence_`` is then the variational
-        *lower bound* on the log marginal likelihood, not the marginal itself. MCMC samples the
-        weights (centred), ``log alpha``, ``sigma`` and ``nu`` jointly with a ``pm.StudentT``
-        likelihood (:func:`bayes_rvm.models.graphs.rvm_regression_model`), over the robust type-II
-        fit's relevance vectors unless ``mcmc_basis="all"``. ``predict`` returns the
-        location ``phi(x)^T m``; see :meth:`predict` for the standard deviations. One output
-        only; ``predictive="rvm"`` only.
+        Gaussian noise; counts with a log link (``predict`` returns the rate; counts up to
+        :data:`~bayes_rvm.estimators.counts.MAX_COUNT`, 1e9); or Student-t noise for robust
+        regression (one output; ``log_evidence_`` is then a variational lower bound).
     noise_nu : float, optional
-        Degrees of freedom of the Student-t noise: a number fixes it; None (default) learns it
-        (type-II: its EM fixed point, kept within
-        :data:`bayes_rvm.evidence.student_t.NU_RANGE`; MCMC: sampled under a ``Gamma(2, 0.1)``
-        prior, Juarez and Steel 2010). Ignored for the Gaussian likelihood.
+        Degrees of freedom of the Student-t noise: a number fixes it, None (default) learns it.
     max_iter : int, default=10000
         Iteration cap of the engine; reaching it warns with ``ConvergenceWarning``.
     tol : float, default=1e-3
-        Stop when no ``log alpha`` changes by more than ``tol`` (the convention of scikit-learn's
-        ``ARDRegression`` and sklearn-rvm). Tighter values move the log evidence by a tiny
-        fraction of a nat on the usual problems, at the price of many slow MacKay iterations.
+        Stop when no ``log alpha`` changes by more than ``tol``.
     threshold_alpha : float or "auto", default="auto"
-        MacKay solver only (the sequential solver deletes a basis function exactly when that
-        raises the objective). Prune a basis function once its ``alpha`` (on the normalised
-        scale: unit-norm basis columns, unit-RMS targets) exceeds this. ``"auto"`` is 1e9 for
-        ``"ard"``, whose irrelevant alphas diverge, and 10 for ``"student_t"``, whose MAP alphas
-        stay below about ``(1 + nu) / nu``: there the threshold defines relevance, as in
-        reference document 002, and only a small ``nu`` (1e-4 or less) lets the irrelevant
-        alphas climb past it.
+        MacKay solver only: prune a basis function once its normalised ``alpha`` exceeds this.
+        ``"auto"``: 1e9 for ``prior="ard"``, 10 for ``"student_t"`` (whose alphas stay finite).
     centres : None, "random", "kmeans" or array-like of shape (n_centres, n_features)
-        Where the candidate basis functions sit: every training input (None, the classical RVM),
-        a random subset or k-means centres of ``n_centres`` points, or given centres. A subset
-        keeps the design matrix at N x (n_centres + 1), so large N fits without an N x N kernel.
-        With a subset, ``relevance_`` indexes ``basis_.centres_``, not the training samples.
+        Candidate basis functions: on every training input (None, the classical RVM), on a
+        random or k-means subset of ``n_centres`` points, or on given centres.
     n_centres : int, optional
         Number of centres for ``centres="random"`` or ``"kmeans"``.
     chunk_rows : "auto", int or None, default="auto"
-        How the type-II fit reads the N x M design of a subset of centres. An int: from its
-        sufficient statistics (``Phi'Phi``, ``Phi'y``, ``y'y``, N), accumulated in one pass over
-        blocks of this many rows (:func:`bayes_rvm.basis.statistics.accumulate`), so memory is
-        O(M^2 + chunk_rows M) whatever N; the fit equals the in-memory one up to rounding. None:
-        the whole design in memory (a MemoryError above the limit of
-        :func:`bayes_rvm.estimators.base.memory_limit`). ``"auto"``: the statistics, in blocks of
-        about
-        256 MiB, when ``centres`` selects a subset, the design would take more than
-        :data:`bayes_rvm.estimators.large_data.LARGE_DESIGN_BYTES` (2 GiB) or more than the memory
-        limit,
-        and the fit can run on them (``predictive="rvm"``, ``gamma`` a number, ``"scale"``,
-        the default rule or ``"evidence_ard"``, which choose the width on a subset of rows (the
-        same widths as in memory); not ``"evidence"``, not a sampled width, not
-        ``inference="vi"``, Gaussian noise only);
-        else the design. A type-II fit from statistics keeps no training design: ``idata_`` and
-        ``refit_loo`` raise a ValueError that says so (see the "Large data" page). Under
-        ``inference="mcmc"`` NUTS samples the model of the statistics
-        (:func:`bayes_rvm.models.statistics.rvm_statistics_model`, the same density at a cost
-        independent of N; over the relevance vectors unless ``mcmc_basis="all"``), and
-        ``idata_``'s ``log_likelihood`` holds the exact leave-one-out terms of 2000 evenly spaced
-        rows (:func:`bayes_rvm.models.statistics.log_likelihood_rows`; its
-        ``log_likelihood_rows`` attribute says so), not of all N.
+        An int fits from the design's sufficient statistics, accumulated over blocks of that
+        many rows (memory independent of N); None keeps the design in memory. ``"auto"``: the
+        statistics when a subset of centres gives a design above 2 GiB and the options allow.
     inference : {"type2", "mcmc", "vi"}, default="type2"
-        ``"type2"``: the hyperparameters at their evidence maximum. ``"mcmc"``: after the type-II
-        fit (which seeds it), NUTS over the hyperparameters of :attr:`model_` (the
-        weight-marginalised model of :func:`bayes_rvm.models.graphs.rvm_regression_model`), with the
-        weights drawn back per draw; predictions then come from the posterior predictive.
-        ``"vi"``: mean-field ADVI (``pm.fit``) over the same hyperparameters of the same
-        :attr:`model_` (their logarithms), ``draws`` drawn from the approximation and the weights
-        drawn back exactly per draw, as under MCMC (:func:`bayes_rvm.inference.variational.fit_vi`,
-        which
-        says why this method and how it stops). On sinc (N = 100, width 2) its held-out NLPD
-        is within 0.002 nat/point of MCMC's, its first fit in 0.56-0.67 of MCMC's time, but the
-        posterior sds of ``log alpha`` are about 7% narrower (median) and their skew is lost
-        (notebook 10). Counts and Student-t noise (``likelihood="poisson"``, ``"student_t"``):
-        their models sample the weights (no closed-form marginal), so ADVI approximates the
-        weights too, with the hyperparameters, and the posterior weights are the
-        approximation's draws; on the problems of the tests the log-rate RMSE is 0.09 and the
-        outlier-sinc test RMSE 0.23 of the Gaussian RVR's (:mod:`bayes_rvm.inference.variational`).
-        All
-        three expose ``idata_`` with the same groups (VI adds ``variational``, the ELBO trace,
-        and has no ``sample_stats``). ``RVC`` has no ``"vi"``.
-    vi_kwargs : dict, optional
-        VI settings (``inference="vi"``): ``method`` (``"advi"``, the default, or
-        ``"fullrank_advi"``), ``n`` (iteration cap, 20000), ``learning_rate`` (Adam's, 0.01),
-        ``tol`` (2e-3) and ``window`` (500) of the stopping rule on the smoothed loss,
-        ``obj_n_mc`` (Monte Carlo draws per gradient, 1). A fit that reaches ``n`` without
-        meeting the rule warns with
-        :class:`bayes_rvm.inference.variational.VariationalConvergenceWarning`.
+        ``"type2"``: the hyperparameters at their evidence maximum. ``"mcmc"``: NUTS over the
+        hyperparameters of :attr:`model_`, started at the type-II fit, weights drawn per draw.
+        ``"vi"``: mean-field ADVI over the same model.
     draws, tune, chains : int, default=1000, 300, 4
-        MCMC settings (``inference="mcmc"``); ``draws`` is also the number of draws from the
-        variational approximation (``inference="vi"``, one chain). The chains start at the
-        type-II fit, so nutpie's 300 tuning steps (its own default) suffice; 1000 draws per
-        chain keep the largest rank R-hat over all ``log alpha_i`` below 1.01 (500 draws gave
-        1.015 on sinc, N = 100, 101 basis functions), with a bulk ESS of about 4000 on that
-        problem (``benchmarks/bench_mcmc.py``). On the sufficient-statistics path (centres on
-        many rows, ``chunk_rows``, Dask) the sampler runs ``4 * draws`` iterations per chain
-        and keeps every 4th (``sample_mcmc(thin="auto")``; ``fit(X, y, thin=k)`` sets it):
-        there a gradient costs microseconds whatever N, and NUTS draws, antithetic in a
-        parameter's value, are positively correlated in its spread, which the folded half of
-        the rank R-hat reads (docs/large_data.md).
+        MCMC draws per chain, tuning steps and chains; ``draws`` is also the number of draws
+        taken from the variational approximation.
     sampler : {"nutpie", "numpyro", "pymc"}, default="nutpie"
-        NUTS implementation (``inference="mcmc"``). On a CPU use nutpie; numpyro runs the JAX
-        implementation, for a JAX accelerator (see :func:`bayes_rvm.inference.sample_mcmc`).
+        NUTS implementation: nutpie on a CPU, numpyro on a JAX accelerator.
     mcmc_basis : {"auto", "all", "relevant"}, default="auto"
-        Sample over every basis function, or only over the type-II relevance vectors (much
-        cheaper for large N). Over the relevance vectors the posterior is *conditional on the
-        type-II support*: the pruned columns are out of the model (weight zero, not sampled),
-        so their uncertainty is not in the draws; ``alpha``, ``sigma`` and the weights are
-        sampled given that support. ``"auto"``: all of them at a fixed width on the in-memory
-        design; the relevance vectors when the width is sampled (``gamma`` a Prior), the noise
-        is Student-t (whose model samples the weights themselves), for counts
-        (``likelihood="poisson"``), and for a fit from sufficient statistics (``chunk_rows``),
-        where at N = 10^6 the alphas of the pruned columns are not identified (the chains
-        disagree: R-hat 1.84 over all 201 columns, 2 x 500 draws, against 1.52 over the 45
-        relevance vectors, whose weakest columns still switch in and out of the model; fit
-        warns above 1.01; see the "Large data" page).
+        Sample every basis function, or only the type-II relevance vectors (cheaper; the
+        posterior is then conditional on them). ``"auto"``: every one at a fixed width on the
+        in-memory design, the relevance vectors otherwise.
+    vi_kwargs : dict, optional
+        ADVI settings: ``method``, ``n``, ``learning_rate``, ``tol``, ``window``, ``obj_n_mc``;
+        defaults in :data:`bayes_rvm.inference.variational.VI_DEFAULTS`.
     predictive : {"rvm", "rvm*"}, default="rvm"
-        ``"rvm"``: the RVM's own predictive, ``N(m^T phi(x), 1/beta + phi(x)^T Sigma phi(x))``,
-        whose variance shrinks to the noise away from the relevance vectors. ``"rvm*"``:
-        Rasmussen & Quinonero-Candela's (2005) augmented predictive, which adds a basis function
-        centred on each test point with its own prior (see :mod:`bayes_rvm.posterior.predictive`),
-        so that
-        far from the data the variance returns to the targets' variance plus the noise.
-        Training is unchanged; prediction then needs the training inputs, O(N (d + K)) per test
-        point instead of O(K (d + K)). With ``inference="mcmc"``: the augmented predictive of
-        each posterior draw (its weights integrated out), mixed over the draws, O(M^2) more per
-        draw and test point for M sampled columns. Not available with ``kernel="precomputed"``
-        (``k(x, x)`` of new inputs is unknown). The default stays ``"rvm"``: in
-        ``benchmarks/bench_predictive.py`` RVM* lowers the test NLPD a great deal where test
-        inputs leave the data (sinc with a gap: 4.80 to 1.01 nats per point, below the Gaussian
-        process's 1.45) and by less than 0.01 within it (Friedman #2 and #3, diabetes), while its
-        prediction is no longer sparse (1.5-10x the plain RVM's time there: the kernel row
-        against all N training inputs, which grows with N / K, against fixed costs that
-        dominate small batches). Choose ``"rvm*"`` whenever test inputs may fall outside the
-        training inputs.
+        ``"rvm"``: the RVM's predictive, whose variance shrinks to the noise away from the
+        relevance vectors. ``"rvm*"``: the augmented predictive of Rasmussen & Quinonero-Candela
+        (2005), whose variance grows again away from the data (not with "precomputed").
     random_state : int, RandomState or None, default=None
-        Seed for the randomised parts of a fit (candidate subsets, sampling).
+        Seed of the randomised parts of a fit (subsets of centres or rows, sampling).
     verbose : bool, default=False
-        Progress bars during long sequential fits, and PyMC's sampling progress bar everywhere.
-        Without it, ``inference="mcmc"`` shows the sampling bar only where a person is watching
-        (a terminal or a notebook), never in non-interactive logs.
+        Progress bars (without it, sampling shows one only in a terminal or a notebook).
 
     Attributes
     ----------
     basis_ : KernelBasis
         The fitted basis (remembers the centres).
     fit_ : EvidenceFit
-        The engine's result in original units (alphas of all basis functions, noise precision,
-        posterior mean and precision Cholesky of the active weights, log-evidence trace, ...).
-        ``make_engine().fit(Problem.regression(Phi, y))`` is the same fit on the normalised
-        problem (:mod:`bayes_rvm.evidence.problem`).
+        The engine's result in original units (alphas, noise, posterior of the active weights).
     training_ : bayes_rvm.evidence.problem.TrainingData
-        The training inputs (or kernel matrix), targets and retained design columns that
-        prediction, :attr:`model_`, :attr:`idata_` and saving use (no design columns after a
-        fit from sufficient statistics).
-    statistics_ : bayes_rvm.basis.statistics.SufficientStatistics or None
-        After a fit from sufficient statistics (``chunk_rows``): ``Phi'Phi``, ``Phi'y``, ``y'y``
-        and N of the training design in the user's units (M x M; ``save_model`` keeps them,
-        so that a loaded model builds the same MCMC model). None after a fit on the design.
+        The inputs, targets and retained columns that prediction and saving use.
+    statistics_ : SufficientStatistics or None
+        The design's sufficient statistics after a fit from them, else None.
     active_ : ndarray of int
         Indices of the retained basis functions (``n_centres`` is the bias).
     relevance_ : ndarray of int
-        Indices of the training samples that are relevance vectors (of ``basis_.centres_`` when
-        ``centres`` selects a subset, or when rows that repeat others exactly were fitted once:
-        see ``fit``).
+        Indices of the relevance vectors among the training samples (or ``basis_.centres_``).
     relevance_vectors_ : ndarray of shape (n_relevance, n_features) or None
-        The relevance vectors themselves (None for a precomputed kernel).
-    coef_ : ndarray of shape (n_relevance,) or (n_relevance, n_outputs)
-        Posterior mean weights of the relevance vectors.
-    intercept_ : float or ndarray of shape (n_outputs,)
-        Posterior mean weight of the bias (0 if pruned or absent).
-    alpha_ : ndarray of shape (n_active,)
-        Prior precisions of the retained basis functions (in ``active_`` order).
-    sigma_ : ndarray of shape (n_active, n_active)
-        Posterior covariance of the retained weights.
-    noise_variance_ : float
-        Estimated (or fixed) noise variance ``1 / beta`` (Student-t noise: the square of its
-        scale; its variance is ``noise_nu_ / (noise_nu_ - 2) noise_variance_``).
-    noise_nu_ : float
-        Degrees of freedom of the noise (``likelihood="student_t"``; ``inf`` for Gaussian noise):
-        the type-II fit's, also under MCMC, where its posterior draws are ``noise_nu`` in
-        ``idata_``.
+        The relevance vectors (None for a precomputed kernel).
+    coef_, intercept_ : ndarray, float or ndarray
+        Posterior mean weights of the relevance vectors and of the bias (0 if pruned).
+    alpha_, sigma_ : ndarray
+        Prior precisions of the retained basis functions and their weights' posterior covariance.
+    noise_variance_, noise_nu_ : float
+        Noise variance ``1 / beta`` (Student-t: squared scale; counts: None) and degrees of
+        freedom (``inf`` for Gaussian noise).
     outlier_weights_ : ndarray of shape (n_samples,) or None
-        Student-t type-II fit: ``E[u_n]``, each training point's weight in the fit (near 0 for a
-        point treated as an outlier); None otherwise.
-    log_evidence_ : float
-        Log marginal likelihood at the optimum.
-    scores_ : ndarray
-        Objective (log evidence plus log hyperprior) at each iteration.
-    gamma_ : float, ndarray of shape (n_features,) or None
-        The kernel coefficient(s) used: one per feature where a width rule learns them per
-        feature (the default on several features, ``"evidence_ard"``).
-    length_scale_ : float, ndarray of shape (n_features,) or None
-        The same as length scale(s) ``r`` (``gamma = 1/r^2`` for rbf, ``1/r`` for laplacian;
-        None for other kernels).
+        Student-t type-II fit: each training point's weight ``E[u_n]`` (near 0 for an outlier).
+    log_evidence_, scores_ : float, ndarray
+        Log marginal likelihood at the optimum, and the objective at each iteration.
+    gamma_, length_scale_ : float, ndarray of shape (n_features,) or None
+        The kernel coefficient(s) used, and as length scale(s).
     width_path_ : WidthPath or None
-        With a learned width: the log evidence (in the units of ``y``, comparable with
-        ``log_evidence_``), retained basis functions and noise variance along the grid of widths
-        the selection started from (see :func:`bayes_rvm.plots.plot_width_path`).
-    n_iter_ : int
-        Engine iterations.
-    converged_ : bool
-        Whether the engine met its stopping rule.
+        A learned width's evidence curve (:func:`bayes_rvm.plots.plot_width_path`).
+    n_iter_, converged_ : int, bool
+        Engine iterations, and whether the engine met its stopping rule.
     model_ : pymc.Model
-        The model ``inference="mcmc"`` samples, in the units of ``X`` and ``y`` (also after a
-        type-II fit); rebuilt on demand, never pickled. :meth:`make_model` builds variants.
+        The PyMC model that MCMC samples, in the units of ``X`` and ``y`` (:meth:`make_model`).
     idata_ : xarray.DataTree
-        The fit in ArviZ form, in the units of ``X`` and ``y``: ``posterior`` (``w``, ``alpha``,
-        ``sigma``, ``beta``), ``log_likelihood``, ``observed_data``, ``constant_data`` (and
-        ``sample_stats`` under MCMC, ``variational`` under VI: the loss per iteration). For a
-        type-II fit it holds draws of ``w ~ N(m, Sigma)``
-        at the optimum over the retained basis functions, built on first access.
+        The fit in ArviZ form (type-II: draws of ``w`` at the optimum), as
+        :func:`bayes_rvm.compare` reads it.
+
+    See Also
+    --------
+    bayes_rvm.estimators.classifier.RVC : The classifier.
+    bayes_rvm.estimators.cv.RVRCV : The kernel width by cross-validation.
+    bayes_rvm.posterior.comparison.compare : Type-II, MCMC and VI fits ranked by leave-one-out.
 
     Notes
     -----
-    **Likelihoods.** Every likelihood shares the RVM prior ``w_i ~ N(0, 1/alpha_i)`` over the
-    same basis, the same estimators' options and the same :attr:`idata_` groups; what differs:
-
-    - ``"gaussian"`` (default): ``t ~ N(phi^T w, 1/beta)``. Type-II by the closed-form
-      marginal likelihood; MCMC over the hyperparameters with the weights integrated out.
-    - ``"poisson"``: counts ``t ~ Poisson(exp(phi^T w))`` (log link; ``y`` must be whole
-      numbers >= 0, one column). Type-II by the Laplace engine the classifiers use (the
-      evidence of the Gaussian approximation at the weights' mode;
-      :meth:`bayes_rvm.evidence.problem.Problem.counts`); MCMC samples the weights jointly with
-      ``log alpha`` (:func:`bayes_rvm.models.graphs.rvm_poisson_model`, which is :attr:`model_`; VI
-      approximates the same model), over the type-II relevance vectors unless
-      ``mcmc_basis="all"`` (``"auto"`` picks them: every weight of a full basis with its own
-      alpha is hundreds of sampled dimensions; 21 s against over 15 minutes on 300 counts).
-      :meth:`predict` returns the posterior mean of the *rate*
-      ``exp(phi^T w)``, and ``return_std`` its posterior standard deviation: the uncertainty of
-      the rate, not of a new count (whose variance adds the rate itself, the Poisson's own).
-      Type-II: the lognormal moments of the Laplace latent ``N(m^T phi, phi^T Sigma phi)``,
-      ``E = exp(mu + v/2)``, ``sd = E sqrt(exp(v) - 1)``; MCMC: the mean and sd of ``exp(phi^T
-      w)`` over the draws. :meth:`sample_y` and :meth:`sample_posterior_predictive` draw counts.
-      :meth:`score` is D^2, the fraction of Poisson deviance explained (as scikit-learn's
-      ``PoissonRegressor``). ``noise_variance``, ``predictive="rvm*"``, a sampled width and
-      ``gamma="evidence_ard"`` need the Gaussian closed forms and are refused; the default width
-      rule uses the Laplace evidence with one shared precision
-      (:func:`bayes_rvm.evidence.width.shared_laplace_evidence`). ``noise_variance_`` is None.
-      The ``loo`` group of a type-II :attr:`idata_` holds refit densities of the counts
-      (:meth:`bayes_rvm.families.Family.log_predictive`).
-    - ``"student_t"``: Student-t noise with ``noise_nu`` degrees of freedom (robust
-      regression; see the ``likelihood`` parameter): type-II by variational EM, MCMC on the
-      joint model with a ``pm.StudentT`` likelihood.
+    The documentation explains each option, with measurements, on its *Estimator options* page
+    (``docs/estimators.md``), the equations on *Theory* and large N on *Large data*.
 
     Examples
     --------
@@ -490,14 +275,6 @@ array-like, default="evidence_shared"
         "chunk_rows": [StrOptions({"auto"}), Interval(Integral, 1, None, closed="left"), None],
     }
     _samples_width_ok = True
-    #: Parameters added after saved files of earlier versions, with the value that makes such a
-    #: file's model what it was (read by :func:`bayes_rvm.io.load_model`).
-    added_parameters: ClassVar[dict] = {
-        "chunk_rows": "auto",
-        "likelihood": "gaussian",
-        "noise_nu": None,
-        "vi_kwargs": None,
-    }
 
     def __init__(
         self,
@@ -981,7 +758,7 @@ array-like, default="evidence_shared"
         self._single_output = single
 
     def _persisted_state(self) -> dict:
-        """What :mod:`bayes_rvm.io` stores: basis, engine result, training arrays, DataTree."""
+        """What a saved model holds: basis, engine result, training arrays, DataTree."""
         return {
             "basis": self.basis_,
             "fit": self.fit_,
@@ -1007,12 +784,6 @@ array-like, default="evidence_shared"
         # A fit from statistics keeps no training design, but its statistics.
         self._fitted_on_statistics = bool(state["extras"].get("statistics", False))
         self.statistics_ = statistics_from_arrays(state["arrays"], self.basis_.n_basis_)
-        inputs = self.training_.inputs
-        if self._fitted_on_statistics and self.statistics_ is None and inputs is not None:
-            # Files written before the statistics were saved: one pass over the stored rows
-            # (none after a fit on Dask arrays) rebuilds them.
-            if inputs.shape[0]:
-                self.statistics_ = self._statistics_of(self.basis_, inputs, self.training_.y)
 
     @classmethod
     def _check_persisted(cls, state: dict, params: dict, fail: Fail) -> None:
@@ -1028,7 +799,9 @@ array-like, default="evidence_shared"
         if single and D != 1:
             fail(f"a single-output model with {D} outputs")
         arrays = state["arrays"]
-        statistics_from_arrays(arrays, state["basis"].n_basis_, fail)
+        stats = statistics_from_arrays(arrays, state["basis"].n_basis_, fail)
+        if stats is None and state["extras"].get("statistics", False):
+            fail("a fit from sufficient statistics without its statistics")
         phi, y = arrays.get("phi_active"), arrays.get("y")
         if state["extras"].get("statistics", False) and y is not None and phi is None:
             # A fit from sufficient statistics keeps no training design (chunk_rows).
@@ -1065,14 +838,14 @@ array-like, default="evidence_shared"
         """Predictive mean, and optionally its standard deviation or covariance.
 
         Type-II, ``predictive="rvm"``: ``N(m^T phi(x), 1/beta + phi(x)^T Sigma phi(x))``
-        (reference document 000, eqs. 2.1-2.2), built from the relevance vectors' kernel columns
+        (Tipping 2001; Bishop 2006, section 7.2.1), built from the relevance vectors' kernel columns
         only. ``predictive="rvm*"``: the augmented predictive of
         :mod:`bayes_rvm.posterior.predictive`.
         MCMC: the moments of the mixture over the posterior draws (within-draw noise plus the
         spread of the regression function between draws). Counts (``likelihood="poisson"``):
         the posterior mean of the rate ``exp(phi(x)^T w)``, and the rate's standard deviation or
         covariance (lognormal moments of the Laplace latent, or over the MCMC draws): the
-        uncertainty of the rate, not of a new count (class docstring, *Likelihoods*).
+        uncertainty of the rate, not of a new count (docs/estimators.md, *Likelihoods of RVR*).
 
         The type-II predictive conditions on hyperparameters tuned to the training targets and
         ignores their uncertainty, so its intervals under-cover: nominal 90% intervals covered
@@ -1198,7 +971,8 @@ array-like, default="evidence_shared"
         rng = check_random_state(random_state)
         check_is_fitted(self, "fit_")
         X = new_inputs(self, X)
-        joint = not self._uses_draws() or self.predictive == "rvm*"
+        # Counts draw weights, not targets from a joint covariance (_sample_counts).
+        joint = (not self._uses_draws() and not self._counts()) or self.predictive == "rvm*"
         self._check_output_memory(
             "sample_y",
             X.shape[0],

@@ -1,9 +1,9 @@
 """Gaussian-likelihood sparse Bayesian learning: posterior statistics, log evidence, MacKay updates.
 
-Notation follows the reference documents: design matrix ``Phi`` (N x M), targets ``T`` (N x D, the
-D outputs share one ``alpha`` per basis function and one noise precision ``beta``), prior
-``w_i ~ N(0, 1/alpha_i)``, posterior precision ``H = A + beta Phi^T Phi`` (``Sigma = H^-1``),
-posterior mean ``m = beta Sigma Phi^T t`` and well-determinedness
+Notation follows Tipping (2001) and Bishop (2006, section 7.2): design matrix ``Phi`` (N x M),
+targets ``T`` (N x D, the D outputs share one ``alpha`` per basis function and one noise precision
+``beta``), prior ``w_i ~ N(0, 1/alpha_i)``, posterior precision ``H = A + beta Phi^T Phi``
+(``Sigma = H^-1``), posterior mean ``m = beta Sigma Phi^T t`` and well-determinedness
 ``gamma_i = 1 - alpha_i Sigma_ii``.
 
 The optional hyperpriors are Gamma(a, b) densities on ``alpha_i`` and Gamma(c, d) on ``beta``,
@@ -13,8 +13,9 @@ scikit-learn's ``ARDRegression``); the fixed-point updates are then
     alpha_i = (D gamma_i + 2a) / (sum_d m_id^2 + 2b)
     beta    = (N D - D sum_i gamma_i + 2c) / (||T - Phi M||^2 + 2d)
 
-and ``a = b = nu / 2`` gives the Student-t prior ``w_i ~ t_nu(0, 1)`` (reference document 002,
-eq. 6). With ``a = b = c = d = 0`` (the default) they are the plain type-II updates.
+and ``a = b = nu / 2`` gives the Student-t prior ``w_i ~ t_nu(0, 1)`` (Tipping 2001;
+Prince 2012, chapter 8). With ``a = b = c = d = 0`` (the default) they are the plain type-II
+updates.
 """
 
 from __future__ import annotations
@@ -66,7 +67,8 @@ class GaussianPosterior:
     sse : float
         Residual sum of squares ``||T - Phi M||^2`` summed over outputs.
     log_evidence : float
-        ``ln p(T | alpha, beta)`` (reference document 000, eq. 1.10, summed over outputs).
+        ``ln p(T | alpha, beta)`` (Tipping 2001; Bishop 2006, section 7.2.1; summed over
+        outputs).
     """
 
     mean: np.ndarray

@@ -3,8 +3,8 @@
 One place for the formula that every engine evaluates (and that the PyMC marginal Op's NumPy
 reference path can call):
 
-* Gaussian likelihood (reference document 000, eq. 1.10, summed over D outputs that share the
-  hyperparameters)::
+* Gaussian likelihood (Tipping 2001; Bishop 2006, section 7.2.1; summed over D outputs that
+  share the hyperparameters)::
 
       ln p(T | alpha, beta) = D/2 [N ln beta - N ln 2 pi + sum_i ln alpha_i - ln |H|]
                               - 1/2 (beta ||T - Phi M||^2 + sum_i alpha_i |m_i|^2)

@@ -51,7 +51,13 @@ def normalise_columns(Phi: np.ndarray) -> np.ndarray:
     # max and min reduce without the N x M temporary that np.abs(Phi) would allocate.
     peak = np.maximum(Phi.max(axis=0, initial=0.0), -Phi.min(axis=0, initial=0.0))
     peak[peak == 0] = 1.0
-    Phi /= peak
+    # Dividing by 1 is exact: where every column peaks at 1 (rbf columns on the training
+    # points, the bias) a pass over the design is saved, and where a few do not, only those move.
+    scaled = np.flatnonzero(peak != 1.0)
+    if scaled.size > peak.size // 8:
+        Phi /= peak
+    elif scaled.size:
+        Phi[:, scaled] /= peak[scaled]
     norms = np.sqrt(np.einsum("ij,ij->j", Phi, Phi))
     norms[norms == 0] = 1.0
     Phi /= norms
@@ -142,7 +148,9 @@ class OneVsRestFit:
 
     @property
     def log_evidence(self) -> float:
-        return float(sum(f.log_evidence for f in self.fits))
+        # Python floats throughout: sum() adds them with compensation but NumPy scalars without,
+        # and a loaded fit (floats) must give the fitted one's (NumPy scalars) value exactly.
+        return float(sum(float(f.log_evidence) for f in self.fits))
 
     @property
     def n_iter(self) -> int:

@@ -57,7 +57,8 @@ class GaussianWeights:
     def predict(self, phi_active: np.ndarray, *, with_noise: bool = True):
         """Predictive mean (n, D) and variance (n,) for rows of the active design matrix.
 
-        The variance is ``1/beta + phi^T Sigma phi`` (reference document 000, eq. 2.2), or only the
+        The variance is ``1/beta + phi^T Sigma phi`` (Tipping 2001; Bishop 2006, section
+        7.2.1), or only the
         weight-uncertainty part when ``with_noise`` is False.
         """
         mean = phi_active @ self.mean

@@ -54,6 +54,7 @@ from bayes_rvm.evidence.options import (
 from bayes_rvm.evidence.record import Recorder
 from bayes_rvm.evidence.result import EvidenceFit, GaussianWeights
 from bayes_rvm.evidence.sequential_state import GramState, SequentialState
+from bayes_rvm.evidence.shared_ceiling import CEILING_RANK, shared_evidence_ceiling
 from bayes_rvm.evidence.single_basis import log_gain, optimal_alpha
 from bayes_rvm.evidence.width import shared_evidence, shared_evidence_gram
 from bayes_rvm.threads import one_blas_thread
@@ -76,6 +77,11 @@ BOUND_MAX_COLUMNS = 500
 #: Relative margin by which that bound must beat the fit for the engine to go on from it: a stop
 #: that is below it by rounding only is left alone.
 _BOUND_RTOL = 1e-9
+#: The bound is first compared through a ceiling on it (:func:`shared_evidence_ceiling`, O(N k l)
+#: against the O(N k^2 + k^3) of the bound): a fit above the ceiling by this relative margin is
+#: above the bound, and the bound is not computed. On smaller problems it is computed directly.
+_CEILING_RTOL = 1e-6
+_CEILING_MIN_SIZE = 2 * CEILING_RANK
 
 
 @one_blas_thread
@@ -126,7 +132,7 @@ def fit_sequential(
           numerically a re-estimation of the other); ``reason`` ends with the number of
           candidates set aside at the end, if any.
 
-        The engine never stops below a bound it knows (issue 31): every alpha equal to one shared
+        The engine never stops below a bound it knows: every alpha equal to one shared
         precision is a point of the same hyperparameter space, so once it converges it computes
         the evidence of one shared precision over the regularised columns (active and allowed; at
         most :data:`BOUND_MAX_COLUMNS`, the best candidates first) and, if that is higher, goes
@@ -364,14 +370,17 @@ class _Sequential:
         With ``alpha_i = a`` on the active and allowed columns (the free ones as they are) and
         ``inf`` elsewhere, the objective is a point the engine may reach, so stopping below it is
         a poor local optimum (the alignment test setting every candidate aside, or a noise
-        estimate that calls the signal noise). Checked once, at the first convergence; True when
-        the engine restarts there, with the alignment test off.
+        estimate that calls the signal noise). Checked once, at the first convergence, through a
+        ceiling on it first (:meth:`clears_ceiling`); True when the engine restarts there, with the
+        alignment test off.
         """
         if self.bound is not None:
             return False
         st = self.st
         cols = self.bound_columns()
         fixed = st.beta if self.opt.fixed_beta else None
+        if self.clears_ceiling(cols, fixed):
+            return False
         if st.Phi is None:
             gram = st.gram[np.ix_(cols, cols)]
         else:
@@ -417,6 +426,33 @@ class _Sequential:
         self.n_steps += 1
         if self.record("restart shared", self.objective, gain, self.snapshot):
             self.converged, self.reason = True, "stopped by callback"
+        return True
+
+    def clears_ceiling(self, cols: np.ndarray, fixed: float | None) -> bool:
+        """Whether the fit clears a ceiling on the shared-precision bound (then nothing to do).
+
+        The bound costs the k x k Gram matrix of its columns ``cols`` and its eigendecomposition
+        (at N = 1000 and k = 500, more than the rest of the fit); most fits are well above it,
+        which :func:`shared_evidence_ceiling` shows for ``O(N k l)``, l = 32. Where it does not,
+        and on the statistics path, with hyperpriors or free columns (whose bound is another
+        point) and on small problems, the bound is computed, so the fit is the same either way.
+        """
+        st = self.st
+        if (
+            st.Phi is None
+            or st.n_free
+            or not self.no_prior
+            or any(self.cd)
+            or min(st.N, cols.size) <= _CEILING_MIN_SIZE
+        ):
+            return False
+        # A C-ordered copy (Phi[:, cols] is F-ordered): faster to take and to multiply by rows.
+        Phi = st.Phi if cols.size == self.M else np.take(st.Phi, cols, axis=1)
+        target = self.objective - _CEILING_RTOL * (1.0 + abs(self.objective))
+        ceiling = shared_evidence_ceiling(Phi, self.T, self.tt, beta=fixed, below=target)
+        if not ceiling < target:
+            return False
+        self.bound = ceiling  # above the bound and below the fit: nothing to warn about
         return True
 
     def bound_columns(self) -> np.ndarray:

@@ -53,6 +53,7 @@ from bayes_rvm.families import BERNOULLI, Family, family
 from bayes_rvm.threads import one_blas_thread, single_blas_thread
 
 __all__ = [
+    "RANK_TOL",
     "SEARCH_RANK_TOL",
     "WIDTH_KERNELS",
     "SharedEvidence",
@@ -563,7 +564,7 @@ def maximise_width(
 # of the width that cannot be raised by overfitting; it costs one eigendecomposition per width.
 
 #: Eigenvalues of the Gram matrix below this fraction of the largest are taken as zero.
-_RANK_TOL = 1e-12
+RANK_TOL = 1e-12
 #: The rank tolerance of the classifier's evidence in the default width search, whose Newton
 #: steps are r x r: on German (500 rows, gamma 0.002-0.11) 1e-7 moved the evidence by at most
 #: 1.5e-3 nats and cut the rank from 462 to 99 at gamma 0.01 and from 500 to 300 at 0.03 (2.7-9x
@@ -781,7 +782,7 @@ def shared_evidence_gram(
     the design itself is not needed (the large-data path of :mod:`bayes_rvm.basis.statistics`).
     """
     s, V = linalg.eigh(gram, driver="evd")
-    keep = s > _RANK_TOL * max(float(s[-1]), 1e-300)
+    keep = s > RANK_TOL * max(float(s[-1]), 1e-300)
     s, V = s[keep], V[:, keep]
     P = (V.T @ cross) / np.sqrt(s)[:, None]
     P2 = np.sum(P * P, axis=1)
@@ -854,7 +855,7 @@ def _mackay_shared(s, P2, rest, shape, start, fixed, max_iter, tol) -> SharedEvi
     return SharedEvidence(log_ev, a, b, float(np.sum(b * s / (a + b * s))))
 
 
-def _principal_coordinates(Phi: np.ndarray, rank_tol: float = _RANK_TOL) -> np.ndarray:
+def _principal_coordinates(Phi: np.ndarray, rank_tol: float = RANK_TOL) -> np.ndarray:
     """``U_r diag(sqrt(s_r))``: the design in the coordinates of its r principal axes whose
     eigenvalues exceed ``rank_tol`` times the largest."""
     N, M = Phi.shape
@@ -875,7 +876,7 @@ def shared_laplace_evidence(
     max_iter: int = 200,
     tol: float = 1e-4,
     likelihood: str = "bernoulli",
-    rank_tol: float = _RANK_TOL,
+    rank_tol: float = RANK_TOL,
 ) -> SharedEvidence:
     """Maximise the Laplace evidence of a logistic model with ``w ~ N(0, I / alpha)``.
 

@@ -3,7 +3,7 @@
 The work is done in four modules, which this one re-exports:
 
 - :mod:`bayes_rvm.posterior.draws`: the posterior as arrays
-(:class:`~bayes_rvm.posterior.draws.PosteriorDraws`,
+  (:class:`~bayes_rvm.posterior.draws.PosteriorDraws`,
   :func:`draw_weights`, :func:`pointwise_log_likelihood`, :func:`gaussian_loo_terms`,
   :func:`predict_draws`);
 - :mod:`bayes_rvm.posterior.datatree`: the one DataTree adapter (:func:`type2_datatree`,

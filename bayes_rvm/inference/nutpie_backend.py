@@ -206,10 +206,11 @@ def _cached_cfunc(src: str, name: str, signature, env: dict, graph_key: str):
     import numba
     from pytensor.link.numba.cache import compile_numba_function_src
 
+    # The module's own name is in the key: numba pickles the callback's environment by it, and
+    # an entry written where this module lived elsewhere (an earlier version) would not load.
     digest = hashlib.sha256(
-        f"{_CALLBACK_VERSION}\n{graph_key}\n{numba.__version__}\n{src}".encode()
+        f"{_CALLBACK_VERSION}\n{__name__}\n{graph_key}\n{numba.__version__}\n{src}".encode()
     ).hexdigest()
-    # A module name in the globals: numba pickles the callback's environment by it.
     env = {**env, "__name__": __name__}
     py_func = compile_numba_function_src(src, name, env, cache_key=f"bayes_rvm_{digest}")
     return numba.cfunc(signature, cache=True)(py_func)

@@ -281,8 +281,8 @@ def sample_mcmc(
     of runs, near independent draws' 97%. A model of sufficient statistics samples the
     ``log alpha`` of the type-II relevance vectors (about 45) at a cost per gradient
     independent of N: at N = 10^6, 2 x 2000 iterations take one or two seconds, and ``"auto"``
-    thins by 4 there (issue 29 item 3: max R-hat <= 1.01 in 88% and 95% of two sets of 60 runs
-    of 2 x 500 kept draws, against 3% and 13% unthinned). Elsewhere a gradient costs more and the
+    thins by 4 there (max R-hat <= 1.01 in 88% and 95% of two sets of 60 runs of 2 x 500 kept
+    draws, against 3% and 13% unthinned). Elsewhere a gradient costs more and the
     estimators draw 1000 per chain instead. Figures: ``benchmarks/bench_mcmc.py --sections
     rhat,replicates`` and docs/large_data.md.
     """

@@ -173,6 +173,16 @@ class _StopWhenFlat:
             raise StopIteration(f"relative change of the loss below {self.tol} at {i}")
 
 
+def _diverged(settings: Mapping, what: str) -> str:
+    """Why ADVI stopped on a non-finite value, and what to change."""
+    rate = settings["learning_rate"]
+    return (
+        f"ADVI diverged: {what} became NaN or infinite at vi_kwargs['learning_rate']={rate:g} "
+        f"(method {settings['method']!r}). Lower vi_kwargs['learning_rate'] (for example to "
+        f"{rate / 10:g}; the default is {VI_DEFAULTS['learning_rate']:g})."
+    )
+
+
 def fit_vi(
     model,
     *,
@@ -223,6 +233,13 @@ def fit_vi(
         ``vi_method``, ``converged``, ``relative_change``, ``tol``, ``window``,
         ``learning_rate``); root attrs ``method="vi"``, ``likelihood``, ``vi_method``,
         ``settings`` (JSON), ``converged``, ``n_iter``, ``wall_time``.
+
+    Raises
+    ------
+    FloatingPointError
+        When the optimisation diverges (a NaN parameter, which PyMC reports as "NaN occurred in
+        optimization", chained as the cause; or a non-finite loss): the message names
+        ``vi_kwargs['learning_rate']`` and asks for a lower one.
     """
     import pymc as pm
 
@@ -237,24 +254,27 @@ def fit_vi(
     # log would be noise in scripts and notebooks.
     quiet = contextlib.nullcontext() if progressbar else _quiet_logger("pymc.variational")
     with model, quiet:
-        approx = pm.fit(
-            n=settings["n"],
-            method=settings["method"],
-            random_seed=seed,
-            progressbar=bool(progressbar),
-            start=None if start is None else dict(start),
-            obj_optimizer=pm.adam(learning_rate=settings["learning_rate"]),
-            obj_n_mc=settings["obj_n_mc"],
-            callbacks=[stop],
-        )
+        try:
+            approx = pm.fit(
+                n=settings["n"],
+                method=settings["method"],
+                random_seed=seed,
+                progressbar=bool(progressbar),
+                start=None if start is None else dict(start),
+                obj_optimizer=pm.adam(learning_rate=settings["learning_rate"]),
+                obj_n_mc=settings["obj_n_mc"],
+                callbacks=[stop],
+            )
+        except FloatingPointError as err:
+            # PyMC stops at the first NaN parameter ("NaN occurred in optimization"), before
+            # the loss check below could say what to change.
+            raise FloatingPointError(_diverged(settings, "the approximation's parameters")) from err
         dt = approx.sample(draws, random_seed=seed + 1)
     wall = time.time() - t0
     loss = np.asarray(approx.hist, dtype=np.float64)
     change = relative_change(loss, settings["window"])
     if not np.all(np.isfinite(loss[-settings["window"] :])):
-        raise FloatingPointError(
-            "the ELBO became non-finite during ADVI; lower vi_kwargs['learning_rate']."
-        )
+        raise FloatingPointError(_diverged(settings, "the ELBO"))
     if warn and not stop.converged:
         where = "vi_kwargs={'n': ...}" if advice == "estimator" else "n=..."
         warn_at_user(

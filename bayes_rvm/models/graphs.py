@@ -1,6 +1,6 @@
 """The PyMC models of the RVM; the only module of the package that builds PyMC graphs.
 
-Regression model (notation of the reference documents)::
+Regression model (notation of Tipping 2001 and Bishop 2006, section 7.2)::
 
     alpha_rel_i ~ hyperprior (a Prior)    i = 1..M   (one per basis function, shared by outputs)
     sigma_rel   ~ noise prior (a Prior)
@@ -43,8 +43,8 @@ Priors on the weights:
     shape and rate is available through ``alpha_prior``; NUTS wanders over its flat ``log alpha``.
 ``prior="student_t"``
     ``alpha_rel_i ~ Gamma(nu/2, nu s^2 / 2)``, which integrates to relative weights
-    ``StudentT(nu, 0, s)`` (reference document 002). ``nu`` is fixed or a :class:`Prior`. A
-    ``nu`` whose Gamma lies below float64 warns.
+    ``StudentT(nu, 0, s)`` (Tipping 2001; Prince 2012, chapter 8). ``nu`` is fixed or a
+    :class:`Prior`. A ``nu`` whose Gamma lies below float64 warns.
 
 Terms of the user's own join the mean through ``offset`` (a fixed array, or a callable that creates
 variables with priors of their own), in both forms; see :func:`rvm_regression_model`.

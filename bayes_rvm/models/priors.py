@@ -28,7 +28,7 @@ Defaults
 --------
 ``DEFAULT_NU = 1e-4``
     Degrees of freedom of the Student-t weight prior of type-II fits (estimators' ``nu="auto"``,
-    CLI). Smaller ``nu`` gives fewer relevance vectors (reference document 002); at ``1e-4`` the
+    CLI). Smaller ``nu`` gives fewer relevance vectors (Prince 2012, chapter 8); at ``1e-4`` the
     sinc problem keeps about as many as the ARD prior does (6 against 5), where ``nu = 1`` keeps
     every basis function. Not a prior to sample: ``Gamma(5e-5, 5e-5)`` puts 97% of its mass below
     1e-300, and NUTS then wanders over hundreds of decades of ``log alpha`` (the models warn).
@@ -43,9 +43,8 @@ Defaults
     default otherwise (2 x 400-500 draws): on 20 features, 3 informative (N = 100), the irrelevant
     columns' median log10 ``alpha_rel`` lies 1.78 above the informative ones' against 1.18, their
     P(alpha_rel < 10) is 0.66 against 0.87; on sinc (N = 100, width 2) PSIS-LOO elpd 78.0 against
-    75.4 (se 5.8); at N = 10^6 (the issue's call, seeds 0-2) max R-hat 1.011 / 1.020 / 1.011 against
-    1.014 / 1.011 / 1.011, the chains agreeing; on seed 1 with one BLAS thread (43 relevance
-    vectors) 1.037 against 1.022, one column of the default's in two states (docs/large_data.md).
+    75.4 (se 5.8); at N = 10^6 the chains agree under both (max R-hat 1.011-1.020 against
+    1.011-1.014 on three data sets, 2 x 500 unthinned draws; docs/theory.md).
 ``default_alpha_prior("ard")``
     ``Prior("HalfCauchyPrecision", beta=0.1)``: a half-Cauchy of scale :data:`DEFAULT_WEIGHT_SCALE`
     on the relative weight scale ``alpha_rel^(-1/2)`` (Gelman 2006), sampled in ``log alpha``; the
@@ -110,8 +109,10 @@ Defaults
 
 from __future__ import annotations
 
+import ast
 import inspect
 import json
+import operator
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -219,12 +220,20 @@ def _halfcauchy_precision_dist(beta=1.0):
 # The regularised horseshoe (Piironen and Vehtari 2017) as a prior on the precision
 # ---------------------------------------------------------------------------------------------
 def _slab_precision(c) -> float:
-    # The slab enters as the floor c^-2 of alpha, which the transform needs as a number.
-    if isinstance(c, Prior) or np.ndim(c) != 0 or not float(c) > 0:
+    # The slab enters as the floor c^-2 of alpha, which the transform needs as a number: checked
+    # before anything converts it, so that a string or None is refused by name too.
+    value = None
+    if not isinstance(c, Prior | str | bytes | bool | np.bool_) and np.ndim(c) == 0:
+        try:
+            value = float(c)
+        except (TypeError, ValueError):
+            value = None
+    if value is None or not (np.isfinite(value) and value > 0):
         raise ValueError(
-            f"RegularisedHorseshoePrecision takes a fixed positive slab scale c, got {c!r}."
+            "Prior('RegularisedHorseshoePrecision'): parameter c must be a positive number (a "
+            f"fixed positive slab scale, not a Prior or an array), got {c!r}."
         )
-    return float(c) ** -2.0
+    return value**-2.0
 
 
 def _shifted_log_transform(shift: float):
@@ -342,6 +351,50 @@ def _quick_eval(var) -> np.ndarray:
     return np.asarray(var.eval(mode=pytensor.compile.mode.Mode(linker="py", optimizer=None)))
 
 
+def _fmt(v) -> str:
+    return repr(v.tolist()) if isinstance(v, np.ndarray) else repr(v)
+
+
+_COMPARISONS = {
+    ast.Gt: operator.gt,
+    ast.GtE: operator.ge,
+    ast.Lt: operator.lt,
+    ast.LtE: operator.le,
+    ast.Eq: operator.eq,
+    ast.NotEq: operator.ne,
+}
+
+
+def _failing_condition(condition: str, values: Mapping[str, Any]) -> list[str]:
+    """The given parameters of one of PyMC's conditions (``"lower <= upper"``) if it fails.
+
+    Empty when the condition holds or cannot be evaluated (it names something not given).
+    """
+    try:
+        node = ast.parse(condition.strip(), mode="eval").body
+    except SyntaxError:
+        return []
+    if not isinstance(node, ast.Compare) or not all(type(o) in _COMPARISONS for o in node.ops):
+        return []
+    names, operands = [], []
+    for term in (node.left, *node.comparators):
+        sign = 1.0
+        if isinstance(term, ast.UnaryOp) and isinstance(term.op, ast.USub):
+            sign, term = -1.0, term.operand
+        if isinstance(term, ast.Name) and term.id in values:
+            names.append(term.id)
+            operands.append(sign * np.asarray(values[term.id], dtype=np.float64))
+        elif isinstance(term, ast.Constant) and isinstance(term.value, int | float):
+            operands.append(sign * float(term.value))
+        else:
+            return []
+    holds = all(
+        np.all(_COMPARISONS[type(op)](a, b))
+        for op, a, b in zip(node.ops, operands, operands[1:], strict=False)
+    )
+    return [] if holds or not names else names
+
+
 #: The JSON of every Prior whose parameters passed :meth:`Prior._check_support`.
 _SUPPORT_CHECKED: set[str] = set()
 
@@ -353,11 +406,11 @@ def _clean_parameter(distribution: str, key: str, value):
     arr = None if isinstance(value, str | bytes) else np.asarray(value)
     if arr is None or arr.dtype.kind not in "iuf" or arr.size == 0:
         raise TypeError(
-            f"{distribution} parameter {key} must be a number, an array of numbers or a Prior, "
-            f"got {value!r}."
+            f"Prior({distribution!r}): parameter {key} must be a number, an array of numbers or "
+            f"a Prior, got {value!r}."
         )
     if not np.all(np.isfinite(arr)):
-        raise ValueError(f"{distribution} parameter {key}={value!r} must be finite.")
+        raise ValueError(f"Prior({distribution!r}): parameter {key} must be finite, got {value!r}.")
     return float(arr) if arr.ndim == 0 else arr.astype(np.float64)
 
 
@@ -403,7 +456,8 @@ class Prior:
         unknown = set(parameters) - known
         if unknown:
             raise ValueError(
-                f"{distribution} has no parameter(s) {sorted(unknown)}; it takes {sorted(known)}."
+                f"Prior({distribution!r}) has no parameter(s) {sorted(unknown)}; it takes "
+                f"{sorted(known)}."
             )
         if distribution == "RegularisedHorseshoePrecision" and "c" in parameters:
             _slab_precision(parameters["c"])  # the transform needs the slab as a number
@@ -448,16 +502,53 @@ class Prior:
             rv = self._dist(params)
             logp = _quick_eval(pm.logp(rv, support_point(rv)))
         except ParameterValueError as err:
-            raise ValueError(
-                f"{self!r} is not a proper distribution: its parameters must satisfy {err}."
-            ) from None
+            raise ValueError(self._refusal(str(err), params)) from None
         except (TypeError, ValueError) as err:
-            raise ValueError(f"{self!r} cannot be built: {err}") from None
+            raise ValueError(
+                f"Prior({self.distribution!r}): parameters {self._given(params)} cannot be "
+                f"built into a distribution: {err}"
+            ) from None
         if not np.all(np.isfinite(logp)):
             raise ValueError(
-                f"{self!r} has no finite density at its own support point; check its parameters."
+                f"Prior({self.distribution!r}): parameters {self._given(params)} give no finite "
+                "density at the distribution's own support point; check them."
             )
         _SUPPORT_CHECKED.add(key)
+
+    def _given(self, values: Mapping[str, Any]) -> str:
+        """The parameters as written, a Prior with the typical value it was checked at."""
+
+        def fmt(k):
+            v = self.parameters[k]
+            if isinstance(v, Prior):
+                return f"{k}={v!r} (checked at its typical value {_fmt(values[k])})"
+            return f"{k}={_fmt(v)}"
+
+        return ", ".join(fmt(k) for k in self.parameters) or "(none)"
+
+    def _refusal(self, conditions: str, values: Mapping[str, Any]) -> str:
+        """The message for parameters that break the distribution's own conditions.
+
+        ``conditions`` is PyMC's statement of them (``"alpha > 0, beta > 0"``); those written in
+        the parameters given are evaluated, to name the ones that fail. Conditions on PyMC's
+        internal parameters (StudentT's ``lam`` for ``sigma``) cannot be: then every given
+        parameter is named.
+        """
+        failed, names = [], []
+        for cond in conditions.split(", "):
+            involved = _failing_condition(cond, values)
+            if involved:
+                failed.append(cond)
+                names += [k for k in involved if k not in names]
+        rule = ", ".join(failed)
+        if not failed:
+            names = list(self.parameters)
+            rule = f"PyMC's conditions {conditions} (on its own parametrisation)"
+        which = f"parameter{'s' if len(names) != 1 else ''} {', '.join(names) or '(none)'}"
+        return (
+            f"Prior({self.distribution!r}): {which} must satisfy {rule}, got "
+            f"{self._given(values)}; {self!r} is not a proper distribution."
+        )
 
     def has_positive_support(self) -> bool:
         """Whether the distribution lives on the positive reals (PyMC samples it in logs)."""
@@ -601,6 +692,15 @@ def default_alpha_prior(
     if prior == "student_t":
         if isinstance(nu, Prior):
             return None
+        for name, value in (("nu", nu), ("s", s)):
+            ok = isinstance(value, int | float | np.integer | np.floating) and not isinstance(
+                value, bool
+            )
+            if not (ok and np.isfinite(value) and value > 0):
+                raise ValueError(
+                    f"default_alpha_prior('student_t'): {name} must be a positive number"
+                    f"{' or a Prior' if name == 'nu' else ''}, got {value!r}."
+                )
         return Prior("Gamma", alpha=float(nu) / 2.0, beta=float(nu) * float(s) ** 2 / 2.0)
     raise ValueError(f"prior must be 'ard' or 'student_t', got {prior!r}.")
 

@@ -23,8 +23,9 @@ MCMC, classifiers
 
 from __future__ import annotations
 
+import hashlib
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -45,11 +46,105 @@ def _tree(fit) -> xr.DataTree:
     """A fit's DataTree: the tree itself, or a fitted estimator's ``idata_``."""
     if isinstance(fit, xr.DataTree):
         return fit
-    if hasattr(fit, "idata_"):
+    # Looked up on the class: an estimator whose idata_ raises (unfitted, one-vs-rest, a fit
+    # from statistics) says why, where hasattr would turn its reason into "not a fit".
+    if hasattr(type(fit), "idata_") or hasattr(fit, "idata_"):
         return fit.idata_
     raise TypeError(
         f"a fit must be an xarray.DataTree or a fitted RVR / RVC, got {type(fit).__name__}."
     )
+
+
+#: What each likelihood's elpd is a log of: only fits of one kind are on one scale.
+_OUTCOMES = {
+    "gaussian": "densities of real-valued targets",
+    "student_t": "densities of real-valued targets",
+    "bernoulli": "probabilities of class labels",
+    "softmax": "probabilities of class labels",
+    "poisson": "probabilities of counts",
+}
+
+
+def _digest(values) -> str:
+    """A fingerprint of an array's values and shape (not of its dtype or coordinates)."""
+    arr = np.ascontiguousarray(np.asarray(values, dtype=np.float64))
+    h = hashlib.sha256(repr(arr.shape).encode())
+    h.update(arr.tobytes())
+    return h.hexdigest()[:12]
+
+
+def _data_fingerprint(fit, dt: xr.DataTree) -> dict[str, str]:
+    """Fingerprints of the rows a fit was trained on: targets ``y`` and, where kept, inputs ``X``.
+
+    The targets are ``observed_data``'s ``y``, or for a fit from sufficient statistics (whose
+    ``y_obs`` are compressed targets of its own basis) the targets of its log-likelihood rows,
+    ``constant_data``'s ``y_rows``. The inputs are those a tree keeps (``constant_data``'s ``X``,
+    a sampled width's) or a fitted estimator's training inputs. The design ``Phi`` is not data:
+    it changes with the basis, which fits on the same rows may differ in.
+    """
+    out = {}
+    const = dt["constant_data"].dataset if "constant_data" in dt.children else xr.Dataset()
+    if "y_rows" in const:
+        out["y"] = _digest(const["y_rows"].values)
+    elif "observed_data" in dt.children and "y" in dt["observed_data"].dataset:
+        out["y"] = _digest(dt["observed_data"]["y"].values)
+    if "X" in const:
+        out["X"] = _digest(const["X"].values)
+    elif getattr(getattr(fit, "training_", None), "x_train", None) is not None:
+        x_train = fit.training_.x_train
+        if np.ndim(x_train) == 2 and x_train.shape[0] > 0:
+            out["X"] = _digest(x_train)
+    return out
+
+
+def _check_comparable(fits, trees, n_obs) -> None:
+    """Refuse fits whose elpd are not on one scale or not on the same rows (see :func:`compare`)."""
+    kinds = {}
+    for name, dt in trees.items():
+        likelihood = dt.attrs.get("likelihood")
+        if likelihood is not None:
+            kind = _OUTCOMES.get(likelihood, f"likelihood {likelihood!r}")
+            kinds.setdefault(kind, {})[name] = likelihood
+    if len(kinds) > 1:
+        parts = "; ".join(
+            f"{', '.join(repr(n) for n in names)} ({', '.join(sorted(set(names.values())))}): "
+            f"{kind}"
+            for kind, names in kinds.items()
+        )
+        raise ValueError(
+            "the fits' likelihoods differ, so their elpd are logs of different things and cannot "
+            f"be compared: {parts}. Compare fits of one kind (regressors with regressors, "
+            "classifiers with classifiers, count models with count models)."
+        )
+    # A fit from sufficient statistics keeps the log likelihood of a subset of its rows only.
+    rows = {name: dt.attrs.get("log_likelihood_rows", "all rows") for name, dt in trees.items()}
+    if len(set(rows.values())) > 1:
+        raise ValueError(
+            f"the fits' log likelihoods are on different rows, so their elpd cannot be "
+            f"compared: {rows}."
+        )
+    if len(set(n_obs.values())) > 1:
+        raise ValueError(
+            f"fits were made on different numbers of observations, so their elpd cannot be "
+            f"compared: {n_obs}."
+        )
+    prints = {name: _data_fingerprint(fits[name], dt) for name, dt in trees.items()}
+    for part, what in (("y", "targets y"), ("X", "training inputs X")):
+        groups = {}
+        for name, fp in prints.items():
+            if part in fp:
+                groups.setdefault(fp[part], []).append(name)
+        if len(groups) > 1:
+            n = next(iter(n_obs.values()))
+            sets = " against ".join(
+                f"{', '.join(repr(m) for m in names)} (fingerprint {key})"
+                for key, names in groups.items()
+            )
+            raise ValueError(
+                f"the fits were trained on different data: their {what} differ "
+                f"({n} rows each; {sets}), so their elpd cannot be compared. Compare fits of "
+                "the same rows."
+            )
 
 
 def elpd(fit, *, var_name: str | None = None):
@@ -106,15 +201,16 @@ def elpd(fit, *, var_name: str | None = None):
     return ELPDDataLOOKFold(**common, n_folds=int(loo.attrs["n_folds"])), str(loo.attrs["method"])
 
 
-def compare(fits: Mapping[str, object], *, round_to="none", **kwargs) -> pd.DataFrame:
+def compare(fits: Mapping[str, object] | Sequence, *, round_to="none", **kwargs) -> pd.DataFrame:
     """ArviZ's comparison table for a set of fits, each scored as its engine allows honestly.
 
     Parameters
     ----------
-    fits : mapping of str to xarray.DataTree or fitted estimator
+    fits : mapping of str to xarray.DataTree or fitted estimator, or a list / tuple of them
         Named fits (for example ``{"type-II": rvr.idata_, "MCMC": rvr_mcmc}``), each with a
-        ``log_likelihood`` group over the same observations. Precomputed
-        ``arviz_stats.ELPDData`` (pointwise) are passed through.
+        ``log_likelihood`` group over the same observations; a list or tuple names its fits by
+        position, ``"model_0"``, ``"model_1"``, ... Precomputed ``arviz_stats.ELPDData``
+        (pointwise) are passed through (checked for their number of observations only).
     round_to : default="none"
         Passed to :func:`arviz.compare`; unrounded by default so the numbers can be tested and
         post-processed.
@@ -132,9 +228,17 @@ def compare(fits: Mapping[str, object], *, round_to="none", **kwargs) -> pd.Data
     Raises
     ------
     ValueError
-        With fewer than two fits, a fit without log likelihood, or fits on different numbers of
-        observations or log likelihoods on different rows (a fit from sufficient statistics
-        keeps those of a subset of rows: its DataTree's ``log_likelihood_rows`` attribute).
+        With fewer than two fits, a fit without log likelihood, fits of likelihoods whose elpd
+        are logs of different things (a regression density, a classifier's probabilities, a
+        count model's: the trees' ``likelihood`` attribute), log likelihoods on different rows
+        (a fit from sufficient statistics keeps those of a subset of rows: its DataTree's
+        ``log_likelihood_rows`` attribute), or fits trained on different data: a different
+        number of rows, or rows whose targets (``observed_data``'s ``y``; a fit from
+        sufficient statistics: ``constant_data``'s ``y_rows``) or inputs (``constant_data``'s
+        ``X``, or a fitted estimator's training inputs, where kept) differ, compared by a
+        fingerprint of their values. The message names the fits and what differs.
+    TypeError
+        For ``fits`` neither a mapping nor a list / tuple.
 
     Warns
     -----
@@ -144,6 +248,13 @@ def compare(fits: Mapping[str, object], *, round_to="none", **kwargs) -> pd.Data
     import arviz as az
     from arviz_stats.utils import ELPDData
 
+    if isinstance(fits, list | tuple):
+        fits = {f"model_{i}": fit for i, fit in enumerate(fits)}
+    elif not isinstance(fits, Mapping):
+        raise TypeError(
+            "fits must be a dict of named fits or a list / tuple of fits, got "
+            f"{type(fits).__name__}."
+        )
     if len(fits) < 2:
         raise ValueError("compare needs at least two fits.")
     # Checked before any LOO is computed: the refits or PSIS of a mismatched set would be wasted.
@@ -158,15 +269,7 @@ def compare(fits: Mapping[str, object], *, round_to="none", **kwargs) -> pd.Data
         ll = dt["log_likelihood"].dataset
         var = ll[kwargs.get("var_name") or next(iter(ll.data_vars))]
         n_obs[name] = int(np.prod([s for d, s in var.sizes.items() if d not in ("chain", "draw")]))
-    if len(set(n_obs.values())) > 1:
-        raise ValueError(f"fits were made on different numbers of observations: {n_obs}.")
-    # A fit from sufficient statistics keeps the log likelihood of a subset of its rows only.
-    rows = {name: dt.attrs.get("log_likelihood_rows", "all rows") for name, dt in trees.items()}
-    if len(set(rows.values())) > 1:
-        raise ValueError(
-            f"the fits' log likelihoods are on different rows, so their elpd cannot be "
-            f"compared: {rows}."
-        )
+    _check_comparable(fits, trees, n_obs)
     scored, methods = {}, {}
     for name, fit in fits.items():
         if name in trees:

@@ -65,9 +65,10 @@ __all__ = [
     "task_seed",
 ]
 
-_FORMAT = "bayes_rvm-study/2"
-#: Stores of the first format carry no checksums; they still load, with a warning.
-_LEGACY_FORMATS = ("bayes_rvm-study/1",)
+#: The ``format`` of a store's settings. A store of another one (another version of bayes_rvm)
+#: is refused, naming it: its settings fingerprint the estimators otherwise.
+_FORMAT = "bayes_rvm-study/3"
+_FORMAT_FAMILY = "bayes_rvm-study/"
 
 #: Columns of a study table, in order. ``fit_time``, ``worker`` and ``warnings`` describe the run;
 #: every other column depends only on the estimator, the data and the study's seed. ``converged``
@@ -153,11 +154,15 @@ def _describe(value):
 
 
 def _estimator_spec(estimator) -> str:
+    from bayes_rvm.estimators.saving import model_type
+
     params = estimator.get_params(deep=False)
     params.pop("random_state", None)  # replaced by the task's seed
     cls = type(estimator)
+    # Ours by their short names, so that moving a class keeps a store resumable; others by path.
+    name = model_type(cls) or f"{cls.__module__}.{cls.__qualname__}"
     return json.dumps(
-        {"class": f"{cls.__module__}.{cls.__qualname__}", "params": params},
+        {"class": name, "params": params},
         sort_keys=True,
         default=_describe,
     )
@@ -408,7 +413,6 @@ class _Store:
         if self.path.exists() and not self.path.is_dir():
             raise ValueError(f"store={str(self.path)!r} is a file, not a study folder.")
         self.settings_path = self.path / "study.json"
-        self.legacy = False
 
     # settings -----------------------------------------------------------------------------
     def read_settings(self) -> dict | None:
@@ -422,20 +426,15 @@ class _Store:
         path = self.settings_path
         settings = _read_json(path, "study settings")
         fmt = settings.get("format")
-        if fmt != _FORMAT and fmt not in _LEGACY_FORMATS:
-            raise StudyStoreError(f"{path} is not a bayes_rvm study (format {fmt!r}).")
-        self.legacy = fmt in _LEGACY_FORMATS
-        if self.legacy:
-            warnings.warn(
-                f"the study at {self.path} was written in the older format {fmt!r} without "
-                "checksums: the integrity of its results cannot be verified. Rerun it into a new "
-                "store to add them.",
-                UserWarning,
-                stacklevel=3,
+        if fmt != _FORMAT:
+            if not (isinstance(fmt, str) and fmt.startswith(_FORMAT_FAMILY)):
+                raise StudyStoreError(f"{path} is not a bayes_rvm study (format {fmt!r}).")
+            raise StudyStoreError(
+                f"{path} was written by bayes_rvm {settings.get('bayes_rvm_version', '(unknown)')} "
+                f"in format {fmt!r}; this version reads {_FORMAT!r}: run the study into a new "
+                "store."
             )
-        checksum = settings.pop("checksum", None)
-        if not self.legacy:
-            _check_sum(path, "study settings", settings, checksum)
+        _check_sum(path, "study settings", settings, settings.pop("checksum", None))
         tasks, order = settings.get("tasks"), settings.get("order")
         entropy = settings.get("entropy")
         if not isinstance(tasks, dict) or not isinstance(order, list):
@@ -455,11 +454,9 @@ class _Store:
     def write_settings(self, settings: dict) -> None:
         (self.path / "fits").mkdir(parents=True, exist_ok=True)
         (self.path / "rows").mkdir(exist_ok=True)
-        # A store of the first format stays one: its rows have no checksums to check.
-        fmt = settings["format"] if self.legacy else _FORMAT
         from bayes_rvm.io import write_json
 
-        write_json(self.settings_path, {**settings, "format": fmt})
+        write_json(self.settings_path, {**settings, "format": _FORMAT})
 
     # fits -------------------------------------------------------------------------------------
     def fit_path(self, key: str) -> Path:
@@ -482,8 +479,6 @@ class _Store:
         """The stored ``{"row", "fit_checksum"}`` of a finished fit, checked."""
         path = self.row_path(key)
         data = _read_json(path, "study row")
-        if self.legacy and "row" not in data:
-            return {"row": _complete_row(data), "fit_checksum": None}
         _check_sum(path, "study row", data, data.pop("checksum", None))
         row = data.get("row")
         if not isinstance(row, dict) or not set(row) <= set(COLUMNS):
@@ -504,11 +499,6 @@ class _Store:
         checksum = self.read_entry(key)["fit_checksum"]
         if not path.exists():
             raise FileNotFoundError(f"no stored DataTree at {path}")
-        if checksum is None:  # a row of the first format
-            import xarray as xr
-
-            with xr.open_datatree(path, engine="h5netcdf") as tree:
-                return tree.load()
         try:
             return read_tree(path, checksum)
         except ModelFileError as exc:

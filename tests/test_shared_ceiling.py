@@ -1,0 +1,119 @@
+"""The ceiling on the shared-precision evidence, and the sequential engine's use of it.
+
+At convergence the sequential engine compares its fit with the evidence of one prior precision
+shared by its columns (and restarts from there if that is higher: the make_regression collapse).
+:func:`~bayes_rvm.evidence.shared_ceiling.shared_evidence_ceiling` bounds that evidence from
+above for a fraction of its cost, so that the exact value is computed only where the ceiling does
+not settle the comparison. The truths here: the exact evidence
+(:func:`~bayes_rvm.evidence.width.shared_evidence`) and the engine with the ceiling switched off.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sklearn.datasets import make_regression
+from sklearn.metrics.pairwise import rbf_kernel
+
+from bayes_rvm.datasets import make_sinc
+from bayes_rvm.evidence import fit_sequential
+from bayes_rvm.evidence import sequential as seq_module
+from bayes_rvm.evidence.shared_ceiling import shared_evidence_ceiling
+from bayes_rvm.evidence.width import shared_evidence
+
+
+def _design(X, gamma):
+    """rbf columns on the inputs and a bias, unit norm (what the estimators hand the engine)."""
+    Phi = np.hstack([rbf_kernel(X, X, gamma=gamma), np.ones((X.shape[0], 1))])
+    return Phi / np.linalg.norm(Phi, axis=0)
+
+
+def _sinc(n, gamma, seed=0):
+    X, y = make_sinc(n, noise=0.1, random=True, random_state=seed)
+    return _design(X, gamma), y / np.std(y)
+
+
+def _regression(n, gamma, seed=0):
+    X, y = make_regression(n, 5, n_informative=3, noise=0.1, random_state=seed)
+    return _design(X, gamma), y / np.sqrt(np.mean(y**2))
+
+
+def _cases():
+    rng = np.random.default_rng(1)
+    X2 = rng.uniform(-3, 3, (250, 2))
+    y2 = np.sin(X2[:, 0]) + 0.5 * X2[:, 1] + 0.05 * rng.standard_normal(250)
+    Xs, ys = make_sinc(200, noise=0.1, random=True, random_state=4)
+    two = np.c_[ys, np.cos(Xs[:, 0]) + 0.1 * rng.standard_normal(200)]
+    return {
+        "sinc width 3": (*_sinc(300, 1 / 9), None),
+        "sinc width 1 (retry)": (*_sinc(300, 1.0), None),
+        "sinc wide": (*_sinc(300, 0.0294), None),
+        "sinc fixed noise": (*_sinc(300, 1 / 9), 100.0),
+        "make_regression wide": (*_regression(200, 1e-4), None),
+        "make_regression 0.0042": (*_regression(200, 0.0042), None),
+        "two inputs": (_design(X2, 0.5), y2 / np.std(y2), None),
+        "pure noise": (_design(Xs, 0.3), rng.standard_normal(200), None),
+        "two outputs": (_design(Xs, 1 / 9), two / two.std(axis=0), None),
+    }
+
+
+@pytest.mark.parametrize("name", list(_cases()))
+def test_ceiling_is_above_the_shared_evidence(name):
+    Phi, T, beta = _cases()[name]
+    T2 = T[:, None] if T.ndim == 1 else T
+    exact = shared_evidence(Phi, T2, beta=beta).log_evidence
+    ceiling = shared_evidence_ceiling(Phi, T2, float(np.sum(T2 * T2)), beta=beta)
+    assert ceiling >= exact - 1e-9 * (1.0 + abs(exact))
+
+
+@pytest.mark.parametrize(("gamma", "beta"), [(1 / 9, None), (1.0, None), (1 / 9, 100.0)])
+def test_ceiling_is_tight_where_its_range_holds_the_spectrum(gamma, beta):
+    # A smooth kernel on one input: a few dozen eigenvalues above the rank cut, which the range
+    # finder holds (at width 1, after its second, larger try).
+    Phi, T = _sinc(300, gamma)
+    exact = shared_evidence(Phi, T, beta=beta).log_evidence
+    ceiling = shared_evidence_ceiling(Phi, T, float(T @ T), beta=beta)
+    assert exact <= ceiling + 1e-9 * (1.0 + abs(exact))
+    assert ceiling < exact + 0.05
+
+
+def _fit_both(monkeypatch, Phi, T, **settings):
+    """The fit with the ceiling, how often the exact bound ran, and the fit without the ceiling."""
+    calls = []
+    for name in ("shared_evidence", "shared_evidence_gram"):
+        exact = getattr(seq_module, name)
+        monkeypatch.setattr(
+            seq_module, name, lambda *a, _f=exact, **k: calls.append(1) or _f(*a, **k)
+        )
+    fit = fit_sequential(Phi, T, **settings)
+    n_exact = len(calls)
+    monkeypatch.setattr(seq_module._Sequential, "clears_ceiling", lambda self, *a: False)
+    return fit, n_exact, fit_sequential(Phi, T, **settings)
+
+
+def _assert_same(a, b):
+    assert np.array_equal(a.active, b.active)
+    assert np.array_equal(a.alpha, b.alpha)
+    assert np.array_equal(a.mean, b.mean)
+    assert a.beta == b.beta and a.log_evidence == b.log_evidence
+    assert a.actions == b.actions and a.reason == b.reason
+
+
+@pytest.mark.parametrize("settings", [{}, {"fixed_beta": True, "beta_init": 100.0}])
+def test_an_ordinary_fit_skips_the_exact_bound_and_is_unchanged(monkeypatch, settings):
+    Phi, T = _sinc(300, 1 / 9)
+    fit, n_exact, without = _fit_both(monkeypatch, Phi, T, **settings)
+    assert n_exact == 0  # the ceiling settled it
+    _assert_same(fit, without)
+
+
+def test_the_collapse_still_restarts_from_the_exact_bound(monkeypatch):
+    # At a wide width on make_regression the engine stops far below one shared precision (the
+    # case the bound exists for): the ceiling is above the fit, the exact bound is computed and
+    # the engine goes on from it, as without the ceiling.
+    Phi, T = _regression(200, 1e-4, seed=1)
+    fit, n_exact, without = _fit_both(monkeypatch, Phi, T)
+    assert n_exact == 1
+    assert "restart shared" in fit.actions and fit.active.size > 3
+    assert fit.log_evidence >= shared_evidence(Phi, T).log_evidence - 1e-6
+    _assert_same(fit, without)
