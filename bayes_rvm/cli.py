@@ -224,13 +224,12 @@ def _problem(args):
 
 def _mcmc_params(args) -> dict:
     tune = {} if args.tune is None else {"tune": args.tune}
-    return {
-        "draws": args.draws,
-        **tune,
-        "chains": args.chains,
-        "sampler": args.sampler,
-        "random_state": args.seed,
-    }
+    config = {"draws": args.draws, **tune, "chains": args.chains, "sampler": args.sampler}
+    return {"sampler_config": config, "random_state": args.seed}
+
+
+def _prior_params(args) -> dict | None:
+    return None if args.nu is None else {"nu": args.nu}
 
 
 def _fit_model(model: RVR, X, y, args) -> RVR:
@@ -346,7 +345,7 @@ def _fit(args) -> int:
         "kernel": args.kernel,
         "gamma": _gamma(args.gamma, default_gamma),
         "prior": args.prior,
-        "nu": "auto" if args.nu is None else args.nu,
+        "prior_params": _prior_params(args),
         "inference": args.inference,
         "likelihood": args.likelihood,
     }
@@ -430,7 +429,7 @@ def _compare(args) -> int:
                 kernel=args.kernel,
                 gamma=gamma,
                 prior=prior,
-                nu="auto" if args.nu is None else args.nu,
+                prior_params=_prior_params(args),
                 inference=inference,
                 **extra,
             )

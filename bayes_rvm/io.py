@@ -60,7 +60,7 @@ __all__ = [
 
 #: The root attribute ``format`` of a model file. Bumped when a file of the previous format would
 #: not read back as it was written; files of any other format are refused, not converted.
-FORMAT = "bayes_rvm-model/3"
+FORMAT = "bayes_rvm-model/4"
 _FORMAT_FAMILY = "bayes_rvm-model/"
 
 #: The result dataclasses a model file may hold, by the short name it stores as their ``kind``

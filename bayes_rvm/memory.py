@@ -87,10 +87,10 @@ def check_fit_memory(who: str, n_samples: int, n_basis: int, *, squares: int = 0
         sizes = [n for n in (2000, 1000, 500, 200, 100) if n < n_samples]
         fits = [n for n in sizes if 8.0 * floats(n + 1) <= limit / 2]
         hint = (
-            f"{who}(centres='kmeans', n_centres={fits[0]}) (or centres='random') needs "
+            f"{who}(centres=('kmeans', {fits[0]})) (or ('random', {fits[0]})) needs "
             f"{8.0 * floats(fits[0] + 1) / 2**30:.2f} GiB"
             if fits
-            else f"even {who}(centres='random', n_centres=100) does not fit: subsample the data"
+            else f"even {who}(centres=('random', 100)) does not fit: subsample the data"
         )
         return f"Place the basis functions on a subset of the inputs: {hint}."
 

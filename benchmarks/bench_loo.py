@@ -78,7 +78,10 @@ def replicate(seed: int, n: int, width: float, draws: int, chains: int) -> dict:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         mc = RVR(
-            gamma=gamma, inference="mcmc", draws=draws, chains=chains, tune=300, random_state=seed
+            gamma=gamma,
+            inference="mcmc",
+            sampler_config={"draws": draws, "chains": chains, "tune": 300},
+            random_state=seed,
         ).fit(X, y)
         table = compare({"type-II": t2.idata_, "MCMC": mc.idata_})
         t2_psis = az.loo(t2.idata_).elpd

@@ -29,7 +29,7 @@ One run prints, in this order (``--sections`` picks some of them):
     blackjax run the JAX implementation of the Op; no GPU was lent to this machine, so JAX runs
     on the CPU here (the table says which device JAX saw).
 ``large`` (not in the default set)
-    ``RVR(inference="mcmc", centres="random", n_centres=200)``, 2 chains x 500 draws, on
+    ``RVR(inference="mcmc", centres=("random", 200))``, 2 chains x 500 draws, on
     ``--large-n`` rows (10^6) of a 2-D sinc, fitted from sufficient statistics: wall and CPU
     time, peak memory, load, R-hat (and its bulk and folded halves), ESS per draw, divergences
     against the issue's targets, and the posterior mean's test RMSE over the type-II fit's; for
@@ -334,12 +334,13 @@ def child_fresh(n: int, gamma: str | None = None) -> None:
             fits[k] = {"wall_s": wall, "cpu_s": _cpu() - c, **current}
             gradients = current.pop("gradients", 0)
             fits[k]["other"] = wall - sum(current.values())
-            fits[k].update(gradient_limit(est.model_, gradients, est.chains))
+            fits[k].update(gradient_limit(est.model_, gradients, est._cfg.chains))
             fits[k]["wall/limit"] = wall / fits[k]["limit_s"] if "limit_s" in fits[k] else None
             fits[k].update(_hyper_diagnostics(est.idata_))
     out["fits"] = fits
     out["load"] = os.getloadavg()[0]
-    out["settings"] = {"draws": est.draws, "tune": est.tune, "chains": est.chains}
+    cfg = est._cfg
+    out["settings"] = {"draws": cfg.draws, "tune": cfg.tune, "chains": cfg.chains}
     print("RESULT " + json.dumps(out), flush=True)
 
 
@@ -516,10 +517,15 @@ def _estimator_row(n: int, seed: int) -> dict:
     t0 = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        est = RVR(gamma=1.0 / 9.0, inference="mcmc", mcmc_basis="all", random_state=seed)
+        est = RVR(
+            gamma=1.0 / 9.0,
+            inference="mcmc",
+            sampler_config={"mcmc_basis": "all"},
+            random_state=seed,
+        )
         est.fit(X, y)
     row = {
-        "case": f"RVR(inference='mcmc', mcmc_basis='all') defaults, sinc N={n}",
+        "case": f"RVR(inference='mcmc', sampler_config={{'mcmc_basis': 'all'}}), sinc N={n}",
         "wall_s": time.perf_counter() - t0,
         "cpu_s": _cpu() - c0,
     }
@@ -535,7 +541,7 @@ def section_multi(a) -> list[dict]:
     X, y = _sinc_xy(n, seed=2)
     rng = np.random.default_rng(3)
     Y = np.column_stack([y, 0.5 * y + 0.3 * np.cos(X[:, 0]) + 0.05 * rng.normal(size=n)])
-    kw = {"draws": 200, "tune": 200, "chains": 2} if a.quick else {}
+    kw = {"sampler_config": {"draws": 200, "tune": 200, "chains": 2}} if a.quick else {}
     c0 = _cpu()
     t0 = time.perf_counter()
     with warnings.catch_warnings():
@@ -638,13 +644,14 @@ X = rng.uniform(-5, 5, (n, 2))
 f = lambda X: np.sinc(X[:, 0] / np.pi) * np.cos(X[:, 1] / 2)
 y = f(X) + 0.1 * rng.standard_normal(n)
 X_test = rng.uniform(-5, 5, (2000, 2))
-kw = dict(centres='random', n_centres=200, random_state=0, chunk_rows=65536)
+kw = dict(centres=('random', 200), random_state=0, chunk_rows=65536)
 if gamma != 'default':
     kw['gamma'] = float(gamma)
 load0, t, c = os.getloadavg()[0], time.perf_counter(), time.process_time()
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter('always')
-    est = RVR(inference='mcmc', draws=500, chains=2, mcmc_basis=basis, **kw)
+    config = dict(draws=500, chains=2, mcmc_basis=basis)
+    est = RVR(inference='mcmc', sampler_config=config, **kw)
     est.fit(X, y, progressbar=False, thin=thin)
 wall, cpu = time.perf_counter() - t, time.process_time() - c
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9
@@ -676,7 +683,7 @@ print('RESULT ' + json.dumps({'wall_s': wall, 'cpu_s': cpu, 'peak_gb': peak,
 
 
 def section_large(a) -> list[dict]:
-    """``RVR(inference="mcmc", centres="random", n_centres=200)``, 2 chains x 500 draws, on N
+    """``RVR(inference="mcmc", centres=("random", 200))``, 2 chains x 500 draws, on N
     rows of a 2-D sinc from sufficient statistics (``chunk_rows=65536``), each fit in a fresh
     process: wall and CPU time, peak memory, the load average, max R-hat (``log alpha``,
     ``sigma``; ``rhat_w`` over the weights) with its bulk and folded halves apart
@@ -808,21 +815,22 @@ n, seed, reps = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 rng = np.random.default_rng(seed)
 X = rng.uniform(-5, 5, (n, 2))
 y = np.sinc(X[:, 0] / np.pi) * np.cos(X[:, 1] / 2) + 0.1 * rng.standard_normal(n)
-kw = dict(centres='random', n_centres=200, random_state=0, chunk_rows=65536)
+kw = dict(centres=('random', 200), random_state=0, chunk_rows=65536)
 with warnings.catch_warnings():
     warnings.simplefilter('ignore')
-    est = RVR(inference='mcmc', draws=500, chains=2, **kw).fit(X, y, progressbar=False)
+    est = RVR(inference='mcmc', sampler_config=dict(draws=500, chains=2), **kw)
+    est.fit(X, y, progressbar=False)
     init = type2_initvals(est.fit_, basis=est.active_, factor=n, alpha_max=1e6)
     out = {'sampled': int(est.active_.size), 'runs': []}
     t, c = time.perf_counter(), time.process_time()
     for thin in (1, STATISTICS_THIN):
         for r in range(reps):
-            dt = sample_mcmc(est.model_, draws=500, tune=est.tune, chains=2, thin=thin,
+            dt = sample_mcmc(est.model_, draws=500, tune=est._cfg.tune, chains=2, thin=thin,
                 random_seed=100 + r, initvals=init, warn=False, progressbar=False)
             d = json.loads(dt.attrs['diagnostics'])
             out['runs'].append([thin, d['max_rhat'], d['max_rhat_bulk'], d['max_rhat_folded']])
     out['wall_s'], out['cpu_s'] = time.perf_counter() - t, time.process_time() - c
-    dt = sample_mcmc(est.model_, draws=2000, tune=est.tune, chains=8, thin=1, random_seed=7,
+    dt = sample_mcmc(est.model_, draws=2000, tune=est._cfg.tune, chains=8, thin=1, random_seed=7,
         initvals=init, warn=False, progressbar=False)
 d = json.loads(dt.attrs['diagnostics'])
 la = np.log10(dt['posterior']['alpha']).mean('draw').values

@@ -199,10 +199,12 @@ def run_problem(problem, args):
                 **{
                     **rvm.get_params(),
                     "inference": "mcmc",
-                    "draws": args.draws,
-                    "tune": args.draws,
-                    "chains": 2,
-                    "mcmc_basis": "relevant",
+                    "sampler_config": {
+                        "draws": args.draws,
+                        "tune": args.draws,
+                        "chains": 2,
+                        "mcmc_basis": "relevant",
+                    },
                     "random_state": 0,
                 }
             ).fit(X, y)

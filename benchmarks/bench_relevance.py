@@ -220,11 +220,9 @@ def run_sinc(name, prior_of, draws, seed=0):
     est = RVR(
         gamma=0.25,
         inference="mcmc",
-        draws=draws,
-        tune=300,
-        chains=2,
+        sampler_config={"draws": draws, "tune": 300, "chains": 2},
         random_state=seed + 1,
-        alpha_prior=prior_of(X.shape[0] + 1),
+        prior_params={"alpha_prior": prior_of(X.shape[0] + 1)},
     )
     t0 = time.perf_counter()
     with warnings.catch_warnings():

@@ -1,6 +1,6 @@
 """RVC at scale (issue 29, item 4): the chunked Laplace path on N = 10^6 binary rows.
 
-Prints one table: ``RVC(centres="random", n_centres=500)`` on a 2-D nonlinear boundary with 10%
+Prints one table: ``RVC(centres=("random", 500))`` on a 2-D nonlinear boundary with 10%
 label noise (the Bayes error is 10%), fitted in memory on 50,000 of the rows and on the chunked
 path (:mod:`bayes_rvm.evidence.chunked`) on all N; wall and CPU time, peak memory
 (``/usr/bin/time -v``, each fit in its own process), passes over the rows, relevance vectors,
@@ -48,8 +48,7 @@ def child(rows: int, chunked: bool, centres: int, gamma: float) -> None:
     Xt, yt = boundary_data(N_TEST, seed=1)
     clf = RVC(
         gamma=gamma,
-        centres="random",
-        n_centres=centres,
+        centres=("random", centres),
         random_state=0,
         chunk_rows="auto" if chunked else None,
     )
@@ -116,7 +115,7 @@ def main() -> None:
     big = run(args.rows, True, args.centres, args.gamma)
     print(f"load average after: {os.getloadavg()}")
     print(
-        f"\nRVC(centres='random', n_centres={args.centres}, gamma={args.gamma}); test error on "
+        f"\nRVC(centres=('random', {args.centres}), gamma={args.gamma}); test error on "
         f"{N_TEST} fresh rows (Bayes error 0.100)\n"
     )
     head = (

@@ -6,7 +6,7 @@ rbf kernel with ``gamma = 0.5`` and M centres (``--centres``, default 2000 and 5
 wall time, CPU time, peak memory, test RMSE (against the noise-free function at 10,000 new inputs)
 and kept vectors or components:
 
-* ``RVR stats``: ``RVR(gamma=0.5, centres="random", n_centres=M, chunk_rows=...)`` fitted from
+* ``RVR stats``: ``RVR(gamma=0.5, centres=("random", M), chunk_rows=...)`` fitted from
   its sufficient statistics in the blocks of ``chunk_rows="auto"`` (forced also where "auto"
   would hold the design in memory);
 * ``RVR memory`` (up to ``--in-memory-max`` rows): the same fit on the design in memory, and the
@@ -97,7 +97,7 @@ def make_estimator(method: str, m: int):
         from bayes_rvm.estimators.regressor import RVR
 
         chunk = None if method == "RVR memory" else chunk_rows_for(m + 1)
-        return RVR(gamma=GAMMA, centres="random", n_centres=m, chunk_rows=chunk, random_state=SEED)
+        return RVR(gamma=GAMMA, centres=("random", m), chunk_rows=chunk, random_state=SEED)
     if method == "fastrvm":
         import fastrvm
 
@@ -214,7 +214,7 @@ def dask_row(n: int, m: int, chunk: int, layout: tuple[int, int, int]) -> dict:
         wait([X, y])
         fit_threads = set(client.run(process_threads).values())
         cpu0 = client.run(lambda: usage()["cpu"])
-        model = RVR(gamma=GAMMA, centres="random", n_centres=m, random_state=SEED)
+        model = RVR(gamma=GAMMA, centres=("random", m), random_state=SEED)
         load = os.getloadavg()[0]
         start, client_cpu = time.perf_counter(), usage()["cpu"]
         model.fit(X, y)

@@ -49,14 +49,15 @@ def grid(n: int, draws: int) -> tuple[dict, dict]:
     X1, y1 = make_sinc(n, noise=0.1, random_state=0)
     X1t, y1t = make_sinc(200, noise=0.1, random=True, random_state=1)
     F, t = make_friedman(1, n + 200, noise=0.5, random_state=1)
-    mcmc = dict(inference="mcmc", mcmc_basis="relevant", draws=draws, tune=draws, chains=2)
+    config = {"mcmc_basis": "relevant", "draws": draws, "tune": draws, "chains": 2}
+    mcmc = dict(inference="mcmc", sampler_config=config)
     models = {
         **{f"ARD rbf g={g}": RVR(gamma=g) for g in (0.03, 0.1, 0.3, 1.0)},
         "ARD MacKay g=0.1": RVR(gamma=0.1, solver="mackay"),
-        "Student-t nu=1": RVR(gamma=0.1, prior="student_t", nu=1.0),
-        "Student-t nu=1e-4": RVR(gamma=0.1, prior="student_t", nu=1e-4),
+        "Student-t nu=1": RVR(gamma=0.1, prior="student_t", prior_params={"nu": 1.0}),
+        "Student-t nu=1e-4": RVR(gamma=0.1, prior="student_t", prior_params={"nu": 1e-4}),
         "ARD laplacian": RVR(kernel="laplacian", gamma=0.3),
-        "ARD poly": RVR(kernel="poly", degree=2, gamma=0.1),
+        "ARD poly": RVR(kernel="poly", kernel_params={"degree": 2}, gamma=0.1),
         "ARD linear": RVR(kernel="linear"),
         "MCMC ARD": RVR(gamma=0.1, **mcmc),
         "MCMC Student-t": RVR(gamma=0.1, prior="student_t", **mcmc),

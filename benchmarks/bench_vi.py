@@ -35,7 +35,7 @@ t_import = time.perf_counter() - t0
 inference, quick = sys.argv[1], sys.argv[2] == "1"
 X, y = make_sinc(100, random_state=0)
 X_test, y_test = make_sinc(1000, random_state=1)
-extra = dict(draws=200, chains=2) if quick and inference == "mcmc" else {}
+extra = dict(sampler_config=dict(draws=200, chains=2)) if quick and inference == "mcmc" else {}
 t1 = time.perf_counter()
 est = RVR(gamma=0.25, inference=inference, random_state=0, **extra).fit(X, y)
 t_fit = time.perf_counter() - t1

@@ -6,7 +6,8 @@ a user reaches, run by each checkout in its own subprocess (``PYTHONPATH`` set t
 one BLAS thread, old first, then new, so that the timings do not share a core):
 
 - ``RVR``: the sequential and MacKay solvers; fixed ``gamma``, ``"scale"``, ``"evidence"`` and the
-  default width rule; two outputs; ``prior="student_t"``; a fixed ``noise_variance``;
+  default width rule; two outputs; ``prior="student_t"`` (with ``nu`` and ``threshold_alpha``);
+  a fixed ``noise_variance``; a polynomial kernel of given ``degree`` and ``coef0``;
   ``kernel="precomputed"``; ``predict`` with ``return_std`` / ``return_cov``, ``sample_y``, the
   RVM* predictive (``predictive="rvm*"``); ``refit_loo``, ``compare``; ``idata_`` (posterior
   means, ``log_likelihood``); ``relevance_summary``;
@@ -36,12 +37,18 @@ run second benefits from warm caches, so read ratios from ``--rounds 2`` or more
 new first; the fastest round is shown). The first MCMC fit of a process includes
 compiling its model (from PyTensor's on-disk cache when the graph was compiled before, by either
 checkout); the "again" rows are the cached fit. The battery takes about a minute of CPU per
-checkout (30 items, small N).
+checkout (32 items, small N).
+
+The items are written in the grouped parameters (``kernel_params``, ``prior_params``,
+``likelihood_params``, ``sampler_config``, ``centres=(method, n)``); a checkout whose estimators
+take the flat ones of before (``degree``, ``nu``, ``noise_variance``, ``draws``, ``n_centres``,
+...) gets them translated (:func:`_flat`), so that one battery compares the two APIs.
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
 import math
 import os
 import pickle
@@ -59,6 +66,7 @@ import numpy as np
 TOL = 1e-10
 TOL_MCMC = 1e-8
 MCMC = {"chains": 2, "draws": 100, "tune": 100}  # seeded by the estimators' random_state=0
+GROUPS = ("kernel_params", "prior_params", "likelihood_params", "sampler_config")
 
 # -- the data (the same arrays in both checkouts: built here, not by the package) ---------------
 
@@ -170,16 +178,37 @@ def _classification(out: dict, model, Zt) -> None:
 # -- the battery ---------------------------------------------------------------------------------
 
 
+def _flat(cls, kw: dict) -> dict:
+    """``kw`` in the grouped parameters, or as the flat ones where ``cls`` takes those (the
+    checkout of before): the groups' keys become keyword arguments (a callable kernel's own keys
+    stay in ``kernel_params``) and ``centres=(method, n)`` becomes ``centres``, ``n_centres``."""
+    if "sampler_config" in inspect.signature(cls).parameters:
+        return kw
+    out = {k: v for k, v in kw.items() if k not in GROUPS}
+    for group in GROUPS:
+        values = dict(kw.get(group) or {})
+        if group == "kernel_params":
+            out |= {k: values.pop(k) for k in ("degree", "coef0") if k in values}
+            if values:
+                out["kernel_params"] = values
+        else:
+            out |= values
+    centres = kw.get("centres")
+    if isinstance(centres, tuple | list) and centres and isinstance(centres[0], str):
+        out["centres"], out["n_centres"] = centres
+    return out
+
+
 def _rvr(**kw):
     from bayes_rvm import RVR
 
-    return RVR(random_state=0, **kw).fit(D["X"], D["y"])
+    return RVR(random_state=0, **_flat(RVR, kw)).fit(D["X"], D["y"])
 
 
 def _rvc(Z, t, **kw):
     from bayes_rvm import RVC
 
-    return RVC(random_state=0, **kw).fit(Z, t)
+    return RVC(random_state=0, **_flat(RVC, kw)).fit(Z, t)
 
 
 def rvr_item(**kw) -> Callable[[dict], None]:
@@ -349,10 +378,10 @@ def mcmc(kind: str, again: bool) -> Callable[[dict], None]:
 
     def item(out):
         if kind == "rvr":
-            model = _rvr(gamma=0.25, inference="mcmc", **MCMC)
+            model = _rvr(gamma=0.25, inference="mcmc", sampler_config=MCMC)
             _record(out, "predict(std)", model.predict(D["Xt"], return_std=True))
         else:
-            model = _rvc(D["Z"], D["t"], gamma=0.5, inference="mcmc", **MCMC)
+            model = _rvc(D["Z"], D["t"], gamma=0.5, inference="mcmc", sampler_config=MCMC)
             _record(out, "predict_proba", model.predict_proba(D["Zt"]))
         _tree(out, "idata_", model.idata_, groups=("posterior",), means=False)
         if not again:
@@ -372,12 +401,18 @@ BATTERY: dict[str, Callable] = {
     "rvr mackay default width": rvr_item(solver="mackay"),
     "rvr two outputs": rvr_two_outputs,
     "rvr student_t": rvr_item(gamma=0.25, prior="student_t"),
-    "rvr noise_variance=0.01": rvr_item(gamma=0.25, noise_variance=0.01),
+    "rvr student_t nu threshold": rvr_item(
+        gamma=0.25, prior="student_t", prior_params={"nu": 0.01, "threshold_alpha": 100.0}
+    ),
+    "rvr noise_variance=0.01": rvr_item(gamma=0.25, likelihood_params={"noise_variance": 0.01}),
+    "rvr poly degree coef0": rvr_item(
+        kernel="poly", gamma=0.1, kernel_params={"degree": 2, "coef0": 0.5}
+    ),
     "rvr precomputed": rvr_precomputed,
     "rvr rvm*": rvr_star,
-    "rvr kmeans centres": rvr_item(gamma=0.25, centres="kmeans", n_centres=15),
+    "rvr kmeans centres": rvr_item(gamma=0.25, centres=("kmeans", 15)),
     "rvr laplacian random centres": rvr_item(
-        gamma=0.5, kernel="laplacian", centres="random", n_centres=20, bias=False
+        gamma=0.5, kernel="laplacian", centres=("random", 20), bias=False
     ),
     "rvr refit_loo compare": rvr_loo_compare,
     "rvr idata relevance_summary": rvr_idata,

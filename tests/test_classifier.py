@@ -146,7 +146,12 @@ def test_multinomial_is_sparser_than_ovr(digits):
 def test_parameter_validation():
     X = np.random.default_rng(0).normal(size=(20, 2))
     y = (X[:, 0] > 0).astype(int)
-    for bad in ({"multi_class": "crammer"}, {"solver": "em"}, {"moderated": "yes"}, {"nu": -1}):
+    for bad in (
+        {"multi_class": "crammer"},
+        {"solver": "em"},
+        {"moderated": "yes"},
+        {"prior_params": {"nu": -1}},
+    ):
         with pytest.raises(ValueError):
             RVC(**bad).fit(X, y)
     with pytest.raises(ValueError, match="two classes"):

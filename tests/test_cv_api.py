@@ -80,7 +80,8 @@ def _counts(n=80, seed=0):
 
 
 @pytest.mark.parametrize(
-    ("likelihood", "extra"), [("poisson", {}), ("student_t", {}), ("student_t", {"noise_nu": 4.0})]
+    ("likelihood", "extra"),
+    [("poisson", {}), ("student_t", {}), ("student_t", {"likelihood_params": {"noise_nu": 4.0}})],
 )
 def test_rvrcv_scores_each_likelihood_as_a_loop_of_plain_fits(likelihood, extra):
     """Independent truth: every (width, fold) score is the score of a plain RVR with the same
@@ -122,7 +123,9 @@ def test_rvrcv_scores_each_likelihood_as_a_loop_of_plain_fits(likelihood, extra)
 def test_rvrcv_refuses_what_the_likelihood_cannot_take():
     X, y = _counts(20)
     with pytest.raises(ValueError, match="noise_variance"):
-        RVRCV(widths=WIDTHS, cv=2, likelihood="poisson", noise_variance=1.0).fit(X, y)
+        RVRCV(
+            widths=WIDTHS, cv=2, likelihood="poisson", likelihood_params={"noise_variance": 1.0}
+        ).fit(X, y)
     with pytest.raises(ValueError, match="whole number"):
         RVRCV(widths=WIDTHS, cv=2, likelihood="poisson").fit(X, y + 0.5)
     with pytest.raises(ValueError, match="one output"):
@@ -130,4 +133,6 @@ def test_rvrcv_refuses_what_the_likelihood_cannot_take():
     with pytest.raises(ValueError, match="likelihood"):
         RVRCV(widths=WIDTHS, cv=2, likelihood="cauchy").fit(X, y)
     with pytest.raises(ValueError, match="noise_nu"):
-        RVRCV(widths=WIDTHS, cv=2, likelihood="student_t", noise_nu=-1.0).fit(X, y)
+        RVRCV(
+            widths=WIDTHS, cv=2, likelihood="student_t", likelihood_params={"noise_nu": -1.0}
+        ).fit(X, y)

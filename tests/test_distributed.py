@@ -145,7 +145,7 @@ def test_a_worker_that_dies_mid_pass_gives_the_full_sum(data, tmp_path):
 @pytest.fixture(scope="module")
 def fitted(data):
     X, y, _ = data
-    return RVR(gamma=0.5, centres="random", n_centres=80, random_state=0).fit(X, y)
+    return RVR(gamma=0.5, centres=("random", 80), random_state=0).fit(X, y)
 
 
 def test_predict_on_a_dask_array_is_lazy_chunked_and_exact(client, fitted):
@@ -167,7 +167,7 @@ def test_predict_on_a_dask_array_is_lazy_chunked_and_exact(client, fitted):
 
 def test_predict_of_several_outputs_keeps_their_axis():
     X, Y = smooth_data(1500, outputs=2)
-    model = RVR(gamma=0.5, centres="random", n_centres=40, random_state=0).fit(X, Y)
+    model = RVR(gamma=0.5, centres=("random", 40), random_state=0).fit(X, Y)
     mean, std = model.predict(da.from_array(X, chunks=400), return_std=True)
     assert mean.shape == (1500, 2) and mean.chunks[0] == (400, 400, 400, 300)
     want_mean, want_std = model.predict(X, return_std=True)
@@ -180,7 +180,7 @@ def test_predict_on_a_filtered_array_takes_empty_blocks_and_unknown_sizes(output
     # Boolean indexing leaves blocks of unknown size, some empty: their predict failed with
     # "Found array with 0 sample(s)".
     X, Y = smooth_data(300, outputs=outputs)
-    model = RVR(gamma=0.5, centres="random", n_centres=30, random_state=0).fit(X, Y)
+    model = RVR(gamma=0.5, centres=("random", 30), random_state=0).fit(X, Y)
     keep = np.zeros(300, dtype=bool)
     keep[[3, 4, 160, 299]] = True  # rows in blocks 0, 3 and 5 of six: three blocks empty
     dX = da.from_array(X, chunks=50)
@@ -204,7 +204,7 @@ def test_predict_on_a_filtered_array_takes_empty_blocks_and_unknown_sizes(output
 def test_fit_on_dask_arrays_equals_the_in_memory_fit(client, gamma):
     X, y = smooth_data(4000, seed=2)
     Xt, _ = smooth_data(500, seed=3)
-    params = {"gamma": gamma, "centres": "random", "n_centres": 60, "random_state": 1}
+    params = {"gamma": gamma, "centres": ("random", 60), "random_state": 1}
     memory = RVR(**params, chunk_rows=None).fit(X, y)
     dask_fit = RVR(**params).fit(da.from_array(X, chunks=900), da.from_array(y, chunks=1300))
     assert dask_fit.statistics_.n == 4000
@@ -228,7 +228,7 @@ def test_evidence_ard_from_statistics_and_on_dask_finds_the_in_memory_widths(cli
     rng = np.random.default_rng(1)
     X = rng.uniform(-5, 5, size=(2500, 1))
     y = np.sinc(X[:, 0] / np.pi) + 0.1 * rng.normal(size=2500)
-    params = {"gamma": "evidence_ard", "centres": "random", "n_centres": 80, "random_state": 1}
+    params = {"gamma": "evidence_ard", "centres": ("random", 80), "random_state": 1}
     memory = RVR(**params, chunk_rows=None).fit(X, y)
     default = RVR(**{**params, "gamma": "evidence_shared"}, chunk_rows=600).fit(X, y)
     assert abs(default.length_scale_ / memory.length_scale_ - 1) > 1e-3
@@ -248,7 +248,7 @@ def test_make_model_after_a_dask_fit_has_the_in_memory_model_density(client):
     # The truth: the model of the in-memory fit on the N x K design (rvm_regression_model on
     # every row), against the Dask fit's model of the statistics (a compressed design).
     X, y = smooth_data(3000, seed=4)
-    params = {"gamma": 0.5, "centres": X[::50], "mcmc_basis": "relevant"}
+    params = {"gamma": 0.5, "centres": X[::50], "sampler_config": {"mcmc_basis": "relevant"}}
     memory = RVR(**params, chunk_rows=None).fit(X, y)
     dask_fit = RVR(**params).fit(da.from_array(X, chunks=700), da.from_array(y, chunks=700))
     np.testing.assert_array_equal(dask_fit.active_, memory.active_)
@@ -274,17 +274,17 @@ def test_dask_fit_refuses_what_it_cannot_do(client, data):
     dX, dy = da.from_array(X, chunks=1000), da.from_array(y, chunks=1000)
     keep = dX[:, 0] > 0
     with pytest.raises(ValueError, match=r"unknown chunk sizes.*compute_chunk_sizes"):
-        RVR(gamma=0.5, centres="random", n_centres=10).fit(dX[keep], dy[keep])
+        RVR(gamma=0.5, centres=("random", 10)).fit(dX[keep], dy[keep])
     with pytest.raises(ValueError, match=r"'kmeans' is not available on Dask.*'random'"):
-        RVR(gamma=0.5, centres="kmeans", n_centres=10).fit(dX, dy)
+        RVR(gamma=0.5, centres=("kmeans", 10)).fit(dX, dy)
     with pytest.raises(ValueError, match=r"needs a subset of centres"):
         RVR(gamma=0.5).fit(dX, dy)
     with pytest.raises(ValueError, match=r"inference='mcmc'"):
-        RVR(gamma=0.5, centres="random", n_centres=10, inference="mcmc").fit(dX, dy)
+        RVR(gamma=0.5, centres=("random", 10), inference="mcmc").fit(dX, dy)
     with pytest.raises(ValueError, match=r"chunk_rows=None.*Dask"):
-        RVR(gamma=0.5, centres="random", n_centres=10, chunk_rows=None).fit(dX, dy)
-    with pytest.raises(ValueError, match=r"n_centres=7000 exceeds the 6000"):
-        RVR(gamma=0.5, centres="random", n_centres=7000).fit(dX, dy)
+        RVR(gamma=0.5, centres=("random", 10), chunk_rows=None).fit(dX, dy)
+    with pytest.raises(ValueError, match=r"7000 centres; that exceeds the 6000"):
+        RVR(gamma=0.5, centres=("random", 7000)).fit(dX, dy)
 
 
 def threads_of_a_fused_block() -> tuple[int, int]:

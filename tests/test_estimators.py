@@ -14,7 +14,9 @@ SINC_GAMMA = 1.0 / 3.0**2  # Gaussian kernel of width 3 (exp(-|x - x'|^2 / 3^2))
 X_TEST = np.linspace(-10, 10, 1000)[:, None]
 
 
-@parametrize_with_checks([RVR(), RVR(prior="student_t", nu=0.01), RVR(solver="mackay")])
+@parametrize_with_checks(
+    [RVR(), RVR(prior="student_t", prior_params={"nu": 0.01}), RVR(solver="mackay")]
+)
 def test_sklearn_compatible(estimator, check):
     check(estimator)
 
@@ -72,7 +74,9 @@ def test_tipping_2001_sinc_figures(solver):
 def test_student_t_is_sparser_as_nu_falls():
     X, y = make_sinc(100, random_state=1)
     counts = [
-        RVR(gamma=SINC_GAMMA, prior="student_t", nu=nu).fit(X, y).n_relevance_vectors_
+        RVR(gamma=SINC_GAMMA, prior="student_t", prior_params={"nu": nu})
+        .fit(X, y)
+        .n_relevance_vectors_
         for nu in (1.0, 1e-2, 1e-3, 1e-4, 1e-6)
     ]
     assert all(a >= b for a, b in itertools.pairwise(counts))
@@ -105,7 +109,7 @@ def test_precomputed_kernel_equals_rbf():
 
 def test_fixed_noise_variance():
     X, y = make_sinc(80, random_state=0)
-    model = RVR(gamma=SINC_GAMMA, noise_variance=0.02).fit(X, y)
+    model = RVR(gamma=SINC_GAMMA, likelihood_params={"noise_variance": 0.02}).fit(X, y)
     assert model.noise_variance_ == pytest.approx(0.02)
 
 
@@ -146,7 +150,7 @@ def test_duplicated_inputs_and_zero_columns():
 def test_non_psd_kernel_still_fits():
     # The RVM needs no Mercer kernel: a sigmoid basis is not PSD and still gives a sound fit.
     X, y = make_sinc(100, random_state=6)
-    model = RVR(kernel="sigmoid", gamma=0.2, coef0=-1.0).fit(X, y)
+    model = RVR(kernel="sigmoid", gamma=0.2, kernel_params={"coef0": -1.0}).fit(X, y)
     assert np.sqrt(np.mean((model.predict(X_TEST) - sinc(X_TEST[:, 0])) ** 2)) < 0.15
     assert np.all(np.isfinite(model.predict(X_TEST, return_std=True)[1]))
 
@@ -170,11 +174,14 @@ def test_bad_data(X, y, match):
     ("params", "match"),
     [
         ({"prior": "laplace"}, "prior"),
-        ({"nu": 0.0}, "nu"),
+        ({"prior_params": {"nu": 0.0}}, r"prior_params\['nu'\]"),
+        ({"prior_params": {"mu": 1.0}}, r"no key 'mu'; its keys are \['alpha_prior', 'nu'"),
         ({"max_iter": 0}, "max_iter"),
         ({"tol": -1.0}, "tol"),
-        ({"threshold_alpha": "big"}, "threshold_alpha"),
-        ({"noise_variance": 0.0}, "noise_variance"),
+        ({"prior_params": {"threshold_alpha": "big"}}, "threshold_alpha"),
+        ({"likelihood_params": {"noise_variance": 0.0}}, "noise_variance"),
+        ({"kernel_params": {"degree": 0}}, r"kernel_params\['degree'\]"),
+        ({"sampler_config": []}, "sampler_config"),
         ({"solver": "newton"}, "solver"),
         ({"kernel": "precomputed"}, "square"),
     ],
@@ -195,21 +202,22 @@ def test_predict_checks_features():
 @pytest.mark.parametrize("centres", ["random", "kmeans", "given"])
 def test_candidate_centre_subsets(centres):
     X, y = make_sinc(400, random=True, random_state=7)
-    spec = np.linspace(-10, 10, 60)[:, None] if centres == "given" else centres
-    model = RVR(gamma=SINC_GAMMA, centres=spec, n_centres=60, random_state=0).fit(X, y)
+    spec = np.linspace(-10, 10, 60)[:, None] if centres == "given" else (centres, 60)
+    model = RVR(gamma=SINC_GAMMA, centres=spec, random_state=0).fit(X, y)
     assert model.basis_.n_centres_ == 60
     np.testing.assert_array_equal(model.relevance_vectors_, model.basis_.centres_[model.relevance_])
     assert np.sqrt(np.mean((model.predict(X_TEST) - sinc(X_TEST[:, 0])) ** 2)) < 0.04
-    again = RVR(gamma=SINC_GAMMA, centres=spec, n_centres=60, random_state=0).fit(X, y)
+    again = RVR(gamma=SINC_GAMMA, centres=spec, random_state=0).fit(X, y)
     np.testing.assert_array_equal(again.predict(X_TEST), model.predict(X_TEST))
 
 
 @pytest.mark.parametrize(
     ("params", "match"),
     [
-        ({"centres": "grid", "n_centres": 5}, "centres must be"),
-        ({"centres": "random"}, "n_centres"),
-        ({"centres": "random", "n_centres": 500}, "exceeds"),
+        ({"centres": ("grid", 5)}, "centres must be"),
+        ({"centres": "random"}, "a method and a count"),
+        ({"centres": ("random", 0)}, "count of centres"),
+        ({"centres": ("random", 500)}, "exceeds"),
         ({"centres": np.zeros((4, 2))}, "features"),
     ],
 )
@@ -217,3 +225,60 @@ def test_bad_centre_options(params, match):
     X, y = make_sinc(50, random_state=0)
     with pytest.raises(ValueError, match=match):
         RVR(**params).fit(X, y)
+
+
+def test_grouped_parameters_merge_clone_and_search():
+    """The dict parameters: merged over the class's defaults, never modified, resolved at fit
+    into ``_settings``, cloned and searched as any parameter (GridSearchCV)."""
+    import pickle
+
+    from sklearn.base import clone
+    from sklearn.model_selection import GridSearchCV
+
+    X, y = make_sinc(60, random_state=0)
+    prior_params = {"nu": 0.01}
+    config = {"draws": 50}
+    model = RVR(gamma=SINC_GAMMA, prior_params=prior_params, sampler_config=config)
+    model.fit(X, y)
+    assert prior_params == {"nu": 0.01} and config == {"draws": 50}  # the user's dicts
+    assert model.get_params()["prior_params"] is prior_params
+    s = model._settings
+    assert (s.nu, s.threshold_alpha, s.draws, s.tune, s.chains, s.mcmc_basis) == (
+        0.01,
+        "auto",
+        50,
+        300,
+        4,
+        "auto",
+    )
+    assert (s.degree, s.coef0, s.centre_method, s.n_centres) == (3, 1.0, None, None)
+    assert clone(model).get_params() == model.get_params()
+    assert pickle.loads(pickle.dumps(model))._settings.draws == 50
+    # The same fit as the defaults it spells out.
+    spelled = RVR(gamma=SINC_GAMMA, prior_params={"nu": "auto", "threshold_alpha": "auto"})
+    np.testing.assert_array_equal(
+        spelled.fit(X, y).predict(X), RVR(gamma=SINC_GAMMA).fit(X, y).predict(X)
+    )
+    search = GridSearchCV(
+        RVR(kernel="poly", gamma=0.1),
+        {"kernel_params": [{"degree": 1}, {"degree": 3, "coef0": 0.5}]},
+        cv=3,
+    ).fit(X, y)
+    assert search.best_params_["kernel_params"] in ({"degree": 1}, {"degree": 3, "coef0": 0.5})
+    best = search.best_estimator_
+    assert best.basis_.degree == best.kernel_params["degree"]
+    # A set_params after the fit is read at once (as the flat parameters were).
+    model.set_params(sampler_config={"mcmc_basis": "relevant"})
+    assert model._cfg.mcmc_basis == "relevant" and model._cfg.draws == 1000
+
+
+def test_rvc_keeps_its_own_defaults_and_keys():
+    from bayes_rvm.estimators.classifier import RVC
+
+    s = RVC()._cfg
+    assert (s.threshold_alpha, s.tune, s.mcmc_basis) == (1e9, 1000, "all")
+    X, y = make_sinc(40, random_state=0)
+    with pytest.raises(ValueError, match=r"sampler_config has no key 'vi_kwargs'"):
+        RVC(sampler_config={"vi_kwargs": {}}).fit(X, y > 0)
+    with pytest.raises(TypeError, match="likelihood_params"):
+        RVC(likelihood_params={"noise_variance": 1.0})  # not a parameter of RVC

@@ -25,7 +25,12 @@ def data():
 def fits(data):
     X, y = data
     type2 = RVR(gamma=GAMMA).fit(X, y)
-    mcmc = RVR(gamma=GAMMA, inference="mcmc", draws=500, tune=500, chains=2, random_state=3)
+    mcmc = RVR(
+        gamma=GAMMA,
+        inference="mcmc",
+        sampler_config={"draws": 500, "tune": 500, "chains": 2},
+        random_state=3,
+    )
     return type2, mcmc.fit(X, y)
 
 
@@ -77,9 +82,10 @@ def test_mcmc_fit_survives_pickle_and_files(fits, tmp_path):
     ("params", "match"),
     [
         ({"inference": "laplace"}, "inference"),
-        ({"inference": "mcmc", "draws": 0}, "draws"),
-        ({"inference": "mcmc", "sampler": "emcee"}, "sampler"),
-        ({"inference": "mcmc", "mcmc_basis": "some"}, "mcmc_basis"),
+        ({"inference": "mcmc", "sampler_config": {"draws": 0}}, "draws"),
+        ({"inference": "mcmc", "sampler_config": {"sampler": "emcee"}}, "sampler"),
+        ({"inference": "mcmc", "sampler_config": {"mcmc_basis": "some"}}, "mcmc_basis"),
+        ({"inference": "mcmc", "sampler_config": {"thin": 2}}, "no key 'thin'"),
     ],
 )
 def test_bad_mcmc_parameters(params, match, data):
@@ -90,7 +96,12 @@ def test_bad_mcmc_parameters(params, match, data):
 def test_warmup_is_kept_only_when_asked(fits, data, tmp_path):
     _, mcmc = fits
     assert not any(name.startswith("warmup") for name in mcmc.idata_.children)
-    small = RVR(gamma=GAMMA, inference="mcmc", draws=50, tune=60, chains=2, random_state=3)
+    small = RVR(
+        gamma=GAMMA,
+        inference="mcmc",
+        sampler_config={"draws": 50, "tune": 60, "chains": 2},
+        random_state=3,
+    )
     small.fit(*data, keep_warmup=True)
     warm = small.idata_["warmup_posterior"].dataset
     assert (warm.sizes["chain"], warm.sizes["draw"]) == (2, 60)
@@ -119,8 +130,12 @@ def test_fit_sampler_arguments_are_checked(params, kwargs, match, data):
 def sinc_fits():
     X, y = make_sinc(100, noise=0.1, random=True, random_state=0)
     type2 = RVR(gamma=0.25).fit(X, y)
-    kw = {"gamma": 0.25, "inference": "mcmc", "draws": 500, "tune": 300, "chains": 2}
-    sparse = RVR(**kw, alpha_prior=sparse_alpha_prior(101, 100), random_state=1)
+    kw = {
+        "gamma": 0.25,
+        "inference": "mcmc",
+        "sampler_config": {"draws": 500, "tune": 300, "chains": 2},
+    }
+    sparse = RVR(**kw, prior_params={"alpha_prior": sparse_alpha_prior(101, 100)}, random_state=1)
     student = RVR(**kw, prior="student_t", random_state=1)
     return X, type2, sparse.fit(X, y, progressbar=False), student.fit(X, y, progressbar=False)
 

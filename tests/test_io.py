@@ -21,7 +21,7 @@ X_TEST = np.linspace(-10, 10, 200)[:, None]
 @pytest.fixture(scope="module")
 def fitted():
     X, y = make_sinc(60, random_state=0)
-    return RVR(gamma=0.11, prior="student_t", nu=1e-4, max_iter=500).fit(X, y)
+    return RVR(gamma=0.11, prior="student_t", prior_params={"nu": 1e-4}, max_iter=500).fit(X, y)
 
 
 @pytest.mark.parametrize("suffix", [".nc", ".zarr"])
@@ -68,12 +68,12 @@ def test_other_constructor_parameters_give_a_clear_error(tmp_path, fitted):
     tree = xr.open_datatree(path, engine="h5netcdf").load()
     params = json.loads(tree.attrs["params"])
     params["old_option"] = 1
-    del params["nu"]
+    del params["prior_params"]
     tree.attrs["params"] = json.dumps(params)
     tree.attrs["checksum"] = tree_checksum(tree)  # as another version would have written it
     tree.to_netcdf(tmp_path / "other.nc", engine="h5netcdf")
     with pytest.raises(
-        ValueError, match=r"other constructor parameters.*missing \['nu'\].*old_option"
+        ValueError, match=r"other constructor parameters.*missing \['prior_params'\].*old_option"
     ):
         load_model(tmp_path / "other.nc")
 
@@ -164,14 +164,19 @@ def test_unknown_kinds_are_named(tmp_path, fitted, edit, message):
 
 
 def test_files_of_an_earlier_format_are_refused_naming_both_formats(tmp_path, fitted):
-    # Written by bayes_rvm at 23a5226 in format 2 (module paths for its classes); and a fresh
-    # file marked as format 1, which carried no checksum. Neither is read: re-fit and save.
+    # Written by bayes_rvm at 23a5226 in format 2 (module paths for its classes); and fresh
+    # files marked as format 1, which carried no checksum, and 3. None is read: re-fit and save.
     tree = xr.open_datatree(save_model(fitted, tmp_path / "m.nc"), engine="h5netcdf").load()
     tree.attrs["format"] = "bayes_rvm-model/1"
     del tree.attrs["checksum"]
     tree.to_netcdf(tmp_path / "one.nc", engine="h5netcdf")
     old = {"bayes_rvm-model/2": Path(__file__).parent / "data" / "rvr_23a5226.nc"}
     old["bayes_rvm-model/1"] = tmp_path / "one.nc"
+    # Format 3 stored the flat constructor parameters of before (nu, draws, n_centres, ...).
+    tree.attrs["format"] = "bayes_rvm-model/3"
+    tree.attrs["checksum"] = tree_checksum(tree)
+    tree.to_netcdf(tmp_path / "three.nc", engine="h5netcdf")
+    old["bayes_rvm-model/3"] = tmp_path / "three.nc"
     for fmt, path in old.items():
         with pytest.raises(ModelFileError) as info:
             load_model(path)
@@ -192,8 +197,8 @@ def statistics_mcmc():
     rng = np.random.default_rng(0)
     X = rng.uniform(-5, 5, (1500, 2))
     y = np.sinc(X[:, 0] / np.pi) * np.cos(X[:, 1] / 2) + 0.1 * rng.standard_normal(1500)
-    model = RVR(inference="mcmc", centres="random", n_centres=20, chunk_rows=400)
-    model.set_params(draws=60, chains=2, random_state=0)
+    model = RVR(inference="mcmc", centres=("random", 20), chunk_rows=400)
+    model.set_params(sampler_config={"draws": 60, "chains": 2}, random_state=0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # 60 draws: the R-hat warning is not this test's
         model.fit(X, y, progressbar=False)
@@ -268,7 +273,12 @@ def test_mcmc_draws_round_trip_on_the_graphs_column_scale(tmp_path):
     import warnings
 
     X, y = make_sinc(30, random_state=0)
-    model = RVR(gamma=0.11, inference="mcmc", draws=10, tune=50, chains=1, random_state=0)
+    model = RVR(
+        gamma=0.11,
+        inference="mcmc",
+        sampler_config={"draws": 10, "tune": 50, "chains": 1},
+        random_state=0,
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # 10 draws: convergence warnings are not this test's
         model.fit(X, y, progressbar=False)
@@ -297,7 +307,7 @@ def _width_search_fits():
     Xb, yb = make_blobs(60, centers=3, cluster_std=2.0, random_state=0)
     return {
         "evidence": (RVR(gamma="evidence"), X, y),
-        "statistics": (RVR(centres="random", n_centres=20, chunk_rows=200, random_state=0), Xs, ys),
+        "statistics": (RVR(centres=("random", 20), chunk_rows=200, random_state=0), Xs, ys),
         "ovr": (RVC(multi_class="ovr"), Xb, yb),
     }
 

@@ -140,9 +140,12 @@ def mcmc_small():
     X, y = make_sinc(40, random=True, random_state=7)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return RVR(gamma=0.25, inference="mcmc", chains=2, draws=300, tune=300, random_state=0).fit(
-            X, y
-        )
+        return RVR(
+            gamma=0.25,
+            inference="mcmc",
+            sampler_config={"chains": 2, "draws": 300, "tune": 300},
+            random_state=0,
+        ).fit(X, y)
 
 
 def test_mcmc_log_likelihood_is_marginal_loo(mcmc_small):
@@ -184,7 +187,7 @@ def test_pymc_calls_on_the_models(mcmc_small):
 
 def test_pymc_predictive_on_a_type2_tree():
     X, y = make_sinc(40, random=True, random_state=8)
-    est = RVR(gamma=0.25, mcmc_basis="relevant").fit(X, y)
+    est = RVR(gamma=0.25, sampler_config={"mcmc_basis": "relevant"}).fit(X, y)
     post = est.idata_["posterior"].dataset
     # the model's free variables, from the type-II optimum: alpha_rel on unit-RMS columns and
     # unit-RMS targets, as the model states its hyperpriors
@@ -217,7 +220,12 @@ def test_pareto_k_at_width_1():
     X, y = make_sinc(100, random=True, random_state=7)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        est = RVR(gamma=1.0, inference="mcmc", chains=2, draws=300, tune=300, random_state=0)
+        est = RVR(
+            gamma=1.0,
+            inference="mcmc",
+            sampler_config={"chains": 2, "draws": 300, "tune": 300},
+            random_state=0,
+        )
         dt = est.fit(X, y).idata_
         res, _ = elpd(dt)
         post = dt["posterior"].dataset

@@ -43,7 +43,10 @@ def mcmc_fit(sinc):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SamplingDiagnosticsWarning)
         return RVR(
-            gamma=GAMMA, inference="mcmc", mcmc_basis="relevant", random_state=0, **SMALL
+            gamma=GAMMA,
+            inference="mcmc",
+            sampler_config={"mcmc_basis": "relevant", **SMALL},
+            random_state=0,
         ).fit(*sinc)
 
 
@@ -182,7 +185,7 @@ def _small_fit(kind, inference, sinc):
     else:
         est, target = RVR(gamma=GAMMA, random_state=0), y
     if inference == "mcmc":
-        est.set_params(inference="mcmc", draws=200, tune=300, chains=2)
+        est.set_params(inference="mcmc", sampler_config={"draws": 200, "tune": 300, "chains": 2})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SamplingDiagnosticsWarning)
         return est.fit(X, target)
@@ -245,7 +248,7 @@ def test_user_covariate_slope_is_recovered_in_both_forms():
     z = rng.normal(size=80)
     slope_true = 0.3
     y = f + slope_true * z + NOISE * rng.normal(size=80)
-    est = RVR(gamma=GAMMA, mcmc_basis="relevant").fit(X, y)
+    est = RVR(gamma=GAMMA, sampler_config={"mcmc_basis": "relevant"}).fit(X, y)
 
     def covariate(model):
         z_data = pm.Data("covariate", z, dims="obs")
@@ -303,12 +306,17 @@ def test_priors_are_used_saved_and_loaded(sinc, tmp_path):
     X, y = sinc
     alpha_prior = Prior("Gamma", alpha=1.0, beta=Prior("HalfNormal", sigma=1.0))
     noise_prior = Prior("HalfCauchy", beta=0.5)
-    est = RVR(gamma=GAMMA, alpha_prior=alpha_prior, noise_prior=noise_prior).fit(X, y)
+    est = RVR(
+        gamma=GAMMA,
+        prior_params={"alpha_prior": alpha_prior},
+        likelihood_params={"noise_prior": noise_prior},
+    ).fit(X, y)
     model = est.model_
     assert {v.name for v in model.free_RVs} == {"alpha_rel_beta", "alpha_rel", "sigma_rel"}
     assert model.rvm_spec.alpha_prior == alpha_prior
     loaded = load_model(save_model(est, tmp_path / "fit.zarr"))
-    assert loaded.alpha_prior == alpha_prior and loaded.noise_prior == noise_prior
+    assert loaded.prior_params["alpha_prior"] == alpha_prior
+    assert loaded.likelihood_params["noise_prior"] == noise_prior
     assert model_cache_key(loaded.model_) == model_cache_key(model)
     assert repr(alpha_prior) == 'Prior("Gamma", alpha=1.0, beta=Prior("HalfNormal", sigma=1.0))'
     assert Prior.from_dict(alpha_prior.to_dict()) == alpha_prior
@@ -318,7 +326,7 @@ def test_priors_are_used_saved_and_loaded(sinc, tmp_path):
     with pytest.raises(ValueError, match="not a PyMC distribution"):
         Prior("Gammma")
     with pytest.raises(ValueError, match="inference='mcmc'"):
-        RVR(prior="student_t", nu=Prior("Gamma", alpha=2.0, beta=0.1)).fit(X, y)
+        RVR(prior="student_t", prior_params={"nu": Prior("Gamma", alpha=2.0, beta=0.1)}).fit(X, y)
 
 
 def test_warning_thresholds_print_distinctly():

@@ -240,7 +240,7 @@ def test_non_finite_counts_and_refused_options():
     with pytest.raises(ValueError, match="y"):
         RVR(likelihood="poisson").fit(x, np.r_[np.nan, y[1:]])
     with pytest.raises(ValueError, match="noise_variance"):
-        RVR(likelihood="poisson", noise_variance=1.0).fit(x, y)
+        RVR(likelihood="poisson", likelihood_params={"noise_variance": 1.0}).fit(x, y)
     with pytest.raises(ValueError, match="rvm\\*"):
         RVR(likelihood="poisson", predictive="rvm*").fit(x, y)
     with pytest.raises(ValueError, match="likelihood"):
@@ -273,9 +273,12 @@ def test_mcmc_recovers_the_log_rate(counts, tmp_path):
     from bayes_rvm import load_model, save_model
 
     x, y, log_rate = counts
-    est = RVR(likelihood="poisson", inference="mcmc", mcmc_basis="relevant", random_state=0).fit(
-        x, y, progressbar=False
-    )
+    est = RVR(
+        likelihood="poisson",
+        inference="mcmc",
+        sampler_config={"mcmc_basis": "relevant"},
+        random_state=0,
+    ).fit(x, y, progressbar=False)
     assert _rmse(np.log(est.predict(x)), log_rate) < 0.15
     rhat = az.rhat(est.idata_, var_names=["alpha_rel", "w"])
     assert max(float(rhat[k].max()) for k in rhat.data_vars) <= 1.01

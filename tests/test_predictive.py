@@ -161,9 +161,12 @@ def test_sample_y_moments_match_predict(star):
 @pytest.mark.filterwarnings("ignore::bayes_rvm.inference.SamplingDiagnosticsWarning")
 def test_mcmc_predictive_is_the_mixture_over_draws(gap_data):
     X, y = gap_data
-    model = RVR(gamma=GAMMA, inference="mcmc", draws=150, tune=150, chains=2, random_state=1).fit(
-        X, y
-    )
+    model = RVR(
+        gamma=GAMMA,
+        inference="mcmc",
+        sampler_config={"draws": 150, "tune": 150, "chains": 2},
+        random_state=1,
+    ).fit(X, y)
     post = model.idata_["posterior"].dataset
     phi = model.basis_.transform(X_TEST, columns=post["basis"].values)
     w = post["w"].values.reshape(-1, phi.shape[1])
@@ -230,10 +233,7 @@ def test_mcmc_rvm_star_is_the_mixture_of_dense_augmented_models_per_draw(gap_dat
         gamma=GAMMA,
         inference="mcmc",
         predictive="rvm*",
-        mcmc_basis="relevant",
-        draws=60,
-        tune=150,
-        chains=2,
+        sampler_config={"mcmc_basis": "relevant", "draws": 60, "tune": 150, "chains": 2},
         random_state=2,
     ).fit(X, y)
     post = model.idata_["posterior"].dataset

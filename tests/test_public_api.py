@@ -84,7 +84,11 @@ def test_type2_fit_imports_no_pymc():
 def test_mcmc_imports_pymc_on_demand_after_a_type2_fit():
     code = _TYPE2_FIT + textwrap.dedent(
         """
-        est = RVR(inference="mcmc", draws=60, tune=60, chains=1, random_state=0).fit(X, y)
+        est = RVR(
+            inference="mcmc",
+            sampler_config={"draws": 60, "tune": 60, "chains": 1},
+            random_state=0,
+        ).fit(X, y)
         print(dict(est.idata_["posterior"].sizes)["draw"], "pymc" in sys.modules)
         """
     )
@@ -97,10 +101,10 @@ def test_one_nu_default_everywhere():
     from bayes_rvm.models.priors import DEFAULT_MCMC_NU, DEFAULT_NU
 
     # "auto": the type-II default, and a Student-t that NUTS can sample under MCMC.
-    assert RVR().nu == RVC().nu == "auto"
+    assert RVR()._cfg.nu == RVC()._cfg.nu == "auto"
     assert RVR()._type2_nu() == RVC()._type2_nu() == DEFAULT_NU
     assert RVR()._mcmc_student_t() == RVC()._mcmc_student_t() == DEFAULT_MCMC_NU
-    assert RVR(nu=3.0)._mcmc_student_t() == 3.0
+    assert RVR(prior_params={"nu": 3.0})._mcmc_student_t() == 3.0
     assert _parser().parse_args(["fit"]).nu is None
 
 
@@ -113,7 +117,10 @@ def test_student_t_default_is_sparse_on_sinc():
     sparse = RVR(gamma=1 / 9, prior="student_t").fit(X, y)
     ard = RVR(gamma=1 / 9).fit(X, y)
     assert sparse.n_relevance_vectors_ <= 2 * ard.n_relevance_vectors_ <= 20
-    assert RVR(gamma=1 / 9, prior="student_t", nu=1.0).fit(X, y).n_relevance_vectors_ > 50
+    assert (
+        RVR(gamma=1 / 9, prior="student_t", prior_params={"nu": 1.0}).fit(X, y).n_relevance_vectors_
+        > 50
+    )
 
 
 def test_shipped_data_match_their_published_sizes():

@@ -170,8 +170,13 @@ def test_regularised_horseshoe_samples_from_type2_starts_below_its_floor():
     alpha = RVR(gamma=0.25).fit(X, y).fit_.alpha
     assert np.min(alpha * np.mean(y**2) / rms**2) < 25.0
     prior = Prior("RegularisedHorseshoePrecision", beta=0.001, c=0.2)
-    est = RVR(gamma=0.25, inference="mcmc", draws=100, tune=100, chains=2, random_state=1)
-    est.set_params(alpha_prior=prior).fit(X, y, progressbar=False)
+    est = RVR(
+        gamma=0.25,
+        inference="mcmc",
+        sampler_config={"draws": 100, "tune": 100, "chains": 2},
+        random_state=1,
+    )
+    est.set_params(prior_params={"alpha_prior": prior}).fit(X, y, progressbar=False)
     alpha_rel = est.idata_["posterior"].dataset["alpha_rel"].values
     assert alpha_rel.min() >= 25.0
     assert np.isfinite(alpha_rel).all()

@@ -390,13 +390,13 @@ def test_a_design_matrix_too_large_stops_before_allocating_and_names_centres(eig
     with pytest.raises(MemoryError, match=r"50000 x 50001 design matrix, 18\.6 GiB") as info:
         RVR().fit(X, y)
     message = str(info.value)
-    assert "RVR(centres='kmeans', n_centres=2000)" in message and MEMORY_ENV in message
+    assert "RVR(centres=('kmeans', 2000))" in message and MEMORY_ENV in message
     assert "limit of 8.0 GiB" in message
     # RVC's MacKay engine also holds an M x M Hessian: 37.3 GiB in all.
-    with pytest.raises(MemoryError, match=r"37\.3 GiB.*RVC\(centres='kmeans', n_centres=2000\)"):
+    with pytest.raises(MemoryError, match=r"37\.3 GiB.*RVC\(centres=\('kmeans', 2000\)\)"):
         RVC(solver="mackay").fit(X, y > 0)
     # The advice works: a subset of centres fits under the same limit.
-    model = RVR(centres="random", n_centres=100, random_state=0).fit(X[:20_000], y[:20_000])
+    model = RVR(centres=("random", 100), random_state=0).fit(X[:20_000], y[:20_000])
     assert model.score(X[20_000:], y[20_000:]) > 0.9
 
 
@@ -469,7 +469,9 @@ def _round_trip_cases():
 
     X, y = make_sinc(40, noise=0.1, random_state=0)
     Xb, yb = make_blobs(60, centers=3, cluster_std=2.0, random_state=0)
-    mcmc = dict(inference="mcmc", draws=60, tune=60, chains=2, random_state=0)
+    mcmc = dict(
+        inference="mcmc", sampler_config={"draws": 60, "tune": 60, "chains": 2}, random_state=0
+    )
     return {
         "ARD": (RVR(gamma=0.1), X, y),
         "student_t": (RVR(gamma=0.1, prior="student_t"), X, y),
@@ -723,7 +725,9 @@ def _study_grid():
         "ARD": RVR(gamma=0.1),
         "Student-t": RVR(gamma=0.1, prior="student_t"),
         "narrow": RVR(gamma=3.0),
-        "MCMC": RVR(gamma=0.1, inference="mcmc", draws=60, tune=60, chains=2),
+        "MCMC": RVR(
+            gamma=0.1, inference="mcmc", sampler_config={"draws": 60, "tune": 60, "chains": 2}
+        ),
     }
     return models, {"a": _sinc_set(20, 0), "b": _sinc_set(20, 5)}
 
@@ -876,9 +880,9 @@ def test_a_real_line_prior_is_refused_for_a_precision_a_scale_or_a_width():
     normal = Prior("Normal", mu=0.0, sigma=1.0)
     X, y = make_sinc(30, random_state=0)
     for params, name in (
-        ({"alpha_prior": normal}, "alpha_prior"),
-        ({"noise_prior": normal}, "noise_prior"),
-        ({"prior": "student_t", "nu": normal}, "nu"),
+        ({"prior_params": {"alpha_prior": normal}}, "alpha_prior"),
+        ({"likelihood_params": {"noise_prior": normal}}, "noise_prior"),
+        ({"prior": "student_t", "prior_params": {"nu": normal}}, "nu"),
         ({"gamma": normal}, "gamma"),
     ):
         est = RVR(inference="mcmc", **params)
@@ -886,7 +890,7 @@ def test_a_real_line_prior_is_refused_for_a_precision_a_scale_or_a_width():
         with pytest.raises(ValueError, match=f"{name} must be a distribution on the positive"):
             est.fit(X, y)
     with pytest.raises(ValueError, match="alpha_prior must be a distribution on the positive"):
-        RVC(inference="mcmc", alpha_prior=normal.to_dict()).fit(X, y > 0)
+        RVC(inference="mcmc", prior_params={"alpha_prior": normal.to_dict()}).fit(X, y > 0)
 
 
 def test_valid_priors_still_build_and_round_trip():
@@ -964,7 +968,7 @@ def test_exact_duplicate_rows_are_fitted_once_not_to_zero_noise():
         warnings.simplefilter("error", UserWarning)
         replicate = RVR(gamma=1.0).fit(np.vstack([X, X]), np.r_[y, y + 0.1])
         assert replicate.basis_.centres_.shape[0] == 200
-        fixed = RVR(gamma=1.0, noise_variance=0.02).fit(X2, y2)
+        fixed = RVR(gamma=1.0, likelihood_params={"noise_variance": 0.02}).fit(X2, y2)
     # A precomputed kernel's columns are the training samples too: a warning says what to do.
     K = np.exp(-((X2 - X2.T) ** 2))
     with pytest.warns(UserWarning, match="kernel='precomputed' they cannot be dropped"):
@@ -983,8 +987,10 @@ def test_exact_duplicate_rows_are_fitted_once_not_to_zero_noise():
     np.testing.assert_array_equal(
         cv.cv_results_["split_test_scores"], ref.cv_results_["split_test_scores"]
     )
-    half = RVR(gamma=1.0, noise_variance=0.01, solver="mackay").fit(X, y)
-    fixed_m = RVR(gamma=1.0, noise_variance=0.02, solver="mackay").fit(X2, y2)
+    half = RVR(gamma=1.0, likelihood_params={"noise_variance": 0.01}, solver="mackay").fit(X, y)
+    fixed_m = RVR(gamma=1.0, likelihood_params={"noise_variance": 0.02}, solver="mackay").fit(
+        X2, y2
+    )
     np.testing.assert_allclose(fixed_m.predict(X_TEST), half.predict(X_TEST), atol=1e-3)
     assert fixed.basis_.centres_.shape[0] == 200
 
@@ -1008,41 +1014,54 @@ def test_per_feature_widths_follow_a_feature_rescaled_by_1e12():
 
 
 @pytest.mark.parametrize(
-    ("cls", "param", "value"),
+    ("cls", "params", "name"),
     [
-        ("RVRCV", "noise_variance", 0),
-        ("RVRCV", "noise_variance", -1.0),
-        ("RVRCV", "nu", -1.0),
-        ("RVRCV", "tol", 0.0),
-        ("RVRCV", "threshold_alpha", -1),
-        ("RVRCV", "warm_start", "yes"),
-        ("RVRCV", "cv", 1),
-        ("RVRCV", "kernel", "poly"),
-        ("RVCCV", "nu", -1.0),
-        ("RVCCV", "solver", "newton"),
-        ("RVCCV", "max_iter", 0),
-        ("RVCCV", "threshold_alpha", 0),
+        (
+            "RVRCV",
+            {"likelihood_params": {"noise_variance": 0}},
+            "likelihood_params['noise_variance']",
+        ),
+        (
+            "RVRCV",
+            {"likelihood_params": {"noise_variance": -1.0}},
+            "likelihood_params['noise_variance']",
+        ),
+        ("RVRCV", {"prior_params": {"nu": -1.0}}, "prior_params['nu']"),
+        ("RVRCV", {"tol": 0.0}, "tol"),
+        ("RVRCV", {"prior_params": {"threshold_alpha": -1}}, "prior_params['threshold_alpha']"),
+        ("RVRCV", {"warm_start": "yes"}, "warm_start"),
+        ("RVRCV", {"cv": 1}, "cv"),
+        ("RVRCV", {"kernel": "poly"}, "kernel"),
+        ("RVCCV", {"prior_params": {"nu": -1.0}}, "prior_params['nu']"),
+        ("RVCCV", {"solver": "newton"}, "solver"),
+        ("RVCCV", {"max_iter": 0}, "max_iter"),
+        ("RVCCV", {"prior_params": {"threshold_alpha": 0}}, "prior_params['threshold_alpha']"),
     ],
 )
-def test_cv_estimators_check_their_parameters_as_rvr_and_rvc_do(cls, param, value, monkeypatch):
+def test_cv_estimators_check_their_parameters_as_rvr_and_rvc_do(cls, params, name, monkeypatch):
     from sklearn.utils._param_validation import InvalidParameterError
 
     from bayes_rvm.estimators import cv
 
-    est = getattr(cv, cls)(**{param: value})
+    est = getattr(cv, cls)(**params)
     template = est._template
     # Nothing reaches a fold: the search would raise its own error.
     monkeypatch.setattr(cv._WidthCV, "_search", lambda *a: pytest.fail("a fold was fitted"))
     X, y = make_sinc(20, random_state=0)
-    with pytest.raises(InvalidParameterError, match=f"The '{param}' parameter of {cls} must be"):
-        est.fit(X, y if cls == "RVRCV" else y > 0.2)
+    target = y if cls == "RVRCV" else y > 0.2
+    with pytest.raises(InvalidParameterError, match=re.escape(f"The {name!r} parameter of {cls}")):
+        est.fit(X, target)
+    (param,) = params
     if param in template._parameter_constraints and param != "kernel":
         # The same check as the estimator's own (the message names the other class).
         with pytest.raises(InvalidParameterError) as own:
-            template(**{param: value}).fit(X, y if cls == "RVRCV" else y > 0.2)
+            template(**params).fit(X, target)
         with pytest.raises(InvalidParameterError) as twin:
-            est.fit(X, y if cls == "RVRCV" else y > 0.2)
+            est.fit(X, target)
         assert str(twin.value) == str(own.value).replace(template.__name__, cls, 1)
+    # The twins take the keys they forward, no others.
+    with pytest.raises(ValueError, match=r"prior_params has no key 'alpha_prior'"):
+        getattr(cv, cls)(prior_params={"alpha_prior": None}).fit(X, target)
 
 
 def test_predictions_too_large_for_memory_stop_before_allocating(eight_gib):
@@ -1114,7 +1133,12 @@ def test_mcmc_predictions_are_made_in_blocks_of_rows_with_the_same_result(
     from bayes_rvm.estimators.base import BaseRVM
 
     X, y = make_sinc(30, random_state=0)
-    est = RVR(gamma=1.0, inference="mcmc", draws=100, tune=100, chains=2, random_state=0)
+    est = RVR(
+        gamma=1.0,
+        inference="mcmc",
+        sampler_config={"draws": 100, "tune": 100, "chains": 2},
+        random_state=0,
+    )
     est.set_params(predictive=predictive).fit(X, y, progressbar=False)
     whole = est.predict(X_TEST, return_std=True)
     monkeypatch.setattr(BaseRVM, "_BLOCK_FLOATS", 2 * 200 * 7)  # blocks of 7 rows
@@ -1261,7 +1285,11 @@ def test_the_student_t_default_prior_names_a_bad_nu():
 def test_a_diverging_vi_learning_rate_is_named_with_the_advice():
     # PyMC's "NaN occurred in optimization" surfaced before the package's advice.
     X, y = make_sinc(30, random_state=0)
-    est = RVR(gamma=1.0, inference="vi", draws=20, vi_kwargs={"learning_rate": 1e3, "n": 300})
+    est = RVR(
+        gamma=1.0,
+        inference="vi",
+        sampler_config={"draws": 20, "vi_kwargs": {"learning_rate": 1e3, "n": 300}},
+    )
     with pytest.raises(
         FloatingPointError,
         match=r"ADVI diverged.*vi_kwargs\['learning_rate'\]=1000.*"
@@ -1300,7 +1328,7 @@ def test_sample_y_memory_refusals_name_n_samples_and_count_what_counts_draw(monk
 def test_counts_above_the_limit_are_refused_naming_y_and_the_limit():
     # Counts of 1e15 (whole numbers float64 holds exactly) gave rates up to 1e304 with only
     # NumPy RuntimeWarnings.
-    from bayes_rvm.estimators.counts import MAX_COUNT
+    from bayes_rvm.estimators.likelihoods import MAX_COUNT
 
     x = np.linspace(-5.0, 5.0, 40)[:, None]
     rate = np.exp(1.0 + np.sin(x[:, 0]))

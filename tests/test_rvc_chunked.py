@@ -166,7 +166,7 @@ def test_chunked_rounds_reach_the_laplace_fixed_point(problem):
 def test_rvc_chunk_rows_fits_and_predicts(problem, tmp_path):
     X, y, *_ = problem
     Xt, yt = _boundary(4000, 1)
-    kw = dict(gamma=1.0, centres="random", n_centres=60, random_state=0, moderated="probit")
+    kw = dict(gamma=1.0, centres=("random", 60), random_state=0, moderated="probit")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         mem = RVC(chunk_rows=None, **kw).fit(X, y)
@@ -203,7 +203,7 @@ def test_rvc_chunk_rows_fits_and_predicts(problem, tmp_path):
 )
 def test_rvc_chunk_rows_refuses_what_needs_the_design(params, match):
     X, y = _boundary(200, 2)
-    kw = {"gamma": 1.0, "centres": "random", "n_centres": 20, "chunk_rows": 50, **params}
+    kw = {"gamma": 1.0, "centres": ("random", 20), "chunk_rows": 50, **params}
     with pytest.raises(ValueError, match=match):
         RVC(**kw).fit(X, y)
 
@@ -213,7 +213,7 @@ def test_rvc_auto_takes_the_chunked_path_above_the_limit(monkeypatch):
     the MemoryError of ``chunk_rows=None``."""
     X, y = _boundary(2000, 3)
     monkeypatch.setenv("BAYES_RVM_MAX_MEMORY", "200kB")
-    kw = dict(gamma=1.0, centres="random", n_centres=30, random_state=0)
+    kw = dict(gamma=1.0, centres=("random", 30), random_state=0)
     with pytest.raises(MemoryError):
         RVC(chunk_rows=None, **kw).fit(X, y)
     with warnings.catch_warnings():
@@ -338,7 +338,7 @@ def test_nearly_separable_rounds_keep_their_best():
     y = (np.sin(2 * X[:, 0]) + X[:, 1] ** 2 > 1.5).astype(int)
     Xt = rng.uniform(-2, 2, (20000, 2))
     yt = (np.sin(2 * Xt[:, 0]) + Xt[:, 1] ** 2 > 1.5).astype(int)
-    kw = dict(gamma=1.0, centres="random", n_centres=60, random_state=0)
+    kw = dict(gamma=1.0, centres=("random", 60), random_state=0)
     with warnings.catch_warnings():
         warnings.simplefilter("error", ConvergenceWarning)
         chunked = RVC(chunk_rows=500, **kw).fit(X, y)

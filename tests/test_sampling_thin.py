@@ -125,12 +125,22 @@ def test_statistics_path_thins_by_default_and_its_draws_keep_the_type2_posterior
     from bayes_rvm import RVR
 
     X, y = _sinc2d(4000)
-    kw = {"gamma": 0.5, "centres": "random", "n_centres": 10, "random_state": 0}
+    kw = {"gamma": 0.5, "centres": ("random", 10), "random_state": 0}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        stats = RVR(inference="mcmc", draws=200, tune=200, chains=2, chunk_rows=1500, **kw)
+        stats = RVR(
+            inference="mcmc",
+            sampler_config={"draws": 200, "tune": 200, "chains": 2},
+            chunk_rows=1500,
+            **kw,
+        )
         stats.fit(X, y, progressbar=False)
-        memory = RVR(inference="mcmc", draws=50, tune=100, chains=2, chunk_rows=None, **kw)
+        memory = RVR(
+            inference="mcmc",
+            sampler_config={"draws": 50, "tune": 100, "chains": 2},
+            chunk_rows=None,
+            **kw,
+        )
         memory.fit(X, y, progressbar=False)
         type2 = RVR(chunk_rows=1500, **kw).fit(X, y)
     settings = [json.loads(m.idata_.attrs["settings"]) for m in (stats, memory)]

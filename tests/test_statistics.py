@@ -177,7 +177,7 @@ def test_rvr_from_statistics_equals_in_memory(sinc2d, gamma):
     from bayes_rvm import RVR
 
     X, y, X_test = sinc2d
-    kw = {"gamma": gamma, "centres": "random", "n_centres": 300, "random_state": 0}
+    kw = {"gamma": gamma, "centres": ("random", 300), "random_state": 0}
     dense = RVR(chunk_rows=None, **kw).fit(X, y)
     chunked = RVR(chunk_rows=3000, **kw).fit(X, y)
     assert dense.statistics_ is None and chunked.statistics_.n == X.shape[0]
@@ -209,11 +209,11 @@ def test_rvr_chunk_rows_rules(sinc2d, monkeypatch):
     X, y, _ = sinc2d
     X, y = X[:3000], y[:3000]
     # "auto" keeps the design below the threshold and switches above it.
-    assert RVR(centres="random", n_centres=50)._on_statistics(X) is False
+    assert RVR(centres=("random", 50))._on_statistics(X) is False
     monkeypatch.setattr(large_data, "LARGE_DESIGN_BYTES", 8 * 3000 * 51 - 1)
-    assert RVR(centres="random", n_centres=50)._on_statistics(X) is True
+    assert RVR(centres=("random", 50))._on_statistics(X) is True
     assert RVR(centres=None)._on_statistics(X) is False
-    assert RVR(centres="random", n_centres=50, chunk_rows=None)._on_statistics(X) is False
+    assert RVR(centres=("random", 50), chunk_rows=None)._on_statistics(X) is False
     # A forced statistics fit that cannot run on statistics says why.
     for bad, match in [
         ({"centres": None}, "subset of centres"),
@@ -221,7 +221,7 @@ def test_rvr_chunk_rows_rules(sinc2d, monkeypatch):
         ({"predictive": "rvm*"}, "rvm\\*"),
         ({"gamma": "evidence"}, "gamma='evidence'"),
     ]:
-        kw = {"centres": "random", "n_centres": 50, "chunk_rows": 500} | bad
+        kw = {"centres": ("random", 50), "chunk_rows": 500} | bad
         with pytest.raises(ValueError, match=match):
             RVR(**kw).fit(X, y)
 
@@ -232,7 +232,7 @@ def test_rvr_from_statistics_saves_and_loads(sinc2d, tmp_path):
     from bayes_rvm import RVR, load_model, save_model
 
     X, y, X_test = sinc2d
-    model = RVR(gamma=0.5, centres="random", n_centres=60, chunk_rows=700, random_state=0)
+    model = RVR(gamma=0.5, centres=("random", 60), chunk_rows=700, random_state=0)
     model.fit(X[:3000], y[:3000])
     expected = model.predict(X_test, return_std=True)
     save_model(model, tmp_path / "m.nc")
@@ -249,7 +249,7 @@ def test_auto_takes_the_statistics_where_the_design_would_not_fit(sinc2d, monkey
 
     X, y, X_test = sinc2d
     X, y = X[:3000], y[:3000]
-    kw = {"gamma": 0.5, "centres": "random", "n_centres": 100, "random_state": 0}
+    kw = {"gamma": 0.5, "centres": ("random", 100), "random_state": 0}
     reference = RVR(chunk_rows=None, **kw).fit(X, y).predict(X_test[:20])
     monkeypatch.setenv("BAYES_RVM_MAX_MEMORY", "2MB")  # the 3000 x 101 design needs 2.4 MB
     with pytest.raises(MemoryError, match="design matrix"):
@@ -269,12 +269,9 @@ def test_rvr_mcmc_from_statistics_samples_the_same_posterior_as_the_design(sinc2
     kw = dict(
         inference="mcmc",
         gamma=0.5,
-        centres="random",
-        n_centres=15,
+        centres=("random", 15),
         random_state=0,
-        draws=150,
-        tune=150,
-        chains=2,
+        sampler_config={"draws": 150, "tune": 150, "chains": 2},
     )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -295,7 +292,13 @@ def test_rvr_auto_chunk_rows_counts_the_mcmc_log_likelihood(sinc2d, monkeypatch)
 
     X = sinc2d[0][:3000]
     monkeypatch.setattr(large_data, "LARGE_DESIGN_BYTES", 8 * 3000 * 51 * 10)
-    kw = {"centres": "random", "n_centres": 50}
+    kw = {"centres": ("random", 50)}
     assert RVR(**kw)._on_statistics(X) is False
-    assert RVR(inference="mcmc", draws=500, chains=2, **kw)._on_statistics(X) is True
-    assert RVR(inference="mcmc", draws=100, chains=2, **kw)._on_statistics(X) is False
+    assert (
+        RVR(inference="mcmc", sampler_config={"draws": 500, "chains": 2}, **kw)._on_statistics(X)
+        is True
+    )
+    assert (
+        RVR(inference="mcmc", sampler_config={"draws": 100, "chains": 2}, **kw)._on_statistics(X)
+        is False
+    )

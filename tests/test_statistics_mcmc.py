@@ -38,7 +38,7 @@ def test_default_statistics_mcmc_converges_and_predicts_as_the_in_memory_mcmc():
     # over the 17 quantities 1.0036-1.0085 at random_state 0-5; unthinned 1.0058-1.0111, three
     # of six above 1.01, each time the folded half (NUTS draws are antithetic in the values and
     # positively correlated in their spread: tests/test_sampling_thin.py).
-    kw = {"gamma": 0.5, "centres": centres, "draws": 500, "chains": 2}
+    kw = {"gamma": 0.5, "centres": centres, "sampler_config": {"draws": 500, "chains": 2}}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         stats = RVR(inference="mcmc", random_state=0, chunk_rows=700, **kw)
@@ -92,8 +92,8 @@ def test_statistics_log_likelihood_holds_the_exact_loo_terms_of_its_rows(monkeyp
     full = statistics_model.log_likelihood_rows
     monkeypatch.setattr(statistics_model, "log_likelihood_rows", lambda n: full(n, 60))
     X, y, _ = _sinc2d(400, seed=1)
-    kw = {"gamma": 0.5, "centres": "random", "n_centres": 12, "chunk_rows": 150}
-    est = _fit(X, y, draws=100, tune=150, chains=2, **kw)
+    kw = {"gamma": 0.5, "centres": ("random", 12), "chunk_rows": 150}
+    est = _fit(X, y, sampler_config={"draws": 100, "tune": 150, "chains": 2}, **kw)
     dt = est.idata_
     rows = full(400, 60)
     assert dt.attrs["log_likelihood_rows"] == "subset of 60 of 400 data rows"
@@ -128,7 +128,8 @@ def test_statistics_mcmc_at_fifty_thousand_rows_has_no_in_out_bimodality():
     # apart, 7 columns more than 1 apart; seed 0: 4.2, 4 columns). Stated per row (unit RMS,
     # prior_column_scale) the chains agree (0.16-0.43 apart over seeds 0-3).
     X, y, _ = _sinc2d(50_000, seed=1)
-    est = _fit(X, y, centres="random", n_centres=50, chunk_rows=8192, draws=300, tune=300, chains=2)
+    config = {"draws": 300, "tune": 300, "chains": 2}
+    est = _fit(X, y, centres=("random", 50), chunk_rows=8192, sampler_config=config)
     assert est._fitted_on_statistics
     log10_alpha = np.log10(est.idata_["posterior"]["alpha"]).mean("draw").values
     assert log10_alpha.shape[1] >= 15  # the relevance vectors, sampled

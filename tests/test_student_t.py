@@ -210,7 +210,7 @@ def test_robust_rvr_halves_the_gaussian_error_on_outliers(solver):
 
 def test_fixed_noise_nu_and_the_predictive_standard_deviation():
     X, y, _, X_test, _ = _outlier_sinc()
-    model = RVR(gamma=GAMMA, likelihood="student_t", noise_nu=5.0).fit(X, y)
+    model = RVR(gamma=GAMMA, likelihood="student_t", likelihood_params={"noise_nu": 5.0}).fit(X, y)
     assert model.noise_nu_ == 5.0
     assert isinstance(model.fit_.posterior, StudentTWeights)
     mean, std = model.predict(X_test[:20], return_std=True)
@@ -232,7 +232,7 @@ def test_student_t_bad_input_is_refused_early():
     with pytest.raises(ValueError, match="one output"):
         RVR(gamma=GAMMA, likelihood="student_t").fit(X, np.column_stack([y, y]))
     with pytest.raises(ValueError, match="noise_nu"):
-        RVR(gamma=GAMMA, likelihood="student_t", noise_nu=-1.0).fit(X, y)
+        RVR(gamma=GAMMA, likelihood="student_t", likelihood_params={"noise_nu": -1.0}).fit(X, y)
     with pytest.raises(ValueError, match="likelihood"):
         RVR(gamma=GAMMA, likelihood="cauchy").fit(X, y)
     with pytest.raises(ValueError, match="beta_prior"):  # improper: no maximum at small nu
@@ -243,7 +243,7 @@ def test_student_t_fit_survives_save_and_load(tmp_path):
     from bayes_rvm import load_model, save_model
 
     X, y, _, X_test, _ = _outlier_sinc()
-    model = RVR(gamma=GAMMA, likelihood="student_t", noise_nu=4.0).fit(X, y)
+    model = RVR(gamma=GAMMA, likelihood="student_t", likelihood_params={"noise_nu": 4.0}).fit(X, y)
     path = save_model(model, tmp_path / "t_model.nc")
     loaded = load_model(path)
     assert loaded.likelihood == "student_t" and loaded.noise_nu_ == model.noise_nu_
@@ -285,7 +285,9 @@ def test_model_is_the_student_t_graph_and_its_log_likelihood_is_scipys():
 
 def test_type2_posterior_predictive_draws_t_distributed_targets():
     X, y, *_ = _outlier_sinc()
-    est = RVR(gamma=GAMMA, likelihood="student_t", noise_nu=3.0, random_state=0).fit(X, y)
+    est = RVR(
+        gamma=GAMMA, likelihood="student_t", likelihood_params={"noise_nu": 3.0}, random_state=0
+    ).fit(X, y)
     post = est.idata_["posterior"].dataset
     assert float(post["noise_nu"].values.mean()) == 3.0
     dt = est.sample_posterior_predictive(random_state=0)
@@ -306,7 +308,11 @@ def test_type2_posterior_predictive_draws_t_distributed_targets():
 @pytest.mark.slow
 def test_mcmc_student_t_halves_the_gaussian_error_and_mixes():
     X, y, _, X_test, f_test = _outlier_sinc()
-    kw = {"gamma": GAMMA, "inference": "mcmc", "draws": 500, "tune": 500, "chains": 2}
+    kw = {
+        "gamma": GAMMA,
+        "inference": "mcmc",
+        "sampler_config": {"draws": 500, "tune": 500, "chains": 2},
+    }
     rmse, fits = {}, {}
     for lik in ("gaussian", "student_t"):
         fits[lik] = RVR(likelihood=lik, random_state=0, **kw).fit(X, y, progressbar=False)

@@ -120,7 +120,11 @@ def test_classifier_row_has_error_rate_and_log_loss():
 
 def test_mcmc_row_reports_diagnostics():
     X, y, Xt, yt = _sinc()
-    mcmc = RVR(gamma=0.1, inference="mcmc", mcmc_basis="relevant", draws=60, tune=60, chains=2)
+    mcmc = RVR(
+        gamma=0.1,
+        inference="mcmc",
+        sampler_config={"mcmc_basis": "relevant", "draws": 60, "tune": 60, "chains": 2},
+    )
     table = run_study({"MCMC": mcmc}, {"sinc": (X, y, Xt, yt)}, n_jobs=1, random_state=2)
     row = table.iloc[0]
     direct = mcmc.set_params(random_state=int(row["seed"])).fit(X, y)
@@ -270,7 +274,7 @@ def test_store_settings_record_the_grid(tmp_path):
     assert json.loads(one["spec"])["params"]["prior"] == "student_t"
     # Estimators by their short names: a class that moves keeps the store resumable.
     assert json.loads(one["spec"])["class"] == "RVR"
-    assert settings["format"] == "bayes_rvm-study/3"
+    assert settings["format"] == "bayes_rvm-study/4"
     assert "bayes_rvm." not in (tmp_path / "s" / "study.json").read_text()
 
 

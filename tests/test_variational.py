@@ -32,7 +32,7 @@ def sinc():
 @pytest.fixture(scope="module")
 def vi_fit(sinc):
     X, y, *_ = sinc
-    return RVR(gamma=GAMMA, inference="vi", random_state=0, draws=500).fit(X, y)
+    return RVR(gamma=GAMMA, inference="vi", random_state=0, sampler_config={"draws": 500}).fit(X, y)
 
 
 def _exact_posterior(phi, t, nu):
@@ -173,8 +173,13 @@ def test_save_load_round_trips_a_vi_fit(vi_fit, sinc, tmp_path):
 
 def test_non_converged_elbo_warns_with_a_hint(sinc):
     X, y, *_ = sinc
-    est = RVR(gamma=GAMMA, inference="vi", random_state=0, draws=50, vi_kwargs={"n": 300})
-    with pytest.warns(VariationalConvergenceWarning, match=r"vi_kwargs=\{'n'"):
+    est = RVR(
+        gamma=GAMMA,
+        inference="vi",
+        random_state=0,
+        sampler_config={"draws": 50, "vi_kwargs": {"n": 300}},
+    )
+    with pytest.warns(VariationalConvergenceWarning, match=r"'vi_kwargs': \{'n'"):
         est.fit(X, y)
     assert est.idata_.attrs["converged"] == 0
 
@@ -182,7 +187,7 @@ def test_non_converged_elbo_warns_with_a_hint(sinc):
 def test_bad_vi_settings_fail_before_the_fit(sinc):
     X, y, *_ = sinc
     with pytest.raises(ValueError, match="unknown keys"):
-        RVR(gamma=GAMMA, inference="vi", vi_kwargs={"steps": 10}).fit(X, y)
+        RVR(gamma=GAMMA, inference="vi", sampler_config={"vi_kwargs": {"steps": 10}}).fit(X, y)
     with pytest.raises(InvalidParameterError, match="inference"):
         RVC(inference="vi").fit(X, y > 0)
 
@@ -191,7 +196,9 @@ def test_bad_vi_settings_fail_before_the_fit(sinc):
 @pytest.mark.filterwarnings("ignore::bayes_rvm.inference.diagnostics.SamplingDiagnosticsWarning")
 def test_vi_predicts_as_well_as_mcmc_and_compare_takes_three_engines(vi_fit, sinc):
     X, y, X_test, y_test = sinc
-    mcmc = RVR(gamma=GAMMA, inference="mcmc", random_state=0, draws=500, chains=2).fit(X, y)
+    mcmc = RVR(
+        gamma=GAMMA, inference="mcmc", random_state=0, sampler_config={"draws": 500, "chains": 2}
+    ).fit(X, y)
     type2 = RVR(gamma=GAMMA, random_state=0).fit(X, y)
 
     def nlpd(est):
@@ -241,7 +248,9 @@ def test_vi_on_poisson_counts_recovers_the_log_rate(tmp_path):
     truth (as type-II and MCMC), the rate near the Laplace type-II fit's, and every
     draws-based path (log_likelihood, predict, sample_y, the posterior predictive, save/load)."""
     x, y, log_rate = _counts_problem()
-    est = RVR(likelihood="poisson", inference="vi", random_state=0, draws=500).fit(x, y)
+    est = RVR(
+        likelihood="poisson", inference="vi", random_state=0, sampler_config={"draws": 500}
+    ).fit(x, y)
     type2 = RVR(likelihood="poisson", random_state=0).fit(x, y)
     dt = est.idata_
     assert dt.attrs["method"] == "vi" and dt.attrs["likelihood"] == "poisson"
@@ -278,7 +287,9 @@ def test_vi_on_student_t_noise_is_robust_to_outliers():
     with 10% gross outliers its test RMSE is at most half the Gaussian RVR's, and its
     log_likelihood is scipy's t density at each draw."""
     X, y, X_test, f_test = _outlier_sinc()
-    est = RVR(likelihood="student_t", inference="vi", random_state=0, draws=500).fit(X, y)
+    est = RVR(
+        likelihood="student_t", inference="vi", random_state=0, sampler_config={"draws": 500}
+    ).fit(X, y)
     gauss = RVR(random_state=0).fit(X, y)
     rmse = np.sqrt(np.mean((est.predict(X_test) - f_test) ** 2))
     assert rmse <= 0.5 * np.sqrt(np.mean((gauss.predict(X_test) - f_test) ** 2))

@@ -159,7 +159,7 @@ def test_default_width_two_outputs_and_fixed_noise():
     at = shared_evidence(_design(X, ls), T).log_evidence
     for f in (1.1, 1 / 1.1):  # a maximum of the two outputs' summed evidence
         assert shared_evidence(_design(X, ls * f), T).log_evidence < at
-    noisy = RVR(noise_variance=0.05).fit(X, y)
+    noisy = RVR(likelihood_params={"noise_variance": 0.05}).fit(X, y)
     assert noisy.noise_variance_ == pytest.approx(0.05)
     beta = target_scale(y[:, None]) ** 2 / 0.05
     Tn = y / target_scale(y[:, None])

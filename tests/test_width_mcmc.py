@@ -100,7 +100,9 @@ def sampled():
     with warnings.catch_warnings():
         # a short run: its R-hat / ESS warnings are expected here (the slow test checks them)
         warnings.simplefilter("ignore", SamplingDiagnosticsWarning)
-        est = RVR(gamma=DEFAULT_GAMMA_PRIOR, inference="mcmc", random_state=0, **SMALL).fit(X, y)
+        est = RVR(
+            gamma=DEFAULT_GAMMA_PRIOR, inference="mcmc", sampler_config=SMALL, random_state=0
+        ).fit(X, y)
     return X, y, est
 
 

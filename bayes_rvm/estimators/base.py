@@ -19,18 +19,23 @@ import scipy.sparse as sp
 from sklearn.base import BaseEstimator
 from sklearn.cluster import MiniBatchKMeans
 from sklearn.utils import check_random_state, check_scalar
-from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils._param_validation import (
+    Interval,
+    StrOptions,
+    validate_parameter_constraints,
+)
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
-from bayes_rvm.basis.kernels import WIDTH_RULES, KernelBasis
+from bayes_rvm.basis.kernels import WIDTH_RULES, KernelBasis, WidthRule
 from bayes_rvm.estimators.width_selection import (
     CLASSIFIER_STOP_DROP,
     CLASSIFIER_WIDTH_PENALTY,
     DEFAULT_GAMMA,
     SHARED_MAX_SAMPLES,
     SHARED_MAX_SAMPLES_CLASSIFIER,
-    WidthSelectionMixin,
+    WidthSearch,
+    width_attributes,
 )
 from bayes_rvm.evidence.problem import (
     TrainingData,
@@ -48,6 +53,7 @@ from bayes_rvm.models.priors import (
     as_prior,
 )
 from bayes_rvm.posterior.draws import PosteriorDraws
+from bayes_rvm.posterior.predictors import Rows
 from bayes_rvm.threads import one_blas_thread
 
 # The constants and memory checks of width_selection.py and memory.py (moved there from here)
@@ -62,11 +68,14 @@ __all__ = [
     "SHARED_MAX_SAMPLES_CLASSIFIER",
     "WIDTH_RULES",
     "BaseRVM",
+    "ParamGroup",
+    "Settings",
     "check_fit_memory",
     "check_memory",
     "check_number",
     "memory_limit",
     "normalise_columns",
+    "resolve_group",
 ]
 
 PRIORS = ("ard", "student_t")
@@ -96,6 +105,126 @@ def check_number(name: str, value, *, low=0.0, integer=False, allow_none=False, 
         what = "an integer" if integer else "a finite number"
         rel = ">=" if inclusive else ">"
         raise ValueError(f"{name} must be {what} {rel} {low}, got {value!r}.")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ParamGroup:
+    """One dict parameter (``prior_params``, ...): the defaults and constraints of its keys.
+
+    ``open``: keys other than these are allowed and kept apart (``kernel_params``: the keyword
+    arguments of a callable kernel).
+    """
+
+    defaults: Mapping
+    constraints: Mapping
+    open: bool = False
+
+    def only(self, *keys: str) -> ParamGroup:
+        """The group restricted to ``keys`` (a cross-validated twin's)."""
+        return ParamGroup(
+            {k: self.defaults[k] for k in keys}, {k: self.constraints[k] for k in keys}, self.open
+        )
+
+
+def resolve_group(owner: str, name: str, value, group: ParamGroup) -> tuple[dict, dict]:
+    """The dict parameter ``name`` merged over its defaults and checked; ``(known, others)``.
+
+    A key the group does not know is a ValueError naming ``name``, the key and the allowed keys
+    (unless the group is open: then such keys come back in ``others``). The values are checked
+    by scikit-learn's :func:`validate_parameter_constraints`, named ``name['key']``. The user's
+    dict is not modified.
+    """
+    given = {} if value is None else dict(value)
+    others = {k: v for k, v in given.items() if k not in group.defaults}
+    if others and not group.open:
+        raise ValueError(
+            f"{owner}: {name} has no key {sorted(others, key=str)[0]!r}; its keys are "
+            f"{sorted(group.defaults)}."
+        )
+    known = {**group.defaults, **{k: v for k, v in given.items() if k in group.defaults}}
+    validate_parameter_constraints(
+        {f"{name}[{k!r}]": group.constraints[k] for k in known},
+        {f"{name}[{k!r}]": v for k, v in known.items()},
+        caller_name=owner,
+    )
+    return known, others
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Settings:
+    """An estimator's dict parameters and ``centres`` resolved: what the internal code reads.
+
+    Built at the start of ``fit`` (kept as ``_settings``) and when a saved model is loaded; an
+    unfitted estimator resolves it from its current parameters (:attr:`BaseRVM._cfg`).
+    ``centre_method`` is None (every training input), ``"random"``, ``"kmeans"`` (with
+    ``n_centres``) or ``"given"`` (``centres``, the array).
+    """
+
+    degree: int
+    coef0: float
+    kernel_kwargs: dict | None
+    nu: object
+    alpha_prior: object
+    threshold_alpha: object
+    noise_variance: float | None
+    noise_nu: float | None
+    noise_prior: object
+    draws: int
+    tune: int
+    chains: int
+    sampler: str
+    mcmc_basis: str
+    vi_kwargs: dict | None
+    centre_method: str | None
+    n_centres: int | None
+    centres: object
+
+
+#: The centre methods ``centres=(method, n)`` takes.
+CENTRE_METHODS = ("random", "kmeans")
+
+
+def resolve_centres(spec) -> tuple[str | None, int | None, object]:
+    """``centres`` as ``(method, n_centres, array)``: None, ``(method, n)`` or given centres."""
+    if spec is None:
+        return None, None, None
+    if isinstance(spec, str) or (
+        isinstance(spec, tuple | list) and spec and isinstance(spec[0], str)
+    ):
+        if isinstance(spec, str) or len(spec) != 2 or spec[0] not in CENTRE_METHODS:
+            raise ValueError(
+                "centres must be None (every training input), ('random', n) or ('kmeans', n) "
+                f"(a method and a count) or an array of centres; got {spec!r}."
+            )
+        check_number(
+            f"the count of centres in centres={tuple(spec)!r}", spec[1], low=0, integer=True
+        )
+        return spec[0], int(spec[1]), None
+    return "given", None, spec
+
+
+#: ``kernel_params``: the polynomial and sigmoid kernels' terms; its other keys are the keyword
+#: arguments of a callable kernel.
+KERNEL_PARAMS = ParamGroup(
+    {"degree": 3, "coef0": 1.0},
+    {
+        "degree": [Interval(Integral, 1, None, closed="left")],
+        "coef0": [Interval(Real, None, None, closed="neither")],
+    },
+    open=True,
+)
+#: Constraints of the keys of ``prior_params`` and ``sampler_config`` that both estimators take.
+PRIOR_CONSTRAINTS = {
+    "nu": [POSITIVE, Prior, StrOptions({"auto"})],
+    "alpha_prior": [Prior, dict, None],
+}
+SAMPLER_CONSTRAINTS = {
+    "draws": [Interval(Integral, 1, None, closed="left")],
+    "tune": [Interval(Integral, 0, None, closed="left")],
+    "chains": [Interval(Integral, 1, None, closed="left")],
+    "sampler": [StrOptions(set(SAMPLERS))],
+    "mcmc_basis": [StrOptions({"all", "relevant"})],
+}
 
 
 def path_to_json(path: WidthPath | None) -> dict | None:
@@ -190,7 +319,7 @@ def new_inputs(estimator, X) -> np.ndarray:
 _OWNED_SAMPLE_KWARGS = {"draws", "tune", "chains", "sampler", "random_seed", "initvals", "model"}
 
 
-class BaseRVM(WidthSelectionMixin, BaseEstimator):
+class BaseRVM(BaseEstimator):
     """Parameters and helpers shared by the RVM estimators.
 
     Subclasses declare their own ``_parameter_constraints`` (extending :attr:`_shared_constraints`)
@@ -201,50 +330,166 @@ class BaseRVM(WidthSelectionMixin, BaseEstimator):
     _shared_constraints: dict = {  # noqa: RUF012 - scikit-learn's convention
         "kernel": [str, callable],
         "gamma": [StrOptions({"scale", "auto", *WIDTH_RULES}), POSITIVE, "array-like", Prior],
-        "degree": [Interval(Integral, 1, None, closed="left")],
-        "coef0": [Interval(Real, None, None, closed="neither")],
         "kernel_params": [dict, None],
         "bias": ["boolean"],
+        "centres": ["array-like", str, None],
         "prior": [StrOptions(set(PRIORS))],
-        "nu": [POSITIVE, Prior, StrOptions({"auto"})],
-        "alpha_prior": [Prior, dict, None],
+        "prior_params": [dict, None],
         "max_iter": [Interval(Integral, 1, None, closed="left")],
         "tol": [POSITIVE],
-        "centres": [str, "array-like", None],
-        "n_centres": [Interval(Integral, 1, None, closed="left"), None],
         "inference": [StrOptions({"type2", "mcmc"})],
-        "draws": [Interval(Integral, 1, None, closed="left")],
-        "tune": [Interval(Integral, 0, None, closed="left")],
-        "chains": [Interval(Integral, 1, None, closed="left")],
-        "sampler": [StrOptions(set(SAMPLERS))],
-        "mcmc_basis": [StrOptions({"all", "relevant"})],
+        "sampler_config": [dict, None],
         "predictive": [StrOptions({"rvm", "rvm*"})],
         "random_state": ["random_state"],
         "verbose": ["verbose"],
     }
 
+    #: The dict parameters' keys, with their defaults and constraints (each estimator's own).
+    _param_groups: dict = {}  # noqa: RUF012
+
+    def _resolve_settings(self) -> Settings:
+        """The dict parameters and ``centres`` resolved and checked (see :class:`Settings`)."""
+        owner = type(self).__name__
+        flat = dict.fromkeys(("noise_variance", "noise_nu", "noise_prior", "vi_kwargs"))
+        kernel_kwargs = None
+        for name, group in self._param_groups.items():
+            known, others = resolve_group(owner, name, getattr(self, name), group)
+            flat.update(known)
+            if group.open:
+                kernel_kwargs = others or None
+        method, n, array = resolve_centres(self.centres)
+        return Settings(
+            **flat, kernel_kwargs=kernel_kwargs, centre_method=method, n_centres=n, centres=array
+        )
+
+    @property
+    def _cfg(self) -> Settings:
+        """The settings ``fit`` resolved (``_settings``); resolved now, and not kept, where
+        ``fit`` has not run (a clone, a check before any fit) or ``set_params`` ran since."""
+        settings = self.__dict__.get("_settings")
+        return self._resolve_settings() if settings is None else settings
+
+    def set_params(self, **params):
+        """scikit-learn's ``set_params``; the estimator then reads its new parameters (as
+        ``fit`` will resolve them), not the settings its last fit resolved."""
+        super().set_params(**params)
+        self.__dict__.pop("_settings", None)
+        return self
+
+    def _start_fit(self) -> None:
+        """Resolve the parameters once, at the start of ``fit``: the settings, the width rule.
+
+        The internal code reads the settings (:attr:`_cfg`), never the dict parameters.
+        """
+        self._settings = self._resolve_settings()
+        self._resolve_width_rule()
+
+    # -- the kernel width as a hyperparameter ------------------------------------------------------
+    #: Whether the estimator samples a kernel width given as ``gamma=Prior(...)``.
+    _samples_width_ok = False
+    #: Whether the estimator is a classifier (the default width rule's options differ).
+    _is_classifier = False
+
+    def _resolve_width_rule(self) -> WidthRule:
+        """Resolve ``gamma`` and ``kernel`` into the width rule, once, at the start of ``fit``.
+
+        Every later call of :meth:`_width_rule` reads this one: a ``set_params`` after the fit
+        does not change what the fitted estimator did.
+        """
+        self._fitted_width_rule = self._params_width_rule()
+        return self._fitted_width_rule
+
+    def _params_width_rule(self) -> WidthRule:
+        return WidthRule.resolve(
+            self.gamma, self.kernel, default=DEFAULT_GAMMA, sampled=isinstance(self.gamma, Prior)
+        )
+
+    def _width_rule(self) -> WidthRule:
+        """The rule the width code dispatches on: the one ``fit`` resolved (resolved from the
+        parameters, and not kept, where ``fit`` has not run)."""
+        rule = getattr(self, "_fitted_width_rule", None)
+        return self._params_width_rule() if rule is None else rule
+
+    def _samples_width(self) -> bool:
+        """``gamma`` is a :class:`Prior`: the width sampled by NUTS, seeded by its evidence fit."""
+        return self._width_rule().sampled
+
+    def _target_accept(self) -> float | None:
+        """NUTS's target acceptance for this estimator's model, or None for the sampler's own.
+
+        With the width sampled, nearly collinear relevance vectors (two centres close together)
+        leave a narrow ridge in their alphas, which a step size tuned to the default 0.8
+        acceptance crosses with a rare divergence; 0.95 has none on sinc (N = 100).
+        """
+        return 0.95 if self._samples_width() else None
+
+    def _learns_width(self) -> bool:
+        # A sampled width is learned too: the type-II fit that seeds the sampler (and chooses its
+        # basis) learns it. The default rule on a kernel without a width resolves to "scale".
+        rule = self._width_rule()
+        if rule.learned and not rule.sampled:
+            rule.require_width(
+                f"gamma={self.gamma!r} learns the width of the kernels {{kernels}}; "
+                f"got kernel={self.kernel!r}."
+            )
+        return rule.learned
+
+    def _per_feature_width_ok(self) -> bool:
+        """Whether the default width rule may learn one width per feature (see WidthSearch)."""
+        return False
+
+    def _width_search(self) -> WidthSearch:
+        """The width search of this fit (a ``WidthSearch``)."""
+        return WidthSearch(
+            rule=self._width_rule(),
+            kernel=self.kernel,
+            bias=bool(self.bias),
+            classifier=self._is_classifier,
+            per_feature=self._per_feature_width_ok(),
+            random_state=self.random_state,
+            owner=type(self).__name__,
+            squares=self._square_matrices(),
+        )
+
+    def _select_width(self, X, problem, engine, **options):
+        """The width search on this fit's candidate centres; ``(basis, problem, fit)``."""
+        found = self._width_search().select(
+            X, self._candidate_centres(X), problem, engine, **options
+        )
+        self._set_width(found.basis, found.path)
+        self.width_selection_ = found.search
+        return found.basis, found.problem, found.fit
+
+    def _set_width(self, basis: KernelBasis, path) -> None:
+        """``gamma_``, ``length_scale_`` and ``width_path_`` from the fitted basis.
+
+        An earlier fit's ``width_selection_`` goes (it would describe another width, and be
+        saved with this fit); a fit that searches sets its own after this call.
+        """
+        vars(self).pop("width_selection_", None)
+        for name, value in width_attributes(basis, self.kernel, path).items():
+            setattr(self, name, value)
+
     def _candidate_centres(self, X: np.ndarray) -> np.ndarray | None:
         """The centres the basis functions sit on: None (every training input) or a subset."""
-        spec = getattr(self, "centres", None)
-        if spec is None:
+        cfg = self._cfg
+        if cfg.centre_method is None:
             return None
         if self.kernel == "precomputed":
             raise ValueError("centres cannot be chosen with kernel='precomputed'.")
-        if isinstance(spec, str):
-            if spec not in ("random", "kmeans"):
-                raise ValueError(
-                    f"centres must be None, 'random', 'kmeans' or an array, got {spec!r}."
-                )
-            n = self.n_centres
-            check_number("n_centres", n, integer=True)
-            if n > X.shape[0]:
-                raise ValueError(f"n_centres={n} exceeds the {X.shape[0]} training samples.")
-            rng = check_random_state(self.random_state)
-            if spec == "random":
-                return X[np.sort(rng.choice(X.shape[0], n, replace=False))]
-            km = MiniBatchKMeans(n_clusters=n, n_init=3, random_state=rng.randint(2**31 - 1))
-            return km.fit(X).cluster_centers_
-        return check_array(spec, dtype=np.float64, input_name="centres")
+        if cfg.centre_method == "given":
+            return check_array(cfg.centres, dtype=np.float64, input_name="centres")
+        n = cfg.n_centres
+        if n > X.shape[0]:
+            raise ValueError(
+                f"centres={self.centres!r} asks for {n} centres; that exceeds the {X.shape[0]} "
+                "training samples."
+            )
+        rng = check_random_state(self.random_state)
+        if cfg.centre_method == "random":
+            return X[np.sort(rng.choice(X.shape[0], n, replace=False))]
+        km = MiniBatchKMeans(n_clusters=n, n_init=3, random_state=rng.randint(2**31 - 1))
+        return km.fit(X).cluster_centers_
 
     def _square_matrices(self) -> int:
         """How many basis-by-basis float64 matrices the fit holds beside the design matrix."""
@@ -270,9 +515,9 @@ class BaseRVM(WidthSelectionMixin, BaseEstimator):
         return KernelBasis(
             self.kernel,
             gamma=self._width_rule().basis_gamma if gamma is None else gamma,
-            degree=self.degree,
-            coef0=self.coef0,
-            kernel_params=self.kernel_params,
+            degree=self._cfg.degree,
+            coef0=self._cfg.coef0,
+            kernel_params=self._cfg.kernel_kwargs,
             bias=bool(self.bias),
         ).fit(X, centres=centres)
 
@@ -310,41 +555,6 @@ class BaseRVM(WidthSelectionMixin, BaseEstimator):
                 "predictive='rvm', whose mixture over the draws takes each at its own width."
             )
 
-    def _rvm_star_inputs(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``k(X, X_train)`` and ``k(x, x)`` of each row: RVM*'s added functions."""
-        x_train = self.training_.x_train
-        if x_train is None:
-            raise ValueError(
-                "this fit holds no training inputs (saved by an older version?); refit it to "
-                "predict with predictive='rvm*'."
-            )
-        cross = self.basis_.kernel_matrix(X, x_train)
-        # A sum is a cheap test for NaN or inf (as in KernelBasis.transform).
-        if not np.isfinite(cross.sum()) and not np.all(np.isfinite(cross)):
-            raise ValueError(
-                f"kernel produced non-finite values at the new inputs (kernel={self.kernel!r})."
-            )
-        return cross, self.basis_.diagonal(X)
-
-    def _rows_from_cross(self, X: np.ndarray, cross: np.ndarray, columns) -> np.ndarray:
-        """Design rows of ``X`` over ``columns``, read from RVM*'s block ``k(X, X_train)``.
-
-        When the candidate centres are the training inputs (``centres=None``) every kernel
-        column is already in ``cross``: one kernel evaluation serves both the RVM's rows and
-        the added functions. Otherwise the rows are built by the basis.
-        """
-        cols = np.asarray(columns, dtype=np.intp)
-        centres, x_train = self.basis_.centres_, self.training_.x_train
-        same = centres is x_train or (
-            centres.shape == x_train.shape and np.array_equal(centres, x_train)
-        )
-        if not same:
-            return self.basis_.transform(X, columns=cols)
-        out = np.ones((X.shape[0], cols.size))
-        is_centre = cols < self.basis_.n_centres_
-        out[:, is_centre] = cross[:, cols[is_centre]]
-        return out
-
     def _check_priors(self) -> None:
         """What the declared constraints cannot say about the hyperpriors."""
         if self._samples_width():
@@ -364,24 +574,29 @@ class BaseRVM(WidthSelectionMixin, BaseEstimator):
                 f"got kernel={self.kernel!r}."
             )
             as_prior(self.gamma, "gamma", positive=True)
-        if isinstance(self.nu, Prior) and self.inference != "mcmc":
+        cfg = self._cfg
+        if isinstance(cfg.nu, Prior) and self.inference != "mcmc":
             raise ValueError(
                 "nu given as a Prior is sampled, which needs inference='mcmc'; give a number for "
                 "a type-II fit."
             )
-        if self.alpha_prior is not None and self.prior != "ard":
-            raise ValueError("alpha_prior sets the ARD hyperprior; use it with prior='ard'.")
-        as_prior(self.alpha_prior, "alpha_prior", positive=True)
-        if isinstance(self.nu, Prior):
-            as_prior(self.nu, "nu", positive=True)
+        if cfg.alpha_prior is not None and self.prior != "ard":
+            raise ValueError(
+                "prior_params['alpha_prior'] sets the ARD hyperprior; use it with prior='ard'."
+            )
+        as_prior(cfg.alpha_prior, "alpha_prior", positive=True)
+        if isinstance(cfg.nu, Prior):
+            as_prior(cfg.nu, "nu", positive=True)
 
     def _type2_nu(self) -> float:
         # A sampled nu has no single value; the type-II fit that seeds MCMC uses the default.
-        return DEFAULT_NU if isinstance(self.nu, Prior | str) else float(self.nu)
+        nu = self._cfg.nu
+        return DEFAULT_NU if isinstance(nu, Prior | str) else float(nu)
 
     def _mcmc_student_t(self) -> float | Prior:
         """``nu`` of the Student-t prior that MCMC samples (``"auto"``: a proper Cauchy)."""
-        return DEFAULT_MCMC_NU if isinstance(self.nu, str) else self.nu
+        nu = self._cfg.nu
+        return DEFAULT_MCMC_NU if isinstance(nu, str) else nu
 
     def _alpha_prior(self) -> tuple[float, float]:
         nu = self._type2_nu()
@@ -401,7 +616,7 @@ class BaseRVM(WidthSelectionMixin, BaseEstimator):
     def _mcmc_basis(self) -> str:
         """``mcmc_basis`` resolved: ``"auto"`` is ``"relevant"`` for a sampled width, Student-t
         noise or a fit from sufficient statistics, else all."""
-        if self.mcmc_basis == "auto":
+        if self._cfg.mcmc_basis == "auto":
             # Student-t noise samples the weights themselves: the robust fit's relevant columns.
             t_noise = getattr(self, "likelihood", "gaussian") == "student_t"
             # From statistics (N of 10^5 and more) the alphas of the columns the type-II fit
@@ -410,7 +625,7 @@ class BaseRVM(WidthSelectionMixin, BaseEstimator):
             # of the time; benchmarks/bench_mcmc.py --sections large).
             statistics = getattr(self, "statistics_", None) is not None
             return "relevant" if self._samples_width() or t_noise or statistics else "all"
-        return self.mcmc_basis
+        return self._cfg.mcmc_basis
 
     def _mcmc_columns(self) -> np.ndarray:
         """The basis columns the MCMC model uses: the type-II relevant ones or all."""
@@ -494,8 +709,8 @@ class BaseRVM(WidthSelectionMixin, BaseEstimator):
         if owned:
             raise TypeError(
                 f"fit() got {sorted(owned)}: set them on the estimator "
-                f"({type(self).__name__}(draws=..., tune=..., chains=..., sampler=..., "
-                "random_state=...)), not in fit()."
+                f"({type(self).__name__}(sampler_config={{'draws': ..., 'tune': ..., "
+                "'chains': ..., 'sampler': ...}, random_state=...)), not in fit()."
             )
         self._sample_kwargs = dict(sample_kwargs)
 
@@ -515,10 +730,10 @@ class BaseRVM(WidthSelectionMixin, BaseEstimator):
             options["nuts"] = {"target_accept": self._target_accept()} | dict(nuts or {})
         dt = sample_mcmc(
             model,
-            draws=self.draws,
-            tune=self.tune,
-            chains=self.chains,
-            sampler=self.sampler,
+            draws=self._cfg.draws,
+            tune=self._cfg.tune,
+            chains=self._cfg.chains,
+            sampler=self._cfg.sampler,
             random_seed=check_random_state(self.random_state).randint(2**31 - 1),
             initvals={k: v for k, v in initvals.items() if k in free},
             **options,
@@ -567,7 +782,12 @@ class BaseRVM(WidthSelectionMixin, BaseEstimator):
             draws=draws.n_draws,
         )
         if X is not None:
-            Phi_new = self._design_draws(X, draws.columns)
+            rows = self._rows(X)
+            Phi_new = (
+                rows.design(draws.columns)
+                if draws.gamma is None
+                else rows.width_designs(draws.columns, draws.gamma)
+            )
         seed = check_random_state(random_state).randint(2**31 - 1)
         offset = None if X is None else draws.intercept_at(X.shape[0])
         out = sample_posterior_predictive(dt, Phi_new, offset=offset, random_seed=seed)
@@ -632,35 +852,11 @@ class BaseRVM(WidthSelectionMixin, BaseEstimator):
             lambda limit: advice,
         )
 
-    #: Float64 temporaries a block of rows may hold in :meth:`_in_row_blocks` (128 MiB).
-    _BLOCK_FLOATS = 2**24
-
-    @staticmethod
-    def _in_row_blocks(fn, X: np.ndarray, floats_per_row: float):
-        """``fn(X)`` computed on blocks of rows and concatenated (a tuple of arrays for a tuple).
-
-        A block holds at most about :attr:`_BLOCK_FLOATS` of the ``floats_per_row`` temporaries,
-        for functions whose rows do not interact (per-row moments over posterior draws).
-        """
-        step = max(1, int(BaseRVM._BLOCK_FLOATS // max(floats_per_row, 1)))
-        if X.shape[0] <= step:
-            return fn(X)
-        parts = [fn(X[i : i + step]) for i in range(0, X.shape[0], step)]
-        if isinstance(parts[0], tuple):
-            return tuple(np.concatenate(p) for p in zip(*parts, strict=True))
-        return np.concatenate(parts)
-
-    def _design_draws(self, X: np.ndarray, cols: np.ndarray) -> np.ndarray:
-        """Design rows of ``X`` over the posterior's columns: (n, M), or one per draw
-        (chain, draw, n, M) when the width was sampled (the kernel at each draw's ``gamma``)."""
-        if not self._samples_width() or self._posterior_draws().gamma is None:
-            return self.basis_.transform(X, columns=cols)
-        from bayes_rvm.basis.kernels import stationary_distances, width_design
-
-        centres = self.basis_.centres_[cols[cols < self.basis_.n_centres_]]
-        dist = stationary_distances(X, centres, self.kernel)
-        bias = bool(np.any(cols >= self.basis_.n_centres_))
-        return width_design(dist, self._posterior_draws().gamma, bias=bias)
+    def _rows(self, X: np.ndarray) -> Rows:
+        """Checked new inputs as the predictors read them (a ``Rows``)."""
+        # A fit sent to Dask workers without its training rows predicts without RVM*.
+        x_train = None if self.training_ is None else self.training_.x_train
+        return Rows(X, self.basis_, x_train)
 
     def __getstate__(self):
         # A pm.Model and compiled functions do not pickle reliably (pymc#5886, #6167).
@@ -669,4 +865,5 @@ class BaseRVM(WidthSelectionMixin, BaseEstimator):
         # The posterior draws are idata_'s arrays again: read back on first use.
         state.pop("_draws", None)
         state.pop("_draws_of", None)
+        state.pop("_predictor_obj", None)  # holds the draws: built again on first use
         return state

@@ -27,8 +27,12 @@ from bayes_rvm.basis.kernels import KernelBasis
 from bayes_rvm.basis.statistics import chunk_rows_for
 from bayes_rvm.estimators.base import (
     DEFAULT_GAMMA,
+    KERNEL_PARAMS,
     POSITIVE,
+    PRIOR_CONSTRAINTS,
+    SAMPLER_CONSTRAINTS,
     BaseRVM,
+    ParamGroup,
     memory_limit,
     new_inputs,
     path_from_json,
@@ -46,6 +50,7 @@ from bayes_rvm.evidence.result import moderation
 from bayes_rvm.evidence.width import SEARCH_RANK_TOL, shared_laplace_evidence
 from bayes_rvm.families import BERNOULLI, SOFTMAX
 from bayes_rvm.models.priors import as_prior
+from bayes_rvm.posterior.predictors import in_row_blocks
 from bayes_rvm.threads import one_blas_thread
 
 __all__ = ["MULTINOMIAL_MAX_CELLS", "RVC", "OneVsRestFit", "one_vs_rest"]
@@ -107,25 +112,30 @@ default="evidence_shared"
         with one prior precision shared by all weights, less half a nat per well-determined
         parameter; ``"evidence"``: the RVC's own Laplace evidence (it prefers narrow widths);
         ``"scale"``, ``"auto"``: as in :class:`sklearn.svm.SVC`.
-    degree : int, default=3
-        Degree of the polynomial kernel.
-    coef0 : float, default=1.0
-        Independent term of the polynomial and sigmoid kernels.
     kernel_params : dict, optional
-        Extra keyword arguments of a callable kernel.
+        ``degree`` (default 3) and ``coef0`` (default 1.0) of the polynomial and sigmoid kernels;
+        other keys are keyword arguments of a callable kernel, as in :class:`~bayes_rvm.RVR`.
     bias : bool or "free", default=True
         ``True``: a constant basis function with its own ARD prior, pruned like any other.
         ``"free"``: an intercept that is never pruned, prior ``N(0, 10^2)`` in logits (better
         for a rare class). ``False``: no bias.
+    centres : None, ("random", n), ("kmeans", n) or array-like of shape (n, n_features)
+        Candidate basis functions, as in :class:`~bayes_rvm.RVR`: every training input (None),
+        a random or k-means subset of ``n`` points, or given centres.
+    chunk_rows : "auto", int or None, default="auto"
+        An int builds the design in blocks of that many rows and fits the Laplace model by
+        passes over them (memory bounded whatever N); None keeps the design in memory.
+        ``"auto"``: blocks when a subset of centres gives a design above 2 GiB, where allowed.
     prior : {"ard", "student_t"}, default="ard"
         ``"ard"``: flat hyperprior on ``log alpha``. ``"student_t"``: ``alpha_i ~ Gamma(nu/2,
         nu/2)``, Student-t weights.
-    nu : float, Prior or "auto", default="auto"
-        Degrees of freedom of the Student-t prior, as in :class:`~bayes_rvm.RVR` (``"auto"``:
-        1e-4 for the type-II fit, 1 under MCMC).
-    alpha_prior : Prior, optional
-        MCMC hyperprior of the relative precisions under ``prior="ard"``; default a half-Cauchy
-        of scale 0.1 on ``alpha_rel^-1/2`` (:mod:`bayes_rvm.models.priors`).
+    prior_params : dict, optional
+        ``nu`` (float, Prior or "auto"): the Student-t prior's degrees of freedom, as in
+        :class:`~bayes_rvm.RVR` (``"auto"``: 1e-4 for the type-II fit, 1 under MCMC).
+        ``alpha_prior`` (Prior): MCMC hyperprior of the relative precisions under ``"ard"``,
+        default a half-Cauchy of scale 0.1 on ``alpha_rel^-1/2`` (:mod:`bayes_rvm.models.priors`).
+        ``threshold_alpha`` (float, default 1e9): the largest ``alpha`` (on the unit-norm scale)
+        still taken as finite.
     solver : {"sequential", "mackay"}, default="sequential"
         ``"sequential"``: Tipping & Faul's (2003) algorithm on the problem linearised at the
         mode (the fast choice). ``"mackay"``: re-estimation of all alphas with pruning.
@@ -146,27 +156,14 @@ default="evidence_shared"
         Iteration cap of the engine; reaching it warns with ``ConvergenceWarning``.
     tol : float, default=1e-6
         Convergence tolerance on ``log alpha``.
-    threshold_alpha : float, default=1e9
-        Largest ``alpha`` (on the unit-norm scale) still taken as finite.
-    centres : None, "random", "kmeans" or array-like of shape (n_centres, n_features)
-        Candidate basis functions, as in :class:`~bayes_rvm.RVR`: every training input (None),
-        a random or k-means subset of ``n_centres`` points, or given centres.
-    n_centres : int, optional
-        Number of centres for ``centres="random"`` or ``"kmeans"``.
-    chunk_rows : "auto", int or None, default="auto"
-        An int builds the design in blocks of that many rows and fits the Laplace model by
-        passes over them (memory bounded whatever N); None keeps the design in memory.
-        ``"auto"``: blocks when a subset of centres gives a design above 2 GiB, where allowed.
     inference : {"type2", "mcmc"}, default="type2"
         ``"mcmc"``: NUTS over the weights and their precisions of :attr:`model_`, started at the
         type-II fit; :meth:`predict_proba` then averages over the draws. Binary and softmax.
-    draws, tune, chains : int, default=1000, 1000, 4
-        MCMC draws per chain, tuning steps and chains.
-    sampler : {"nutpie", "numpyro", "pymc", "blackjax"}, default="nutpie"
-        NUTS implementation.
-    mcmc_basis : {"all", "relevant"}, default="all"
-        Sample the full candidate basis, or only the type-II relevance vectors (cheaper for
-        large N, but conditional on that selection).
+    sampler_config : dict, optional
+        Merged over the defaults: ``draws`` (1000), ``tune`` (1000), ``chains`` (4),
+        ``sampler`` ("nutpie", "numpyro", "pymc" or "blackjax") and ``mcmc_basis`` ("all": the
+        full candidate basis; "relevant": only the type-II relevance vectors, cheaper for large
+        N but conditional on that selection).
     random_state : int, RandomState or None, default=None
         Seed of the candidate subsets, of the type-II DataTree's draws and of sampling.
     verbose : bool, default=False
@@ -237,8 +234,18 @@ default="evidence_shared"
         "solver": [StrOptions(set(SOLVERS))],
         "multi_class": [StrOptions(set(_MULTI_CLASS))],
         "moderated": ["boolean", StrOptions({"auto", "importance", "probit"})],
-        "threshold_alpha": [POSITIVE],
         "chunk_rows": [StrOptions({"auto"}), Interval(Integral, 1, None, closed="left"), None],
+    }
+    _param_groups: dict = {  # noqa: RUF012
+        "kernel_params": KERNEL_PARAMS,
+        "prior_params": ParamGroup(
+            {"nu": "auto", "alpha_prior": None, "threshold_alpha": 1e9},
+            {**PRIOR_CONSTRAINTS, "threshold_alpha": [POSITIVE]},
+        ),
+        "sampler_config": ParamGroup(
+            {"draws": 1000, "tune": 1000, "chains": 4, "sampler": "nutpie", "mcmc_basis": "all"},
+            SAMPLER_CONSTRAINTS,
+        ),
     }
 
     def __init__(
@@ -246,57 +253,39 @@ default="evidence_shared"
         *,
         kernel="rbf",
         gamma=DEFAULT_GAMMA,
-        degree=3,
-        coef0=1.0,
         kernel_params=None,
         bias=True,
+        centres=None,
+        chunk_rows="auto",
         prior="ard",
-        nu="auto",
-        alpha_prior=None,
+        prior_params=None,
         solver="sequential",
         multi_class="auto",
         moderated="auto",
         predictive="rvm",
         max_iter=10_000,
         tol=1e-6,
-        threshold_alpha=1e9,
-        centres=None,
-        n_centres=None,
-        chunk_rows="auto",
         inference="type2",
-        draws=1000,
-        tune=1000,
-        chains=4,
-        sampler="nutpie",
-        mcmc_basis="all",
+        sampler_config=None,
         random_state=None,
         verbose=False,
     ):
         self.kernel = kernel
         self.gamma = gamma
-        self.degree = degree
-        self.coef0 = coef0
         self.kernel_params = kernel_params
         self.bias = bias
+        self.centres = centres
+        self.chunk_rows = chunk_rows
         self.prior = prior
-        self.nu = nu
-        self.alpha_prior = alpha_prior
+        self.prior_params = prior_params
         self.solver = solver
         self.multi_class = multi_class
         self.moderated = moderated
         self.predictive = predictive
         self.max_iter = max_iter
         self.tol = tol
-        self.threshold_alpha = threshold_alpha
-        self.centres = centres
-        self.n_centres = n_centres
-        self.chunk_rows = chunk_rows
         self.inference = inference
-        self.draws = draws
-        self.tune = tune
-        self.chains = chains
-        self.sampler = sampler
-        self.mcmc_basis = mcmc_basis
+        self.sampler_config = sampler_config
         self.random_state = random_state
         self.verbose = verbose
 
@@ -329,7 +318,7 @@ default="evidence_shared"
         -------
         self : RVC
         """
-        self._resolve_width_rule()
+        self._start_fit()
         X, y = training_data(self, X, y, regression=False, min_samples=2)
         self._check_predictive()
         self._check_priors()
@@ -409,7 +398,7 @@ default="evidence_shared"
                 f"RVC(chunk_rows={self.chunk_rows!r}) builds the design in row blocks, but "
                 f"{', '.join(bad)} cannot be used there: it needs the N x N or N x K training "
                 "design, or fits at many widths. The chunked path takes a subset of centres "
-                "(centres='random', 'kmeans' or an array), gamma='evidence_shared' (the "
+                "(centres=('random', n), ('kmeans', n) or an array), gamma='evidence_shared' (the "
                 "default), a number, 'scale' or 'auto', moderates by the probit and samples no "
                 "MCMC. Set chunk_rows=None for the in-memory design."
             )
@@ -425,7 +414,7 @@ default="evidence_shared"
         if self._width_rule().kind == DEFAULT_GAMMA:
             onehot = (yi[:, None] == np.arange(self.classes_.size)).astype(np.float64)
             labels = onehot[:, 1] if self.classes_.size == 2 else onehot
-            ls, path, _ = self._shared_width(
+            ls, path, _ = self._width_search().shared(
                 X, centres, lambda Phi, rows: shared_laplace_evidence(Phi, labels[rows])
             )
             g = self._width_rule().kernel.gamma(ls)
@@ -460,7 +449,7 @@ default="evidence_shared"
             alpha_prior=self._alpha_prior(),
             tol=float(self.tol),
             max_iter=int(self.max_iter),
-            threshold_alpha=float(self.threshold_alpha),
+            threshold_alpha=float(self._cfg.threshold_alpha),
             free_bias=self.bias == "free",
         )
 
@@ -493,7 +482,7 @@ default="evidence_shared"
             self.training_.y_index,
             likelihood="bernoulli" if binary else "softmax",
             prior=self.prior,
-            alpha_prior=as_prior(self.alpha_prior, "alpha_prior"),
+            alpha_prior=as_prior(self._cfg.alpha_prior, "alpha_prior"),
             nu=self._mcmc_student_t(),
             phi_scale=norms,
             offset=offset,
@@ -516,8 +505,9 @@ default="evidence_shared"
         if cols.size == 0:
             raise ValueError(
                 "the type-II fit kept no basis function besides the free intercept, and "
-                "mcmc_basis='relevant' samples only what it kept: the labels show no signal the "
-                "basis can carry at this width. mcmc_basis='all' samples every basis function."
+                "sampler_config mcmc_basis='relevant' samples only what it kept: the labels show "
+                "no signal the basis can carry at this width. mcmc_basis='all' samples every "
+                "basis function."
             )
         return cols
 
@@ -612,6 +602,7 @@ default="evidence_shared"
         }
 
     def _restore_state(self, state: dict) -> None:
+        self._settings = self._resolve_settings()
         self.classes_ = np.asarray(state["extras"]["classes"])
         self.n_features_in_ = state["basis"].n_features_in_
         fit = OneVsRestFit(tuple(state["fit"])) if state["extras"]["ovr"] else state["fit"]
@@ -643,12 +634,12 @@ default="evidence_shared"
 
     def _posterior_proba(self, X) -> np.ndarray:
         """Class probabilities averaged over the MCMC draws of the weights, (n_samples, C)."""
-        X = new_inputs(self, X)
+        rows = self._rows(new_inputs(self, X))
         draws = self._posterior_draws()
 
-        def proba(rows):
-            phi = self.basis_.transform(rows, columns=draws.columns)
-            eta = draws.function(phi, draws.intercept_at(rows.shape[0]))
+        def proba(block):
+            phi = block.design(draws.columns)
+            eta = draws.function(phi, draws.intercept_at(block.n))
             if eta.shape[2] == 1:
                 p1 = BERNOULLI.mean(eta[..., 0]).mean(axis=0)
                 return np.column_stack([1.0 - p1, p1])
@@ -657,17 +648,14 @@ default="evidence_shared"
         # Each row's probabilities need only its own draws: blocks of rows bound the S draws'
         # latent values (S x rows x classes, three temporaries of it for the softmax).
         n_latent = 1 if self.classes_.size == 2 else self.classes_.size
-        return self._in_row_blocks(proba, X, 3 * draws.n_draws * n_latent)
+        return in_row_blocks(proba, rows, 3 * draws.n_draws * n_latent)
 
     def _latent(self, X) -> tuple[np.ndarray, np.ndarray]:
         """Posterior mean and variance of the latent function(s), each (n_samples, n_outputs)."""
         check_is_fitted(self, "fit_")
-        X = new_inputs(self, X)
-        star = self._rvm_star_inputs(X) if self.predictive == "rvm*" else None
-        if star is None:
-            phi = self.basis_.transform(X, columns=self.active_)
-        else:
-            phi = self._rows_from_cross(X, star[0], self.active_)
+        rows = self._rows(new_inputs(self, X))
+        star = (rows.cross(), rows.self_kernel()) if self.predictive == "rvm*" else None
+        phi = rows.design(self.active_)
         targets = self._targets()
         parts = [
             self._latent_one(f, phi[:, pos], pos, None if targets is None else targets[c], star)

@@ -28,14 +28,13 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
 from bayes_rvm.basis.kernels import WIDTH_KERNELS, KernelBasis, stationary_kernel
-from bayes_rvm.estimators.base import training_data
+from bayes_rvm.estimators.base import ParamGroup, resolve_group, training_data
 from bayes_rvm.estimators.classifier import RVC, one_vs_rest
 from bayes_rvm.estimators.persistence import Fail, SavedStateMixin
 from bayes_rvm.estimators.regressor import RVR, drop_duplicate_rows
 from bayes_rvm.evidence.problem import Problem
 from bayes_rvm.evidence.width import default_width_grid
 from bayes_rvm.families import rate_moments
-from bayes_rvm.models.priors import DEFAULT_NU
 from bayes_rvm.threads import one_blas_thread
 
 __all__ = ["RVCCV", "RVRCV"]
@@ -46,7 +45,7 @@ def _constraints(template: type, names: tuple[str, ...]) -> dict:
 
     The template's parameters are declared as the template declares them, so that scikit-learn's
     ``_fit_context`` checks them all (with the same messages, under the twin's name) before a
-    fold is fitted.
+    fold is fitted; the keys of its dict parameters are :func:`_groups`'.
     """
     return {
         "widths": ["array-like", None],
@@ -55,15 +54,25 @@ def _constraints(template: type, names: tuple[str, ...]) -> dict:
     }
 
 
+def _groups(template: type, keys: dict[str, tuple[str, ...]]) -> dict[str, ParamGroup]:
+    """A twin's dict parameters: the template's groups restricted to the keys it forwards."""
+    return {name: template._param_groups[name].only(*names) for name, names in keys.items()}
+
+
 class _WidthCV(SavedStateMixin, BaseEstimator):
     """What the two cross-validated estimators share: the grid, the folds, the refit."""
 
     _template: type
+    #: The dict parameters forwarded to the template, restricted to the keys a twin takes.
+    _param_groups: dict = {}  # noqa: RUF012
 
     def _validate_params(self) -> None:
-        # The declared constraints, then what only the template's fit can say about the
-        # combination (the estimator refitted at the chosen width is built from these).
+        # The declared constraints and the keys of the dict parameters, then what only the
+        # template's fit can say about the combination (the estimator refitted at the chosen
+        # width is built from these).
         super()._validate_params()
+        for name, group in self._param_groups.items():
+            resolve_group(type(self).__name__, name, getattr(self, name), group)
         self._estimator()._check_priors()
 
     def _check(self, X) -> np.ndarray:
@@ -210,16 +219,19 @@ class RVRCV(RegressorMixin, _WidthCV):
         may then stop at a slightly different local optimum of the alphas than a cold start
         (False gives exactly the fits of a :class:`~sklearn.model_selection.GridSearchCV`).
     kernel : {"rbf", "laplacian"}, default="rbf"
-    bias, prior, nu, solver, noise_variance, max_iter, tol, threshold_alpha
+    bias, prior, solver, max_iter, tol
         As in :class:`~bayes_rvm.RVR`.
+    prior_params : dict, optional
+        ``nu`` and ``threshold_alpha``, as in :class:`~bayes_rvm.RVR`.
     likelihood : {"gaussian", "poisson", "student_t"}, default="gaussian"
         As in :class:`~bayes_rvm.RVR`, with what it refuses: counts take one
         column
         of whole numbers and no ``noise_variance``; Student-t noise one output. Each fold is the
         fit RVR makes (Student-t: its variational EM, warm-started along the grid as the
         Gaussian fits are; counts: the Laplace engine, cold).
-    noise_nu : float, optional
-        Degrees of freedom of the Student-t noise (None: learned in each fit), as in RVR.
+    likelihood_params : dict, optional
+        ``noise_variance`` and ``noise_nu`` (the Student-t noise's degrees of freedom, None:
+        learned in each fit), as in RVR.
     random_state : int, RandomState or None, default=None
         Seeds the shuffling of the folds.
 
@@ -249,20 +261,25 @@ class RVRCV(RegressorMixin, _WidthCV):
                 "kernel",
                 "bias",
                 "prior",
-                "nu",
+                "prior_params",
                 "solver",
-                "noise_variance",
+                "likelihood",
+                "likelihood_params",
                 "max_iter",
                 "tol",
-                "threshold_alpha",
                 "random_state",
-                "likelihood",
-                "noise_nu",
             ),
         ),
         "kernel": [StrOptions(set(WIDTH_KERNELS))],
         "warm_start": ["boolean"],
     }
+    _param_groups: dict = _groups(
+        RVR,
+        {
+            "prior_params": ("nu", "threshold_alpha"),
+            "likelihood_params": ("noise_variance", "noise_nu"),
+        },
+    )
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -299,15 +316,13 @@ class RVRCV(RegressorMixin, _WidthCV):
         kernel="rbf",
         bias=True,
         prior="ard",
-        nu=DEFAULT_NU,
+        prior_params=None,
         solver="auto",
-        noise_variance=None,
+        likelihood="gaussian",
+        likelihood_params=None,
         max_iter=10_000,
         tol=1e-3,
-        threshold_alpha="auto",
         random_state=None,
-        likelihood="gaussian",
-        noise_nu=None,
     ):
         self.widths = widths
         self.cv = cv
@@ -315,15 +330,13 @@ class RVRCV(RegressorMixin, _WidthCV):
         self.kernel = kernel
         self.bias = bias
         self.prior = prior
-        self.nu = nu
+        self.prior_params = prior_params
         self.solver = solver
-        self.noise_variance = noise_variance
+        self.likelihood = likelihood
+        self.likelihood_params = likelihood_params
         self.max_iter = max_iter
         self.tol = tol
-        self.threshold_alpha = threshold_alpha
         self.random_state = random_state
-        self.likelihood = likelihood
-        self.noise_nu = noise_nu
 
     @_fit_context(prefer_skip_nested_validation=True)
     @one_blas_thread
@@ -335,7 +348,7 @@ class RVRCV(RegressorMixin, _WidthCV):
         y = template._check_likelihood(y)
         template._check_student_t(y)
         counts = self.likelihood == "poisson"
-        if self.noise_variance is None and not counts:
+        if template._cfg.noise_variance is None and not counts:
             # As RVR does; here a row's copies would also sit in a fold's training and test rows.
             X, y = drop_duplicate_rows(X, y)
         self._check(X)
@@ -374,8 +387,10 @@ class RVCCV(ClassifierMixin, _WidthCV):
     ----------
     widths, cv, kernel, random_state
         As in :class:`RVRCV` (the Laplace engines take no warm start).
-    bias, prior, nu, solver, multi_class, max_iter, tol, threshold_alpha
+    bias, prior, solver, multi_class, max_iter, tol
         As in :class:`~bayes_rvm.RVC`.
+    prior_params : dict, optional
+        ``nu`` and ``threshold_alpha``, as in :class:`~bayes_rvm.RVC`.
 
     Attributes
     ----------
@@ -395,17 +410,17 @@ class RVCCV(ClassifierMixin, _WidthCV):
                 "kernel",
                 "bias",
                 "prior",
-                "nu",
+                "prior_params",
                 "solver",
                 "multi_class",
                 "max_iter",
                 "tol",
-                "threshold_alpha",
                 "random_state",
             ),
         ),
         "kernel": [StrOptions(set(WIDTH_KERNELS))],
     }
+    _param_groups: dict = _groups(RVC, {"prior_params": ("nu", "threshold_alpha")})
 
     def __init__(
         self,
@@ -415,12 +430,11 @@ class RVCCV(ClassifierMixin, _WidthCV):
         kernel="rbf",
         bias=True,
         prior="ard",
-        nu=DEFAULT_NU,
+        prior_params=None,
         solver="sequential",
         multi_class="multinomial",
         max_iter=10_000,
         tol=1e-6,
-        threshold_alpha=1e9,
         random_state=None,
     ):
         self.widths = widths
@@ -428,12 +442,11 @@ class RVCCV(ClassifierMixin, _WidthCV):
         self.kernel = kernel
         self.bias = bias
         self.prior = prior
-        self.nu = nu
+        self.prior_params = prior_params
         self.solver = solver
         self.multi_class = multi_class
         self.max_iter = max_iter
         self.tol = tol
-        self.threshold_alpha = threshold_alpha
         self.random_state = random_state
 
     @_fit_context(prefer_skip_nested_validation=True)

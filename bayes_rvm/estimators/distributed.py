@@ -9,7 +9,7 @@ kernel
 rows built a few thousand at a time), and the blocks' statistics are added up in a tree
 (``split_every`` at a time). The fitted basis (its centres: ``n_centres x n_features`` floats) is
 one key of the graph, sent once to each worker that needs it. Nothing of ``X`` comes back to the
-client but the ``n_centres`` rows of ``centres="random"``.
+client but the ``n`` rows of ``centres=("random", n)``.
 
 The scheduler is Dask's default: the :class:`distributed.Client` in context when there is one (a
 ``LocalCluster`` or a multi-machine cluster: the same code), else Dask's threads. An error in any
@@ -31,7 +31,7 @@ Examples
 ...     X = da.random.uniform(-3, 3, size=(200_000, 2), chunks=(50_000, 2))
 ...     y = da.sin(X[:, 0]) * da.cos(X[:, 1]) + 0.1 * da.random.normal(size=200_000,
 ...                                                                     chunks=50_000)
-...     model = RVR(gamma=0.5, centres="random", n_centres=300, random_state=0).fit(X, y)
+...     model = RVR(gamma=0.5, centres=("random", 300), random_state=0).fit(X, y)
 ...     mean, std = model.predict(X[:1000], return_std=True)  # lazy Dask arrays
 ...     mean.compute()  # doctest: +SKIP
 
@@ -52,11 +52,11 @@ from sklearn.utils import check_random_state
 
 from bayes_rvm.basis.statistics import SufficientStatistics, accumulate
 from bayes_rvm.estimators.width_selection import SHARED_MAX_SAMPLES
-from bayes_rvm.evidence.problem import Problem, TrainingData
+from bayes_rvm.evidence.problem import Problem
 from bayes_rvm.evidence.width import WidthFit, shared_evidence
 
 __all__ = [
-    "DaskFitMixin",
+    "DaskData",
     "dask_centres",
     "dask_scale_gamma",
     "dask_statistics",
@@ -151,7 +151,7 @@ def dask_training_data(X, y):
 def dask_centres(X, centres, n_centres, random_state) -> np.ndarray:
     """The candidate centres of a fit on a Dask array, without loading ``X``.
 
-    ``centres="random"`` draws ``n_centres`` row indices as the in-memory fit does
+    ``centres=("random", n)`` draws ``n`` row indices as the in-memory fit does
     (``check_random_state(random_state).choice(N, n_centres, replace=False)``, sorted) and
     fetches those rows only: the same data and seed give the same centres in memory and on Dask.
     Given centres are checked as in memory. ``"kmeans"`` would need passes over all the rows
@@ -162,7 +162,9 @@ def dask_centres(X, centres, n_centres, random_state) -> np.ndarray:
     ----------
     X : dask.array.Array of shape (n_samples, n_features)
     centres : "random" or array-like of shape (n_centres, n_features)
+        The method of the estimator's ``centres=("random", n)``, or its given centres.
     n_centres : int or None
+        The ``n`` of ``("random", n)``.
     random_state : int, RandomState or None
 
     Returns
@@ -173,17 +175,20 @@ def dask_centres(X, centres, n_centres, random_state) -> np.ndarray:
         raise ValueError(
             f"centres={centres!r} is not available on Dask arrays: None puts a basis function on "
             "every row (an N x N design) and 'kmeans' needs every row in memory. Use "
-            "centres='random' with n_centres, or give the centres as an array (for example the "
+            "centres=('random', n), or give the centres as an array (for example the "
             "cluster centres of dask_ml.cluster.KMeans, or of sklearn's KMeans on a sample)."
         )
     if isinstance(centres, str):
         if not isinstance(n_centres, Integral) or n_centres < 1:
             raise ValueError(
-                f"centres='random' needs n_centres, a positive integer; got {n_centres!r}."
+                f"centres=('random', n) needs n, a positive integer; got {n_centres!r}."
             )
         n = X.shape[0]
         if n_centres > n:
-            raise ValueError(f"n_centres={n_centres} exceeds the {n} training samples.")
+            raise ValueError(
+                f"centres=('random', {n_centres}) asks for {n_centres} centres; that exceeds the "
+                f"{n} training samples."
+            )
         rng = check_random_state(random_state)
         rows = np.sort(rng.choice(n, n_centres, replace=False))
         C = np.asarray(X[rows].compute(), dtype=np.float64)
@@ -194,7 +199,9 @@ def dask_centres(X, centres, n_centres, random_state) -> np.ndarray:
     if C.shape[1] != X.shape[1]:
         raise ValueError(f"centres has {C.shape[1]} features but X has {X.shape[1]}.")
     if not np.all(np.isfinite(C)):
-        raise ValueError("the centres contain NaN or inf (rows of X drawn by centres='random').")
+        raise ValueError(
+            "the centres contain NaN or inf (rows of X drawn by centres=('random', n))."
+        )
     return C
 
 
@@ -362,69 +369,59 @@ def predict_dask(estimator, X, *, return_std: bool = False):
     return (out[..., 0], out[..., 1]) if return_std else out
 
 
-class DaskFitMixin:
-    """``fit`` on Dask arrays, for :class:`~bayes_rvm.RVR`: the statistics reduced on
-    the cluster, then the type-II fit from them (the path of ``chunk_rows``, see the "Large data"
-    page), with what that path cannot do refused the same way.
+@dataclasses.dataclass(frozen=True)
+class DaskData:
+    """Training data in Dask arrays: the statistics reduced on the cluster, then the type-II fit
+    from them (the path of ``chunk_rows``, see the "Large data" page).
 
     The client holds the centres, at most
     :data:`~bayes_rvm.estimators.width_selection.SHARED_MAX_SAMPLES` rows for the default width
-    rule and
-    the M x M statistics; the fit keeps no training rows (``training_``
-    has none), so ``idata_`` and ``refit_loo`` raise as after any fit from statistics, and
-    ``make_model()`` (``model_``) builds the model of the statistics without the rows of its
-    pointwise log likelihood (a posterior completed from it has no ``log_likelihood``). Rows
-    that repeat others exactly are not dropped (a continuous sample has none; the in-memory fit
-    drops them, see ``fit``).
+    rule and the M x M statistics; the fit keeps no training rows, so ``idata_`` and
+    ``refit_loo`` raise as after any fit from statistics, and ``make_model()`` builds the model
+    of the statistics without the rows of its pointwise log likelihood. Rows that repeat others
+    exactly are not dropped (a continuous sample has none; the in-memory fit drops them).
+
+    Parameters
+    ----------
+    X, y : dask.array.Array
+        Checked by :func:`dask_training_data`.
+    noise_variance : float or None
+        A fixed noise variance in the units of ``y`` (None: estimated).
     """
 
-    def _fit_dask(self, X, y, sample_kwargs: dict):
-        """``fit(X, y)`` with ``X`` or ``y`` a Dask array; returns the estimator."""
-        if sample_kwargs:
-            raise TypeError(
-                f"fit on Dask arrays takes no sampler arguments, got {sorted(sample_kwargs)}."
-            )
-        if self.chunk_rows is None:
-            raise ValueError(
-                "RVR(chunk_rows=None) asks for the design in memory, but X is a Dask array, "
-                "fitted from its sufficient statistics on the cluster: leave chunk_rows='auto' "
-                "(or fit on X.compute(), y.compute())."
-            )
-        if self.inference != "type2":
-            raise ValueError(
-                f"RVR(inference={self.inference!r}) on Dask arrays: a fit on a cluster is "
-                "type-II only; sample on X.compute(), y.compute() with chunk_rows='auto' (MCMC "
-                "from the sufficient statistics on one machine)."
-            )
-        self._check_statistics_fit()
-        self._check_priors()
+    X: object
+    y: object
+    noise_variance: float | None = None
+
+    def fit(self, engine, *, search, centres, scale_gamma: bool, fit_basis):
+        """The basis on ``centres``, the problem of the reduced statistics and the fit there.
+
+        ``search`` is the fit's width search (None: the width is not learned); ``scale_gamma``
+        resolves ``gamma="scale"`` on the cluster; ``fit_basis(X, centres, gamma)`` builds the
+        basis. Returns a :class:`~bayes_rvm.estimators.large_data.DataFit`.
+        """
+        from bayes_rvm.estimators.large_data import DataFit
+
         start = time.perf_counter()
-        X, y = dask_training_data(X, y)
-        centres = dask_centres(X, self.centres, self.n_centres, self.random_state)
-        gamma, path = None, None
-        if self._learns_width():  # the default or "evidence_ard": the others are refused above
-            ls, path = self._dask_shared_width(X, y, centres)
-            g = self._width_rule().kernel.gamma(ls)
+        gamma = path = ls = None
+        if search is not None:  # the default or "evidence_ard": the others are refused
+            ls, path = self._shared_width(search, centres)
+            g = search.rule.kernel.gamma(ls)
             gamma = float(g[0]) if ls.size == 1 else g
-        elif self._width_rule().basis_gamma == "scale":
-            gamma = dask_scale_gamma(X)
+        elif scale_gamma:
+            gamma = dask_scale_gamma(self.X)
         # The centres stand in for X: the basis reads only its feature count and a resolved gamma.
-        basis = self._fit_basis(centres, centres, gamma)
-        self.statistics_ = dask_statistics(basis, X, y)
-        problem = Problem.from_statistics(self.statistics_, noise_variance=self.noise_variance)
-        fit = self.make_engine().fit(problem)
-        self._set_width(basis, path)
+        basis = fit_basis(centres, centres, gamma)
+        stats = dask_statistics(basis, self.X, self.y)
+        problem = Problem.from_statistics(stats, noise_variance=self.noise_variance)
+        fit = engine.fit(problem)
+        found = None
         if path is not None:
             seconds = time.perf_counter() - start
-            self.width_selection_ = WidthFit(ls, fit, None, path, n_fits=1, seconds=seconds)
-        self._set_fitted(basis, problem.unscale(fit), single=y.ndim == 1)
-        self._fitted_on_statistics = True
-        # No training rows on the client: what predictions need is in the fit and the basis.
-        none = TrainingData(phi_active=None, y=np.empty((0, *y.shape[1:])))
-        self._finish_fit(np.empty((0, X.shape[1])), none, fit)
-        return self
+            found = WidthFit(ls, fit, None, path, n_fits=1, seconds=seconds)
+        return DataFit(basis, problem, fit, stats, path, found)
 
-    def _dask_shared_width(self, X, y, centres) -> tuple[np.ndarray, object]:
+    def _shared_width(self, search, centres) -> tuple[np.ndarray, object]:
         """The default width rule on the rows the in-memory fit would use; ``(ls, path)``.
 
         The same subset of at most ``SHARED_MAX_SAMPLES`` rows (its seed: ``random_state``, 0 if
@@ -433,21 +430,23 @@ class DaskFitMixin:
         """
         import dask
 
+        X, y = self.X, self.y
         n = X.shape[0]
         rows = np.arange(n)
         if n > SHARED_MAX_SAMPLES:
-            seed = 0 if self.random_state is None else self.random_state
+            seed = 0 if search.random_state is None else search.random_state
             rows = np.sort(check_random_state(seed).choice(n, SHARED_MAX_SAMPLES, replace=False))
         xs, ys, tt = dask.compute(X[rows], y[rows], (y**2).sum())
         T = ys[:, None] if ys.ndim == 1 else ys
         scale = float(np.sqrt(tt / (n * T.shape[1])))
         scale = scale if scale > 0 else 1.0
-        beta = None if self.noise_variance is None else scale**2 / self.noise_variance
-        ls, path, _ = self._shared_width(
+        noise_variance = self.noise_variance
+        beta = None if noise_variance is None else scale**2 / noise_variance
+        ls, path, _ = search.shared(
             xs,
             centres,
             lambda Phi, r: shared_evidence(Phi, T[r] / scale, beta=beta),
-            T / scale if self._per_feature_widths(xs) else None,
+            T / scale if search.per_feature_widths(xs) else None,
             beta=beta,
         )
         # The curve's evidence is over these rows, in the user's units.

@@ -1,11 +1,12 @@
 """The large-data path of :class:`~bayes_rvm.RVR`: a fit from sufficient statistics.
 
 With a subset of centres, the Gaussian type-II fit reads the N x M design only through
-``Phi'Phi``, ``Phi'y``, ``y'y`` and N (:mod:`bayes_rvm.basis.statistics`).
-:class:`StatisticsFitMixin`
-holds the estimator's side of it: when ``fit`` takes that path (``chunk_rows``), what it cannot
-do there (a clear error naming the cause), and the fit itself, whose accumulation
-(:meth:`StatisticsFitMixin._statistics_of`) is the one place a distributed pass plugs in.
+``Phi'Phi``, ``Phi'y``, ``y'y`` and N (:mod:`bayes_rvm.basis.statistics`). The training data
+are then a :class:`StatisticsData`, which yields the basis, the problem and the fit
+(a :class:`DataFit`) as the in-memory design and the Dask blocks
+(:class:`~bayes_rvm.estimators.distributed.DaskData`) do; :func:`reads_row_blocks` is the rule
+of ``chunk_rows``, :func:`statistics_refusal` what the path cannot do, and
+:func:`statistics_model` the model MCMC samples after such a fit.
 """
 
 from __future__ import annotations
@@ -16,12 +17,20 @@ from collections.abc import Callable
 
 import numpy as np
 
+from bayes_rvm.basis.kernels import KernelBasis
 from bayes_rvm.basis.statistics import SufficientStatistics, accumulate
 from bayes_rvm.estimators.base import DEFAULT_GAMMA, memory_limit
 from bayes_rvm.evidence.problem import Engine, Problem, prior_column_scale
-from bayes_rvm.evidence.width import WidthFit, shared_evidence
+from bayes_rvm.evidence.width import WidthFit, WidthPath, shared_evidence
 
-__all__ = ["LARGE_DESIGN_BYTES", "StatisticsFitMixin", "reads_row_blocks"]
+__all__ = [
+    "LARGE_DESIGN_BYTES",
+    "DataFit",
+    "StatisticsData",
+    "reads_row_blocks",
+    "statistics_model",
+    "statistics_refusal",
+]
 
 #: Above this size of the N x M design (2 GiB; under ``inference="mcmc"`` also of the N x draws
 #: pointwise log likelihood), ``RVR(chunk_rows="auto")`` fits a subset of
@@ -45,7 +54,8 @@ def reads_row_blocks(estimator, n_rows: int, check: Callable[[], None], *, per_r
     Parameters
     ----------
     estimator
-        Has ``chunk_rows``, ``centres``, ``n_centres``, ``kernel`` and ``bias``.
+        Has ``chunk_rows``, ``centres``, ``kernel`` and ``bias`` (and ``_cfg``, its resolved
+        settings).
     n_rows : int
         N, the training rows.
     check : callable
@@ -59,151 +69,154 @@ def reads_row_blocks(estimator, n_rows: int, check: Callable[[], None], *, per_r
     if estimator.chunk_rows != "auto":
         check()
         return True
-    if estimator.centres is None or estimator.kernel == "precomputed":
+    cfg = estimator._cfg
+    if cfg.centre_method is None or estimator.kernel == "precomputed":
         return False
     try:
         check()
     except ValueError:
         return False  # the design path, with its own memory check
-    centres = estimator.centres
-    n_basis = estimator.n_centres if isinstance(centres, str) else len(centres)
-    if n_basis is None:
-        return False  # the design path says what is missing
+    n_basis = len(cfg.centres) if cfg.centre_method == "given" else cfg.n_centres
     need = 8.0 * n_rows * max(n_basis + int(bool(estimator.bias)), per_row)
     limit, _ = memory_limit()
     return need > min(LARGE_DESIGN_BYTES, np.inf if limit is None else limit)
 
 
-class StatisticsFitMixin:
-    """``fit`` from sufficient statistics, for an estimator with ``chunk_rows`` (RVR).
+def statistics_refusal(estimator) -> str | None:
+    """What a fit from sufficient statistics cannot do with ``estimator``'s settings, or None.
 
-    Sets ``statistics_`` (the :class:`~bayes_rvm.basis.statistics.SufficientStatistics` of the fit,
-    in the user's units, or None for a fit on the design) and ``_fitted_on_statistics``.
+    Parameters
+    ----------
+    estimator : RVR
+        Its ``centres``, ``kernel``, ``likelihood``, ``inference``, ``predictive`` and resolved
+        width rule.
+    """
+    rule = estimator._width_rule()
+    if estimator.centres is None or estimator.kernel == "precomputed":
+        return "it needs a subset of centres (centres=('random', n), ('kmeans', n) or an array)"
+    if estimator.likelihood != "gaussian":
+        return (
+            f"likelihood={estimator.likelihood!r} reweights every row at each step (its sums "
+            "are not fixed statistics)"
+        )
+    if estimator.inference == "vi":
+        return "inference='vi' fits the model of the N training rows"
+    if estimator.inference == "mcmc" and rule.sampled:
+        return "a sampled width (gamma a Prior) needs the design at every width"
+    if estimator.predictive != "rvm":
+        return "predictive='rvm*' needs the training design at prediction"
+    if rule.learned and rule.kind not in (DEFAULT_GAMMA, "evidence_ard"):
+        # The default and "evidence_ard" maximise the shared evidence on a row subset (the
+        # same rows and search as in memory); "evidence" refits the whole design per width.
+        return (
+            f"gamma={estimator.gamma!r} searches the width on the whole design; use a number, "
+            f"the default {DEFAULT_GAMMA!r} or 'evidence_ard' (chosen on a subset of rows)"
+        )
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class DataFit:
+    """What a data source yields: the basis, the problem the engine fitted and its fit, the
+    design's sufficient statistics (None on the in-memory design), and the width search's
+    curve and diagnostics where the width was learned."""
+
+    basis: KernelBasis
+    problem: Problem
+    fit: object
+    statistics: SufficientStatistics | None = None
+    path: WidthPath | None = None
+    search: WidthFit | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class StatisticsData:
+    """Training data read through the design's sufficient statistics: one chunked pass.
+
+    Parameters
+    ----------
+    X, y : ndarray
+        The checked training inputs and targets.
+    chunk_rows : int or None
+        Rows per block of the pass (None: :func:`~bayes_rvm.basis.statistics.accumulate`'s
+        choice).
+    noise_variance : float or None
+        A fixed noise variance in the units of ``y`` (None: estimated).
     """
 
-    def _on_statistics(self, X: np.ndarray) -> bool:
-        """Whether ``fit`` reads the design through its sufficient statistics (``chunk_rows``)."""
-        # Under MCMC the design path's pointwise log likelihood holds N values a draw.
-        draws = self.draws * self.chains if self.inference == "mcmc" else 0
-        return reads_row_blocks(self, X.shape[0], self._check_statistics_fit, per_row=draws)
+    X: np.ndarray
+    y: np.ndarray
+    chunk_rows: int | None = None
+    noise_variance: float | None = None
 
-    def _check_statistics_fit(self) -> None:
-        """What a fit from sufficient statistics cannot do, as a ValueError naming the cause."""
-        rule = self._width_rule()
-        reason = None
-        if self.centres is None or self.kernel == "precomputed":
-            reason = "it needs a subset of centres (centres='random', 'kmeans' or an array)"
-        elif getattr(self, "likelihood", "gaussian") != "gaussian":
-            reason = (
-                f"likelihood={self.likelihood!r} reweights every row at each step (its sums "
-                "are not fixed statistics)"
-            )
-        elif self.inference == "vi":
-            reason = "inference='vi' fits the model of the N training rows"
-        elif self.inference == "mcmc" and self._samples_width():
-            reason = "a sampled width (gamma a Prior) needs the design at every width"
-        elif self.predictive != "rvm":
-            reason = "predictive='rvm*' needs the training design at prediction"
-        elif rule.learned and rule.kind not in (DEFAULT_GAMMA, "evidence_ard"):
-            # The default and "evidence_ard" maximise the shared evidence on a row subset (the
-            # same rows and search as in memory); "evidence" refits the whole design per width.
-            reason = (
-                f"gamma={self.gamma!r} searches the width on the whole design; use a number, "
-                f"the default {DEFAULT_GAMMA!r} or 'evidence_ard' (chosen on a subset of rows)"
-            )
-        if reason is not None:
-            raise ValueError(
-                f"RVR(chunk_rows={self.chunk_rows!r}) fits from sufficient statistics, but "
-                f"{reason}. Set chunk_rows=None for the in-memory design."
-            )
+    def fit(self, problem: Problem, engine: Engine, *, search, centres, fit_basis) -> DataFit:
+        """The fit from the statistics of the basis on ``centres``.
 
-    def _fit_statistics(self, X: np.ndarray, y: np.ndarray, problem: Problem, engine: Engine):
-        """The fit from the statistics of a chunked pass: ``(basis, problem, fit)``.
-
-        The width (the default rule or ``"evidence_ard"``) is chosen on at most
-        ``SHARED_MAX_SAMPLES`` rows, as the design path chooses it; then one pass accumulates
-        ``Phi'Phi``, ``Phi'y`` and ``y'y``.
+        ``search`` is the fit's :class:`~bayes_rvm.estimators.width_selection.WidthSearch` (None:
+        the width is not learned): the default rule or ``"evidence_ard"`` chooses the width on at
+        most ``SHARED_MAX_SAMPLES`` rows, as the design path does; ``fit_basis(X, centres,
+        gamma)`` builds the basis; then one pass accumulates ``Phi'Phi``, ``Phi'y`` and ``y'y``.
         """
-        centres = self._candidate_centres(X)
-        gamma, path = None, None
-        if self._learns_width():
+        X = self.X
+        gamma = path = None
+        if search is not None:
             start = time.perf_counter()
-            ls, path, rows = self._shared_width(
+            ls, path, rows = search.shared(
                 X,
                 centres,
                 lambda Phi, r: shared_evidence(
                     Phi, problem.targets[r], beta=problem.noise_precision
                 ),
-                problem.targets if self._per_feature_widths(X) else None,
+                problem.targets if search.per_feature_widths(X) else None,
                 beta=problem.noise_precision,
             )
-            g = self._width_rule().kernel.gamma(ls)
+            g = search.rule.kernel.gamma(ls)
             gamma = float(g[0]) if ls.size == 1 else g
             # The curve's evidence is over these rows, in the user's units.
             log_scale = problem.targets.shape[1] * rows.size * np.log(problem.scale)
             path = dataclasses.replace(path, log_evidence=path.log_evidence - log_scale)
-        basis = self._fit_basis(X, centres, gamma)
-        self.statistics_ = self._statistics_of(basis, X, y)
-        stats_problem = Problem.from_statistics(
-            self.statistics_, noise_variance=self.noise_variance
-        )
+        basis = fit_basis(X, centres, gamma)
+        stats = accumulate(basis, X, self.y, chunk_rows=self.chunk_rows)
+        stats_problem = Problem.from_statistics(stats, noise_variance=self.noise_variance)
         fit = engine.fit(stats_problem)
-        self._set_width(basis, path)
+        found = None
         if path is not None:
-            self.width_selection_ = WidthFit(
-                ls, fit, None, path, n_fits=1, seconds=time.perf_counter() - start
-            )
-        return basis, stats_problem, fit
+            found = WidthFit(ls, fit, None, path, n_fits=1, seconds=time.perf_counter() - start)
+        return DataFit(basis, stats_problem, fit, stats, path, found)
 
-    def _statistics_model(self, form: str, offset, priors: dict):
-        """The model ``inference="mcmc"`` samples after a fit from sufficient statistics.
 
-        :func:`bayes_rvm.models.statistics.rvm_statistics_model` on the statistics of the MCMC
-        columns, with the rows of :func:`bayes_rvm.models.statistics.log_likelihood_rows` (2000,
-        evenly spaced) for the pointwise log likelihood: ``idata_``'s ``log_likelihood`` holds
-        those rows' exact leave-one-out terms, not all N (its attribute
-        ``log_likelihood_rows`` says so, and :func:`bayes_rvm.compare` refuses to set it beside
-        a fit scored on other rows). A fit on Dask arrays keeps none of the rows on the client
-        (:mod:`bayes_rvm.estimators.distributed`): its model has the same density and no such rows,
-        and
-        its completed posterior no ``log_likelihood``.
-        """
-        from bayes_rvm.models.statistics import log_likelihood_rows, rvm_statistics_model
+def statistics_model(statistics: SufficientStatistics, columns, rows_of, *, form, offset, priors):
+    """The model ``inference="mcmc"`` samples after a fit from sufficient statistics.
 
-        if form != "marginal" or offset is not None:
-            raise ValueError(
-                "a fit from sufficient statistics (chunk_rows) samples the weight-marginalised "
-                "model with no offset: form='marginal', offset=None."
-            )
-        cols = self._mcmc_columns()
-        st = self.statistics_
-        sub = SufficientStatistics(
-            st.gram[np.ix_(cols, cols)], st.cross[cols], st.tt, st.n, st.t_sum
+    :func:`bayes_rvm.models.statistics.rvm_statistics_model` on the statistics of the MCMC
+    ``columns``, with the rows of :func:`bayes_rvm.models.statistics.log_likelihood_rows` (2000,
+    evenly spaced) for the pointwise log likelihood: ``idata_``'s ``log_likelihood`` holds those
+    rows' exact leave-one-out terms, not all N (its attribute ``log_likelihood_rows`` says so,
+    and :func:`bayes_rvm.compare` refuses to set it beside a fit scored on other rows).
+    ``rows_of(rows) -> (Phi_rows, y_rows)`` gives those rows, or is None: a fit on Dask arrays
+    keeps none of them on the client, and its model has the same density and no such rows (its
+    completed posterior no ``log_likelihood``).
+    """
+    from bayes_rvm.models.statistics import log_likelihood_rows, rvm_statistics_model
+
+    if form != "marginal" or offset is not None:
+        raise ValueError(
+            "a fit from sufficient statistics (chunk_rows) samples the weight-marginalised "
+            "model with no offset: form='marginal', offset=None."
         )
-        inputs, loo_rows = self.training_.inputs, None
-        if inputs is not None and inputs.shape[0] == st.n:
-            rows = log_likelihood_rows(st.n)
-            Phi_rows = self.basis_.transform(inputs[rows], columns=cols)
-            loo_rows = (rows, Phi_rows, self.training_.y[rows])
-        return rvm_statistics_model(
-            sub,
-            rows=loo_rows,
-            phi_scale=prior_column_scale(sub.column_norms(), st.n),
-            y_scale=sub.target_scale(),
-            basis_names=cols,
-            **priors,
-        )
-
-    def _require_design(self, what: str) -> None:
-        """A ValueError for ``what`` when the fit was made from sufficient statistics."""
-        if getattr(self, "_fitted_on_statistics", False):
-            raise ValueError(
-                f"RVR.{what} needs the N x K training design, which a fit from sufficient "
-                "statistics (chunk_rows) does not keep: refit with chunk_rows=None (on a subset "
-                "of rows if the design does not fit in memory)."
-            )
-
-    def _statistics_of(self, basis, X, y) -> SufficientStatistics:
-        """The statistics of the design of ``basis`` at ``X`` against ``y``: one chunked pass."""
-        chunk = None if self.chunk_rows == "auto" else self.chunk_rows
-        return accumulate(basis, X, y, chunk_rows=chunk)
+    st = statistics
+    sub = SufficientStatistics(
+        st.gram[np.ix_(columns, columns)], st.cross[columns], st.tt, st.n, st.t_sum
+    )
+    loo_rows = None
+    if rows_of is not None:
+        rows = log_likelihood_rows(st.n)
+        loo_rows = (rows, *rows_of(rows))
+    return rvm_statistics_model(
+        sub,
+        rows=loo_rows,
+        phi_scale=prior_column_scale(sub.column_norms(), st.n),
+        y_scale=sub.target_scale(),
+        basis_names=columns,
+        **priors,
+    )

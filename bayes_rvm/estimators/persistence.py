@@ -33,7 +33,7 @@ import xarray as xr
 
 from bayes_rvm.basis.kernels import WIDTH_RULES, KernelBasis, resolve_gamma, uses_gamma
 from bayes_rvm.basis.statistics import SufficientStatistics
-from bayes_rvm.estimators.base import path_from_json, path_to_json
+from bayes_rvm.estimators.base import KERNEL_PARAMS, path_from_json, path_to_json
 from bayes_rvm.evidence.problem import OneVsRestFit
 from bayes_rvm.evidence.width import WidthFit
 from bayes_rvm.io import ModelFileError, json_attr, json_default
@@ -43,6 +43,7 @@ __all__ = [
     "SavedStateMixin",
     "basis_from_group",
     "basis_group",
+    "basis_params",
     "check_feature_names",
     "check_fit",
     "check_state",
@@ -106,6 +107,17 @@ class SavedStateMixin:
         return model
 
 
+def basis_params(params: dict) -> dict:
+    """The :class:`~bayes_rvm.KernelBasis` parameters of an estimator's ``params``: ``degree``
+    and ``coef0`` split out of ``kernel_params`` (their defaults where absent), the rest of it
+    the callable kernel's keyword arguments, as the estimator builds its basis."""
+    kernel = dict(params.get("kernel_params") or {})
+    own = {k: params.get(k) for k in ("kernel", "gamma", "bias")}
+    for key, default in KERNEL_PARAMS.defaults.items():
+        own[key] = kernel.pop(key, default)
+    return {**own, "kernel_params": kernel or None}
+
+
 def basis_group(basis: KernelBasis) -> xr.Dataset:
     """The ``/basis`` group of a fitted basis: its centres, and its parameters as JSON."""
     basis_vars = {}
@@ -129,7 +141,7 @@ def _chosen_width(gamma) -> bool:
 def basis_from_group(basis_ds: xr.Dataset, params: dict, path: Path) -> KernelBasis:
     """The fitted basis of a ``/basis`` group, built from the model's parameters ``params``."""
     # The model's parameters build the basis; only gamma may differ (a width the fit chose).
-    own = {k: params.get(k) for k in BASIS_PARAMS}
+    own = basis_params(params)
     stored = decode_params(json_attr(basis_ds.attrs, "params", f"{path}:/basis"))
     if not isinstance(stored, dict) or set(stored) != set(BASIS_PARAMS):
         raise ModelFileError(f"{path}:/basis: the stored parameters are not {BASIS_PARAMS}")

@@ -15,7 +15,6 @@ from numbers import Integral
 
 import numpy as np
 import xarray as xr
-from scipy import linalg
 from sklearn.base import RegressorMixin, _fit_context, clone
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
@@ -26,25 +25,38 @@ from bayes_rvm.basis.kernels import KernelBasis
 from bayes_rvm.dims import BASIS, OUTPUT
 from bayes_rvm.estimators.base import (
     DEFAULT_GAMMA,
+    KERNEL_PARAMS,
     POSITIVE,
+    PRIOR_CONSTRAINTS,
+    SAMPLER_CONSTRAINTS,
     BaseRVM,
+    ParamGroup,
     check_number,
     new_inputs,
     path_from_json,
     path_to_json,
     training_data,
 )
-from bayes_rvm.estimators.counts import LIKELIHOODS, CountsMixin
-from bayes_rvm.estimators.distributed import DaskFitMixin, is_dask_collection, predict_dask
-from bayes_rvm.estimators.draws_prediction import DrawsPredictionMixin
-from bayes_rvm.estimators.large_data import StatisticsFitMixin
+from bayes_rvm.estimators.distributed import (
+    DaskData,
+    dask_centres,
+    dask_training_data,
+    is_dask_collection,
+    predict_dask,
+)
+from bayes_rvm.estimators.large_data import (
+    StatisticsData,
+    reads_row_blocks,
+    statistics_model,
+    statistics_refusal,
+)
+from bayes_rvm.estimators.likelihoods import REGRESSION_LIKELIHOODS
 from bayes_rvm.estimators.persistence import (
     Fail,
     SavedStateMixin,
     statistics_arrays,
     statistics_from_arrays,
 )
-from bayes_rvm.estimators.student_t_noise import StudentTMixin
 from bayes_rvm.evidence import EvidenceFit
 from bayes_rvm.evidence.problem import (
     Engine,
@@ -55,6 +67,7 @@ from bayes_rvm.evidence.problem import (
     target_scale,
 )
 from bayes_rvm.models.priors import Prior, as_prior, default_alpha_prior
+from bayes_rvm.posterior.predictors import regression_predictor
 from bayes_rvm.threads import one_blas_thread
 
 __all__ = ["RVR", "distinct_rows", "drop_duplicate_rows"]
@@ -92,21 +105,12 @@ def drop_duplicate_rows(X: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.nd
             "exactly (inputs and targets): with them the evidence is unbounded as the noise goes "
             "to 0 (interpolating the distinct rows), so each distinct row is fitted once and "
             f"relevance_ indexes basis_.centres_, the {keep.size} distinct inputs. If they are "
-            "repeated measurements, give noise_variance."
+            "repeated measurements, give likelihood_params={'noise_variance': ...}."
         )
     return X[keep], y[keep]
 
 
-class RVR(
-    DaskFitMixin,
-    StatisticsFitMixin,
-    CountsMixin,
-    StudentTMixin,
-    DrawsPredictionMixin,
-    RegressorMixin,
-    SavedStateMixin,
-    BaseRVM,
-):
+class RVR(RegressorMixin, SavedStateMixin, BaseRVM):
     """Relevance Vector Regression (Tipping 2001), fitted by type-II maximum likelihood or sampled.
 
     The model is ``t = Phi w + noise``, one basis function ``k(x, x_i)`` per training input (or
@@ -126,71 +130,56 @@ array-like or Prior, default="evidence_shared"
         ``"evidence"``: the RVM's own evidence; ``"evidence_ard"``: one length scale per feature;
         ``"scale"``, ``"auto"``: as in :class:`sklearn.svm.SVR`. A
         :class:`~bayes_rvm.models.priors.Prior` samples the width (``inference="mcmc"``).
-    degree : int, default=3
-        Degree of the polynomial kernel.
-    coef0 : float, default=1.0
-        Independent term of the polynomial and sigmoid kernels.
     kernel_params : dict, optional
-        Extra keyword arguments of a callable kernel.
+        ``degree`` (int, default 3: the polynomial kernel's) and ``coef0`` (float, default 1.0:
+        the polynomial and sigmoid kernels' independent term); any other key is a keyword
+        argument of a callable kernel.
     bias : bool, default=True
         Include a constant basis function (with its own ARD prior).
-    prior : {"ard", "student_t"}, default="ard"
-        ``"ard"``: flat hyperprior on ``log alpha`` (plain type-II maximum likelihood).
-        ``"student_t"``: ``alpha_i ~ Gamma(nu/2, nu/2)``, Student-t weights, sparser as nu falls.
-    nu : float, Prior or "auto", default="auto"
-        Degrees of freedom of the Student-t prior (ignored for ``"ard"``). ``"auto"``: 1e-4 for
-        the type-II fit, 1 under MCMC (:mod:`bayes_rvm.models.priors`). A Prior is sampled.
-    alpha_prior : Prior, optional
-        Hyperprior of the relative precisions under ``prior="ard"``, for MCMC and VI; default a
-        half-Cauchy of scale 0.1 on ``alpha_rel^-1/2`` (not sparse; see
-        :func:`~bayes_rvm.models.priors.sparse_alpha_prior`).
-    noise_prior : Prior, optional
-        MCMC and VI prior of the relative noise sd ``sigma / rms(y)``; default ``HalfNormal(1)``.
-    solver : {"auto", "sequential", "mackay"}, default="auto"
-        Type-II engine: ``"sequential"`` (Tipping & Faul 2003) adds, re-estimates or deletes one
-        basis function at a time; ``"mackay"`` re-estimates all alphas (MacKay 1992).
-        ``"auto"``: sequential for ``prior="ard"``, mackay for ``"student_t"``.
-    noise_variance : float, optional
-        Fix the noise variance (units of ``y``; Student-t noise: the squared scale) instead of
-        estimating it. Not for counts.
-    likelihood : {"gaussian", "poisson", "student_t"}, default="gaussian"
-        Gaussian noise; counts with a log link (``predict`` returns the rate; counts up to
-        :data:`~bayes_rvm.estimators.counts.MAX_COUNT`, 1e9); or Student-t noise for robust
-        regression (one output; ``log_evidence_`` is then a variational lower bound).
-    noise_nu : float, optional
-        Degrees of freedom of the Student-t noise: a number fixes it, None (default) learns it.
-    max_iter : int, default=10000
-        Iteration cap of the engine; reaching it warns with ``ConvergenceWarning``.
-    tol : float, default=1e-3
-        Stop when no ``log alpha`` changes by more than ``tol``.
-    threshold_alpha : float or "auto", default="auto"
-        MacKay solver only: prune a basis function once its normalised ``alpha`` exceeds this.
-        ``"auto"``: 1e9 for ``prior="ard"``, 10 for ``"student_t"`` (whose alphas stay finite).
-    centres : None, "random", "kmeans" or array-like of shape (n_centres, n_features)
+    centres : None, ("random", n), ("kmeans", n) or array-like of shape (n, n_features)
         Candidate basis functions: on every training input (None, the classical RVM), on a
-        random or k-means subset of ``n_centres`` points, or on given centres.
-    n_centres : int, optional
-        Number of centres for ``centres="random"`` or ``"kmeans"``.
+        random or k-means subset of ``n`` points (a tuple or list), or on given centres.
     chunk_rows : "auto", int or None, default="auto"
         An int fits from the design's sufficient statistics, accumulated over blocks of that
         many rows (memory independent of N); None keeps the design in memory. ``"auto"``: the
         statistics when a subset of centres gives a design above 2 GiB and the options allow.
+    prior : {"ard", "student_t"}, default="ard"
+        ``"ard"``: flat hyperprior on ``log alpha`` (plain type-II maximum likelihood).
+        ``"student_t"``: ``alpha_i ~ Gamma(nu/2, nu/2)``, Student-t weights, sparser as nu falls.
+    prior_params : dict, optional
+        ``nu`` (float, Prior or "auto"): the Student-t prior's degrees of freedom, ``"auto"``
+        1e-4 for the type-II fit and 1 under MCMC (:mod:`bayes_rvm.models.priors`), a Prior
+        sampled. ``alpha_prior`` (Prior): MCMC and VI hyperprior of the relative precisions under
+        ``"ard"``, default a half-Cauchy of scale 0.1 on ``alpha_rel^-1/2``. ``threshold_alpha``
+        (float or "auto"): MacKay solver only, prune once the normalised ``alpha`` exceeds it;
+        ``"auto"`` 1e9 for ``"ard"``, 10 for ``"student_t"``.
+    likelihood : {"gaussian", "poisson", "student_t"}, default="gaussian"
+        Gaussian noise; counts with a log link (``predict`` returns the rate; counts up to
+        :data:`~bayes_rvm.estimators.likelihoods.MAX_COUNT`, 1e9); or Student-t noise for robust
+        regression (one output; ``log_evidence_`` is then a variational lower bound).
+    likelihood_params : dict, optional
+        ``noise_variance`` (float): fix the noise variance (units of ``y``; Student-t noise: the
+        squared scale) instead of estimating it, not for counts. ``noise_nu`` (float): the
+        Student-t noise's degrees of freedom, None (default) learns them. ``noise_prior``
+        (Prior): MCMC and VI prior of ``sigma / rms(y)``, default ``HalfNormal(1)``.
+    solver : {"auto", "sequential", "mackay"}, default="auto"
+        Type-II engine: ``"sequential"`` (Tipping & Faul 2003) adds, re-estimates or deletes one
+        basis function at a time; ``"mackay"`` re-estimates all alphas (MacKay 1992).
+        ``"auto"``: sequential for ``prior="ard"``, mackay for ``"student_t"``.
+    max_iter : int, default=10000
+        Iteration cap of the engine; reaching it warns with ``ConvergenceWarning``.
+    tol : float, default=1e-3
+        Stop when no ``log alpha`` changes by more than ``tol``.
     inference : {"type2", "mcmc", "vi"}, default="type2"
         ``"type2"``: the hyperparameters at their evidence maximum. ``"mcmc"``: NUTS over the
         hyperparameters of :attr:`model_`, started at the type-II fit, weights drawn per draw.
         ``"vi"``: mean-field ADVI over the same model.
-    draws, tune, chains : int, default=1000, 300, 4
-        MCMC draws per chain, tuning steps and chains; ``draws`` is also the number of draws
-        taken from the variational approximation.
-    sampler : {"nutpie", "numpyro", "pymc"}, default="nutpie"
-        NUTS implementation: nutpie on a CPU, numpyro on a JAX accelerator.
-    mcmc_basis : {"auto", "all", "relevant"}, default="auto"
-        Sample every basis function, or only the type-II relevance vectors (cheaper; the
-        posterior is then conditional on them). ``"auto"``: every one at a fixed width on the
-        in-memory design, the relevance vectors otherwise.
-    vi_kwargs : dict, optional
-        ADVI settings: ``method``, ``n``, ``learning_rate``, ``tol``, ``window``, ``obj_n_mc``;
-        defaults in :data:`bayes_rvm.inference.variational.VI_DEFAULTS`.
+    sampler_config : dict, optional
+        Merged over the defaults: ``draws`` (1000; also the draws taken from the VI
+        approximation), ``tune`` (300), ``chains`` (4), ``sampler`` ("nutpie", "numpyro",
+        "pymc" or "blackjax"), ``mcmc_basis`` ("auto": every basis function at a fixed width on
+        the in-memory design, the type-II relevance vectors otherwise; "all"; "relevant") and
+        ``vi_kwargs`` (ADVI settings, :data:`bayes_rvm.inference.variational.VI_DEFAULTS`).
     predictive : {"rvm", "rvm*"}, default="rvm"
         ``"rvm"``: the RVM's predictive, whose variance shrinks to the noise away from the
         relevance vectors. ``"rvm*"``: the augmented predictive of Rasmussen & Quinonero-Candela
@@ -264,15 +253,40 @@ array-like or Prior, default="evidence_shared"
     _parameter_constraints: dict = {  # noqa: RUF012 - scikit-learn's convention
         **BaseRVM._shared_constraints,
         "solver": [StrOptions({"auto", "sequential", "mackay"})],
-        "noise_variance": [POSITIVE, None],
-        "likelihood": [StrOptions(set(LIKELIHOODS))],
-        "noise_prior": [Prior, dict, None],
-        "threshold_alpha": [StrOptions({"auto"}), POSITIVE],
-        "mcmc_basis": [StrOptions({"auto", "all", "relevant"})],
+        "likelihood": [StrOptions(set(REGRESSION_LIKELIHOODS))],
+        "likelihood_params": [dict, None],
         "inference": [StrOptions({"type2", "mcmc", "vi"})],
-        "vi_kwargs": [dict, None],
-        "noise_nu": [POSITIVE, None],
         "chunk_rows": [StrOptions({"auto"}), Interval(Integral, 1, None, closed="left"), None],
+    }
+    _param_groups: dict = {  # noqa: RUF012
+        "kernel_params": KERNEL_PARAMS,
+        "prior_params": ParamGroup(
+            {"nu": "auto", "alpha_prior": None, "threshold_alpha": "auto"},
+            {**PRIOR_CONSTRAINTS, "threshold_alpha": [StrOptions({"auto"}), POSITIVE]},
+        ),
+        "likelihood_params": ParamGroup(
+            {"noise_variance": None, "noise_nu": None, "noise_prior": None},
+            {
+                "noise_variance": [POSITIVE, None],
+                "noise_nu": [POSITIVE, None],
+                "noise_prior": [Prior, dict, None],
+            },
+        ),
+        "sampler_config": ParamGroup(
+            {
+                "draws": 1000,
+                "tune": 300,
+                "chains": 4,
+                "sampler": "nutpie",
+                "mcmc_basis": "auto",
+                "vi_kwargs": None,
+            },
+            {
+                **SAMPLER_CONSTRAINTS,
+                "mcmc_basis": [StrOptions({"auto", "all", "relevant"})],
+                "vi_kwargs": [dict, None],
+            },
+        ),
     }
     _samples_width_ok = True
 
@@ -281,65 +295,41 @@ array-like or Prior, default="evidence_shared"
         *,
         kernel="rbf",
         gamma=DEFAULT_GAMMA,
-        degree=3,
-        coef0=1.0,
         kernel_params=None,
         bias=True,
+        centres=None,
+        chunk_rows="auto",
         prior="ard",
-        nu="auto",
-        alpha_prior=None,
-        noise_prior=None,
-        solver="auto",
-        noise_variance=None,
+        prior_params=None,
         likelihood="gaussian",
+        likelihood_params=None,
+        solver="auto",
         max_iter=10_000,
         tol=1e-3,
-        threshold_alpha="auto",
-        centres=None,
-        n_centres=None,
-        chunk_rows="auto",
         inference="type2",
-        draws=1000,
-        tune=300,
-        chains=4,
-        sampler="nutpie",
-        mcmc_basis="auto",
-        vi_kwargs=None,
+        sampler_config=None,
         predictive="rvm",
         random_state=None,
         verbose=False,
-        noise_nu=None,
     ):
         self.kernel = kernel
         self.gamma = gamma
-        self.degree = degree
-        self.coef0 = coef0
         self.kernel_params = kernel_params
         self.bias = bias
+        self.centres = centres
+        self.chunk_rows = chunk_rows
         self.prior = prior
-        self.nu = nu
-        self.alpha_prior = alpha_prior
-        self.noise_prior = noise_prior
-        self.solver = solver
-        self.noise_variance = noise_variance
+        self.prior_params = prior_params
         self.likelihood = likelihood
+        self.likelihood_params = likelihood_params
+        self.solver = solver
         self.max_iter = max_iter
         self.tol = tol
-        self.threshold_alpha = threshold_alpha
-        self.centres = centres
-        self.n_centres = n_centres
-        self.chunk_rows = chunk_rows
         self.inference = inference
-        self.draws = draws
-        self.tune = tune
-        self.chains = chains
-        self.sampler = sampler
-        self.mcmc_basis = mcmc_basis
-        self.vi_kwargs = vi_kwargs
+        self.sampler_config = sampler_config
         self.predictive = predictive
         self.random_state = random_state
         self.verbose = verbose
-        self.noise_nu = noise_nu
 
     def _solver(self) -> str:
         if self.solver != "auto":
@@ -350,8 +340,8 @@ array-like or Prior, default="evidence_shared"
         return "mackay" if self.prior == "student_t" else "sequential"
 
     def _threshold_alpha(self) -> float:
-        if self.threshold_alpha != "auto":
-            return float(self.threshold_alpha)
+        if self._cfg.threshold_alpha != "auto":
+            return float(self._cfg.threshold_alpha)
         # Under the Student-t prior the MAP alphas stay finite (at most about (1 + nu) / nu), so
         # relevance is a threshold on alpha (reference document 002). On the normalised scale the
         # relevant weights are O(1) to O(sqrt(N)); alpha = 10 is a prior sd of 0.3. Under ARD the
@@ -375,7 +365,7 @@ array-like or Prior, default="evidence_shared"
             Training inputs (the square training kernel matrix for ``kernel="precomputed"``).
             A Dask array (chunked by rows) is fitted from its sufficient statistics, computed
             on the workers of the Dask client in context (:mod:`bayes_rvm.estimators.distributed`):
-            ``centres="random"`` or given centres, ``gamma`` a number, ``"scale"``, ``"auto"``,
+            ``centres=("random", n)`` or given centres, ``gamma`` a number, ``"scale"``, ``"auto"``,
             the default rule or ``"evidence_ard"`` (on at most 1000 rows fetched to the client),
             type-II only; the
             same fit as in memory on the same data.
@@ -387,20 +377,22 @@ array-like or Prior, default="evidence_shared"
             do not coincide, and with them the evidence grows without bound as the noise goes to
             0 wherever the basis can interpolate the distinct rows (the width rules ran to
             narrow widths, a noise sd of 4e-7 and a test error twice the de-duplicated fit's).
-            With ``noise_variance`` given they count as repeated measurements.
+            With ``likelihood_params["noise_variance"]`` given they count as repeated
+            measurements.
         **sample_kwargs
             Under ``inference="mcmc"``, passed to :func:`bayes_rvm.inference.sample_mcmc` for
             this fit, for example ``keep_warmup=True`` (keep the warmup groups in ``idata_`` and
             in saved files), ``nuts={"target_accept": 0.95}`` or ``progressbar=False``. Draws,
-            chains, sampler and seed are the estimator's parameters.
+            chains, sampler and seed are the estimator's parameters (``sampler_config``,
+            ``random_state``).
             Under ``inference="vi"``, passed to :func:`bayes_rvm.inference.variational.fit_vi` (over
-            ``vi_kwargs``), for example ``progressbar=True`` or ``n=50_000``.
+            ``sampler_config["vi_kwargs"]``), for example ``progressbar=True`` or ``n=50_000``.
 
         Returns
         -------
         self : RVR
         """
-        self._resolve_width_rule()
+        self._start_fit()
         if is_dask_collection(X) or is_dask_collection(y):
             return self._fit_dask(X, y, sample_kwargs)
         X, y = self._check_data(X, y, sample_kwargs)
@@ -408,16 +400,25 @@ array-like or Prior, default="evidence_shared"
         engine = self.make_engine()
         self.statistics_ = None
         if self._on_statistics(X):
-            basis, problem, fit = self._fit_statistics(X, y, problem, engine)
+            basis, problem, fit = self._fit_data(
+                StatisticsData(
+                    X,
+                    y,
+                    chunk_rows=None if self.chunk_rows == "auto" else self.chunk_rows,
+                    noise_variance=self._cfg.noise_variance,
+                ),
+                problem,
+                engine,
+                centres=self._candidate_centres(X),
+            )
         elif self._learns_width():
             basis, problem, fit = self._select_width(
                 X,
                 problem,
                 engine,
-                criterion=self._width_criterion(problem),
+                criterion=self._likelihood().width_criterion(problem),
                 log_scale=problem.targets.size * np.log(problem.scale),
-                # The closed-form width gradient is the Gaussian likelihood's.
-                gradient=not self._counts(),
+                gradient=self._likelihood().width_gradient,
             )
         else:
             basis, Phi = self._make_basis(X)
@@ -430,28 +431,113 @@ array-like or Prior, default="evidence_shared"
         self._fitted_on_statistics = self.statistics_ is not None
         phi = None if self._fitted_on_statistics else problem.active_design(fit.active)
         self._finish_fit(X, TrainingData(phi_active=phi, y=y), fit)
+        self._predictor_obj = self._make_predictor()
         return self
+
+    def _fit_data(self, data, problem, engine, *, centres):
+        """The fit of a data source (:class:`StatisticsData`): ``(basis, problem, fit)``."""
+        search = self._width_search() if self._learns_width() else None
+        found = data.fit(problem, engine, search=search, centres=centres, fit_basis=self._fit_basis)
+        self.statistics_ = found.statistics
+        self._set_width(found.basis, found.path)
+        if found.search is not None:
+            self.width_selection_ = found.search
+        return found.basis, found.problem, found.fit
+
+    def _fit_dask(self, X, y, sample_kwargs: dict):
+        """``fit(X, y)`` with ``X`` or ``y`` a Dask array (:class:`DaskData`); the estimator."""
+        if sample_kwargs:
+            raise TypeError(
+                f"fit on Dask arrays takes no sampler arguments, got {sorted(sample_kwargs)}."
+            )
+        if self.chunk_rows is None:
+            raise ValueError(
+                "RVR(chunk_rows=None) asks for the design in memory, but X is a Dask array, "
+                "fitted from its sufficient statistics on the cluster: leave chunk_rows='auto' "
+                "(or fit on X.compute(), y.compute())."
+            )
+        if self.inference != "type2":
+            raise ValueError(
+                f"RVR(inference={self.inference!r}) on Dask arrays: a fit on a cluster is "
+                "type-II only; sample on X.compute(), y.compute() with chunk_rows='auto' (MCMC "
+                "from the sufficient statistics on one machine)."
+            )
+        self._check_statistics_fit()
+        self._check_priors()
+        X, y = dask_training_data(X, y)
+        cfg = self._cfg
+        spec = cfg.centres if cfg.centre_method == "given" else cfg.centre_method
+        centres = dask_centres(X, spec, cfg.n_centres, self.random_state)
+        data = DaskData(X, y, noise_variance=cfg.noise_variance)
+        search = self._width_search() if self._learns_width() else None
+        found = data.fit(
+            self.make_engine(),
+            search=search,
+            centres=centres,
+            scale_gamma=self._width_rule().basis_gamma == "scale",
+            fit_basis=self._fit_basis,
+        )
+        self.statistics_ = found.statistics
+        self._set_width(found.basis, found.path)
+        if found.search is not None:
+            self.width_selection_ = found.search
+        self._set_fitted(found.basis, found.problem.unscale(found.fit), single=y.ndim == 1)
+        self._fitted_on_statistics = True
+        # No training rows on the client: what predictions need is in the fit and the basis.
+        none = TrainingData(phi_active=None, y=np.empty((0, *y.shape[1:])))
+        self._finish_fit(np.empty((0, X.shape[1])), none, found.fit)
+        self._predictor_obj = self._make_predictor()
+        return self
+
+    def _on_statistics(self, X: np.ndarray) -> bool:
+        """Whether ``fit`` reads the design through its sufficient statistics (``chunk_rows``)."""
+        # Under MCMC the design path's pointwise log likelihood holds N values a draw.
+        draws = self._cfg.draws * self._cfg.chains if self.inference == "mcmc" else 0
+        return reads_row_blocks(self, X.shape[0], self._check_statistics_fit, per_row=draws)
+
+    def _check_statistics_fit(self) -> None:
+        """What a fit from sufficient statistics cannot do, as a ValueError naming the cause."""
+        reason = statistics_refusal(self)
+        if reason is not None:
+            raise ValueError(
+                f"RVR(chunk_rows={self.chunk_rows!r}) fits from sufficient statistics, but "
+                f"{reason}. Set chunk_rows=None for the in-memory design."
+            )
+
+    def _require_design(self, what: str) -> None:
+        """A ValueError for ``what`` when the fit was made from sufficient statistics."""
+        if getattr(self, "_fitted_on_statistics", False):
+            raise ValueError(
+                f"RVR.{what} needs the N x K training design, which a fit from sufficient "
+                "statistics (chunk_rows) does not keep: refit with chunk_rows=None (on a subset "
+                "of rows if the design does not fit in memory)."
+            )
 
     def _check_data(self, X, y, sample_kwargs: dict) -> tuple[np.ndarray, np.ndarray]:
         """``fit``'s checks: the data (repeated rows dropped), the parameters, the sampler's."""
         X, y = training_data(self, X, y, regression=True, min_samples=2)
-        y = self._check_likelihood(y)
+        y = self._likelihood().check(
+            y,
+            noise_variance=self._cfg.noise_variance,
+            star=self.predictive == "rvm*",
+            sampled_width=isinstance(self.gamma, Prior),
+            ard_width=isinstance(self.gamma, str) and self.gamma == "evidence_ard",
+        )
         self._check_predictive()
         self._check_priors()
-        self._check_student_t(y)
         self._keep_sample_kwargs(sample_kwargs)
         if self.inference == "vi":
             from bayes_rvm.inference.variational import FIT_VI_OPTIONS, check_vi_kwargs
 
             own = {k: v for k, v in self._sample_kwargs.items() if k not in FIT_VI_OPTIONS}
-            check_vi_kwargs({**(self.vi_kwargs or {}), **own})
-        as_prior(self.noise_prior, "noise_prior", positive=True)
+            check_vi_kwargs({**(self._cfg.vi_kwargs or {}), **own})
+        as_prior(self._cfg.noise_prior, "noise_prior", positive=True)
         T = y[:, None] if y.ndim == 1 else y
-        if self._counts():  # rows that repeat others are repeated counts, with no noise to fit
+        if not self._likelihood().estimates_noise:  # repeated rows: repeated counts
             return X, y
-        if self.noise_variance is None and self.kernel != "precomputed":
+        if self._cfg.noise_variance is None and self.kernel != "precomputed":
             return drop_duplicate_rows(X, y)
-        if self.noise_variance is None and distinct_rows(X, T).size < X.shape[0]:
+        if self._cfg.noise_variance is None and distinct_rows(X, T).size < X.shape[0]:
             # The kernel matrix's columns are the training inputs too: a row dropped here
             # would leave predict's kernel with a column too many.
             warn_at_user(
@@ -459,17 +545,57 @@ array-like or Prior, default="evidence_shared"
                 "targets): with them the evidence is unbounded as the noise goes to 0. With "
                 "kernel='precomputed' they cannot be dropped here: drop them from the rows and "
                 "columns of the training kernel (and the columns of the test kernels), or give "
-                "noise_variance."
+                "likelihood_params={'noise_variance': ...}."
             )
         return X, y
 
     def _problem(self, Phi, y) -> Problem:
         """The normalised problem of ``y`` on the design ``Phi`` (None: a design to come)."""
-        if self._counts():
-            return Problem.counts(Phi, y)
-        return Problem.regression(
-            Phi, y, noise_variance=self.noise_variance, likelihood=self.likelihood
+        return self._likelihood().problem(Phi, y, self._cfg.noise_variance)
+
+    def _likelihood(self):
+        """The observation model (:mod:`bayes_rvm.estimators.likelihoods`) of ``likelihood``."""
+        return REGRESSION_LIKELIHOODS[self.likelihood]
+
+    def _mcmc_basis(self) -> str:
+        """``mcmc_basis`` resolved: ``"auto"`` is ``"relevant"`` for a sampled width, a fit from
+        sufficient statistics or a likelihood whose weights MCMC samples, else all."""
+        if self._cfg.mcmc_basis != "auto":
+            return self._cfg.mcmc_basis
+        # From statistics (N of 10^5 and more) the alphas of the columns the type-II fit
+        # pruned are not identified: their chains disagree (R-hat 1.31 at N = 10^6, 200
+        # centres, 2 x 500 draws, against 1.014 over the 46 relevance vectors, in a quarter
+        # of the time; benchmarks/bench_mcmc.py --sections large).
+        statistics = getattr(self, "statistics_", None) is not None
+        auto = "relevant" if self._samples_width() or statistics else "all"
+        return self._likelihood().mcmc_basis(auto)
+
+    def _mcmc_initvals(self, fit_n) -> dict:
+        init = super()._mcmc_initvals(fit_n)
+        return self._likelihood().initvals(
+            init,
+            fit=self.fit_,
+            fit_n=fit_n,
+            columns=self._mcmc_columns(),
+            n_basis=self.basis_.n_basis_,
         )
+
+    def _target_accept(self) -> float | None:
+        return self._likelihood().target_accept or super()._target_accept()
+
+    def _per_feature_width_ok(self) -> bool:
+        return self._likelihood().per_feature_width
+
+    def score(self, X, y, sample_weight=None) -> float:
+        """The coefficient of determination; for counts the fraction of Poisson deviance explained.
+
+        ``likelihood="gaussian"`` or ``"student_t"``: R^2 of :meth:`predict` (scikit-learn's
+        regressor score). ``likelihood="poisson"``: D^2 = 1 - D(y, rate) / D(y, mean(y)), the
+        Poisson deviance of the predicted rates against that of the constant mean, as
+        :meth:`sklearn.linear_model.PoissonRegressor.score`: 1 is perfect, 0 the constant model.
+        """
+        check_is_fitted(self, "fit_")
+        return self._likelihood().score(y, self.predict(X), sample_weight=sample_weight)
 
     def _square_matrices(self) -> int:
         # MacKay's engine holds the Gram matrix, and so does the marginal model MCMC samples.
@@ -490,7 +616,7 @@ array-like or Prior, default="evidence_shared"
             max_iter=self.max_iter,
             threshold_alpha=self._threshold_alpha() if mackay else None,
             progress=bool(self.verbose),
-            noise_nu=self.noise_nu if self.likelihood == "student_t" else None,
+            noise_nu=self._cfg.noise_nu if self.likelihood == "student_t" else None,
         )
 
     def make_model(self, *, form: str = "marginal", offset=None):
@@ -517,36 +643,42 @@ array-like or Prior, default="evidence_shared"
         -------
         pymc.Model
         """
-        from bayes_rvm.models.graphs import rvm_regression_model
-
         check_is_fitted(self, "fit_")
+        cfg = self._cfg
         priors = {
             "prior": self.prior,
-            "alpha_prior": as_prior(self.alpha_prior, "alpha_prior"),
+            "alpha_prior": as_prior(cfg.alpha_prior, "alpha_prior"),
             "nu": self._mcmc_student_t(),
-            "noise_prior": as_prior(self.noise_prior, "noise_prior"),
-            "noise_sd": None if self.noise_variance is None else float(self.noise_variance) ** 0.5,
+            "noise_prior": as_prior(cfg.noise_prior, "noise_prior"),
+            "noise_sd": None if cfg.noise_variance is None else float(cfg.noise_variance) ** 0.5,
         }
         if getattr(self, "_fitted_on_statistics", False):
-            return self._statistics_model(form, offset, priors)
+            inputs, st = self.training_.inputs, self.statistics_
+            cols = self._mcmc_columns()
+
+            def rows_of(rows):
+                return self.basis_.transform(inputs[rows], columns=cols), self.training_.y[rows]
+
+            has_rows = inputs is not None and inputs.shape[0] == st.n
+            return statistics_model(
+                st, cols, rows_of if has_rows else None, form=form, offset=offset, priors=priors
+            )
         self._require_design("make_model")
-        if self._counts():
-            return self._count_model(form, offset)
         if self._samples_width():
             return self._width_model(form, offset)
         Phi, norms, cols = self._mcmc_design()
         y = self.training_.y
-        return rvm_regression_model(
+        likelihood = self._likelihood()
+        return likelihood.model(
             Phi,
             y,
-            form="joint" if self.likelihood == "student_t" else form,
+            form=form,
+            centred=self._mcmc_basis() == "relevant",
             phi_scale=norms,
-            y_scale=target_scale(y),
+            y_scale=likelihood.y_scale(y),
             offset=offset,
             basis_names=cols,
-            likelihood=self.likelihood,
-            noise_nu=self.noise_nu,
-            centred=self._student_t_centred(),
+            noise_nu=cfg.noise_nu,
             **priors,
         )
 
@@ -559,10 +691,10 @@ array-like or Prior, default="evidence_shared"
         from bayes_rvm.inference.variational import fit_vi
 
         options = {"progressbar": bool(self.verbose), "advice": "estimator"}
-        options |= dict(self.vi_kwargs or {}) | getattr(self, "_sample_kwargs", {})
+        options |= dict(self._cfg.vi_kwargs or {}) | getattr(self, "_sample_kwargs", {})
         dt = fit_vi(
             model,
-            draws=self.draws,
+            draws=self._cfg.draws,
             random_seed=check_random_state(self.random_state).randint(2**31 - 1),
             **options,
         )
@@ -581,9 +713,10 @@ array-like or Prior, default="evidence_shared"
                 "with a sampled kernel width (gamma a Prior) the model is the weight-marginalised "
                 "one with no offset; build variants from bayes_rvm.models.graphs.rvm_width_model."
             )
+        cfg = self._cfg
         if self.prior == "ard":
-            alpha_prior = as_prior(self.alpha_prior, "alpha_prior")
-        elif isinstance(self.nu, Prior):
+            alpha_prior = as_prior(cfg.alpha_prior, "alpha_prior")
+        elif isinstance(cfg.nu, Prior):
             raise ValueError("a sampled kernel width takes a fixed nu under prior='student_t'.")
         cols = np.sort(self._mcmc_columns())
         if self.prior == "student_t":
@@ -597,27 +730,11 @@ array-like or Prior, default="evidence_shared"
             kernel=self.kernel,
             gamma_prior=self.gamma,
             alpha_prior=alpha_prior,
-            noise_prior=as_prior(self.noise_prior, "noise_prior"),
-            noise_sd=None if self.noise_variance is None else float(self.noise_variance) ** 0.5,
+            noise_prior=as_prior(cfg.noise_prior, "noise_prior"),
+            noise_sd=None if cfg.noise_variance is None else float(cfg.noise_variance) ** 0.5,
             bias=bool(np.any(cols >= n_centres)),
             y_scale=target_scale(y),
             basis_names=cols,
-        )
-
-    def _augmentation(self):
-        """RVM*'s view of the training problem (``AugmentationData``)."""
-        from bayes_rvm.posterior.predictive import AugmentationData, target_amplitude
-
-        phi = self.training_.phi_active
-        y = self.training_.y
-        T = y[:, None] if y.ndim == 1 else y
-        beta = float(self.fit_.beta)
-        return AugmentationData(
-            phi=phi,
-            precision=beta,
-            score=beta * (T - phi @ self.fit_.mean),
-            chol=self.fit_.chol,
-            amplitude=target_amplitude(y),
         )
 
     @property
@@ -670,14 +787,14 @@ array-like or Prior, default="evidence_shared"
         than drawing them from their priors; on a model of all columns the shapes differ and
         PyMC stops.
         """
-        y_scale = 1.0 if self._counts() else target_scale(self.training_.y)
+        y_scale = self._likelihood().y_scale(self.training_.y)
         phi = self.training_.phi_active
         norms = prior_column_scale(column_scale(phi), phi.shape[0])
         alpha = post["alpha"]
         out = post.assign(alpha_rel=alpha * y_scale**2 / norms**2, z=post["w"] * np.sqrt(alpha))
         if "sigma" in post:
             out = out.assign(sigma_rel=post["sigma"] / y_scale)
-        if self.noise_variance is not None:
+        if self._cfg.noise_variance is not None:
             out = out.drop_vars("sigma_rel")  # the noise is data in the model, not a variable
         return xr.DataTree(out)
 
@@ -776,6 +893,7 @@ array-like or Prior, default="evidence_shared"
         }
 
     def _restore_state(self, state: dict) -> None:
+        self._settings = self._resolve_settings()
         self._set_fitted(state["basis"], state["fit"], single=state["extras"]["single"])
         self._set_width(state["basis"], path_from_json(state["extras"].get("width_path")))
         self.training_ = TrainingData.from_arrays(state["arrays"])
@@ -784,6 +902,7 @@ array-like or Prior, default="evidence_shared"
         # A fit from statistics keeps no training design, but its statistics.
         self._fitted_on_statistics = bool(state["extras"].get("statistics", False))
         self.statistics_ = statistics_from_arrays(state["arrays"], self.basis_.n_basis_)
+        self._predictor_obj = None  # chosen again on first use, from the loaded state
 
     @classmethod
     def _check_persisted(cls, state: dict, params: dict, fail: Fail) -> None:
@@ -893,55 +1012,44 @@ array-like or Prior, default="evidence_shared"
                 )
             return predict_dask(self, X, return_std=return_std)
         X = new_inputs(self, X)
-        # Without a covariance, the draws are taken in blocks of rows (_predict_mcmc).
-        draws = self._n_draws() if return_cov else 0
+        predictor = self._predictor()
+        # Without a covariance, the draws are taken in blocks of rows.
+        draws = predictor.n_draws if return_cov else 0
         self._check_output_memory(
             "predict", X.shape[0], self._n_outputs(), draws=draws, cov=return_cov
         )
-        if self._counts():
-            return self._predict_rate(X, return_std, return_cov)
-        if self._uses_draws():
-            return self._predict_mcmc(X, return_std, return_cov)
-        star = self.predictive == "rvm*"
-        if star:
-            from bayes_rvm.posterior.predictive import rvm_star
-
-            cross, self_k = self._rvm_star_inputs(X)
-            phi = self._rows_from_cross(X, cross, self.active_)
-            data = self._augmentation()
-            # var=None: rvm_star forms phi^T Sigma phi from the triangular solve it needs anyway.
-            mean, var = rvm_star(phi @ self.fit_.mean, None, phi, cross, self_k, data)
-            var = var + 1.0 / self.fit_.beta
-        else:
-            phi = self.basis_.transform(X, columns=self.active_)
-            mean, var = self.fit_.predict(phi)
-        if self._single_output:
-            mean = mean[:, 0]
-        if return_cov:
-            v = linalg.solve_triangular(self.fit_.chol, phi.T, lower=True, check_finite=False)
-            cov = v.T @ v
-            cov[np.diag_indices_from(cov)] += self._new_noise_variance()
-            if star:
-                from bayes_rvm.posterior.predictive import rvm_star_cov
-
-                test_k = self.basis_.kernel_matrix(X, X)
-                cov = rvm_star_cov(cov, var, phi, cross, self_k, test_k, data)
-            return mean, (
-                cov if self._single_output else np.repeat(cov[..., None], mean.shape[1], 2)
-            )
-        if not return_std:
-            return mean
-        std = np.sqrt(var)
-        return mean, (std if self._single_output else np.repeat(std[:, None], mean.shape[1], 1))
+        return predictor.predict(self._rows(X), std=return_std, cov=return_cov)
 
     def _n_outputs(self) -> int:
         return 1 if self._single_output else int(self.fit_.mean.shape[1])
 
-    def _n_draws(self) -> int:
-        """Posterior draws predictions average over (0 for a type-II fit)."""
-        if not self._uses_draws():
-            return 0
-        return self._posterior_draws().n_draws
+    def _predictor(self):
+        """What predicts (:mod:`bayes_rvm.posterior.predictors`), chosen once per fitted state
+        (in ``fit`` and when a model is loaded; again after unpickling)."""
+        predictor = self.__dict__.get("_predictor_obj")
+        if predictor is None:
+            predictor = self._predictor_obj = self._make_predictor()
+        return predictor
+
+    def _make_predictor(self):
+        """The predictor of the resolved settings: the type-II posterior or the draws, RVM*
+        around either."""
+        star = self.predictive == "rvm*"
+        draws = self._posterior_draws() if self._uses_draws() else None
+        training = None
+        if star:
+            phi = self.training_.phi_active
+            if draws is not None:
+                phi = self.basis_.transform(self.training_.x_train, columns=draws.columns)
+            training = (phi, self.training_.y)
+        return regression_predictor(
+            likelihood=self.likelihood,
+            star=star,
+            fit=self.fit_,
+            single=self._single_output,
+            draws=draws,
+            training=training,
+        )
 
     @one_blas_thread
     def sample_y(self, X, n_samples: int = 1, random_state=0) -> np.ndarray:
@@ -971,50 +1079,13 @@ array-like or Prior, default="evidence_shared"
         rng = check_random_state(random_state)
         check_is_fitted(self, "fit_")
         X = new_inputs(self, X)
-        # Counts draw weights, not targets from a joint covariance (_sample_counts).
-        joint = (not self._uses_draws() and not self._counts()) or self.predictive == "rvm*"
+        predictor = self._predictor()
         self._check_output_memory(
             "sample_y",
             X.shape[0],
             self._n_outputs(),
-            draws=self._n_draws(),
-            cov=joint,
+            draws=predictor.n_draws,
+            cov=predictor.joint,
             n_samples=n_samples,
         )
-        if self._counts():
-            return self._sample_counts(X, n_samples, rng)
-        if self._uses_draws() and self.predictive == "rvm*":
-            star = self._mcmc_star(X)
-            pick = rng.randint(star.var.shape[0], size=n_samples)
-            mean = star.mean if star.mean.ndim == 3 else star.mean[..., None]
-            out = np.empty((X.shape[0], mean.shape[2], n_samples))
-            for s in np.unique(pick):
-                where = np.flatnonzero(pick == s)
-                cov = self._mcmc_star_cov(X, star, s)
-                for d in range(mean.shape[2]):
-                    out[:, d, where] = rng.multivariate_normal(mean[s, :, d], cov, where.size).T
-            return out[:, 0] if self._single_output else out
-        if self._uses_draws() and self.likelihood == "student_t":
-            draws = self._posterior_draws()
-            f = draws.function(self._design_draws(X, draws.columns))[..., 0]
-            pick = rng.randint(f.shape[0], size=n_samples)
-            nu = draws.flat("nu")[pick][:, None]
-            out = f[pick] + draws.flat("sigma")[pick][:, None] * rng.standard_t(nu, f[pick].shape)
-            return out.T
-        if self._uses_draws():
-            f, sigma = self._mcmc_draws(X)
-            pick = rng.randint(f.shape[0], size=n_samples)
-            draws = f[pick] + sigma[pick].reshape(
-                (-1,) + (1,) * (f.ndim - 1)
-            ) * rng.standard_normal((n_samples, *f.shape[1:]))
-            return np.moveaxis(draws, 0, -1)
-        if self.likelihood == "student_t":
-            return self._sample_y_student_t(X, n_samples, rng)
-        mean, cov = self.predict(X, return_cov=True)
-        if self._single_output:
-            return rng.multivariate_normal(mean, cov, n_samples).T
-        out = [
-            rng.multivariate_normal(mean[:, d], cov[..., d], n_samples).T
-            for d in range(mean.shape[1])
-        ]
-        return np.stack(out, axis=1)
+        return predictor.sample(self._rows(X), n_samples, rng)

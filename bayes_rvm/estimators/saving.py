@@ -207,6 +207,9 @@ def load_model(path: str | Path):
     if not isinstance(params, dict):
         raise ModelFileError(f"{path}: the stored parameters are not a JSON object")
     params = decode_params(params)
+    centres = params.get("centres")
+    if isinstance(centres, list) and len(centres) == 2 and isinstance(centres[0], str):
+        params["centres"] = tuple(centres)  # ("random", n) or ("kmeans", n), as JSON keeps it
     expected = set(cls().get_params(deep=False))
     if set(params) != expected:
         missing = sorted(expected - set(params))

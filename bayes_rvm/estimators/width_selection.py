@@ -1,10 +1,11 @@
-"""The kernel width as a hyperparameter of :class:`~bayes_rvm.estimators.base.BaseRVM`, as a mixin.
+"""The kernel width as a hyperparameter: the search of one fit, as an object.
 
-``fit`` resolves ``gamma`` once into a :class:`~bayes_rvm.basis.kernels.WidthRule`; the methods here
-dispatch on that rule: whether the width is learned or sampled, the unit-norm design at a length
-scale, the evidence search over the width (the default rule on a row subset, or
-:func:`~bayes_rvm.evidence.width.maximise_width`), and the fitted ``gamma_``, ``length_scale_``
-and ``width_path_``. The default rule's constants live here too.
+``fit`` resolves ``gamma`` once into a :class:`~bayes_rvm.basis.kernels.WidthRule` and builds a
+:class:`WidthSearch` from it and the estimator's kernel settings; the search gives the unit-norm
+design at a length scale, the evidence search over the width (the default rule on a row subset,
+or :func:`~bayes_rvm.evidence.width.maximise_width`) and the basis at the chosen width.
+:func:`width_attributes` turns a fitted basis into ``gamma_``, ``length_scale_`` and
+``width_path_``. The default rule's constants live here too.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from bayes_rvm.evidence.width import (
     select_width_shared,
 )
 from bayes_rvm.memory import check_fit_memory
-from bayes_rvm.models.priors import Prior
 
 __all__ = [
     "CLASSIFIER_STOP_DROP",
@@ -34,7 +34,9 @@ __all__ = [
     "SHARED_ARD_MAX_SAMPLES",
     "SHARED_MAX_SAMPLES",
     "SHARED_MAX_SAMPLES_CLASSIFIER",
-    "WidthSelectionMixin",
+    "WidthFound",
+    "WidthSearch",
+    "width_attributes",
 ]
 
 #: The default ``gamma`` of RVR and RVC. ``"evidence_shared"`` chooses the rbf / laplacian width
@@ -72,71 +74,58 @@ CLASSIFIER_WIDTH_PENALTY = 0.5
 CLASSIFIER_STOP_DROP = 10.0
 
 
-class WidthSelectionMixin:
-    """The width-selection methods of the RVM estimators (``gamma``, ``kernel`` and ``bias`` are
-    the estimator's parameters; ``_candidate_centres`` and ``_square_matrices`` its methods)."""
+@dataclasses.dataclass(frozen=True)
+class WidthFound:
+    """A width search's result: the basis and normalised problem at the chosen width, the
+    engine's fit there, the evidence curve in the user's units and the search's diagnostics."""
 
-    # -- the kernel width as a hyperparameter ------------------------------------------------------
-    #: Whether the estimator samples a kernel width given as ``gamma=Prior(...)``.
-    _samples_width_ok = False
+    basis: KernelBasis
+    problem: Problem
+    fit: object
+    path: WidthPath
+    search: WidthFit
 
-    def _resolve_width_rule(self) -> WidthRule:
-        """Resolve ``gamma`` and ``kernel`` into the width rule, once, at the start of ``fit``.
 
-        Every later call of :meth:`_width_rule` reads this one: a ``set_params`` after the fit
-        does not change what the fitted estimator did.
-        """
-        self._fitted_width_rule = self._params_width_rule()
-        return self._fitted_width_rule
+@dataclasses.dataclass(frozen=True)
+class WidthSearch:
+    """The kernel width search of one fit.
 
-    def _params_width_rule(self) -> WidthRule:
-        return WidthRule.resolve(
-            self.gamma, self.kernel, default=DEFAULT_GAMMA, sampled=isinstance(self.gamma, Prior)
-        )
+    Parameters
+    ----------
+    rule : WidthRule
+        ``gamma`` resolved.
+    kernel : str
+    bias : bool
+    classifier : bool
+        A classifier's default rule looks at fewer rows and penalises well-determined parameters.
+    per_feature : bool
+        The default rule may learn one width per feature (a regression whose likelihood has the
+        Gaussian evidence's closed-form gradient).
+    random_state : int, RandomState or None
+        Seeds the row subset of the default rule (0 when None: the same data, the same model).
+    owner : str
+        The estimator's name, for the memory check.
+    squares : int
+        Basis-by-basis matrices the fit holds beside the design (the memory check).
+    """
 
-    def _width_rule(self) -> WidthRule:
-        """The rule the width code dispatches on: the one ``fit`` resolved.
+    rule: WidthRule
+    kernel: object
+    bias: bool
+    classifier: bool = False
+    per_feature: bool = True
+    random_state: object = None
+    owner: str = "RVR"
+    squares: int = 0
 
-        Resolved from the parameters, and not kept, where ``fit`` has not run (a check before
-        any fit, or an estimator unpickled from a version that did not keep it): a later
-        ``set_params`` must not meet a stale rule.
-        """
-        rule = getattr(self, "_fitted_width_rule", None)
-        return self._params_width_rule() if rule is None else rule
-
-    def _samples_width(self) -> bool:
-        """``gamma`` is a :class:`Prior`: the width sampled by NUTS, seeded by its evidence fit."""
-        return self._width_rule().sampled
-
-    def _target_accept(self) -> float | None:
-        """NUTS's target acceptance for this estimator's model, or None for the sampler's own.
-
-        With the width sampled, nearly collinear relevance vectors (two centres close together)
-        leave a narrow ridge in their alphas, which a step size tuned to the default 0.8
-        acceptance crosses with a rare divergence; 0.95 has none on sinc (N = 100).
-        """
-        return 0.95 if self._samples_width() else None
-
-    def _learns_width(self) -> bool:
-        # A sampled width is learned too: the type-II fit that seeds the sampler (and chooses its
-        # basis) learns it. The default rule on a kernel without a width resolves to "scale".
-        rule = self._width_rule()
-        if rule.learned and not rule.sampled:
-            rule.require_width(
-                f"gamma={self.gamma!r} learns the width of the kernels {{kernels}}; "
-                f"got kernel={self.kernel!r}."
-            )
-        return rule.learned
-
-    def _width_design(self, X: np.ndarray, centres: np.ndarray | None):
+    def design(self, X: np.ndarray, centres: np.ndarray | None):
         """``design(l, columns=None)``: the unit-norm design at length scale(s) ``l``."""
-
         width = stationary_kernel(self.kernel, purpose="a learned kernel width")
 
         def design(length_scale, columns=None):
             g = width.gamma(length_scale)
             basis = KernelBasis(
-                self.kernel, gamma=float(g[0]) if g.size == 1 else g, bias=bool(self.bias)
+                self.kernel, gamma=float(g[0]) if g.size == 1 else g, bias=self.bias
             ).fit(X, centres=centres)
             Phi = basis.transform(X, columns=columns)
             normalise_columns(Phi)
@@ -144,12 +133,16 @@ class WidthSelectionMixin:
 
         return design
 
-    #: Whether the estimator is a classifier (the default width rule's options differ).
-    _is_classifier = False
+    def basis_at(self, X: np.ndarray, centres, length_scale: np.ndarray) -> KernelBasis:
+        """The basis on ``centres`` at the chosen length scale(s)."""
+        g = self.rule.kernel.gamma(length_scale)
+        return KernelBasis(
+            self.kernel, gamma=float(g[0]) if length_scale.size == 1 else g, bias=self.bias
+        ).fit(X, centres=centres)
 
-    def _shared_width_options(self) -> tuple[int, dict]:
+    def options(self) -> tuple[int, dict]:
         """Rows the default width rule looks at, and the options of its search."""
-        if self._is_classifier:
+        if self.classifier:
             # The penalised curve is flat near its maximum: 10% in the width is close enough,
             # and saves two of the 8-10 evaluations.
             return SHARED_MAX_SAMPLES_CLASSIFIER, {
@@ -159,79 +152,7 @@ class WidthSelectionMixin:
             }
         return SHARED_MAX_SAMPLES, {}
 
-    def _select_width(
-        self,
-        X,
-        problem: Problem,
-        engine: Engine,
-        *,
-        criterion=None,
-        log_scale: float = 0.0,
-        gradient: bool = True,
-    ) -> tuple[KernelBasis, Problem, object]:
-        """Maximise the evidence over the kernel width(s); the basis, problem and fit there.
-
-        ``problem`` holds the normalised targets (its design is replaced at each width);
-        ``engine`` fits it. The returned problem has the design at the chosen width, and the
-        fit is the engine's, of that normalised problem.
-
-        ``log_scale`` is what the log evidence loses in the user's units (the Jacobian of the
-        targets' scaling, over all rows), so that ``width_path_`` compares with
-        ``log_evidence_``. With
-        ``gamma="evidence_shared"`` the width maximises ``criterion(Phi, rows) ->
-        SharedEvidence`` (the estimator's likelihood on the normalised targets of ``rows``) by
-        :func:`~bayes_rvm.evidence.width.select_width_shared`, on at most
-        :data:`SHARED_MAX_SAMPLES` rows (one width per feature where
-        :meth:`_per_feature_widths`; ``"evidence_ard"`` too), and the engine runs once, cold, at
-        that width: the fit is the one a fixed ``gamma`` of that value gives (the sequential
-        engine itself never stops below the shared-precision bound there).
-        """
-        centres = self._candidate_centres(X)
-        n_centres = X.shape[0] if centres is None else centres.shape[0]
-        check_fit_memory(
-            type(self).__name__,
-            X.shape[0],
-            n_centres + int(bool(self.bias)),
-            squares=self._square_matrices(),
-        )
-        rule = self._width_rule()
-        if rule.kind in (DEFAULT_GAMMA, "evidence_ard"):
-            start = time.perf_counter()
-            ard = self._per_feature_widths(X)
-            ls, path, rows = self._shared_width(
-                X,
-                centres,
-                criterion,
-                problem.targets if ard else None,
-                beta=problem.noise_precision,
-            )
-            Phi = self._width_design(X, centres)(ls)
-            fit = engine.fit(problem.with_design(Phi, normalised=True))
-            log_scale *= rows.size / X.shape[0]  # the curve's evidence is over these rows
-            wf = WidthFit(ls, fit, Phi, path, n_fits=1, seconds=time.perf_counter() - start)
-        else:
-            wf = maximise_width(
-                self._width_design(X, centres),
-                engine,
-                X,
-                problem,
-                centres=centres,
-                kernel=self.kernel,
-                bias=bool(self.bias),
-                refine="gradient" if gradient else "bounded",
-            )
-        ls = wf.length_scale
-        g = rule.kernel.gamma(ls)
-        basis = KernelBasis(
-            self.kernel, gamma=float(g[0]) if ls.size == 1 else g, bias=bool(self.bias)
-        ).fit(X, centres=centres)
-        problem = problem.with_design(basis.transform(X))
-        path = dataclasses.replace(wf.path, log_evidence=wf.path.log_evidence - log_scale)
-        self._set_width(basis, path)
-        self.width_selection_ = wf
-        return basis, problem, wf.fit
-
-    def _per_feature_widths(self, X) -> bool:
+    def per_feature_widths(self, X) -> bool:
         """Whether the width rule learns one length scale per input feature.
 
         ``"evidence_ard"``, and the default on several features of a regression with noise
@@ -239,38 +160,95 @@ class WidthSelectionMixin:
         gradient is closed-form). With one width for all standardised inputs of Friedman #3 the
         default's MSE was 0.018 against Tipping's 0.0164; per feature it is 0.0099.
         """
-        rule = self._width_rule()
-        if rule.kind == "evidence_ard":
+        if self.rule.kind == "evidence_ard":
             return True
         return (
-            rule.kind == DEFAULT_GAMMA
-            and not self._is_classifier
+            self.rule.kind == DEFAULT_GAMMA
+            and not self.classifier
             and X.shape[1] > 1
-            and getattr(self, "likelihood", "gaussian") != "poisson"
+            and self.per_feature
         )
 
-    def _shared_width(
+    def select(
+        self,
+        X,
+        centres,
+        problem: Problem,
+        engine: Engine,
+        *,
+        criterion=None,
+        log_scale: float = 0.0,
+        gradient: bool = True,
+    ) -> WidthFound:
+        """Maximise the evidence over the kernel width(s) on ``centres`` (None: the inputs).
+
+        ``problem`` holds the normalised targets (its design is replaced at each width);
+        ``engine`` fits it. The result's problem has the design at the chosen width, and its fit
+        is the engine's, of that normalised problem.
+
+        ``log_scale`` is what the log evidence loses in the user's units (the Jacobian of the
+        targets' scaling, over all rows), so that ``width_path_`` compares with
+        ``log_evidence_``. With ``gamma="evidence_shared"`` the width maximises
+        ``criterion(Phi, rows) -> SharedEvidence`` (the estimator's likelihood on the normalised
+        targets of ``rows``) by :func:`~bayes_rvm.evidence.width.select_width_shared`, on at most
+        :data:`SHARED_MAX_SAMPLES` rows (one width per feature where
+        :meth:`per_feature_widths`; ``"evidence_ard"`` too), and the engine runs once, cold, at
+        that width: the fit is the one a fixed ``gamma`` of that value gives (the sequential
+        engine itself never stops below the shared-precision bound there).
+        """
+        n_centres = X.shape[0] if centres is None else centres.shape[0]
+        check_fit_memory(self.owner, X.shape[0], n_centres + int(self.bias), squares=self.squares)
+        if self.rule.kind in (DEFAULT_GAMMA, "evidence_ard"):
+            start = time.perf_counter()
+            ard = self.per_feature_widths(X)
+            ls, path, rows = self.shared(
+                X,
+                centres,
+                criterion,
+                problem.targets if ard else None,
+                beta=problem.noise_precision,
+            )
+            Phi = self.design(X, centres)(ls)
+            fit = engine.fit(problem.with_design(Phi, normalised=True))
+            log_scale *= rows.size / X.shape[0]  # the curve's evidence is over these rows
+            wf = WidthFit(ls, fit, Phi, path, n_fits=1, seconds=time.perf_counter() - start)
+        else:
+            wf = maximise_width(
+                self.design(X, centres),
+                engine,
+                X,
+                problem,
+                centres=centres,
+                kernel=self.kernel,
+                bias=self.bias,
+                refine="gradient" if gradient else "bounded",
+            )
+        basis = self.basis_at(X, centres, wf.length_scale)
+        path = dataclasses.replace(wf.path, log_evidence=wf.path.log_evidence - log_scale)
+        return WidthFound(basis, problem.with_design(basis.transform(X)), wf.fit, path, wf)
+
+    def shared(
         self, X, centres, criterion, targets=None, *, beta: float | None = None
     ) -> tuple[np.ndarray, WidthPath, np.ndarray]:
         """The default width rule on a row subset: ``(ls, path, rows)``.
 
         ``criterion(Phi, rows)`` is the estimator's shared evidence of those rows' targets; the
-        rows and the search options are :meth:`_shared_width_options`'s. With ``targets`` (the
-        normalised targets of the rows of ``X``; ``beta`` their fixed noise precision, if any)
-        the width is one per feature: the single width is searched in units of each feature's
-        standard deviation, then refined per feature by
+        rows and the search options are :meth:`options`'. With ``targets`` (the normalised
+        targets of the rows of ``X``; ``beta`` their fixed noise precision, if any) the width is
+        one per feature: the single width is searched in units of each feature's standard
+        deviation, then refined per feature by
         :func:`~bayes_rvm.evidence.width.maximise_width_shared_ard`, so that rescaling a feature
         rescales its length scale and changes no prediction; ``path`` is then in those units.
         """
         n = X.shape[0]
         rows = np.arange(n)
-        limit, options = self._shared_width_options()
+        limit, options = self.options()
         if n > limit:
             # A fixed seed when none is given: the same data must give the same model.
             seed = 0 if self.random_state is None else self.random_state
             rng = check_random_state(seed)
             rows = np.sort(rng.choice(n, limit, replace=False))
-        design = self._width_design(X[rows], centres)
+        design = self.design(X[rows], centres)
         unit = np.ones(1)
         if targets is not None:
             unit = np.std(X[rows], axis=0)
@@ -282,41 +260,39 @@ class WidthSelectionMixin:
             lambda u: design(u * unit), X[rows] / unit, lambda Phi: criterion(Phi, rows), **options
         )
         if targets is not None:
-            # Each of its 20-30 evaluations decomposes a Gram matrix of the rows: at most
-            # SHARED_ARD_MAX_SAMPLES of them, evenly spaced in the subset.
-            sub = rows
-            if rows.size > SHARED_ARD_MAX_SAMPLES:
-                keep = np.linspace(0, rows.size - 1, SHARED_ARD_MAX_SAMPLES).round().astype(int)
-                sub = rows[keep]
-                design = self._width_design(X[sub], centres)
-            # In units of each feature's spread too: only then is a feature rescaled by 1e12
-            # searched with the same floating-point steps (1% apart in the length scales else).
-            u, _, _ = maximise_width_shared_ard(
-                lambda u: design(u * unit),
-                X[sub] / unit,
-                targets[sub],
-                ls,
-                centres=None if centres is None else centres / unit,
-                kernel=self.kernel,
-                bias=bool(self.bias),
-                beta=beta,
-            )
-            ls = u * unit
+            ls = self._refine_per_feature(X, rows, centres, targets, ls, unit, beta)
         return ls, path, rows
 
-    def _set_width(self, basis: KernelBasis, path) -> None:
-        """``gamma_``, ``length_scale_`` and ``width_path_`` from the fitted basis.
+    def _refine_per_feature(self, X, rows, centres, targets, ls, unit, beta) -> np.ndarray:
+        # Each of its 20-30 evaluations decomposes a Gram matrix of the rows: at most
+        # SHARED_ARD_MAX_SAMPLES of them, evenly spaced in the subset.
+        sub = rows
+        if rows.size > SHARED_ARD_MAX_SAMPLES:
+            keep = np.linspace(0, rows.size - 1, SHARED_ARD_MAX_SAMPLES).round().astype(int)
+            sub = rows[keep]
+        design = self.design(X[sub], centres)
+        # In units of each feature's spread too: only then is a feature rescaled by 1e12
+        # searched with the same floating-point steps (1% apart in the length scales else).
+        u, _, _ = maximise_width_shared_ard(
+            lambda u: design(u * unit),
+            X[sub] / unit,
+            targets[sub],
+            ls,
+            centres=None if centres is None else centres / unit,
+            kernel=self.kernel,
+            bias=self.bias,
+            beta=beta,
+        )
+        return u * unit
 
-        An earlier fit's ``width_selection_`` goes (it would describe another width, and be
-        saved with this fit); a fit that searches sets its own after this call.
-        """
-        vars(self).pop("width_selection_", None)
-        g = basis.gamma_
-        self.gamma_ = None if g is None else (np.asarray(g) if isinstance(g, list) else g)
-        width = stationary_kernel(self.kernel)
-        if self.gamma_ is not None and width is not None:
-            ls = width.length_scale(self.gamma_)
-            self.length_scale_ = ls if np.ndim(ls) else float(ls)
-        else:
-            self.length_scale_ = None
-        self.width_path_ = path
+
+def width_attributes(basis: KernelBasis, kernel, path) -> dict:
+    """``gamma_``, ``length_scale_`` and ``width_path_`` of a fitted basis."""
+    g = basis.gamma_
+    gamma = None if g is None else (np.asarray(g) if isinstance(g, list) else g)
+    width = stationary_kernel(kernel)
+    length_scale = None
+    if gamma is not None and width is not None:
+        ls = width.length_scale(gamma)
+        length_scale = ls if np.ndim(ls) else float(ls)
+    return {"gamma_": gamma, "length_scale_": length_scale, "width_path_": path}

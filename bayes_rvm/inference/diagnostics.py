@@ -405,14 +405,14 @@ _ADVICE = {
     },
     "estimator": {
         "divergences": "Raise tune; with prior='student_t' a tiny nu puts a wall in log alpha "
-        "(prior='ard' or a larger nu samples well); mcmc_basis='relevant' samples only the "
-        "type-II relevance vectors.",
+        "(prior='ard' or a larger nu samples well); sampler_config={'mcmc_basis': 'relevant'} "
+        "samples only the type-II relevance vectors.",
         "rhat": "Raise tune and draws, or sample only the type-II relevance vectors "
-        "(mcmc_basis='relevant'). Nearly collinear basis columns, as from a wide kernel, make a "
-        "ridged posterior; a narrower kernel (larger gamma) helps. Just above 1.01 with a bulk "
-        "ESS of a few hundred, the largest of many R-hats is within the noise of the finite "
-        "draws (NUTS on an iid Gaussian of 45 parameters exceeds 1.01 in every run of 2 x 500 "
-        "draws): raise draws, or thin (fit(X, y, thin=4)).",
+        "(sampler_config={'mcmc_basis': 'relevant'}). Nearly collinear basis columns, as from a "
+        "wide kernel, make a ridged posterior; a narrower kernel (larger gamma) helps. Just "
+        "above 1.01 with a bulk ESS of a few hundred, the largest of many R-hats is within the "
+        "noise of the finite draws (NUTS on an iid Gaussian of 45 parameters exceeds 1.01 in "
+        "every run of 2 x 500 draws): raise draws, or thin (fit(X, y, thin=4)).",
         "ess": "Raise draws (or chains).",
     },
 }

@@ -217,7 +217,7 @@ def fit_vi(
         ``n`` iterations.
     advice : {"model", "estimator"}, default="model"
         Wording of the warning's hint: the keyword ``n`` of this function, or the estimator's
-        ``vi_kwargs``.
+        ``sampler_config["vi_kwargs"]``.
     **vi_kwargs
         ``method`` ({"advi", "fullrank_advi"}, default "advi"), ``n`` (iteration cap, 20000),
         ``learning_rate`` (Adam's, 0.01), ``tol`` (2e-3) and ``window`` (500) of the stopping
@@ -276,7 +276,7 @@ def fit_vi(
     if not np.all(np.isfinite(loss[-settings["window"] :])):
         raise FloatingPointError(_diverged(settings, "the ELBO"))
     if warn and not stop.converged:
-        where = "vi_kwargs={'n': ...}" if advice == "estimator" else "n=..."
+        where = "sampler_config={'vi_kwargs': {'n': ...}}" if advice == "estimator" else "n=..."
         warn_at_user(
             f"ADVI did not converge in {loss.size} iterations: the mean loss over the last "
             f"{settings['window']} changed by {change:.2g} (relative), above tol="

@@ -747,14 +747,28 @@ def as_prior(value, name: str, *, positive: bool = False) -> Prior | None:
 _PRIOR_TAG = "bayes_rvm.Prior"
 
 
+def _encode(value: Any) -> Any:
+    if isinstance(value, Prior):
+        return {_PRIOR_TAG: value.to_dict()}
+    if isinstance(value, Mapping):
+        return {k: _encode(v) for k, v in value.items()}
+    return value
+
+
+def _decode(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        if _PRIOR_TAG in value:
+            return Prior.from_dict(value[_PRIOR_TAG])
+        return {k: _decode(v) for k, v in value.items()}
+    return value
+
+
 def encode_params(params: Mapping[str, Any]) -> dict[str, Any]:
-    """Constructor parameters with every :class:`Prior` replaced by a tagged dict (for JSON)."""
-    return {k: {_PRIOR_TAG: v.to_dict()} if isinstance(v, Prior) else v for k, v in params.items()}
+    """Constructor parameters with every :class:`Prior` replaced by a tagged dict (for JSON),
+    also inside dict parameters (``prior_params``, ``likelihood_params``)."""
+    return {k: _encode(v) for k, v in params.items()}
 
 
 def decode_params(params: Mapping[str, Any]) -> dict[str, Any]:
     """Inverse of :func:`encode_params`."""
-    return {
-        k: Prior.from_dict(v[_PRIOR_TAG]) if isinstance(v, Mapping) and _PRIOR_TAG in v else v
-        for k, v in params.items()
-    }
+    return {k: _decode(v) for k, v in params.items()}

@@ -316,9 +316,10 @@ def read_config(path: str | os.PathLike) -> StudyConfig:
         [models."MCMC w=3"]
         gamma = 0.111
         inference = "mcmc"
-        draws = 500
+        sampler_config = {draws = 500}
 
-    Every other key of a model table is a constructor parameter of its estimator.
+    Every other key of a model table is a constructor parameter of its estimator (a dict
+    parameter as an inline table; ``centres = ["random", 100]``).
 
     Raises
     ------

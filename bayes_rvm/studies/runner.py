@@ -67,7 +67,7 @@ __all__ = [
 
 #: The ``format`` of a store's settings. A store of another one (another version of bayes_rvm)
 #: is refused, naming it: its settings fingerprint the estimators otherwise.
-_FORMAT = "bayes_rvm-study/3"
+_FORMAT = "bayes_rvm-study/4"
 _FORMAT_FAMILY = "bayes_rvm-study/"
 
 #: Columns of a study table, in order. ``fit_time``, ``worker`` and ``warnings`` describe the run;
