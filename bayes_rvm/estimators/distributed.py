@@ -52,8 +52,7 @@ from sklearn.utils import check_random_state
 
 from bayes_rvm.basis.statistics import SufficientStatistics, accumulate
 from bayes_rvm.estimators.width_selection import SHARED_MAX_SAMPLES
-from bayes_rvm.evidence.problem import Problem, TrainingData
-from bayes_rvm.evidence.width import WidthFit, shared_evidence
+from bayes_rvm.evidence import Problem, TrainingData, WidthFit, fit_problem, shared_evidence
 
 __all__ = [
     "DaskFitMixin",
@@ -412,7 +411,7 @@ class DaskFitMixin:
         basis = self._fit_basis(centres, centres, gamma)
         self.statistics_ = dask_statistics(basis, X, y)
         problem = Problem.from_statistics(self.statistics_, noise_variance=self.noise_variance)
-        fit = self.make_engine().fit(problem)
+        fit = fit_problem(problem, self.make_engine())
         self._set_width(basis, path)
         if path is not None:
             seconds = time.perf_counter() - start

@@ -18,8 +18,14 @@ import numpy as np
 
 from bayes_rvm.basis.statistics import SufficientStatistics, accumulate
 from bayes_rvm.estimators.base import DEFAULT_GAMMA, memory_limit
-from bayes_rvm.evidence.problem import Engine, Problem, prior_column_scale
-from bayes_rvm.evidence.width import WidthFit, shared_evidence
+from bayes_rvm.evidence import (
+    EvidenceOptions,
+    Problem,
+    WidthFit,
+    fit_problem,
+    prior_column_scale,
+    shared_evidence,
+)
 
 __all__ = ["LARGE_DESIGN_BYTES", "StatisticsFitMixin", "reads_row_blocks"]
 
@@ -117,7 +123,9 @@ class StatisticsFitMixin:
                 f"{reason}. Set chunk_rows=None for the in-memory design."
             )
 
-    def _fit_statistics(self, X: np.ndarray, y: np.ndarray, problem: Problem, engine: Engine):
+    def _fit_statistics(
+        self, X: np.ndarray, y: np.ndarray, problem: Problem, engine: EvidenceOptions
+    ):
         """The fit from the statistics of a chunked pass: ``(basis, problem, fit)``.
 
         The width (the default rule or ``"evidence_ard"``) is chosen on at most
@@ -147,7 +155,7 @@ class StatisticsFitMixin:
         stats_problem = Problem.from_statistics(
             self.statistics_, noise_variance=self.noise_variance
         )
-        fit = engine.fit(stats_problem)
+        fit = fit_problem(stats_problem, engine)
         self._set_width(basis, path)
         if path is not None:
             self.width_selection_ = WidthFit(
