@@ -266,7 +266,7 @@ def _rvr_kwargs(gamma: str | None) -> dict:
 
 #: The phases of an estimator's MCMC fit that the fresh section times: (module, attribute).
 PHASES = [
-    ("type2", "bayes_rvm.evidence.problem", "fit_evidence"),
+    ("type2", "bayes_rvm.estimators.regressor", "fit_problem"),
     ("model", "bayes_rvm.estimators.regressor.RVR", "make_model"),
     ("compile", "bayes_rvm.inference.nutpie_backend", "compile_nutpie"),
     ("initial_points", "bayes_rvm.inference.nutpie_backend", "with_initial_points"),

@@ -26,7 +26,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import functools
+import dataclasses
 import importlib.util
 import os
 import subprocess
@@ -76,6 +76,31 @@ def load_before(ref: str):
     sys.modules[spec.name] = module  # dataclasses look their module up
     spec.loader.exec_module(module)
     return module
+
+
+def as_engine(fit_student_t, **em):
+    """The Student-t fit ``fit_student_t(Phi, T, *, solver, noise_nu, ..., options)`` of the
+    module before, as an engine of the contract ``(problem, options, warm=None)``; ``em``
+    overrides its EM settings."""
+
+    def engine(problem, options, warm=None):
+        options = problem.start_options(options, warm, solver=options.solver)
+        fields = {f.name: f.default for f in dataclasses.fields(options)}
+        names = ("noise_nu", "nu_init", "em_tol", "em_max_iter")
+        settings = {name: getattr(options, name) for name in names} | em
+        inner = dataclasses.replace(options, **{name: fields[name] for name in names})
+        return fit_student_t(
+            problem.design, problem.targets, solver=options.solver, options=inner, **settings
+        )
+
+    return engine
+
+
+def tightened(engine, **em):
+    """``engine`` with its options' EM settings overridden by ``em``."""
+    return lambda problem, options, warm=None: engine(
+        problem, dataclasses.replace(options, **em), warm
+    )
 
 
 def timed(fn):
@@ -129,9 +154,9 @@ def main() -> None:
     args = parser.parse_args()
     after = engines.ENGINES[KEY]
     old = load_before(args.before_ref)
-    before = functools.partial(old.fit_student_t, solver="sequential")
-    slow = functools.partial(before, em_tol=1e-10, em_max_iter=args.slow_iter)
-    tight = functools.partial(after, em_tol=1e-10)
+    before = as_engine(old.fit_student_t)
+    slow = as_engine(old.fit_student_t, em_tol=1e-10, em_max_iter=args.slow_iter)
+    tight = tightened(after, em_tol=1e-10)
     for kind in ("gaussian", "t3"):
         X, y, X_test, f_test = data(kind)
         print(f"{kind}: N = {y.size}, load average {os.getloadavg()}")

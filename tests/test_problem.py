@@ -1,4 +1,4 @@
-"""The normalised problem, the engine object and the training record (evidence.problem)."""
+"""The normalised problem, the engine contract and the training record (evidence.problem)."""
 
 import numpy as np
 import pytest
@@ -7,8 +7,8 @@ from scipy.stats import multivariate_normal
 
 from bayes_rvm import RVC, RVR
 from bayes_rvm.basis.kernels import KernelBasis
-from bayes_rvm.evidence import fit_evidence
-from bayes_rvm.evidence.problem import Engine, OneVsRestFit, Problem, TrainingData
+from bayes_rvm.evidence import EvidenceOptions, fit_evidence, fit_problem
+from bayes_rvm.evidence.problem import OneVsRestFit, Problem, TrainingData
 
 
 def _design(X, gamma=0.5):
@@ -39,7 +39,7 @@ def test_unscaled_gaussian_fit_is_the_posterior_and_evidence_in_user_units():
     Phi = 3e3 * _design(X)
     raw = Phi.copy()
     problem = Problem.regression(Phi, 50.0 * y)
-    fit = problem.unscale(Engine("sequential").fit(problem))
+    fit = problem.unscale(fit_problem(problem, EvidenceOptions(solver="sequential")))
     # Independent truth: the Gaussian posterior and marginal likelihood computed directly on the
     # user's design and targets at the unscaled alpha and beta.
     act, t = fit.active, 50.0 * y
@@ -59,7 +59,7 @@ def test_unscaled_laplace_fit_is_the_mode_in_user_units():
     Phi = 1e-3 * KernelBasis("rbf", gamma=0.5).fit(X).transform(X)
     raw = Phi.copy()
     problem = Problem.classification(Phi, yi, 2)
-    fit = problem.unscale(Engine("sequential", tol=1e-6, threshold_alpha=1e9).fit(problem))
+    fit = problem.unscale(fit_problem(problem, EvidenceOptions(tol=1e-6, threshold_alpha=1e9)))
     # Independent truth: the gradient of the log posterior in the user's units vanishes there.
     P, w = raw[:, fit.active], fit.mean[:, 0]
     grad = P.T @ (yi - expit(P @ w)) - fit.alpha[fit.active] * w
@@ -71,7 +71,7 @@ def test_one_vs_rest_problem_fits_each_class_against_the_rest():
     X = rng.normal(size=(60, 2))
     yi = np.digitize(X[:, 0], [-0.5, 0.5])
     problem = Problem.classification(_design(X), yi, 3, one_vs_rest=True)
-    fit = Engine("sequential").fit(problem)
+    fit = fit_problem(problem)
     assert isinstance(fit, OneVsRestFit) and len(fit.fits) == 3
     for c, f in enumerate(fit.fits):
         alone = fit_evidence(problem.design, (yi == c).astype(float), likelihood="bernoulli")
@@ -86,15 +86,15 @@ def test_one_vs_rest_problem_fits_each_class_against_the_rest():
 def test_engine_warm_start_and_fixed_noise():
     X, y = _data(60)
     problem = Problem.regression(_design(X), y)
-    engine = Engine("sequential", tol=1e-6)
-    cold = engine.fit(problem)
-    warm = engine.fit(problem, warm=cold)
+    options = EvidenceOptions(solver="sequential", tol=1e-6)
+    cold = fit_problem(problem, options)
+    warm = fit_problem(problem, options, warm=cold)
     # Started at the optimum it stops at once, where it is.
     assert warm.n_iter < cold.n_iter
     assert warm.log_evidence == pytest.approx(cold.log_evidence, abs=1e-6)
     fixed = Problem.regression(_design(X), y, noise_variance=0.01)
     for solver in ("sequential", "mackay"):
-        fit = fixed.unscale(Engine(solver).fit(fixed, warm=cold))
+        fit = fixed.unscale(fit_problem(fixed, EvidenceOptions(solver=solver), warm=cold))
         assert 1.0 / fit.beta == pytest.approx(0.01, rel=1e-12)
 
 
@@ -102,7 +102,7 @@ def test_fit_equals_an_engine_run_on_its_problem():
     X, y = _data()
     est = RVR(gamma=0.5).fit(X, y)
     problem = Problem.regression(est.basis_.transform(X), y)
-    fit = problem.unscale(est.make_engine().fit(problem))
+    fit = problem.unscale(fit_problem(problem, est.make_engine()))
     np.testing.assert_array_equal(fit.active, est.active_)
     np.testing.assert_array_equal(fit.mean, est.fit_.mean)
     np.testing.assert_array_equal(fit.alpha, est.fit_.alpha)

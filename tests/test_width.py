@@ -8,7 +8,8 @@ from bayes_rvm import load_model, save_model
 from bayes_rvm.basis.kernels import KernelBasis
 from bayes_rvm.datasets import make_sinc
 from bayes_rvm.estimators.regressor import RVR
-from bayes_rvm.evidence.problem import Engine, Problem, normalise_columns
+from bayes_rvm.evidence import EvidenceOptions
+from bayes_rvm.evidence.problem import Problem, normalise_columns
 from bayes_rvm.evidence.sequential import fit_sequential
 from bayes_rvm.evidence.width import (
     evidence_width_gradient,
@@ -101,7 +102,7 @@ def test_two_evidence_maxima_found_from_several_starts():
     assert model.log_evidence_ > wide_best + 50
     # A single start at the wide maximum stays there: the restarts are what find the narrow one.
     problem = Problem.regression(None, y)
-    engine = Engine("sequential", tol=1e-3)
+    engine = EvidenceOptions(solver="sequential", tol=1e-3)
     design = lambda ls, columns=None: _design(X, None, ls, "rbf", columns)  # noqa: E731
     only_wide = maximise_width(
         design, engine, X, problem, grid=np.geomspace(12, 0.8, 5), n_starts=1

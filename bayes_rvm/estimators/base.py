@@ -37,13 +37,13 @@ from bayes_rvm.estimators.width_selection import (
     WidthSearch,
     width_attributes,
 )
-from bayes_rvm.evidence.problem import (
+from bayes_rvm.evidence import (
     TrainingData,
+    WidthPath,
     column_scale,
     normalise_columns,
     prior_column_scale,
 )
-from bayes_rvm.evidence.width import WidthPath
 from bayes_rvm.memory import MEMORY_ENV, check_fit_memory, check_memory, memory_limit
 from bayes_rvm.models.priors import (
     DEFAULT_MCMC_NU,

@@ -41,13 +41,22 @@ from bayes_rvm.estimators.base import (
 )
 from bayes_rvm.estimators.large_data import reads_row_blocks
 from bayes_rvm.estimators.persistence import Fail, SavedStateMixin
-from bayes_rvm.evidence import SOLVERS, EvidenceFit, importance_draws
-from bayes_rvm.evidence.importance import MIN_ESS
-from bayes_rvm.evidence.log_evidence import WARN_SKIP
-from bayes_rvm.evidence.options import FREE_LATENT_SD
-from bayes_rvm.evidence.problem import Engine, OneVsRestFit, Problem, TrainingData
-from bayes_rvm.evidence.result import moderation
-from bayes_rvm.evidence.width import SEARCH_RANK_TOL, shared_laplace_evidence
+from bayes_rvm.evidence import (
+    FREE_LATENT_SD,
+    MIN_ESS,
+    SEARCH_RANK_TOL,
+    SOLVERS,
+    WARN_SKIP,
+    EvidenceFit,
+    EvidenceOptions,
+    OneVsRestFit,
+    Problem,
+    TrainingData,
+    fit_problem,
+    importance_draws,
+    moderation,
+    shared_laplace_evidence,
+)
 from bayes_rvm.families import BERNOULLI, SOFTMAX
 from bayes_rvm.models.priors import as_prior
 from bayes_rvm.posterior.predictors import in_row_blocks
@@ -363,7 +372,7 @@ default="evidence_shared"
         else:
             basis, Phi = self._make_basis(X)
             problem = problem.with_design(Phi)
-            fit_n = engine.fit(problem)
+            fit_n = fit_problem(problem, engine)
             self._set_width(basis, None)
         self._set_fitted(basis, problem.unscale(fit_n))
         act = self.active_
@@ -403,10 +412,10 @@ default="evidence_shared"
                 "MCMC. Set chunk_rows=None for the in-memory design."
             )
 
-    def _fit_chunked(self, X, problem: Problem, engine: Engine, yi: np.ndarray):
+    def _fit_chunked(self, X, problem: Problem, engine: EvidenceOptions, yi: np.ndarray):
         """The basis, the problem on a :class:`~bayes_rvm.evidence.design.ChunkedDesign` and
         the engine's fit (:func:`~bayes_rvm.evidence.chunked.fit_laplace_chunked`)."""
-        from bayes_rvm.evidence.chunked import CACHE_BYTES, chunked_design
+        from bayes_rvm.evidence import CACHE_BYTES, chunked_design
 
         self._check_chunked()
         centres = self._candidate_centres(X)
@@ -430,21 +439,21 @@ default="evidence_shared"
             cache_bytes=min(CACHE_BYTES, memory_limit()[0] or CACHE_BYTES),
         )
         problem = dataclasses.replace(problem, design=design, norms=design.norms)
-        fit_n = engine.fit(problem)
+        fit_n = fit_problem(problem, engine)
         self._set_width(basis, path)
         self.chunked_passes_ = dataclasses.asdict(design.counter)
         return basis, problem, fit_n
 
-    def make_engine(self) -> Engine:
-        """The Laplace engine with this estimator's options (an ``Engine``).
+    def make_engine(self) -> EvidenceOptions:
+        """The Laplace engine of this estimator: the options that name it (solver, settings).
 
-        ``engine.fit(Problem.classification(Phi, y_index, n_classes))`` is the fit ``fit`` makes
-        at a fixed width, on the normalised problem (for one-vs-rest a
+        ``fit_problem(Problem.classification(Phi, y_index, n_classes), est.make_engine())`` is the
+        fit ``fit`` makes at a fixed width, on the normalised problem (for one-vs-rest a
         :class:`~bayes_rvm.evidence.problem.OneVsRestFit`, whose evidence is the sum over the
         classes);
         cross-validation and the width search run it the same way.
         """
-        return Engine(
+        return EvidenceOptions(
             solver=self.solver,
             alpha_prior=self._alpha_prior(),
             tol=float(self.tol),

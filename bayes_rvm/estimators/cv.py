@@ -32,8 +32,7 @@ from bayes_rvm.estimators.base import ParamGroup, resolve_group, training_data
 from bayes_rvm.estimators.classifier import RVC, one_vs_rest
 from bayes_rvm.estimators.persistence import Fail, SavedStateMixin
 from bayes_rvm.estimators.regressor import RVR, drop_duplicate_rows
-from bayes_rvm.evidence.problem import Problem
-from bayes_rvm.evidence.width import default_width_grid
+from bayes_rvm.evidence import Problem, default_width_grid, fit_problem
 from bayes_rvm.families import rate_moments
 from bayes_rvm.threads import one_blas_thread
 
@@ -115,7 +114,7 @@ class _WidthCV(SavedStateMixin, BaseEstimator):
             for f, (tr, te) in enumerate(splits):
                 cols = np.r_[tr, K.shape[1] - 1] if self.bias else tr
                 problem = fold_problem(K[np.ix_(tr, cols)], target[tr])
-                fit = engine.fit(problem, warm[f])
+                fit = fit_problem(problem, engine, warm[f])
                 warm[f] = fit if getattr(self, "warm_start", False) else None
                 pred = fold_predict(problem, fit, K[np.ix_(te, cols)] / problem.norms)
                 scores[i, f] = fold_score(pred, target[te])

@@ -52,8 +52,7 @@ from sklearn.utils import check_random_state
 
 from bayes_rvm.basis.statistics import SufficientStatistics, accumulate
 from bayes_rvm.estimators.width_selection import SHARED_MAX_SAMPLES
-from bayes_rvm.evidence.problem import Problem
-from bayes_rvm.evidence.width import WidthFit, shared_evidence
+from bayes_rvm.evidence import Problem, WidthFit, fit_problem, shared_evidence
 
 __all__ = [
     "DaskData",
@@ -414,7 +413,7 @@ class DaskData:
         basis = fit_basis(centres, centres, gamma)
         stats = dask_statistics(basis, self.X, self.y)
         problem = Problem.from_statistics(stats, noise_variance=self.noise_variance)
-        fit = engine.fit(problem)
+        fit = fit_problem(problem, engine)
         found = None
         if path is not None:
             seconds = time.perf_counter() - start

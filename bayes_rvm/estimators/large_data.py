@@ -20,8 +20,15 @@ import numpy as np
 from bayes_rvm.basis.kernels import KernelBasis
 from bayes_rvm.basis.statistics import SufficientStatistics, accumulate
 from bayes_rvm.estimators.base import DEFAULT_GAMMA, memory_limit
-from bayes_rvm.evidence.problem import Engine, Problem, prior_column_scale
-from bayes_rvm.evidence.width import WidthFit, WidthPath, shared_evidence
+from bayes_rvm.evidence import (
+    EvidenceOptions,
+    Problem,
+    WidthFit,
+    WidthPath,
+    fit_problem,
+    prior_column_scale,
+    shared_evidence,
+)
 
 __all__ = [
     "LARGE_DESIGN_BYTES",
@@ -149,7 +156,9 @@ class StatisticsData:
     chunk_rows: int | None = None
     noise_variance: float | None = None
 
-    def fit(self, problem: Problem, engine: Engine, *, search, centres, fit_basis) -> DataFit:
+    def fit(
+        self, problem: Problem, engine: EvidenceOptions, *, search, centres, fit_basis
+    ) -> DataFit:
         """The fit from the statistics of the basis on ``centres``.
 
         ``search`` is the fit's :class:`~bayes_rvm.estimators.width_selection.WidthSearch` (None:
@@ -178,7 +187,7 @@ class StatisticsData:
         basis = fit_basis(X, centres, gamma)
         stats = accumulate(basis, X, self.y, chunk_rows=self.chunk_rows)
         stats_problem = Problem.from_statistics(stats, noise_variance=self.noise_variance)
-        fit = engine.fit(stats_problem)
+        fit = fit_problem(stats_problem, engine)
         found = None
         if path is not None:
             found = WidthFit(ls, fit, None, path, n_fits=1, seconds=time.perf_counter() - start)

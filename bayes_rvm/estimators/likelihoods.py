@@ -16,8 +16,12 @@ from dataclasses import dataclass
 import numpy as np
 from sklearn.metrics import d2_tweedie_score, r2_score
 
-from bayes_rvm.evidence.problem import Problem, target_scale
-from bayes_rvm.evidence.width import shared_evidence, shared_laplace_evidence
+from bayes_rvm.evidence import (
+    Problem,
+    shared_evidence,
+    shared_laplace_evidence,
+    target_scale,
+)
 
 __all__ = [
     "MAX_COUNT",

@@ -34,8 +34,7 @@ import xarray as xr
 from bayes_rvm.basis.kernels import WIDTH_RULES, KernelBasis, resolve_gamma, uses_gamma
 from bayes_rvm.basis.statistics import SufficientStatistics
 from bayes_rvm.estimators.base import KERNEL_PARAMS, path_from_json, path_to_json
-from bayes_rvm.evidence.problem import OneVsRestFit
-from bayes_rvm.evidence.width import WidthFit
+from bayes_rvm.evidence import OneVsRestFit, WidthFit
 from bayes_rvm.io import ModelFileError, json_attr, json_default
 from bayes_rvm.models.priors import Prior, decode_params, encode_params
 

@@ -57,12 +57,13 @@ from bayes_rvm.estimators.persistence import (
     statistics_arrays,
     statistics_from_arrays,
 )
-from bayes_rvm.evidence import EvidenceFit
-from bayes_rvm.evidence.problem import (
-    Engine,
+from bayes_rvm.evidence import (
+    EvidenceFit,
+    EvidenceOptions,
     Problem,
     TrainingData,
     column_scale,
+    fit_problem,
     prior_column_scale,
     target_scale,
 )
@@ -423,7 +424,7 @@ array-like or Prior, default="evidence_shared"
         else:
             basis, Phi = self._make_basis(X)
             problem = problem.with_design(Phi)
-            fit = engine.fit(problem)
+            fit = fit_problem(problem, engine)
             self._set_width(basis, None)
         self._set_fitted(basis, problem.unscale(fit), single=y.ndim == 1)
         # Enough of the training problem to build the type-II DataTree on demand (a fit from
@@ -602,19 +603,20 @@ array-like or Prior, default="evidence_shared"
         squares = int(self._solver() == "mackay")
         return squares + int(self._uses_draws() and self._mcmc_basis() == "all")
 
-    def make_engine(self) -> Engine:
-        """The type-II engine with this estimator's options (an ``Engine``).
+    def make_engine(self) -> EvidenceOptions:
+        """The type-II engine of this estimator: the options that name it (solver, settings).
 
-        ``engine.fit(Problem.regression(Phi, y))`` is the fit ``fit`` makes at a fixed width, on
-        the normalised problem; cross-validation and the width search run it the same way.
+        ``fit_problem(Problem.regression(Phi, y), est.make_engine())`` is the fit ``fit`` makes
+        at a fixed width, on the normalised problem; cross-validation and the width search run it
+        the same way.
         """
         mackay = self._solver() == "mackay"
-        return Engine(
+        return EvidenceOptions(
             solver=self._solver(),
             alpha_prior=self._alpha_prior(),
             tol=self.tol,
             max_iter=self.max_iter,
-            threshold_alpha=self._threshold_alpha() if mackay else None,
+            **({"threshold_alpha": self._threshold_alpha()} if mackay else {}),
             progress=bool(self.verbose),
             noise_nu=self._cfg.noise_nu if self.likelihood == "student_t" else None,
         )
@@ -820,7 +822,7 @@ array-like or Prior, default="evidence_shared"
             ``elpd_i`` (ln p(t_n | the other rows), summed over outputs, in the units of ``y``),
             ``method``, ``n_folds``, ``seconds``.
         """
-        from bayes_rvm.evidence.loo import refit_loo
+        from bayes_rvm.evidence import refit_loo
 
         check_is_fitted(self, "fit_")
         self._require_design("refit_loo")
@@ -832,9 +834,11 @@ array-like or Prior, default="evidence_shared"
         other = "mackay" if self._solver() == "sequential" else "sequential"
         backup = clone(self).set_params(solver=other).make_engine()
 
-        def fold(engine: Engine):
+        def fold(engine: EvidenceOptions):
             # The rows' normalised design and targets, as the full problem's scaling left them.
-            return lambda P, Tr: engine.fit(problem.with_design(P, normalised=True, targets=Tr))
+            return lambda P, Tr: fit_problem(
+                problem.with_design(P, normalised=True, targets=Tr), engine
+            )
 
         res = refit_loo(
             fold(engine),

@@ -17,12 +17,15 @@ import numpy as np
 from sklearn.utils import check_random_state
 
 from bayes_rvm.basis.kernels import KernelBasis, WidthRule, stationary_kernel
-from bayes_rvm.evidence.problem import Engine, Problem, normalise_columns
-from bayes_rvm.evidence.width import (
+from bayes_rvm.evidence import (
+    EvidenceOptions,
+    Problem,
     WidthFit,
     WidthPath,
+    fit_problem,
     maximise_width,
     maximise_width_shared_ard,
+    normalise_columns,
     select_width_shared,
 )
 from bayes_rvm.memory import check_fit_memory
@@ -174,7 +177,7 @@ class WidthSearch:
         X,
         centres,
         problem: Problem,
-        engine: Engine,
+        engine: EvidenceOptions,
         *,
         criterion=None,
         log_scale: float = 0.0,
@@ -209,7 +212,7 @@ class WidthSearch:
                 beta=problem.noise_precision,
             )
             Phi = self.design(X, centres)(ls)
-            fit = engine.fit(problem.with_design(Phi, normalised=True))
+            fit = fit_problem(problem.with_design(Phi, normalised=True), engine)
             log_scale *= rows.size / X.shape[0]  # the curve's evidence is over these rows
             wf = WidthFit(ls, fit, Phi, path, n_fits=1, seconds=time.perf_counter() - start)
         else:

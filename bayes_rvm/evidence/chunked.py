@@ -60,15 +60,15 @@ from bayes_rvm.evidence.design import ChunkedDesign
 from bayes_rvm.evidence.laplace import (
     STOPPED,
     active_mode,
-    fit_laplace_mackay,
-    fit_laplace_sequential,
-    laplace_problem,
+    laplace_mackay_engine,
     laplace_result,
+    laplace_sequential_engine,
 )
-from bayes_rvm.evidence.options import EvidenceOptions, free_alpha, resolve_options
+from bayes_rvm.evidence.options import EvidenceOptions, merge_options
+from bayes_rvm.evidence.problem import Problem, ProblemView
 from bayes_rvm.evidence.record import Recorder
 from bayes_rvm.evidence.result import EvidenceFit
-from bayes_rvm.evidence.sequential import fit_sequential
+from bayes_rvm.evidence.sequential import sequential_engine
 from bayes_rvm.evidence.single_basis import log_hyperprior
 from bayes_rvm.families import Family, family
 from bayes_rvm.threads import all_blas_threads
@@ -78,6 +78,7 @@ __all__ = [
     "MAX_ROUNDS",
     "SUBSET_ROWS",
     "chunked_design",
+    "chunked_engine",
     "column_norms",
     "fit_laplace_chunked",
     "relinearised_statistics",
@@ -213,23 +214,29 @@ def fit_laplace_chunked(
         Laplace log evidence (plus log hyperprior) after each. ``design.counter`` holds the
         passes.
     """
-    engine = "laplace_" + solver
-    opt = resolve_options(engine, options, settings)
-    if solver == "mackay":
-        return fit_laplace_mackay(design, T, options=opt)
-    if opt.likelihood != "softmax":
-        return _fit_rounds(design, T, opt)
+    opt = merge_options(options, {**settings, "solver": solver})
+    return chunked_engine(Problem.given(design, T, likelihood=opt.likelihood or "bernoulli"), opt)
+
+
+def chunked_engine(
+    problem: Problem, options: EvidenceOptions, warm: EvidenceFit | None = None
+) -> EvidenceFit:
+    """A Laplace fit of a problem on a chunked design (:func:`fit_laplace_chunked`): the engine
+    contract. ``warm`` is not used: a Laplace fit starts cold."""
+    if options.solver == "mackay":
+        return laplace_mackay_engine(problem, options)
+    if problem.likelihood != "softmax":
+        return _fit_rounds(problem.view(options, "laplace_sequential"))
+    design, opt = problem.design, options
     if opt.alpha_init is None:
         rows = subset_rows(design.shape[0])
-        T2 = np.asarray(T, dtype=np.float64)
-        T2 = T2[:, None] if T2.ndim == 1 else T2
         # The subset's columns keep the norms of all rows, so its weights and alphas are on the
         # scale of the full problem's and start it where they stand.
-        start = fit_laplace_sequential(design.rows(rows), T2[rows], options=opt)
+        subset = Problem.given(design.rows(rows), problem.targets[rows], likelihood="softmax")
+        start = laplace_sequential_engine(subset, opt)
         if np.isfinite(start.alpha).any():
             opt = dataclasses.replace(opt, alpha_init=start.alpha)
-    opt = dataclasses.replace(opt, probe_deletions=False)
-    return fit_laplace_sequential(design, T, options=opt)
+    return laplace_sequential_engine(problem, dataclasses.replace(opt, probe_deletions=False))
 
 
 def _newton_start(stats, gauss, active, alpha):
@@ -242,14 +249,14 @@ def _newton_start(stats, gauss, active, alpha):
     return W0, lambda design: (H0, False)
 
 
-def _fit_rounds(design: ChunkedDesign, T, opt: EvidenceOptions) -> EvidenceFit:
+def _fit_rounds(problem: ProblemView) -> EvidenceFit:
     """Bernoulli or Poisson: linearise at the mode, re-estimate on the statistics, repeat."""
-    problem = laplace_problem("laplace_sequential", design, T, opt, {})
+    design, opt = problem.Phi, problem.options
     fam = family(opt.likelihood)
     alpha = np.full(problem.shape[1], np.inf)
     if problem.alpha_init is not None:
         alpha = np.where(problem.allowed, problem.alpha_init, np.inf)
-    alpha[problem.free] = free_alpha(problem)
+    alpha[problem.free] = problem.free_alpha()
     active, post = problem.free, None
     inner = {
         "alpha_prior": opt.alpha_prior,
@@ -274,7 +281,9 @@ def _fit_rounds(design: ChunkedDesign, T, opt: EvidenceOptions) -> EvidenceFit:
                 # A Gaussian fit cut short by max_iter is a partial step: the next round goes on
                 # from it, and the rounds' own test decides convergence.
                 warnings.simplefilter("ignore", ConvergenceWarning)
-                gauss = fit_sequential(stats, None, alpha_init=start, **inner)
+                gauss = sequential_engine(
+                    Problem.given(stats, None), EvidenceOptions(alpha_init=start, **inner)
+                )
             new = gauss.alpha.copy()
             new[problem.free] = alpha[problem.free]
             new_active = np.flatnonzero(np.isfinite(new))

@@ -30,7 +30,8 @@ from scipy.linalg import lapack
 from sklearn.exceptions import ConvergenceWarning
 
 from bayes_rvm.evidence.log_evidence import WARN_SKIP, cholesky, gaussian_log_evidence
-from bayes_rvm.evidence.options import BETA_MAX, EvidenceOptions, check_problem, resolve_options
+from bayes_rvm.evidence.options import BETA_MAX, EvidenceOptions, merge_options
+from bayes_rvm.evidence.problem import Problem
 from bayes_rvm.evidence.record import Recorder
 from bayes_rvm.evidence.result import EvidenceFit, GaussianWeights
 from bayes_rvm.evidence.single_basis import log_hyperprior
@@ -45,6 +46,7 @@ __all__ = [
     "gaussian_posterior",
     "keep_one",
     "log_hyperprior",
+    "mackay_engine",
     "weight_posterior",
 ]
 
@@ -290,8 +292,19 @@ def fit_mackay(
         With a :class:`~bayes_rvm.evidence.GaussianWeights` posterior; ``actions`` are
         ``"init"`` and then one ``"reestimate all"`` per iteration.
     """
-    problem = check_problem(Phi, T, resolve_options("mackay", options, settings), "mackay")
-    return _MacKay(problem).run()
+    opt = merge_options(options, settings)
+    return mackay_engine(Problem.given(Phi, T, likelihood=opt.likelihood or "gaussian"), opt)
+
+
+def mackay_engine(
+    problem: Problem, options: EvidenceOptions, warm: EvidenceFit | None = None
+) -> EvidenceFit:
+    """MacKay's re-estimation (:func:`fit_mackay`) on ``problem``: the engine contract.
+
+    ``warm``, a fit of the same targets at another kernel width, gives the noise precision to
+    start from (unless the problem fixes it); the alphas start from ``options.alpha_init``.
+    """
+    return _MacKay(problem.view(options, "mackay", warm)).run()
 
 
 class _MacKay:

@@ -60,7 +60,7 @@ import numpy as np
 from scipy import linalg
 from sklearn.exceptions import ConvergenceWarning
 
-from bayes_rvm.evidence.design import ChunkedDesign, DenseDesign
+from bayes_rvm.evidence.design import DenseDesign
 from bayes_rvm.evidence.gaussian import KEPT_ONE, MacKayStop, keep_one
 from bayes_rvm.evidence.log_evidence import WARN_SKIP, cholesky
 from bayes_rvm.evidence.mode import (
@@ -70,14 +70,8 @@ from bayes_rvm.evidence.mode import (
     posterior_mode,
     warn_mode,
 )
-from bayes_rvm.evidence.options import (
-    EvidenceOptions,
-    check_problem,
-    check_targets,
-    free_alpha,
-    problem_from_norms,
-    resolve_options,
-)
+from bayes_rvm.evidence.options import EvidenceOptions, default_likelihood, merge_options
+from bayes_rvm.evidence.problem import Problem
 from bayes_rvm.evidence.record import Recorder
 from bayes_rvm.evidence.result import (
     EvidenceFit,
@@ -94,7 +88,9 @@ __all__ = [
     "LaplacePosterior",
     "fit_laplace_mackay",
     "fit_laplace_sequential",
+    "laplace_mackay_engine",
     "laplace_posterior",
+    "laplace_sequential_engine",
     "moderated_probabilities",
     "moderation",
     "posterior_mode",
@@ -135,20 +131,12 @@ STOPPED = "stopped by callback"
 # ---------------------------------------------------------------------------------------------
 # engines
 # ---------------------------------------------------------------------------------------------
-def laplace_problem(engine: str, Phi, T, options, settings):
-    """The checked :class:`~bayes_rvm.evidence.options.Problem` of a Laplace engine, its design
-    a :class:`~bayes_rvm.evidence.design.DenseDesign` or the given ``ChunkedDesign``."""
-    opt = resolve_options(engine, options, settings)
-    if isinstance(Phi, ChunkedDesign):
-        # Its columns have unit norm (zero columns stay zero), checked finite when built.
-        T = check_targets(T, Phi.shape[0], opt.likelihood)
-        dd = (Phi.norms if Phi.columns is None else Phi.norms[Phi.columns]) > 0
-        return problem_from_norms(Phi, T, dd.astype(np.float64), opt, engine)
-    problem = check_problem(Phi, T, opt, engine)
-    if not np.all(np.isfinite(problem.Phi)):
-        # The squared norms were finite, yet a product overflowed: still not a usable design.
-        raise ValueError("Phi must be finite.")
-    return dataclasses.replace(problem, Phi=DenseDesign(problem.Phi))
+def given_problem(engine: str, Phi, T, options: EvidenceOptions | None, settings: dict):
+    """``(problem, options)`` of a convenience call ``fit_laplace_*(Phi, T, options,
+    **settings)``: the problem as given, of the options' likelihood (or the engine's)."""
+    opt = merge_options(options, settings)
+    likelihood = opt.likelihood or default_likelihood(engine)
+    return Problem.given(Phi, T, likelihood=likelihood), opt
 
 
 def active_mode(problem, active, alpha: np.ndarray, W: np.ndarray, tol: float, start=None):
@@ -227,13 +215,21 @@ def fit_laplace_mackay(
     EvidenceFit
         With a :class:`~bayes_rvm.evidence.LaplaceWeights` posterior.
     """
-    problem = laplace_problem("laplace_mackay", Phi, T, options, settings)
-    opt = problem.options
-    M, C = problem.Phi.shape[1], problem.T.shape[1]
-    alpha = problem.start_all()
+    return laplace_mackay_engine(*given_problem("laplace_mackay", Phi, T, options, settings))
+
+
+def laplace_mackay_engine(
+    problem: Problem, options: EvidenceOptions, warm: EvidenceFit | None = None
+) -> EvidenceFit:
+    """MacKay's Laplace re-estimation (:func:`fit_laplace_mackay`) on ``problem``: the engine
+    contract. ``warm`` is not used: a Laplace fit starts cold."""
+    view = problem.view(options, "laplace_mackay")
+    opt = view.options
+    M, C = view.Phi.shape[1], view.T.shape[1]
+    alpha = view.start_all()
     keep = np.isfinite(alpha)
     is_free = np.zeros(M, dtype=bool)
-    is_free[problem.free] = True
+    is_free[view.free] = True
     W = np.zeros((int(keep.sum()), C))
     converged, reason = False, f"reached max_iter={opt.max_iter}"
     should_stop = MacKayStop(opt.tol, opt.evidence_tol)
@@ -241,7 +237,7 @@ def fit_laplace_mackay(
     with Recorder("fit_laplace_mackay", opt.callback, opt.progress) as rec:
         for n_iter in range(1, opt.max_iter + 1):  # noqa: B007 - reported after the loop
             idx = np.flatnonzero(keep)
-            post = active_mode(problem, idx, alpha, W, opt.mode_tol)
+            post = active_mode(view, idx, alpha, W, opt.mode_tol)
             if not post.converged:
                 warn_mode(post)
             objective = post.log_evidence + log_hyperprior(alpha[idx], None, opt.alpha_prior)
@@ -263,7 +259,7 @@ def fit_laplace_mackay(
                 converged, reason = True, stop
                 break
     outcome = (n_iter, converged, reason, "Laplace MacKay re-estimation")
-    return laplace_result(problem, alpha, np.flatnonzero(keep), W, rec, outcome)
+    return laplace_result(view, alpha, np.flatnonzero(keep), W, rec, outcome)
 
 
 def _snapshot(idx: np.ndarray, alpha: np.ndarray) -> dict:
@@ -417,13 +413,23 @@ def fit_laplace_sequential(
     set is never probed into twice, and models of more than 100 active weights (columns times
     classes) are not probed: there a screen costs seconds.
     """
-    problem = laplace_problem("laplace_sequential", Phi, T, options, settings)
-    opt = problem.options
+    return laplace_sequential_engine(
+        *given_problem("laplace_sequential", Phi, T, options, settings)
+    )
+
+
+def laplace_sequential_engine(
+    problem: Problem, options: EvidenceOptions, warm: EvidenceFit | None = None
+) -> EvidenceFit:
+    """Tipping and Faul's Laplace sequential algorithm (:func:`fit_laplace_sequential`) on
+    ``problem``: the engine contract. ``warm`` is not used: a Laplace fit starts cold."""
+    view = problem.view(options, "laplace_sequential")
+    opt = view.options
     with (
         single_blas_thread(),
         Recorder("fit_laplace_sequential", opt.callback, opt.progress) as rec,
     ):
-        engine = _LaplaceSequential(problem, rec)
+        engine = _LaplaceSequential(view, rec)
         engine.run()
         for _ in range(_PROBE_ROUNDS if opt.probe_deletions else 0):
             # A fit stopped by its callback or its budget is left where it stopped.
@@ -451,7 +457,7 @@ class _LaplaceSequential:
         self.is_free = np.zeros(M, dtype=bool)
         self.is_free[problem.free] = True
         self.alpha = np.full(M, np.inf)
-        self.alpha[problem.free] = free_alpha(problem)
+        self.alpha[problem.free] = problem.free_alpha()
         self.active = [int(j) for j in problem.free]
         if problem.alpha_init is not None:
             start = np.flatnonzero(np.isfinite(problem.alpha_init) & ~self.is_free)

@@ -36,7 +36,7 @@ from sklearn.exceptions import ConvergenceWarning
 
 from bayes_rvm.evidence.design import as_design, data_hessian
 from bayes_rvm.evidence.log_evidence import WARN_SKIP, cholesky, laplace_log_evidence
-from bayes_rvm.evidence.options import check_targets
+from bayes_rvm.evidence.problem import check_targets
 from bayes_rvm.families import Family, family
 
 __all__ = [

@@ -1,7 +1,9 @@
-"""One options object for every type-II engine, its validation, and the one input check.
+"""One options object for every type-II engine, and its validation.
 
-Every engine has the signature ``fit_*(Phi, T, *, options=None, **settings) -> EvidenceFit``:
-``options`` is a frozen :class:`EvidenceOptions` and ``settings`` override its fields (so
+Every engine takes ``(problem, options, warm=None)``
+(:func:`~bayes_rvm.evidence.engines.fit_problem`): ``options`` is a frozen
+:class:`EvidenceOptions`, which names the solver too. The convenience functions
+``fit_*(Phi, T, *, options=None, **settings)`` take ``settings`` that override its fields (so
 ``fit_sequential(Phi, T, tol=1e-8)`` and ``fit_sequential(Phi, T,
 options=EvidenceOptions(tol=1e-8))`` are the same call). An option means the same thing in every
 engine; an engine refuses a non-default value of an option it does not use, and the defaults that
@@ -19,27 +21,24 @@ from typing import Any, Literal
 import numpy as np
 from sklearn.utils import check_scalar
 
-from bayes_rvm.basis.statistics import SufficientStatistics
-
 __all__ = [
     "ENGINE_NAMES",
     "LIKELIHOODS",
+    "SOLVERS",
     "EvidenceOptions",
-    "Problem",
-    "check_problem",
-    "check_statistics",
-    "check_targets",
+    "default_beta_init",
+    "default_likelihood",
+    "merge_options",
 ]
 
 #: Likelihoods of the engines: the Gaussian one (``fit_mackay``, ``fit_sequential``) and those of
 #: the Laplace engines (``fit_laplace_mackay``, ``fit_laplace_sequential``).
 LIKELIHOODS = ("gaussian", "bernoulli", "softmax", "poisson")
 ENGINE_NAMES = ("mackay", "sequential", "laplace_mackay", "laplace_sequential")
+#: The solvers: Tipping and Faul's sequential algorithm, or MacKay's re-estimation with pruning.
+SOLVERS = ("sequential", "mackay")
 #: Largest noise precision relative to the targets' scale: an exact fit must not divide by zero.
 BETA_MAX = 1e12
-#: Squared column norms at or below this fraction of the largest mark a column that is
-#: numerically zero (a norm below the largest one's rounding, machine epsilon squared).
-_ZERO_COLUMN_RTOL = np.finfo(np.float64).eps ** 2
 #: Prior precision of a "free" column of a Gaussian fit relative to the scale of a weight that
 #: fits the targets: the weight's prior standard deviation is 1e5 times that scale, negligible
 #: against the data but proper, so the log evidence stays finite (a flat prior has none).
@@ -63,6 +62,8 @@ _COMMON = frozenset(
         "max_iter",
         "callback",
         "progress",
+        "solver",
+        "free_bias",
     }
 )
 _NOISE = frozenset({"beta_prior", "beta_init", "fixed_beta"})
@@ -132,11 +133,17 @@ def _positive(name: str, value, *, integer: bool = False) -> None:
 class EvidenceOptions:
     """Settings of a type-II engine, validated on construction (``None``: the engine's default).
 
+    The one options object of every engine: what an estimator configures
+    (:meth:`~bayes_rvm.RVR.make_engine`) and what
+    :func:`~bayes_rvm.evidence.engines.fit_problem` runs, with the problem, to a fit.
+
     Parameters
     ----------
     likelihood : {"gaussian", "bernoulli", "softmax", "poisson"}, optional
-        ``"gaussian"`` for :func:`fit_mackay` / :func:`fit_sequential` (their only one); the Laplace
-        engines default to ``"bernoulli"``.
+        The likelihood of the convenience functions' problem: ``"gaussian"`` for
+        :func:`fit_mackay` / :func:`fit_sequential` (their only one); the Laplace engines default
+        to ``"bernoulli"``. :func:`~bayes_rvm.evidence.engines.fit_problem` fits the likelihood of
+        its problem, and refuses options stating another.
     alpha_prior, beta_prior : (shape, rate), default=(0, 0)
         Gamma hyperpriors on each ``alpha_i`` and on the noise precision ``beta`` over
         ``log alpha``, ``log beta``; ``(nu/2, nu/2)`` on alpha is the Student-t prior.
@@ -205,6 +212,22 @@ class EvidenceOptions:
         Show a progress bar (rich, as PyMC's) with the number of active columns and the objective.
     gram : ndarray of shape (M, M), optional
         Gaussian MacKay: a precomputed ``Phi^T Phi`` (fitting many targets on one design).
+    solver : {"sequential", "mackay"}, default="sequential"
+        The engine of :func:`~bayes_rvm.evidence.engines.fit_problem`: Tipping and Faul's
+        sequential algorithm, or MacKay's re-estimation with pruning (for the problem's
+        likelihood; the convenience functions ``fit_*`` are one engine each).
+    free_bias : bool, default=False
+        The design's last column is free (an intercept), as if it were in ``free``.
+    noise_nu : float, optional
+        Student-t noise: fixed degrees of freedom; None learns ``nu``, starting from ``nu_init``.
+    nu_init : float, default=4.0
+        Student-t noise: the starting degrees of freedom of a learned ``nu``.
+    em_tol : float, default=1e-6
+        Student-t noise: the EM is converged when its bound rises by less than
+        ``em_tol * (1 + |L|)`` and no ``ln E[u_n]`` nor ``ln nu`` moves by more than
+        ``sqrt(em_tol)``.
+    em_max_iter : int, default=500
+        Student-t noise: cap on EM iterations; reaching it warns with ConvergenceWarning.
     """
 
     likelihood: Literal["gaussian", "bernoulli", "softmax", "poisson"] | None = None
@@ -232,19 +255,31 @@ class EvidenceOptions:
     callback: Callable[[dict[str, Any]], Any] | None = None
     progress: bool = False
     gram: np.ndarray | None = field(default=None, compare=False, repr=False)
+    solver: Literal["sequential", "mackay"] = "sequential"
+    free_bias: bool = False
+    noise_nu: float | None = None
+    nu_init: float = 4.0
+    em_tol: float = 1e-6
+    em_max_iter: int = 500
 
     def __post_init__(self) -> None:
+        if self.solver not in SOLVERS:
+            raise ValueError(f"solver must be one of {SOLVERS}, got {self.solver!r}.")
         if self.likelihood is not None and self.likelihood not in LIKELIHOODS:
             raise ValueError(f"likelihood must be one of {LIKELIHOODS}, got {self.likelihood!r}.")
         object.__setattr__(self, "alpha_prior", _prior_pair("alpha_prior", self.alpha_prior))
         object.__setattr__(self, "beta_prior", _prior_pair("beta_prior", self.beta_prior))
-        for name in ("fixed_beta", "batch_reestimate", "probe_deletions"):
+        for name in ("fixed_beta", "batch_reestimate", "probe_deletions", "free_bias"):
             if not isinstance(getattr(self, name), bool | np.bool_):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}.")
-        for name in ("max_iter", "beta_update_every", "mode_max_iter"):
+        for name in ("max_iter", "beta_update_every", "mode_max_iter", "em_max_iter"):
             _positive(name, getattr(self, name), integer=True)
-        for name in ("tol", "gain_tol", "threshold_alpha", "mode_tol", "inner_mode_tol"):
+        for name in ("tol", "gain_tol", "threshold_alpha", "mode_tol", "inner_mode_tol", "em_tol"):
             _positive(name, getattr(self, name))
+        for name in ("noise_nu", "nu_init"):
+            value = getattr(self, name)
+            if value is not None and not (np.isfinite(value) and value > 0):
+                raise ValueError(f"{name} must be a positive number, got {value!r}.")
         if self.evidence_tol is not None and not (
             np.isfinite(self.evidence_tol) and self.evidence_tol >= 0
         ):
@@ -283,8 +318,14 @@ class EvidenceOptions:
                 f"fit_{engine} does not use the option(s) {', '.join(unused)}; leave them at "
                 "their defaults."
             )
+        if engine == "sequential" and self.alpha_prior[0] > 0 and self.alpha_prior[1] == 0:
+            # l(alpha) then grows like a log(alpha) without bound: no column would ever leave.
+            raise ValueError(
+                "alpha_prior with shape > 0 needs rate > 0 in fit_sequential: with rate 0 the "
+                "objective grows without bound as alpha -> inf. Use fit_mackay for that prior."
+            )
         fill = {k: v for k, v in _ENGINE_DEFAULTS[engine].items() if getattr(self, k) is None}
-        fill.pop("beta_init", None)  # a multiple of 1 / var(T): resolved by check_problem
+        fill.pop("beta_init", None)  # a multiple of 1 / var(T): default_beta_init
         out = dataclasses.replace(self, **fill) if fill else self
         family = "gaussian" if engine in ("mackay", "sequential") else "laplace"
         if (out.likelihood == "gaussian") != (family == "gaussian"):
@@ -307,207 +348,22 @@ def _is_default(value, default) -> bool:
     return value is default or value == default
 
 
-def resolve_options(
-    engine: str, options: EvidenceOptions | None, settings: dict
-) -> EvidenceOptions:
-    """``options`` (default: all defaults) with ``settings`` overriding fields, for ``engine``."""
+def merge_options(options: EvidenceOptions | None, settings: dict) -> EvidenceOptions:
+    """``options`` (default: all defaults) with ``settings`` overriding fields."""
     if options is None:
-        options = EvidenceOptions(**settings)
-    elif not isinstance(options, EvidenceOptions):
+        return EvidenceOptions(**settings)
+    if not isinstance(options, EvidenceOptions):
         raise TypeError(f"options must be an EvidenceOptions, got {type(options).__name__}.")
-    elif settings:
-        options = dataclasses.replace(options, **settings)
-    return options.for_engine(engine)
+    return dataclasses.replace(options, **settings) if settings else options
 
 
-@dataclass(frozen=True)
-class Problem:
-    """A validated problem: the arrays every engine starts from, and the options resolved.
-
-    ``T`` is 2-D (N x D outputs, or N x C classes); ``dd`` the squared column norms of ``Phi``;
-    ``allowed`` the columns that may enter the model (candidates, non-zero, not free); ``free``
-    the unregularised columns; ``alpha_init`` an (M,) array or None; ``beta_init`` resolved.
-    A Gaussian problem given by its sufficient statistics (``Phi' Phi``, ``Phi' T``, ``T' T``,
-    N) has ``statistics`` set and ``Phi`` and ``T`` None: the Gaussian engines read those sums
-    only (:func:`check_statistics`).
-    """
-
-    Phi: np.ndarray | None
-    T: np.ndarray | None
-    dd: np.ndarray
-    allowed: np.ndarray
-    free: np.ndarray
-    alpha_init: np.ndarray | None
-    beta_init: float
-    options: EvidenceOptions
-    statistics: SufficientStatistics | None = None
-
-    @property
-    def shape(self) -> tuple[int, int, int]:
-        """``(N, M, D)``."""
-        if self.statistics is not None:
-            s = self.statistics
-            return s.n, s.n_basis, s.n_outputs
-        return self.Phi.shape[0], self.Phi.shape[1], self.T.shape[1]
-
-    @property
-    def tt(self) -> float:
-        """``sum(T**2)`` over all rows and outputs."""
-        if self.statistics is not None:
-            return float(np.sum(self.statistics.tt))
-        return float(np.sum(self.T * self.T))
-
-    def sums(self) -> tuple[np.ndarray | None, np.ndarray]:
-        """``(Phi' Phi or None, Phi' T)``: the Gram matrix where the problem holds it."""
-        if self.statistics is not None:
-            return self.statistics.gram, self.statistics.cross
-        return None, self.Phi.T @ self.T
-
-    def start_all(self) -> np.ndarray:
-        """Starting alphas of the re-estimation engines (``inf``: out of the model).
-
-        Every allowed column at ``alpha_init`` (default 1.0), the free ones at their free alpha.
-        """
-        M = self.shape[1]
-        alpha = np.ones(M) if self.alpha_init is None else self.alpha_init.copy()
-        keep = self.allowed & np.isfinite(alpha)
-        keep[self.free] = True
-        if not keep.any():
-            raise ValueError("the design matrix has no non-zero column to fit with.")
-        alpha[~keep] = np.inf
-        alpha[self.free] = free_alpha(self)
-        return alpha
+def default_likelihood(engine: str) -> str:
+    """The likelihood ``engine`` fits when nothing names one."""
+    return _ENGINE_DEFAULTS[engine]["likelihood"]
 
 
-def _index_array(name: str, idx, M: int) -> np.ndarray:
-    arr = np.asarray(idx if idx is not None else [], dtype=np.float64).ravel()
-    if arr.size and (np.any(arr != np.round(arr)) or arr.min() < 0 or arr.max() >= M):
-        raise ValueError(f"{name} must hold column indices in [0, {M}), got {idx!r}.")
-    return arr.astype(np.intp)
-
-
-def check_targets(T, N: int, likelihood: str) -> np.ndarray:
-    """Targets as an (N, C) float array, checked against the likelihood (a clear error if not)."""
-    T = np.asarray(T, dtype=np.float64)
-    if T.ndim not in (1, 2) or T.shape[0] != N:
-        raise ValueError(f"T must have {N} rows (shape (N,) or (N, D)), got shape {T.shape}.")
-    T = T[:, None] if T.ndim == 1 else T
-    if T.shape[1] < 1 or not np.all(np.isfinite(T)):
-        raise ValueError("T must be finite with at least one output.")
-    if likelihood == "softmax":
-        if T.shape[1] < 2 or np.any(T < 0) or not np.allclose(T.sum(axis=1), 1.0):
-            raise ValueError(
-                "softmax targets must be an (N, C) matrix of class probabilities, C >= 2."
-            )
-    elif likelihood != "gaussian" and T.shape[1] != 1:
-        raise ValueError(f"{likelihood} targets must be one column, got shape {T.shape}.")
-    elif likelihood == "bernoulli" and (np.any(T < 0) or np.any(T > 1)):
-        raise ValueError("bernoulli targets must lie in [0, 1].")
-    elif likelihood == "poisson" and np.any(T < 0):
-        raise ValueError("poisson targets must be non-negative counts.")
-    return T
-
-
-def check_problem(Phi, T, options: EvidenceOptions, engine: str) -> Problem:
-    """The one input check of every engine: shapes, finiteness, targets and index options.
-
-    ``Phi`` may be a :class:`~bayes_rvm.basis.statistics.SufficientStatistics` with ``T`` None, for
-    the
-    Gaussian engines (:func:`check_statistics`).
-    """
-    if isinstance(Phi, SufficientStatistics):
-        if T is not None:
-            raise ValueError("with sufficient statistics in place of Phi, T must be None.")
-        return check_statistics(Phi, options, engine)
-    Phi = np.asarray(Phi)
-    if Phi.ndim != 2 or Phi.dtype != np.float64:
-        raise ValueError(
-            f"Phi must be a 2-D float64 array (it is not copied), got {Phi.ndim}-D {Phi.dtype}."
-        )
-    N, M = Phi.shape
-    if N < 1 or M < 1:
-        raise ValueError(f"Phi must have at least one row and one column, got shape {Phi.shape}.")
-    T = check_targets(T, N, options.likelihood)
-    with np.errstate(over="ignore", invalid="ignore"):
-        dd = np.einsum("ij,ij->j", Phi, Phi)  # squared norms: finite only if Phi is
-    if not np.all(np.isfinite(dd)):
-        raise ValueError("Phi must be finite.")
-    return _checked(Phi, T, dd, options, engine, float(np.var(T)))
-
-
-def check_statistics(stats: SufficientStatistics, options: EvidenceOptions, engine: str) -> Problem:
-    """:func:`check_problem` of a Gaussian problem given by its sufficient statistics."""
-    if engine not in ("mackay", "sequential"):
-        raise ValueError(
-            f"fit_{engine} needs the design matrix itself: sufficient statistics (Phi' Phi, "
-            "Phi' T, T' T) determine only a Gaussian fit (fit_mackay, fit_sequential)."
-        )
-    if stats.n < 1 or stats.n_basis < 1:
-        raise ValueError(
-            f"the statistics must cover at least one row and one column, got {stats.n} rows "
-            f"and {stats.n_basis} columns."
-        )
-    finite = (np.isfinite(a).all() for a in (stats.gram, stats.cross, stats.tt, stats.t_sum))
-    if not all(finite):
-        raise ValueError("the sufficient statistics must be finite.")
-    dd = np.diag(stats.gram).copy()
-    problem = _checked(None, None, dd, options, engine, stats.target_variance(), stats.n_basis)
-    return dataclasses.replace(problem, statistics=stats)
-
-
-def problem_from_norms(Phi, T: np.ndarray, dd: np.ndarray, options: EvidenceOptions, engine: str):
-    """The :class:`Problem` of a checked design ``Phi`` (an array, or a design object with a
-    ``shape`` such as :class:`~bayes_rvm.evidence.design.ChunkedDesign`), its squared column
-    norms ``dd`` and checked 2-D targets ``T``: the index options resolved against them."""
-    return _checked(Phi, T, dd, options, engine, float(np.var(T)))
-
-
-def _checked(Phi, T, dd, options: EvidenceOptions, engine: str, var: float, M=None) -> Problem:
-    """The index options and the noise start, checked against the squared column norms."""
-    M = Phi.shape[1] if M is None else M
-    free = np.unique(_index_array("free", options.free, M))
-    if free.size and np.any(dd[free] == 0):
-        raise ValueError("a free column is identically zero.")
-    if options.candidates is None:
-        allowed = np.ones(M, dtype=bool)
-    else:
-        cand = _index_array("candidates", options.candidates, M)
-        if cand.size == 0:
-            raise ValueError("candidates must not be empty.")
-        allowed = np.zeros(M, dtype=bool)
-        allowed[cand] = True
-    # A column whose norm is below the rounding of the largest one is numerically zero: no sum
-    # of columns can see it, and its single-column optimum (alpha ~ s^2, s ~ its squared norm)
-    # underflows to 0. A leave-one-out refit meets such columns: an rbf column normalised over
-    # all rows, left with 1e-96 of its norm when the one row it covered is removed.
-    allowed &= dd > _ZERO_COLUMN_RTOL * float(np.max(dd, initial=0.0))
-    allowed[free] = False
-    alpha_init = options.alpha_init
-    if alpha_init is not None:
-        ai = np.asarray(alpha_init, dtype=np.float64)
-        if ai.ndim == 1 and ai.shape != (M,):
-            raise ValueError(f"alpha_init must have shape ({M},), positive, inf for out.")
-        alpha_init = np.broadcast_to(ai, (M,)).copy()
-        start = np.isfinite(alpha_init)
-        start[free] = False
-        if np.any(dd[start] == 0):
-            raise ValueError("alpha_init makes an identically zero column active.")
-        if not start.any() and free.size == 0:
-            raise ValueError("alpha_init must have at least one finite entry.")
-    elif not (allowed.any() or free.size):
-        raise ValueError("the design matrix has no non-zero column to fit with.")
-    beta_init = options.beta_init
-    if beta_init is None:
-        ratio = _ENGINE_DEFAULTS[engine].get("beta_init", 1.0)
-        beta_init = ratio / var if var > 0 else 1.0
-    return Problem(Phi, T, dd, allowed, free, alpha_init, float(beta_init), options)
-
-
-def free_alpha(problem: Problem) -> np.ndarray:
-    """Prior precisions of the free columns: Gaussian, a prior sd 1e5 times a weight that fits
-    ``T``; Laplace, a latent prior sd of ``FREE_LATENT_SD`` per unit RMS of the column."""
-    N, _, D = problem.shape
-    if problem.options.likelihood != "gaussian":
-        return problem.dd[problem.free] / (N * FREE_LATENT_SD**2)
-    msq = max(problem.tt / (N * D), 1e-300)
-    return FREE_ALPHA_FACTOR * problem.dd[problem.free] / (N * msq)
+def default_beta_init(engine: str, target_variance: float) -> float:
+    """The noise precision ``engine`` starts from when ``beta_init`` is not given: a multiple
+    of ``1 / var(T)`` (1 where the targets do not vary)."""
+    ratio = _ENGINE_DEFAULTS[engine].get("beta_init", 1.0)
+    return ratio / target_variance if target_variance > 0 else 1.0

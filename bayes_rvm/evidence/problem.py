@@ -1,14 +1,16 @@
-"""What every type-II engine sees, the engine with its options, and what a fit keeps.
+"""What every type-II engine sees, and what a fit keeps.
 
-The estimators, cross-validation and the width search reach the engines of :mod:`bayes_rvm.evidence`
-through three frozen objects:
+Every engine of :mod:`bayes_rvm.evidence` takes ``(problem, options, warm=None)``
+(:func:`~bayes_rvm.evidence.engines.fit_problem`), with the one problem type of this module:
 
 - :class:`Problem`: the design with unit-norm columns and the targets divided by their scale,
   with the norms and the scale kept, so that the engines' thresholds mean the same thing for
   kernel values or targets of 1e-8 and of 1e8; :meth:`Problem.unscale` maps a fit back to the
-  user's units exactly (the RVM is equivariant under both scalings).
-- :class:`Engine`: the solver and its options. ``engine.fit(problem, warm=None)`` runs it; a warm
-  start (the fit at another kernel width) is an argument, not a closure.
+  user's units exactly (the RVM is equivariant under both scalings). :meth:`Problem.given` takes
+  a design and targets as they are (the convenience functions ``fit_*(Phi, T)``).
+  :meth:`Problem.view` is the one place where a fit's inputs are checked: it resolves the options
+  against the problem into the arrays an engine starts from (a :class:`ProblemView`).
+- :class:`OneVsRestFit`: one binary fit per class, with a fit's interface.
 - :class:`TrainingData`: the training arrays a fitted estimator keeps for prediction, ``model_``
   and saving.
 """
@@ -24,14 +26,22 @@ from dataclasses import dataclass
 import numpy as np
 
 from bayes_rvm.basis.statistics import SufficientStatistics
-from bayes_rvm.evidence import EvidenceFit, fit_evidence
+from bayes_rvm.evidence.design import ChunkedDesign, DenseDesign
+from bayes_rvm.evidence.options import (
+    FREE_ALPHA_FACTOR,
+    FREE_LATENT_SD,
+    EvidenceOptions,
+    default_beta_init,
+)
+from bayes_rvm.evidence.result import EvidenceFit
 from bayes_rvm.families import NOISE_LIKELIHOODS
 
 __all__ = [
-    "Engine",
     "OneVsRestFit",
     "Problem",
+    "ProblemView",
     "TrainingData",
+    "check_targets",
     "column_scale",
     "normalise_columns",
     "prior_column_scale",
@@ -190,18 +200,201 @@ class OneVsRestFit:
         return tuple(zip(self.fits, self.positions, strict=True))
 
 
+#: Squared column norms at or below this fraction of the largest mark a column that is
+#: numerically zero (a norm below the largest one's rounding, machine epsilon squared).
+_ZERO_COLUMN_RTOL = np.finfo(np.float64).eps ** 2
+
+
+def check_targets(T, N: int, likelihood: str) -> np.ndarray:
+    """Targets as an (N, C) float array, checked against the likelihood (a clear error if not)."""
+    T = np.asarray(T, dtype=np.float64)
+    if T.ndim not in (1, 2) or T.shape[0] != N:
+        raise ValueError(f"T must have {N} rows (shape (N,) or (N, D)), got shape {T.shape}.")
+    T = T[:, None] if T.ndim == 1 else T
+    if T.shape[1] < 1 or not np.all(np.isfinite(T)):
+        raise ValueError("T must be finite with at least one output.")
+    if likelihood == "softmax":
+        if T.shape[1] < 2 or np.any(T < 0) or not np.allclose(T.sum(axis=1), 1.0):
+            raise ValueError(
+                "softmax targets must be an (N, C) matrix of class probabilities, C >= 2."
+            )
+    elif likelihood != "gaussian" and T.shape[1] != 1:
+        raise ValueError(f"{likelihood} targets must be one column, got shape {T.shape}.")
+    elif likelihood == "bernoulli" and (np.any(T < 0) or np.any(T > 1)):
+        raise ValueError("bernoulli targets must lie in [0, 1].")
+    elif likelihood == "poisson" and np.any(T < 0):
+        raise ValueError("poisson targets must be non-negative counts.")
+    return T
+
+
+def _design_norms(Phi, T: np.ndarray, likelihood: str) -> np.ndarray:
+    """The squared column norms of a design in memory, which must be finite (so must ``Phi``)."""
+    if Phi.ndim != 2 or Phi.dtype != np.float64:
+        raise ValueError(
+            f"Phi must be a 2-D float64 array (it is not copied), got {Phi.ndim}-D {Phi.dtype}."
+        )
+    N, M = Phi.shape
+    if N < 1 or M < 1:
+        raise ValueError(f"Phi must have at least one row and one column, got shape {Phi.shape}.")
+    check_targets(T, N, likelihood)
+    with np.errstate(over="ignore", invalid="ignore"):
+        dd = np.einsum("ij,ij->j", Phi, Phi)  # squared norms: finite only if Phi is
+    if not np.all(np.isfinite(dd)):
+        raise ValueError("Phi must be finite.")
+    return dd
+
+
+def _statistics_norms(stats: SufficientStatistics, likelihood: str) -> np.ndarray:
+    """The squared column norms of a problem given by its sufficient statistics."""
+    if likelihood != "gaussian":
+        raise ValueError(
+            f"a {likelihood} fit needs the design matrix itself: sufficient statistics (Phi' Phi, "
+            "Phi' T, T' T) determine only a Gaussian fit (fit_mackay, fit_sequential)."
+        )
+    if stats.n < 1 or stats.n_basis < 1:
+        raise ValueError(
+            f"the statistics must cover at least one row and one column, got {stats.n} rows "
+            f"and {stats.n_basis} columns."
+        )
+    finite = (np.isfinite(a).all() for a in (stats.gram, stats.cross, stats.tt, stats.t_sum))
+    if not all(finite):
+        raise ValueError("the sufficient statistics must be finite.")
+    return np.diag(stats.gram).copy()
+
+
+def _index_array(name: str, idx, M: int) -> np.ndarray:
+    arr = np.asarray(idx if idx is not None else [], dtype=np.float64).ravel()
+    if arr.size and (np.any(arr != np.round(arr)) or arr.min() < 0 or arr.max() >= M):
+        raise ValueError(f"{name} must hold column indices in [0, {M}), got {idx!r}.")
+    return arr.astype(np.intp)
+
+
+def _columns(dd: np.ndarray, options: EvidenceOptions):
+    """``(allowed, free, alpha_init)``: the index options checked against the squared norms."""
+    M = dd.size
+    free = _index_array("free", options.free, M)
+    if options.free_bias:
+        free = np.r_[free, M - 1]
+    free = np.unique(free)
+    if free.size and np.any(dd[free] == 0):
+        raise ValueError("a free column is identically zero.")
+    if options.candidates is None:
+        allowed = np.ones(M, dtype=bool)
+    else:
+        cand = _index_array("candidates", options.candidates, M)
+        if cand.size == 0:
+            raise ValueError("candidates must not be empty.")
+        allowed = np.zeros(M, dtype=bool)
+        allowed[cand] = True
+    # A column whose norm is below the rounding of the largest one is numerically zero: no sum
+    # of columns can see it, and its single-column optimum (alpha ~ s^2, s ~ its squared norm)
+    # underflows to 0. A leave-one-out refit meets such columns: an rbf column normalised over
+    # all rows, left with 1e-96 of its norm when the one row it covered is removed.
+    allowed &= dd > _ZERO_COLUMN_RTOL * float(np.max(dd, initial=0.0))
+    allowed[free] = False
+    alpha_init = options.alpha_init
+    if alpha_init is not None:
+        ai = np.asarray(alpha_init, dtype=np.float64)
+        if ai.ndim == 1 and ai.shape != (M,):
+            raise ValueError(f"alpha_init must have shape ({M},), positive, inf for out.")
+        alpha_init = np.broadcast_to(ai, (M,)).copy()
+        start = np.isfinite(alpha_init)
+        start[free] = False
+        if np.any(dd[start] == 0):
+            raise ValueError("alpha_init makes an identically zero column active.")
+        if not start.any() and free.size == 0:
+            raise ValueError("alpha_init must have at least one finite entry.")
+    elif not (allowed.any() or free.size):
+        raise ValueError("the design matrix has no non-zero column to fit with.")
+    return allowed, free, alpha_init
+
+
+@dataclass(frozen=True)
+class ProblemView:
+    """A :class:`Problem` as one engine starts from it: checked arrays and resolved options.
+
+    Built by :meth:`Problem.view` only. ``Phi`` is the design (a
+    :class:`~bayes_rvm.evidence.design.DenseDesign` or ``ChunkedDesign`` for the Laplace
+    engines), ``T`` the 2-D targets (N x D outputs, or N x C classes); ``dd`` the squared column
+    norms of ``Phi``; ``allowed`` the columns that may enter the model (candidates, non-zero, not
+    free); ``free`` the unregularised columns; ``alpha_init`` an (M,) array or None;
+    ``beta_init`` resolved; ``options`` those of the engine, its defaults filled in. A Gaussian
+    problem given by its sufficient statistics (``Phi' Phi``, ``Phi' T``, ``T' T``, N) has
+    ``statistics`` set and ``Phi`` and ``T`` None: the Gaussian engines read those sums only.
+    """
+
+    Phi: np.ndarray | DenseDesign | ChunkedDesign | None
+    T: np.ndarray | None
+    dd: np.ndarray
+    allowed: np.ndarray
+    free: np.ndarray
+    alpha_init: np.ndarray | None
+    beta_init: float
+    options: EvidenceOptions
+    statistics: SufficientStatistics | None = None
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        """``(N, M, D)``."""
+        if self.statistics is not None:
+            s = self.statistics
+            return s.n, s.n_basis, s.n_outputs
+        return self.Phi.shape[0], self.Phi.shape[1], self.T.shape[1]
+
+    @property
+    def tt(self) -> float:
+        """``sum(T**2)`` over all rows and outputs."""
+        if self.statistics is not None:
+            return float(np.sum(self.statistics.tt))
+        return float(np.sum(self.T * self.T))
+
+    def sums(self) -> tuple[np.ndarray | None, np.ndarray]:
+        """``(Phi' Phi or None, Phi' T)``: the Gram matrix where the problem holds it."""
+        if self.statistics is not None:
+            return self.statistics.gram, self.statistics.cross
+        return None, self.Phi.T @ self.T
+
+    def free_alpha(self) -> np.ndarray:
+        """Prior precisions of the free columns: Gaussian, a prior sd 1e5 times a weight that
+        fits ``T``; Laplace, a latent prior sd of ``FREE_LATENT_SD`` per unit RMS of the column."""
+        N, _, D = self.shape
+        if self.options.likelihood != "gaussian":
+            return self.dd[self.free] / (N * FREE_LATENT_SD**2)
+        msq = max(self.tt / (N * D), 1e-300)
+        return FREE_ALPHA_FACTOR * self.dd[self.free] / (N * msq)
+
+    def start_all(self) -> np.ndarray:
+        """Starting alphas of the re-estimation engines (``inf``: out of the model).
+
+        Every allowed column at ``alpha_init`` (default 1.0), the free ones at their free alpha.
+        """
+        M = self.shape[1]
+        alpha = np.ones(M) if self.alpha_init is None else self.alpha_init.copy()
+        keep = self.allowed & np.isfinite(alpha)
+        keep[self.free] = True
+        if not keep.any():
+            raise ValueError("the design matrix has no non-zero column to fit with.")
+        alpha[~keep] = np.inf
+        alpha[self.free] = self.free_alpha()
+        return alpha
+
+
 @dataclass(frozen=True)
 class Problem:
     """A type-II problem on the normalised scale: what every engine sees.
 
     Build one with :meth:`regression`, :meth:`from_statistics`, :meth:`classification` or
     :meth:`counts`; :meth:`with_design` gives the same targets on another design (another kernel
-    width, a subset of rows).
+    width, a subset of rows); :meth:`given` takes a design and targets as they are.
+    ``fit_problem(problem, options, warm=None)`` (:func:`~bayes_rvm.evidence.engines.fit_problem`)
+    fits it; each engine starts from its :meth:`view`.
 
     Attributes
     ----------
-    design : ndarray of shape (N, M)
-        The design matrix with unit-norm columns (``(N, 0)`` before a design is given).
+    design : ndarray of shape (N, M) or ChunkedDesign
+        The design matrix with unit-norm columns (``(N, 0)`` before a design is given), or one
+        built in row blocks (:class:`~bayes_rvm.evidence.design.ChunkedDesign`, Laplace
+        likelihoods).
     norms : ndarray of shape (M,)
         What the columns were divided by (ones for a design given as already normalised).
     targets : ndarray of shape (N, D)
@@ -348,6 +541,36 @@ class Problem:
         )
         return problem if Phi is None else problem.with_design(Phi)
 
+    @classmethod
+    def given(cls, Phi, T, *, likelihood: str = "gaussian") -> Problem:
+        """The problem of the design ``Phi`` and targets ``T`` as they are: not normalised.
+
+        What the convenience functions ``fit_*(Phi, T)`` fit. ``Phi`` is an (N, M) float64 array
+        (neither copied nor modified), a :class:`~bayes_rvm.evidence.design.ChunkedDesign` (the
+        Laplace likelihoods), or the problem's
+        :class:`~bayes_rvm.basis.statistics.SufficientStatistics` with ``T`` None (the Gaussian
+        one). The norms are ones and the scale 1; :meth:`view` checks the problem.
+        """
+        if isinstance(Phi, SufficientStatistics):
+            if T is not None:
+                raise ValueError("with sufficient statistics in place of Phi, T must be None.")
+            return cls(
+                design=np.empty((0, Phi.n_basis)),
+                norms=np.ones(Phi.n_basis),
+                targets=np.empty((0, Phi.n_outputs)),
+                likelihood=likelihood,
+                statistics=Phi,
+            )
+        T = np.asarray(T, dtype=np.float64)
+        design = Phi if isinstance(Phi, ChunkedDesign) else np.asarray(Phi)
+        M = design.shape[1] if len(design.shape) == 2 else 0
+        return cls(
+            design=design,
+            norms=np.ones(M),
+            targets=T[:, None] if T.ndim == 1 else T,
+            likelihood=likelihood,
+        )
+
     def with_design(
         self, Phi: np.ndarray, *, normalised: bool = False, targets: np.ndarray | None = None
     ) -> Problem:
@@ -382,83 +605,90 @@ class Problem:
             )
         return self.design[:, columns] * self.norms[columns]
 
+    def class_problem(self, c: int) -> Problem:
+        """Class ``c`` against the rest: the binary problem of one column of a one-vs-rest one."""
+        targets = np.ascontiguousarray(self.targets[:, c])[:, None]
+        return dataclasses.replace(self, targets=targets, likelihood="bernoulli", one_vs_rest=False)
 
-@dataclass(frozen=True)
-class Engine:
-    """A type-II engine of :func:`bayes_rvm.evidence.fit_evidence` with its options.
+    def start_options(
+        self, options: EvidenceOptions, warm: EvidenceFit | None = None, *, solver: str
+    ) -> EvidenceOptions:
+        """``options`` with this problem's noise and the warm start's hyperparameters.
 
-    Attributes
-    ----------
-    solver : {"sequential", "mackay"}
-    alpha_prior : tuple of float
-        Gamma hyperprior ``(a, b)`` of the prior precisions (``(0, 0)``: flat in ``log alpha``).
-    tol, max_iter
-        The engine's stopping rule.
-    threshold_alpha : float or None
-        Pruning threshold of the engines that take one (None: the engine's default).
-    free_bias : bool
-        The design's last column is a free (unregularised) intercept.
-    progress : bool
-        Show the engine's progress bar.
-    noise_nu : float or None
-        Student-t noise: its fixed degrees of freedom (None: learned).
-    """
-
-    solver: str = "sequential"
-    alpha_prior: tuple[float, float] = (0.0, 0.0)
-    tol: float = 1e-3
-    max_iter: int = 10_000
-    threshold_alpha: float | None = None
-    free_bias: bool = False
-    progress: bool = False
-    noise_nu: float | None = None
-
-    def fit(self, problem: Problem, warm: EvidenceFit | None = None) -> EvidenceFit | OneVsRestFit:
-        """The fit of the normalised ``problem`` (:meth:`Problem.unscale` maps it back).
-
-        ``warm`` is a previous fit of the same targets (at another kernel width) to start from:
-        the Gaussian engines take its noise precision (unless it is fixed) and the sequential
-        one its alphas; the Laplace engines start cold.
+        A fixed :attr:`noise_precision` fixes the noise; otherwise MacKay's engine starts from
+        :attr:`noise_start` unless ``options`` say where. ``warm`` is a previous fit of the same
+        targets (at another kernel width): the Gaussian engines take its noise precision (unless
+        it is fixed), and the sequential one its alphas.
         """
-        kw: dict = {"alpha_prior": self.alpha_prior, "tol": self.tol, "max_iter": self.max_iter}
-        if self.threshold_alpha is not None:
-            kw["threshold_alpha"] = self.threshold_alpha
-        if self.progress:
-            kw["progress"] = True
-        Phi, T = problem.design, problem.targets
-        if problem.statistics is not None:
-            Phi, T = problem.statistics, None
-        if problem.likelihood == "student_t":
-            kw.update(likelihood="student_t", noise_nu=self.noise_nu)
-        if problem.likelihood in NOISE_LIKELIHOODS:
-            return fit_evidence(Phi, T, solver=self.solver, **kw, **self._noise(problem, warm))
-        kw["free"] = [Phi.shape[1] - 1] if self.free_bias else []
-        if problem.one_vs_rest:
-            return OneVsRestFit(
-                tuple(
-                    fit_evidence(
-                        Phi,
-                        np.ascontiguousarray(T[:, c]),
-                        solver=self.solver,
-                        likelihood="bernoulli",
-                        **kw,
-                    )
-                    for c in range(T.shape[1])
-                )
-            )
-        return fit_evidence(Phi, T, solver=self.solver, likelihood=problem.likelihood, **kw)
-
-    def _noise(self, problem: Problem, warm: EvidenceFit | None) -> dict:
-        """The noise options of a Gaussian fit, and the warm start's alphas."""
-        fixed = problem.noise_precision is not None
-        start = problem.noise_start if self.solver == "mackay" else None
-        kw = {"fixed_beta": fixed, "beta_init": problem.noise_precision if fixed else start}
+        changes: dict = {}
+        fixed = self.noise_precision is not None
+        if fixed:
+            changes.update(fixed_beta=True, beta_init=self.noise_precision)
+        elif solver == "mackay" and options.beta_init is None and self.noise_start is not None:
+            changes["beta_init"] = self.noise_start
         if warm is not None:
-            if self.solver == "sequential":
-                kw["alpha_init"] = warm.alpha
-            if not fixed:
-                kw["beta_init"] = warm.beta
-        return kw
+            if solver == "sequential":
+                changes["alpha_init"] = warm.alpha
+            if not (fixed or options.fixed_beta):
+                changes["beta_init"] = warm.beta
+        return dataclasses.replace(options, **changes) if changes else options
+
+    @functools.cached_property
+    def squared_norms(self) -> np.ndarray:
+        """The squared norms of the design's columns, found as the problem is checked.
+
+        The one check of the design and the targets (shapes, finiteness, targets that suit the
+        likelihood), made the first time an engine views the problem: the estimators build
+        their problems from data they checked, and a problem is not checked again.
+        """
+        if self.statistics is not None:
+            return _statistics_norms(self.statistics, self.likelihood)
+        if isinstance(self.design, ChunkedDesign):
+            # Its columns have unit norm (zero columns stay zero), checked finite when built.
+            design = self.design
+            check_targets(self.targets, design.shape[0], self.likelihood)
+            norms = design.norms if design.columns is None else design.norms[design.columns]
+            return (norms > 0).astype(np.float64)
+        return _design_norms(self.design, self.targets, self.likelihood)
+
+    def view(
+        self, options: EvidenceOptions, engine: str, warm: EvidenceFit | None = None
+    ) -> ProblemView:
+        """The arrays ``engine`` starts from, with ``options`` resolved against this problem.
+
+        The one place where a fit's inputs are checked: the options for ``engine`` (one of
+        :data:`~bayes_rvm.evidence.options.ENGINE_NAMES`; it refuses options it does not use),
+        the design and targets (:attr:`squared_norms`), the column indices of the options; and
+        where the Gaussian engines take the problem's noise and the warm start
+        (:meth:`start_options`).
+        """
+        if engine in ("mackay", "sequential"):
+            options = self.start_options(options, warm, solver=engine)
+        if options.likelihood is None:
+            options = dataclasses.replace(options, likelihood=self.likelihood)
+        elif options.likelihood != self.likelihood:
+            raise ValueError(
+                f"the options name the {options.likelihood!r} likelihood, the problem's is "
+                f"{self.likelihood!r}."
+            )
+        options = options.for_engine(engine)
+        dd = self.squared_norms
+        allowed, free, alpha_init = _columns(dd, options)
+        if options.beta_init is not None:
+            beta_init = options.beta_init
+        elif self.statistics is not None:
+            beta_init = default_beta_init(engine, self.statistics.target_variance())
+        else:
+            beta_init = default_beta_init(engine, float(np.var(self.targets)))
+        if self.statistics is not None:
+            Phi, T = None, None
+        elif engine.startswith("laplace") and isinstance(self.design, np.ndarray):
+            Phi, T = DenseDesign(self.design), self.targets
+        else:
+            Phi, T = self.design, self.targets
+        return ProblemView(
+            Phi, T, dd, allowed, free, alpha_init, float(beta_init), options, self.statistics
+        )
 
 
 @dataclass(frozen=True)

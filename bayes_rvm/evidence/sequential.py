@@ -43,23 +43,17 @@ from sklearn.exceptions import ConvergenceWarning
 
 from bayes_rvm.evidence.gaussian import gaussian_posterior
 from bayes_rvm.evidence.log_evidence import WARN_SKIP
-from bayes_rvm.evidence.options import (
-    BETA_MAX,
-    FREE_ALPHA_FACTOR,
-    EvidenceOptions,
-    check_problem,
-    free_alpha,
-    resolve_options,
-)
+from bayes_rvm.evidence.options import BETA_MAX, FREE_ALPHA_FACTOR, EvidenceOptions, merge_options
+from bayes_rvm.evidence.problem import Problem
 from bayes_rvm.evidence.record import Recorder
 from bayes_rvm.evidence.result import EvidenceFit, GaussianWeights
 from bayes_rvm.evidence.sequential_state import GramState, SequentialState
+from bayes_rvm.evidence.shared import shared_evidence, shared_evidence_gram
 from bayes_rvm.evidence.shared_ceiling import CEILING_RANK, shared_evidence_ceiling
 from bayes_rvm.evidence.single_basis import log_gain, optimal_alpha
-from bayes_rvm.evidence.width import shared_evidence, shared_evidence_gram
 from bayes_rvm.threads import one_blas_thread
 
-__all__ = ["BOUND_MAX_COLUMNS", "FREE_ALPHA_FACTOR", "fit_sequential"]
+__all__ = ["BOUND_MAX_COLUMNS", "FREE_ALPHA_FACTOR", "fit_sequential", "sequential_engine"]
 
 #: A step that is not a re-estimation must gain at least this much, relative to ``1 + |objective|``,
 #: so that a basis on the edge of relevance cannot be added and deleted back and forth for ever.
@@ -84,7 +78,6 @@ _CEILING_RTOL = 1e-6
 _CEILING_MIN_SIZE = 2 * CEILING_RANK
 
 
-@one_blas_thread
 def fit_sequential(
     Phi: np.ndarray, T: np.ndarray, *, options: EvidenceOptions | None = None, **settings
 ) -> EvidenceFit:
@@ -156,17 +149,24 @@ def fit_sequential(
     step costs O(K^2 M + K^3). As in ``fit_mackay``, the hyperprior counts only for the columns in
     the model.
     """
-    opt = resolve_options("sequential", options, settings)
-    a, b = opt.alpha_prior
-    if a > 0 and b == 0:
-        # l(alpha) then grows like a log(alpha) without bound: no column would ever leave.
-        raise ValueError(
-            "alpha_prior with shape > 0 needs rate > 0 in fit_sequential: with rate 0 the "
-            "objective grows without bound as alpha -> inf. Use fit_mackay for that prior."
-        )
-    problem = check_problem(Phi, T, opt, "sequential")
+    opt = merge_options(options, settings)
+    return sequential_engine(Problem.given(Phi, T, likelihood=opt.likelihood or "gaussian"), opt)
+
+
+@one_blas_thread
+def sequential_engine(
+    problem: Problem, options: EvidenceOptions, warm: EvidenceFit | None = None
+) -> EvidenceFit:
+    """Tipping and Faul's sequential algorithm (:func:`fit_sequential`) on ``problem``: the
+    engine contract.
+
+    ``warm``, a fit of the same targets at another kernel width, gives the alphas and the noise
+    precision (unless the problem fixes it) to start from.
+    """
+    view = problem.view(options, "sequential", warm)
+    opt = view.options
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        engine = _Sequential(problem)
+        engine = _Sequential(view)
         with Recorder("fit_sequential", opt.callback, opt.progress) as rec:
             engine.run(rec)
         return engine.result(rec)
@@ -226,7 +226,7 @@ class _Sequential:
         else:
             st = GramState(gram, N, PT, dd, tt, problem.beta_init, self.ab)
         self.st = st
-        for j, alpha_j in zip(problem.free, free_alpha(problem), strict=True):
+        for j, alpha_j in zip(problem.free, problem.free_alpha(), strict=True):
             st.append(int(j), alpha_j, True, st.column_products(st.column(int(j))))
         self.init_action = self._start(problem.alpha_init, problem.free)
         # A candidate (nearly) parallel to an active column would only re-estimate that one, in a

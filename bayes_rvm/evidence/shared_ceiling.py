@@ -2,14 +2,14 @@
 
 At convergence the sequential engine compares its fit with the evidence of one prior precision
 shared by its columns (a point of the same hyperparameter space that a poor local optimum can
-sit far below). Computed exactly (:func:`~bayes_rvm.evidence.width.shared_evidence`),
+sit far below). Computed exactly (:func:`~bayes_rvm.evidence.shared.shared_evidence`),
 that costs the k x k Gram matrix of the columns and its eigendecomposition, ``O(N k^2 + k^3)``:
 at k = 500 columns most of a fit at N = 1000. Ordinary fits are well above it (10-15 nats on
 sinc); :func:`shared_evidence_ceiling` proves that for ``O(N k l)`` with l = 32, and the exact
 value is computed only where the ceiling does not settle it.
 
 With ``rho = beta / alpha`` and the Gram matrix ``Phi Phi^T = sum_i s_i u_i u_i^T`` (only the
-eigenvalues above :data:`~bayes_rvm.evidence.width.RANK_TOL` times the largest kept, as the exact
+eigenvalues above :data:`~bayes_rvm.evidence.shared.RANK_TOL` times the largest kept, as the exact
 computation keeps them), the evidence at its best ``beta`` for each ``rho`` is
 
     L(rho) = -ND/2 [log(2 pi) + 1 + log(E(rho) / ND)] - D/2 sum_i log(1 + rho s_i),
@@ -49,7 +49,7 @@ import math
 import numpy as np
 from scipy import linalg
 
-from bayes_rvm.evidence.width import RANK_TOL
+from bayes_rvm.evidence.shared import RANK_TOL
 
 __all__ = ["CEILING_RANK", "shared_evidence_ceiling"]
 
@@ -84,8 +84,8 @@ def shared_evidence_ceiling(
 ) -> float:
     """An upper bound on the log evidence of one prior precision shared by the columns of Phi.
 
-    Bounds what :func:`~bayes_rvm.evidence.width.shared_evidence` (or
-    :func:`~bayes_rvm.evidence.width.shared_evidence_gram` from ``Phi^T Phi``) returns for
+    Bounds what :func:`~bayes_rvm.evidence.shared.shared_evidence` (or
+    :func:`~bayes_rvm.evidence.shared.shared_evidence_gram` from ``Phi^T Phi``) returns for
     ``(Phi, T)``, at any ``alpha`` and (unless fixed) any ``beta`` (see the module docstring).
     Deterministic (a fixed random test matrix); ``O(N k rank)``, and once more with
     :data:`_RETRY` times the rank where the first range missed part of the spectrum above the

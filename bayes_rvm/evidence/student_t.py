@@ -43,10 +43,11 @@ from scipy.optimize import brentq
 from scipy.special import digamma, gammaln, logsumexp, roots_hermitenorm
 from sklearn.exceptions import ConvergenceWarning
 
-from bayes_rvm.evidence.gaussian import fit_mackay
-from bayes_rvm.evidence.options import EvidenceOptions
+from bayes_rvm.evidence.gaussian import mackay_engine
+from bayes_rvm.evidence.options import EvidenceOptions, merge_options
+from bayes_rvm.evidence.problem import Problem
 from bayes_rvm.evidence.result import EvidenceFit, GaussianWeights
-from bayes_rvm.evidence.sequential import fit_sequential
+from bayes_rvm.evidence.sequential import sequential_engine
 from bayes_rvm.families import student_t_log_likelihood, student_t_variance
 
 __all__ = [
@@ -55,13 +56,14 @@ __all__ = [
     "fit_student_t",
     "student_t_bound",
     "student_t_e_step",
+    "student_t_engine",
     "update_nu",
 ]
 
 #: The degrees of freedom a learned ``nu`` is kept within: below 0.1 the noise has almost no
 #: finite moments and the EM crawls; above 1e5 it is Gaussian to 1e-5 in every weight.
 NU_RANGE = (0.1, 1e5)
-_INNER = {"sequential": fit_sequential, "mackay": fit_mackay}
+_INNER = {"sequential": sequential_engine, "mackay": mackay_engine}
 
 
 @dataclass(frozen=True)
@@ -256,30 +258,30 @@ def student_t_bound(
     return float(log_z_rw + 0.5 * np.sum(mean_log_u) - np.sum(kl))
 
 
-def _inner_options(options: EvidenceOptions | None, settings: dict) -> tuple[dict, EvidenceOptions]:
-    settings = dict(settings)
-    if settings.pop("likelihood", "student_t") != "student_t":
-        raise ValueError("fit_student_t fits the 'student_t' likelihood only.")
-    options = options or EvidenceOptions()
+#: The options of the EM itself, which the Gaussian engine of its M-step does not take.
+_EM_OPTIONS = ("noise_nu", "nu_init", "em_tol", "em_max_iter")
+
+
+def _inner_options(options: EvidenceOptions) -> EvidenceOptions:
+    """The options of the M-step's Gaussian engine: ``options`` without the EM's own."""
     if options.likelihood not in (None, "gaussian"):
         raise ValueError(f"fit_student_t cannot fit the {options.likelihood!r} likelihood.")
-    options = dataclasses.replace(options, **settings) if settings else options
     if options.gram is not None:
         raise ValueError("fit_student_t reweights the rows of Phi: a precomputed gram is refused.")
-    return settings, options
+    if options.noise_nu is None and options.beta_prior[0] > 0 and options.beta_prior[1] == 0:
+        # The profile of beta then has no maximum at small nu (see _profile_beta).
+        raise ValueError(
+            f"a learned nu takes a beta_prior of positive rate or zero shape, got "
+            f"{options.beta_prior!r}; give it a rate or fix noise_nu."
+        )
+    fields = dataclasses.fields(EvidenceOptions)
+    return dataclasses.replace(
+        options, **{f.name: f.default for f in fields if f.name in _EM_OPTIONS}
+    )
 
 
 def fit_student_t(
-    Phi: np.ndarray,
-    T: np.ndarray,
-    *,
-    solver: str = "sequential",
-    noise_nu: float | None = None,
-    nu_init: float = 4.0,
-    em_tol: float = 1e-6,
-    em_max_iter: int = 500,
-    options: EvidenceOptions | None = None,
-    **settings,
+    Phi: np.ndarray, T: np.ndarray, *, options: EvidenceOptions | None = None, **settings
 ) -> EvidenceFit:
     """Type-II RVM with Student-t noise by variational EM (see the module docstring).
 
@@ -289,20 +291,17 @@ def fit_student_t(
         Design matrix, float64.
     T : array-like of shape (N,) or (N, 1)
         Targets (one output).
-    solver : {"sequential", "mackay"}, default="sequential"
-        The Gaussian engine of the M-step.
-    noise_nu : float, optional
-        Fixed degrees of freedom; None learns ``nu``, starting from ``nu_init``.
-    nu_init : float, default=4.0
-        Starting degrees of freedom of a learned ``nu``.
-    em_tol : float, default=1e-6
-        Converged when the bound rises by less than ``em_tol * (1 + |L|)`` and no ``ln E[u_n]``
-        nor ``ln nu`` moves by more than ``sqrt(em_tol)``.
-    em_max_iter : int, default=500
-        Cap on EM iterations; reaching it warns with ConvergenceWarning.
     options : EvidenceOptions, optional
-        Options of the Gaussian engine (``settings`` override its fields); ``beta_init`` and
-        ``alpha_init`` start the first M-step, later ones start from the previous one.
+        Options of the EM and of the Gaussian engine of its M-step (``settings`` override its
+        fields): ``solver`` (default ``"sequential"``) names that engine; ``noise_nu`` fixes the
+        degrees of freedom (None learns ``nu``, starting from ``nu_init``, default 4.0);
+        ``em_tol`` (default 1e-6): converged when the bound rises by less than
+        ``em_tol * (1 + |L|)`` and no ``ln E[u_n]`` nor ``ln nu`` moves by more than
+        ``sqrt(em_tol)``; ``em_max_iter`` (default 500): cap on EM iterations, reaching it warns
+        with ConvergenceWarning. ``beta_init`` and ``alpha_init`` start the first M-step, later
+        ones start from the previous one.
+    **settings
+        Fields of ``options`` to override.
 
     Returns
     -------
@@ -310,30 +309,35 @@ def fit_student_t(
         With a :class:`StudentTWeights` posterior; ``log_evidence`` and ``trace`` are the
         variational lower bound ``L``, one entry per EM iteration.
     """
-    if solver not in _INNER:
-        raise ValueError(f"solver must be one of {tuple(_INNER)}, got {solver!r}.")
-    for name, value in (("noise_nu", noise_nu), ("nu_init", nu_init)):
-        if value is not None and not (np.isfinite(value) and value > 0):
-            raise ValueError(f"{name} must be a positive number, got {value!r}.")
-    _, options = _inner_options(options, settings)
-    if noise_nu is None and options.beta_prior[0] > 0 and options.beta_prior[1] == 0:
-        # The profile of beta then has no maximum at small nu (see _profile_beta).
+    settings = dict(settings)
+    if settings.pop("likelihood", "student_t") != "student_t":
+        raise ValueError("fit_student_t fits the 'student_t' likelihood only.")
+    opt = merge_options(options, settings)
+    return student_t_engine(Problem.given(Phi, T, likelihood="student_t"), opt)
+
+
+def student_t_engine(
+    problem: Problem, options: EvidenceOptions, warm: EvidenceFit | None = None
+) -> EvidenceFit:
+    """The Student-t EM (:func:`fit_student_t`) on ``problem``: the engine contract.
+
+    ``warm`` starts the first M-step as it starts the Gaussian engine of ``options.solver``.
+    """
+    options = problem.start_options(options, warm, solver=options.solver)
+    inner = _inner_options(options)
+    if problem.targets.shape[1] != 1:
         raise ValueError(
-            f"a learned nu takes a beta_prior of positive rate or zero shape, got "
-            f"{options.beta_prior!r}; give it a rate or fix noise_nu."
+            f"student_t targets must be one column, got shape {problem.targets.shape}."
         )
-    Phi = np.asarray(Phi)
-    T = np.asarray(T, dtype=np.float64)
-    if T.ndim == 2 and T.shape[1] != 1:
-        raise ValueError(f"student_t targets must be one column, got shape {T.shape}.")
-    t = T.reshape(-1)
-    engine = _INNER[solver]
-    nu = float(noise_nu if noise_nu is not None else nu_init)
-    fit = engine(Phi, t, options=options)  # u = 1: the Gaussian RVM starts the EM
+    Phi, t = problem.design, problem.targets.reshape(-1)
+    engine = _INNER[options.solver]
+    noise_nu = options.noise_nu
+    nu = float(noise_nu if noise_nu is not None else options.nu_init)
+    fit = engine(Problem.given(Phi, t), inner)  # u = 1: the Gaussian RVM starts the EM
     bounds: list[float] = []
     log_u = np.zeros(t.size)
     converged, it, moved = False, 0, np.inf
-    while not converged and it < em_max_iter:
+    while not converged and it < options.em_max_iter:
         it += 1
         mean, var = fit.predict(Phi[:, fit.active], with_noise=False)
         nu_old, beta = nu, fit.beta
@@ -350,22 +354,24 @@ def fit_student_t(
         # The sequential engine brings a pruned column back when it pays; MacKay's cannot, so
         # while the weights still move by more than a factor e its pruned columns restart (a
         # column the outliers pruned may be needed without them); later it runs warm.
-        restart = solver == "mackay" and moved > 1.0
+        restart = options.solver == "mackay" and moved > 1.0
         alpha = np.where(np.isinf(fit.alpha), 1.0, fit.alpha) if restart else fit.alpha
-        warm = {"alpha_init": alpha}
+        start = {"alpha_init": alpha}
         if not options.fixed_beta:
-            warm["beta_init"] = beta
-        fit = engine(Phi * root[:, None], t * root, options=options, **warm)
+            start["beta_init"] = beta
+        reweighted = Problem.given(Phi * root[:, None], t * root)
+        fit = engine(reweighted, dataclasses.replace(inner, **start))
         bounds.append(student_t_bound(fit.log_evidence, mean_u, mean_log_u, b, nu))
         moved = max(np.max(np.abs(np.log(mean_u) - log_u)), abs(np.log(nu / nu_old)))
         log_u = np.log(mean_u)
         rise = bounds[-1] - bounds[-2] if len(bounds) > 1 else np.inf
+        em_tol = options.em_tol
         converged = abs(rise) <= em_tol * (1.0 + abs(bounds[-1])) and moved <= np.sqrt(em_tol)
     if not converged:
         warnings.warn(
-            f"the Student-t EM did not converge in {em_max_iter} iterations (last bound change "
-            f"{bounds[-1] - bounds[-2] if len(bounds) > 1 else np.nan:.2e}); raise em_max_iter, "
-            "or fix noise_nu, which converges faster than a learned nu.",
+            f"the Student-t EM did not converge in {options.em_max_iter} iterations (last bound "
+            f"change {bounds[-1] - bounds[-2] if len(bounds) > 1 else np.nan:.2e}); raise "
+            "em_max_iter, or fix noise_nu, which converges faster than a learned nu.",
             ConvergenceWarning,
             stacklevel=2,
         )

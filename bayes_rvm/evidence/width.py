@@ -23,14 +23,15 @@ enter, and the chain through the column normalisation ``Phi_j = K_j / ||K_j||`` 
 
 where ``g_d = 2 (x_d - c_d)^2 / l_d^2`` (rbf) or ``|x_d - c_d| / l_d`` (laplacian): the norms
 cancel. This module holds those formulas and :func:`maximise_width`, an outer optimiser over the
-log width(s) around any type-II engine (an object with ``fit(problem, warm)``, such as
-:class:`~bayes_rvm.evidence.problem.Engine`), so that it stays independent of how the engines are
-configured.
+log width(s) around the type-II engines: it fits each width's problem by the engine contract,
+:func:`~bayes_rvm.evidence.engines.fit_problem` ``(problem, options, warm)``, warm-started from the
+fit at the width before.
 
 The estimators' default width (``gamma="evidence_shared"``) maximises another evidence: that of the
-same basis with one prior precision shared by all weights (:func:`shared_evidence`, and
-:func:`shared_laplace_evidence` for classifiers), which cannot be raised by tuning one alpha per
-basis function to the targets; :func:`select_width_shared` searches it.
+same basis with one prior precision shared by all weights (:func:`shared_evidence`, of
+:mod:`bayes_rvm.evidence.shared`, and :func:`shared_laplace_evidence` for classifiers), which
+cannot be raised by tuning one alpha per basis function to the targets; :func:`select_width_shared`
+searches it.
 """
 
 from __future__ import annotations
@@ -40,15 +41,24 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
 
 import numpy as np
 from scipy import linalg, optimize
 
 from bayes_rvm.basis.kernels import WIDTH_KERNELS, stationary_kernel
-from bayes_rvm.evidence.gaussian import EvidenceFit
+from bayes_rvm.evidence.engines import fit_problem
 from bayes_rvm.evidence.mode import LaplacePosterior, newton_mode
-from bayes_rvm.evidence.options import BETA_MAX
+from bayes_rvm.evidence.options import EvidenceOptions
+from bayes_rvm.evidence.problem import Problem
+from bayes_rvm.evidence.result import EvidenceFit
+from bayes_rvm.evidence.shared import (
+    RANK_TOL,
+    SharedEvidence,
+    principal_coordinates,
+    shared_evidence,
+    shared_evidence_design_gradient,
+    shared_evidence_gram,
+)
 from bayes_rvm.families import BERNOULLI, Family, family
 from bayes_rvm.threads import one_blas_thread, single_blas_thread
 
@@ -75,20 +85,6 @@ __all__ = [
 
 #: The start grid stops narrowing once a fit keeps this fraction of the basis and loses evidence.
 SATURATED = 0.9
-
-
-class Engine(Protocol):
-    """A type-II engine (an ``Engine``): ``engine.fit(problem, warm)``."""
-
-    def fit(self, problem, warm: EvidenceFit | None = None) -> EvidenceFit: ...
-
-
-class Problem(Protocol):
-    """Normalised targets that take a design (:class:`bayes_rvm.evidence.problem.Problem`)."""
-
-    targets: np.ndarray
-
-    def with_design(self, Phi: np.ndarray, *, normalised: bool = False): ...
 
 
 #: The unit-norm design at length scale(s) ``l``: ``design(l, columns=None) -> Phi``.
@@ -286,8 +282,8 @@ class _Search:
     whatever units each feature is measured in).
     """
 
-    def __init__(self, design, engine, X, centres, problem, kernel, bias_col, unit):
-        self.design, self.engine, self.problem = design, engine, problem
+    def __init__(self, design, options, X, centres, problem, kernel, bias_col, unit):
+        self.design, self.options, self.problem = design, options, problem
         self.X, self.centres, self.T, self.kernel = X, centres, problem.targets, kernel
         self.bias_col = bias_col
         self.unit = unit
@@ -296,7 +292,7 @@ class _Search:
 
     def fit_at(self, ls: np.ndarray, warm: EvidenceFit | None) -> tuple[EvidenceFit, np.ndarray]:
         Phi = self.design(ls * self.unit)
-        fit = self.engine.fit(self.problem.with_design(Phi, normalised=True), warm)
+        fit = fit_problem(self.problem.with_design(Phi, normalised=True), self.options, warm)
         self.n_fits += 1
         if self.best is None or fit.log_evidence > self.best[0]:
             self.best = (fit.log_evidence, np.array(ls, dtype=np.float64), fit, Phi)
@@ -362,7 +358,7 @@ class _Search:
 @one_blas_thread
 def maximise_width(
     design: Design,
-    engine: Engine,
+    options: EvidenceOptions,
     X: np.ndarray,
     problem: Problem,
     *,
@@ -412,9 +408,10 @@ def maximise_width(
         ``design(l, columns=None) -> Phi``: the unit-norm N x M design at length scale(s) ``l``
         (shape (1,) or (P,)), the kernel columns first (on ``centres``), then the bias column if
         ``bias``; or only the given columns of it.
-    engine : Engine
-        ``engine.fit(problem, warm) -> EvidenceFit`` (an ``Engine``);
-        ``warm`` is None or the previous fit, whose alphas and noise it should start from.
+    options : EvidenceOptions
+        The engine and its settings: each width's problem is fitted by
+        ``fit_problem(problem, options, warm)``, ``warm`` None or the previous fit, whose alphas
+        and noise the Gaussian engines start from.
     X : ndarray of shape (N, P)
         Training inputs.
     problem : Problem
@@ -485,7 +482,7 @@ def maximise_width(
     if not isinstance(n_starts, int) or n_starts < 1:
         raise ValueError(f"n_starts must be a positive integer, got {n_starts!r}.")
     search = _Search(
-        design, engine, X, centres, problem, kernel, centres.shape[0] if bias else -1, unit
+        design, options, X, centres, problem, kernel, centres.shape[0] if bias else -1, unit
     )
 
     fits, warm = [], None
@@ -563,8 +560,6 @@ def maximise_width(
 # ``Phi Phi^T / alpha`` plus noise) with two hyperparameters, whose evidence is a smooth function
 # of the width that cannot be raised by overfitting; it costs one eigendecomposition per width.
 
-#: Eigenvalues of the Gram matrix below this fraction of the largest are taken as zero.
-RANK_TOL = 1e-12
 #: The rank tolerance of the classifier's evidence in the default width search, whose Newton
 #: steps are r x r: on German (500 rows, gamma 0.002-0.11) 1e-7 moved the evidence by at most
 #: 1.5e-3 nats and cut the rank from 462 to 99 at gamma 0.01 and from 500 to 300 at 0.03 (2.7-9x
@@ -580,102 +575,6 @@ _MACKAY_TOL = 0.1
 _MODE_TOL = 1e-8
 #: Most parabolic steps refining the best grid width.
 _PARABOLA_STEPS = 8
-
-
-@dataclass(frozen=True)
-class SharedEvidence:
-    """Evidence of a design under one prior precision shared by all weights, at its optimum.
-
-    Attributes
-    ----------
-    log_evidence : float
-        ``ln p(T | alpha, beta)`` (Gaussian) or its Laplace approximation ``ln p(t | alpha)``
-        (Bernoulli, summed over one-vs-rest problems), at the optimum over the precision(s).
-    alpha : float or ndarray
-        The shared prior precision of the weights (one per one-vs-rest problem).
-    beta : float
-        Noise precision (NaN for classification).
-    n_effective : float
-        ``sum_k beta s_k / (alpha + beta s_k)``: the number of well-determined parameters
-        (summed over one-vs-rest problems for classification).
-    """
-
-    log_evidence: float
-    alpha: float | np.ndarray
-    beta: float
-    n_effective: float
-
-
-@one_blas_thread
-def shared_evidence(
-    Phi: np.ndarray,
-    T: np.ndarray,
-    *,
-    beta: float | None = None,
-    max_iter: int = 1000,
-    tol: float = 1e-10,
-) -> SharedEvidence:
-    """Maximise the Gaussian evidence of ``T = Phi w + noise`` with ``w ~ N(0, I / alpha)``.
-
-    In the eigenbasis of the Gram matrix (``Phi Phi^T = U diag(s) U^T``, ``P = U^T T``) the
-    covariance of each output is diagonal, ``lambda_k = 1/beta + s_k / alpha``, and MacKay's
-    fixed-point updates ``alpha = D g / ||M||^2``, ``beta = D (N - g) / SSE`` (``g`` the number
-    of well-determined parameters) cost O(r D) each after one O(min(N, M)^3) decomposition.
-
-    Parameters
-    ----------
-    Phi : ndarray of shape (N, M)
-    T : ndarray of shape (N,) or (N, D)
-        Targets; the D outputs share alpha and beta.
-    beta : float, optional
-        A fixed noise precision (default: estimated).
-    max_iter : int, default=1000
-    tol : float, default=1e-10
-        Stop when neither log precision moves by more than this.
-
-    Returns
-    -------
-    SharedEvidence
-    """
-    T, _, s, P2 = _spectrum(Phi, T)
-    return _shared_on_spectrum(s, P2, float(np.sum(T * T)), T.shape, beta, max_iter, tol)
-
-
-def _spectrum(Phi: np.ndarray, T: np.ndarray):
-    """``(T, U, s, P2)``: the targets as (N, D), ``Phi Phi^T = U diag(s) U^T`` on its principal
-    axes and the squared projections ``P2 = sum_d (U^T T)^2``."""
-    T = np.asarray(T, dtype=np.float64)
-    T = T[:, None] if T.ndim == 1 else T
-    Z = _principal_coordinates(Phi)  # U diag(sqrt(s)): its columns have squared norms s
-    s = np.einsum("ij,ij->j", Z, Z)
-    U = Z / np.sqrt(s)
-    P = U.T @ T
-    return T, U, s, np.sum(P * P, axis=1)
-
-
-def shared_evidence_design_gradient(
-    Phi: np.ndarray, T: np.ndarray, *, beta: float | None = None
-) -> tuple[SharedEvidence, np.ndarray]:
-    """:func:`shared_evidence` and its derivative ``dL/dPhi`` (N x M) at the optimal precisions.
-
-    The evidence is that of ``N(T | 0, C)``, ``C = I / beta + Phi Phi^T / alpha``, so that
-    ``dL/dPhi = (C^-1 T T^T C^-1 - D C^-1) Phi / alpha``; at the optimum over ``alpha`` and
-    ``beta`` this partial derivative is the derivative of the profile evidence (the envelope
-    theorem, as for the RVM's own evidence). ``C^-1`` comes from the decomposition the evidence
-    already made: ``U diag(1 / lambda) U^T`` on the span of ``Phi`` and ``beta`` outside it.
-    """
-    T, U, s, P2 = _spectrum(Phi, T)
-    D = T.shape[1]
-    ev = _shared_on_spectrum(s, P2, float(np.sum(T * T)), T.shape, beta, 1000, 1e-10)
-    lam = 1.0 / ev.beta + s / ev.alpha
-
-    def c_inv(A):
-        UA = U.T @ A
-        return U @ (UA / lam[:, None]) + ev.beta * (A - U @ UA)
-
-    R = c_inv(T)
-    G = (R @ (R.T @ Phi) - D * c_inv(Phi)) / ev.alpha
-    return ev, G
 
 
 @one_blas_thread
@@ -772,103 +671,6 @@ def maximise_width_shared_ard(
     return np.exp(log_ls), seen[best][0], len(seen)
 
 
-def shared_evidence_gram(
-    gram: np.ndarray, cross: np.ndarray, tt: float, n_rows: int, *, beta: float | None = None
-) -> SharedEvidence:
-    """:func:`shared_evidence` from the sufficient statistics of the design and the targets.
-
-    ``gram = Phi^T Phi`` (M x M), ``cross = Phi^T T`` (M x D), ``tt = sum(T**2)`` and N: the
-    eigenvalues of ``gram`` are those of ``Phi Phi^T`` and ``P = V^T Phi^T T / sqrt(s)``, so
-    the design itself is not needed (the large-data path of :mod:`bayes_rvm.basis.statistics`).
-    """
-    s, V = linalg.eigh(gram, driver="evd")
-    keep = s > RANK_TOL * max(float(s[-1]), 1e-300)
-    s, V = s[keep], V[:, keep]
-    P = (V.T @ cross) / np.sqrt(s)[:, None]
-    P2 = np.sum(P * P, axis=1)
-    return _shared_on_spectrum(s, P2, float(tt), (int(n_rows), cross.shape[1]), beta, 1000, 1e-10)
-
-
-#: Starting noise levels of MacKay's iteration, as fractions of the targets' mean square. The
-#: shared evidence over (alpha, beta) can have two maxima, one calling most of the signal noise:
-#: from 10% alone the iteration reached such a one, 213 nats below the other, on 120 rows of
-#: ``sin(x0) + x1^2 / 6`` (noise 5%) at per-feature widths, and the width search's curve jumped
-#: there.
-_NOISE_STARTS = (0.1, 1e-3)
-#: A third start: the best point of a log grid of noise fractions (these) and of ``alpha / beta``
-#: over the spectrum. At wide widths the signal lies in eigenvalues 1e-8 of the largest, and from
-#: ``alpha = 1`` both starts stayed at the all-noise maximum, 270 nats below the other, on
-#: ``make_regression(50, 5)`` at gamma 1e-4 (issue 31). The best of the three is kept.
-_GRID_NOISE = np.geomspace(1.0, 1e-6, 7)
-
-
-def _shared_on_spectrum(s, P2, tt, shape, beta, max_iter, tol) -> SharedEvidence:
-    """MacKay's fixed point of the shared precision on the spectrum ``s`` and projections P2:
-    the best of the starts :data:`_NOISE_STARTS` (one start when ``beta`` is fixed), both from
-    ``alpha = 1``, and of the best point of a grid (:data:`_GRID_NOISE`)."""
-    rest = max(tt - float(np.sum(P2)), 0.0)  # outside the span of Phi: noise whatever alpha is
-    fixed, noise = beta is not None, tt / np.prod(shape)
-    starts = [1.0 / max(noise * f, 1e-12) for f in _NOISE_STARTS] if not fixed else [beta]
-    b = np.array(starts[-1:] if fixed else 1.0 / np.maximum(noise * _GRID_NOISE, 1e-12))
-    b = b[:, None, None]  # (beta, alpha, spectrum)
-    ratio = np.geomspace(max(s.max(), 1e-300), max(s.min(), 1e-300), 13)[:, None]
-    a = np.clip(b * ratio, 1e-10, 1e10)
-    i, k = np.unravel_index(
-        int(np.argmax(_shared_log_evidence(s, P2, rest, shape, a, b))), a.shape[:2]
-    )
-    starts = [(1.0, float(b0)) for b0 in starts] + [(float(a[i, k, 0]), float(b[i, 0, 0]))]
-    fits = [_mackay_shared(s, P2, rest, shape, ab, fixed, max_iter, tol) for ab in starts]
-    return max(fits, key=lambda f: f.log_evidence)
-
-
-def _shared_log_evidence(s, P2, rest, shape, a, b):
-    """The log evidence at shared precision ``a`` and noise precision ``b`` (broadcast over the
-    last axis, the spectrum)."""
-    N, D = shape
-    lam = 1.0 / b + s / a
-    return -0.5 * (
-        N * D * math.log(2.0 * math.pi)
-        + D * np.sum(np.log(lam), axis=-1)
-        - D * (N - s.size) * np.log(b[..., 0])
-        + np.sum(P2 / lam, axis=-1)
-        + b[..., 0] * rest
-    )
-
-
-def _mackay_shared(s, P2, rest, shape, start, fixed, max_iter, tol) -> SharedEvidence:
-    """MacKay's updates of ``alpha`` and ``beta`` from ``start = (alpha, beta)`` to their fixed
-    point."""
-    N, D = shape
-    a, b = start
-    for _ in range(max_iter):
-        shrink = a / (a + b * s)  # the fraction of each component the prior pulls to zero
-        g = float(np.sum(1.0 - shrink))
-        m2 = float(np.sum(b * b * s * P2 / (a + b * s) ** 2))
-        sse = float(np.sum(shrink * shrink * P2)) + rest
-        a_new = min(max(D * g / max(m2, 1e-300), 1e-10), 1e10)
-        b_new = b if fixed else min(max(D * (N - g) / max(sse, 1e-300), 1e-10), BETA_MAX)
-        done = abs(math.log(a_new / a)) < tol and abs(math.log(b_new / b)) < tol
-        a, b = a_new, b_new
-        if done:
-            break
-    log_ev = float(_shared_log_evidence(s, P2, rest, shape, a, np.array([b])))
-    return SharedEvidence(log_ev, a, b, float(np.sum(b * s / (a + b * s))))
-
-
-def _principal_coordinates(Phi: np.ndarray, rank_tol: float = RANK_TOL) -> np.ndarray:
-    """``U_r diag(sqrt(s_r))``: the design in the coordinates of its r principal axes whose
-    eigenvalues exceed ``rank_tol`` times the largest."""
-    N, M = Phi.shape
-    # LAPACK's divide and conquer: 1.4x faster than the default driver at N = 240-400.
-    if M >= N:
-        s, U = linalg.eigh(Phi @ Phi.T, driver="evd")
-        keep = s > rank_tol * max(float(s[-1]), 1e-300)
-        return U[:, keep] * np.sqrt(s[keep])
-    s, V = linalg.eigh(Phi.T @ Phi, driver="evd")
-    keep = s > rank_tol * max(float(s[-1]), 1e-300)
-    return Phi @ V[:, keep]
-
-
 def shared_laplace_evidence(
     Phi: np.ndarray,
     labels: np.ndarray,
@@ -915,7 +717,7 @@ def shared_laplace_evidence(
     # between the two (iris: 16 s with two threads each on two cores, 1.4 s with one).
     with single_blas_thread():
         return _shared_laplace_evidence(
-            _principal_coordinates(Phi, rank_tol), Y, max_iter, tol, family(likelihood)
+            principal_coordinates(Phi, rank_tol), Y, max_iter, tol, family(likelihood)
         )
 
 
