@@ -344,8 +344,7 @@ class RVRCV(RegressorMixin, _WidthCV):
         X, y = training_data(self, X, y, regression=True, min_samples=4)
         template = self._estimator()
         # RVR's own refusals, before any fold: counts, and what each likelihood cannot take.
-        y = template._check_likelihood(y)
-        template._check_student_t(y)
+        y = template._check_targets(y)
         counts = self.likelihood == "poisson"
         if template._cfg.noise_variance is None and not counts:
             # As RVR does; here a row's copies would also sit in a fold's training and test rows.

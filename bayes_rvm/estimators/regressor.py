@@ -517,13 +517,7 @@ array-like or Prior, default="evidence_shared"
     def _check_data(self, X, y, sample_kwargs: dict) -> tuple[np.ndarray, np.ndarray]:
         """``fit``'s checks: the data (repeated rows dropped), the parameters, the sampler's."""
         X, y = training_data(self, X, y, regression=True, min_samples=2)
-        y = self._likelihood().check(
-            y,
-            noise_variance=self._cfg.noise_variance,
-            star=self.predictive == "rvm*",
-            sampled_width=isinstance(self.gamma, Prior),
-            ard_width=isinstance(self.gamma, str) and self.gamma == "evidence_ard",
-        )
+        y = self._check_targets(y)
         self._check_predictive()
         self._check_priors()
         self._keep_sample_kwargs(sample_kwargs)
@@ -553,6 +547,16 @@ array-like or Prior, default="evidence_shared"
     def _problem(self, Phi, y) -> Problem:
         """The normalised problem of ``y`` on the design ``Phi`` (None: a design to come)."""
         return self._likelihood().problem(Phi, y, self._cfg.noise_variance)
+
+    def _check_targets(self, y: np.ndarray) -> np.ndarray:
+        """The targets for the chosen likelihood; a ValueError naming what it cannot take."""
+        return self._likelihood().check(
+            y,
+            noise_variance=self._cfg.noise_variance,
+            star=self.predictive == "rvm*",
+            sampled_width=isinstance(self.gamma, Prior),
+            ard_width=isinstance(self.gamma, str) and self.gamma == "evidence_ard",
+        )
 
     def _likelihood(self):
         """The observation model (:mod:`bayes_rvm.estimators.likelihoods`) of ``likelihood``."""
