@@ -209,12 +209,17 @@ class GaussianType2:
     def predict(self, rows: Rows, *, std: bool = False, cov: bool = False):
         phi = rows.design(self.columns)
         mean, var = self.fit.predict(phi)
+        return self._answer(phi, mean, var, std=std, cov=cov)
+
+    def _answer(self, phi, mean, var, *, std: bool, cov: bool, widen=None):
+        """The moments in the estimator's shapes; ``widen(cov)`` adds to the joint covariance."""
         if self.single:
             mean = mean[:, 0]
         d = 1 if self.single else mean.shape[1]
         if cov:
             joint = self._latent_cov(phi)
             joint[np.diag_indices_from(joint)] += self.noise_variance()
+            joint = joint if widen is None else widen(joint)
             return mean, _per_output(joint, self.single, d)
         return _answer(mean, _per_output(np.sqrt(var), self.single, d), std, cov)
 
@@ -260,15 +265,11 @@ class RVMStar(GaussianType2):
         # var=None: rvm_star forms phi^T Sigma phi from the triangular solve it needs anyway.
         mean, var = rvm_star(phi @ self.fit.mean, None, phi, cross, self_k, self.data)
         var = var + 1.0 / self.fit.beta
-        if self.single:
-            mean = mean[:, 0]
-        d = 1 if self.single else mean.shape[1]
-        if cov:
-            joint = self._latent_cov(phi)
-            joint[np.diag_indices_from(joint)] += self.noise_variance()
-            joint = rvm_star_cov(joint, var, phi, cross, self_k, rows.test_kernel(), self.data)
-            return mean, _per_output(joint, self.single, d)
-        return _answer(mean, _per_output(np.sqrt(var), self.single, d), std, cov)
+
+        def widen(joint):
+            return rvm_star_cov(joint, var, phi, cross, self_k, rows.test_kernel(), self.data)
+
+        return self._answer(phi, mean, var, std=std, cov=cov, widen=widen)
 
 
 @dataclass(frozen=True)
@@ -318,17 +319,10 @@ class LaplaceRate:
 
 
 @dataclass(frozen=True)
-class RegressionDraws:
-    """The mixture over posterior draws (MCMC or VI): per draw, its function plus its noise.
-
-    ``predict`` gives the mixture's moments (within-draw noise plus the spread of the function
-    between draws), in blocks of rows when no covariance is asked for; ``sample`` draws exactly
-    from the mixture (a draw chosen at random, its function plus its noise). With a sampled
-    kernel width each draw has its own design.
-    """
+class _OverDraws:
+    """What every predictor over posterior draws reports for the memory checks."""
 
     draws: PosteriorDraws
-    joint: bool = False
 
     @property
     def n_draws(self) -> int:
@@ -337,6 +331,19 @@ class RegressionDraws:
     @property
     def n_basis(self) -> int:
         return int(self.draws.basis.size)
+
+
+@dataclass(frozen=True)
+class RegressionDraws(_OverDraws):
+    """The mixture over posterior draws (MCMC or VI): per draw, its function plus its noise.
+
+    ``predict`` gives the mixture's moments (within-draw noise plus the spread of the function
+    between draws), in blocks of rows when no covariance is asked for; ``sample`` draws exactly
+    from the mixture (a draw chosen at random, its function plus its noise). With a sampled
+    kernel width each draw has its own design.
+    """
+
+    joint: bool = False
 
     @property
     def single(self) -> bool:
@@ -391,19 +398,10 @@ class RegressionDraws:
 
 
 @dataclass(frozen=True)
-class RateDraws:
+class RateDraws(_OverDraws):
     """Counts from posterior draws: the rate per draw, its moments over the draws."""
 
-    draws: PosteriorDraws
     joint: bool = False
-
-    @property
-    def n_draws(self) -> int:
-        return self.draws.n_draws
-
-    @property
-    def n_basis(self) -> int:
-        return int(self.draws.basis.size)
 
     def latent(self, rows: Rows) -> np.ndarray:
         """The log rate per posterior draw, (S, n)."""
@@ -440,7 +438,7 @@ class _StarBlock:
 
 
 @dataclass(frozen=True)
-class RVMStarDraws:
+class RVMStarDraws(_OverDraws):
     """RVM* around each posterior draw: the equal-weight mixture of the draws' RVM* Gaussians.
 
     Given a draw of ``(alpha, beta)`` the weights' posterior is Gaussian and integrated out
@@ -448,23 +446,14 @@ class RVMStarDraws:
     design over the sampled columns and the targets.
     """
 
-    draws: PosteriorDraws
-    phi: np.ndarray
-    y: np.ndarray
-    single: bool
+    phi: np.ndarray = None
+    y: np.ndarray = None
+    single: bool = True
     joint: bool = True
     amplitude: float = field(init=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "amplitude", target_amplitude(self.y))
-
-    @property
-    def n_draws(self) -> int:
-        return self.draws.n_draws
-
-    @property
-    def n_basis(self) -> int:
-        return int(self.draws.basis.size)
 
     def _hyper(self) -> tuple[np.ndarray, np.ndarray]:
         return self.draws.flat("alpha"), self.draws.flat("sigma") ** -2.0
