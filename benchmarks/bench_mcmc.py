@@ -46,6 +46,20 @@ One run prints, in this order (``--sections`` picks some of them):
 ``forms`` (not in the default set)
     The weight-marginalised against the joint (non-centred) and centred forms, as before.
 
+``compile`` (not in the default set)
+    When the sampler compiles: fresh processes with their own compile caches
+    (``PYTENSOR_FLAGS=base_compiledir=...``, ``NUMBA_CACHE_DIR``, both empty at the start): a cold
+    fit of sinc N = 100, then fits of shapes never seen before (N = 173, N = 250) and of a shape
+    seen (N = 173 again), each in a new process on the caches the earlier ones left. Per fit:
+    the compile phase (``compile_nutpie``: the graph, then numba compiles or loads), whether a
+    compilation was announced (a cache miss, ``nutpie_backend.COMPILING_MESSAGE``) and how long
+    after the start of the fit (``said_at_s``), the cache files it added and the fit's wall
+    time. ``--compile-families`` adds the other graphs the estimators sample (a cold fit at
+    N = 100, then N = 137 on its caches): ``joint`` (the regression's joint form), ``student_t``
+    (t noise), ``rvc`` (Bernoulli), ``poisson``.
+    ``--compile-draws`` (default 200,200,2: draws, tune, chains) sets the sampler; ``default``
+    takes the estimator's.
+
 ``--gamma`` runs the fresh and multi sections at another kernel width (``0.1111``: Tipping's,
 the width of the ``scale`` section; ``scale``: SVR's, wide on sinc, whose nearly collinear
 columns make a ridged posterior in ``log alpha`` that NUTS mixes slowly over the full basis).
@@ -879,7 +893,150 @@ def section_replicates(a) -> list[dict]:
     return rows
 
 
+#: The fits of the compile section's families: (label, estimator kwargs, make_model form).
+COMPILE_FAMILIES = {
+    "rvr": ({}, None),
+    "joint": ({}, "joint"),
+    "student_t": ({"likelihood": "student_t"}, None),
+    "rvc": ({}, None),
+    "poisson": ({"likelihood": "poisson"}, None),
+}
+
+
+def _count_files(folder: str) -> int:
+    return sum(len(files) for _, _, files in os.walk(folder))
+
+
+def child_compile(n: int, family: str, draws: str) -> None:
+    """Run in a fresh process on the compile caches of its environment: one MCMC fit on sinc
+    (labels ``y > 0.2`` for ``rvc``, Poisson counts for ``poisson``), printed as JSON."""
+    import logging
+
+    t0 = time.perf_counter()
+    import nutpie  # noqa: F401
+
+    from bayes_rvm import RVC, RVR
+    from bayes_rvm.inference import nutpie_backend
+
+    t_import = time.perf_counter() - t0
+    announced = []
+    # (None in a checkout from before the announcement: then only compile_s and files tell.)
+    message = getattr(nutpie_backend, "COMPILING_MESSAGE", None)
+
+    class Listen(logging.Handler):
+        def emit(self, record):
+            if record.getMessage() == message:
+                announced.append(time.perf_counter())
+
+    logging.getLogger("pymc").addHandler(Listen())
+    spent: dict = {}
+    _patch_phases(spent)
+    options = (
+        {}
+        if draws == "default"
+        else dict(zip(("draws", "tune", "chains"), map(int, draws.split(",")), strict=True))
+    )
+    kwargs, form = COMPILE_FAMILIES[family]
+    X, y = _sinc_xy(n, seed=n)
+    if family == "rvc":
+        y = (y > 0.2).astype(int)
+    elif family == "poisson":
+        y = np.random.default_rng(n).poisson(np.exp(1.0 + y))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        t = time.perf_counter()
+        if form is None:
+            cls = RVC if family == "rvc" else RVR
+            cls(inference="mcmc", random_state=0, **kwargs, **options).fit(X, y)
+        else:  # the joint form: the estimator's model in that form, sampled as it would be
+            est = RVR(**kwargs).fit(X, y)
+            _sample_quietly(est.make_model(form=form), random_seed=0, **options)
+        wall = time.perf_counter() - t
+    out = {
+        "import_s": t_import,
+        "fit_s": wall,
+        "compile_s": spent.get("compile", 0.0),
+        "sampling_s": spent.get("sampling", 0.0),
+        "announced": bool(announced),
+        # from the start of the fit to the announcement (what a cold fit shows first)
+        "said_at_s": announced[0] - t if announced else None,
+        "load": os.getloadavg()[0],
+    }
+    print("RESULT " + json.dumps(out), flush=True)
+
+
+def _compile_run(folder: str, n: int, family: str, draws: str) -> dict:
+    """One fresh process fitting ``family`` at ``n`` on the compile caches under ``folder``."""
+    pt_dir, nb_dir = os.path.join(folder, "pytensor"), os.path.join(folder, "numba")
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(sys.path),
+        PYTENSOR_FLAGS=f"base_compiledir={pt_dir}",
+        NUMBA_CACHE_DIR=nb_dir,
+    )
+    before = _count_files(pt_dir) + _count_files(nb_dir)
+    t0 = time.perf_counter()
+    args = ["--child-compile", str(n), "--compile-family", family, "--compile-draws", draws]
+    proc = subprocess.run(
+        [sys.executable, __file__, *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    wall = time.perf_counter() - t0
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    if proc.returncode or not lines:
+        return {"error": (proc.stderr or proc.stdout)[-300:]}
+    res = json.loads(lines[-1][7:])
+    res["files_added"] = _count_files(pt_dir) + _count_files(nb_dir) - before
+    res["process_s"] = wall
+    return res
+
+
+def section_compile(a) -> list[dict]:
+    """Cold caches, new shapes on warm caches, a shape seen: does the sampler compile?"""
+    import tempfile
+
+    sizes = (30, 37, 44) if a.quick else (100, 173, 250)
+    runs = {
+        "rvr": [
+            (sizes[0], "cold"),
+            (sizes[1], "new shape"),
+            (sizes[2], "new shape"),
+            (sizes[1], "same shape"),
+        ]
+    }
+    for family in a.compile_families.split(","):
+        if family and family != "rvr":
+            runs[family] = [(sizes[0], "cold"), (41 if a.quick else 137, "new shape")]
+    cols = ["family", "case", "N", "compile_s", "announced", "said_at_s", "files_added", "fit_s"]
+    cols += ["sampling_s", "import_s", "process_s", "load"]
+    rows = []
+    print(f"\n== compile: fresh processes, sampler {a.compile_draws} (draws,tune,chains)")
+    print("  " + "  ".join(f"{c:>11}" for c in cols), flush=True)
+    for family, plan in runs.items():
+        with tempfile.TemporaryDirectory(prefix=f"bench_compile_{family}_") as folder:
+            for n, label in plan:
+                row = {"family": family, "case": label, "N": n}
+                row |= _compile_run(folder, n, family, a.compile_draws)
+                rows.append(row)
+                if "error" in row:
+                    print(f"  {family} {label} N={n}: ERROR {row['error']}", flush=True)
+                    continue
+                cells = [row.get(c) for c in cols]
+                print(
+                    "  "
+                    + "  ".join(
+                        f"{v:>11.3g}" if isinstance(v, float) else f"{v!s:>11}" for v in cells
+                    ),
+                    flush=True,
+                )
+    return []
+
+
 SECTIONS = {
+    "compile": section_compile,
     "fresh": section_fresh,
     "scale": section_scale,
     "multi": section_multi,
@@ -907,6 +1064,18 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true", help="smoke run: small N, few draws")
     p.add_argument("--sections", default="fresh,scale,multi,samplers")
     p.add_argument("--child-fresh", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--child-compile", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--compile-family", default="rvr", help=argparse.SUPPRESS)
+    p.add_argument(
+        "--compile-families",
+        default="",
+        help="compile section: graphs beyond RVR's default (joint,student_t,rvc,poisson)",
+    )
+    p.add_argument(
+        "--compile-draws",
+        default="200,200,2",
+        help="compile section: draws,tune,chains of each fit, or 'default' (the estimator's)",
+    )
     p.add_argument("--n", type=int, default=100, help="N of the forms section")
     p.add_argument("--draws", type=int, default=1000, help="draws of the forms section")
     p.add_argument("--tune", type=int, default=1000, help="tune of the forms section")
@@ -938,6 +1107,9 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     if a.child_fresh:
         child_fresh(a.child_fresh, a.gamma)
+        return 0
+    if a.child_compile:
+        child_compile(a.child_compile, a.compile_family, a.compile_draws)
         return 0
     if a.quick:
         a.n, a.draws, a.tune, a.chains = 30, 100, 100, 2

@@ -202,3 +202,107 @@ def test_progressbar_explicit_values_are_accepted(value):
         model, draws=5, tune=5, chains=2, random_seed=0, warn=False, progressbar=value
     )
     assert dt["posterior"]["w"].shape == (2, 5, 3)
+
+
+def _graph_keys(model) -> tuple:
+    """The on-disk cache keys of ``model``'s compiled log density and trace expansion."""
+    fns = _nutpie._make_functions(
+        model,
+        mode="NUMBA",
+        join_expanded=True,
+        pymc_initial_point_fn=_nutpie._initial_point_fn(model),
+    )
+    return _nutpie._graph_cache_key(fns[2]), _nutpie._graph_cache_key(fns[3])
+
+
+def _graph_of(name: str, n: int, m: int):
+    """The model of one graph builder (and form) the estimators sample, on n rows, m columns."""
+    from bayes_rvm.models.graphs import (
+        rvm_classification_model,
+        rvm_poisson_model,
+        rvm_regression_model,
+        rvm_width_model,
+    )
+
+    rng = np.random.default_rng(n)
+    Phi = rng.normal(size=(n, m))
+    y = Phi[:, 0] + 0.1 * rng.normal(size=n)
+    build = {
+        "marginal": lambda: rvm_regression_model(Phi, y, marginal="dense"),
+        "lowrank": lambda: rvm_regression_model(Phi, y, marginal="lowrank"),
+        "outputs": lambda: rvm_regression_model(Phi, np.c_[y, -y]),
+        "offset": lambda: rvm_regression_model(Phi, y, offset=np.ones(n)),
+        "statistics": lambda: rvm_regression_model(Phi, y, n_rows=10 * n),
+        "joint": lambda: rvm_regression_model(Phi, y, form="joint"),
+        "student_t": lambda: rvm_regression_model(Phi, y, form="joint", likelihood="student_t"),
+        "bernoulli": lambda: rvm_classification_model(Phi, (y > 0).astype(int)),
+        "softmax": lambda: rvm_classification_model(Phi, np.arange(n) % 3),
+        "poisson": lambda: rvm_poisson_model(Phi, rng.poisson(np.exp(y))),
+        "width": lambda: rvm_width_model(Phi[:, :2], y, Phi[:m, :2]),
+    }
+    return build[name]()
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["marginal"]
+    + [
+        pytest.param(name, marks=pytest.mark.slow)
+        for name in (
+            "lowrank outputs offset statistics joint student_t bernoulli softmax poisson width"
+        ).split()
+    ],
+)
+def test_the_compiled_graphs_do_not_depend_on_the_data_shape(name):
+    # The on-disk cache keys of a builder's functions at two shapes are equal, so that a fit on
+    # a shape never seen before loads the machine code compiled for another (nothing is
+    # compiled here: the functions are built, not called).
+    keys = _graph_keys(_graph_of(name, 30, 8))
+    assert None not in keys
+    assert keys == _graph_keys(_graph_of(name, 37, 11))
+
+
+@pytest.mark.slow
+def test_a_new_data_shape_compiles_nothing(tmp_path):
+    # Cold compile caches of the test's own: the first process compiles (and says so on PyMC's
+    # logger); a fresh one fitting another shape adds no cache file and compiles nothing.
+    import os
+    import subprocess
+
+    script = tmp_path / "fit.py"
+    script.write_text(
+        "import logging, sys, warnings\n"
+        "from bayes_rvm import RVR\n"
+        "from bayes_rvm.datasets import make_sinc\n"
+        "from bayes_rvm.inference.nutpie_backend import COMPILING_MESSAGE\n"
+        "said = []\n"
+        "class Listen(logging.Handler):\n"
+        "    def emit(self, record):\n"
+        "        said.append(record.getMessage() == COMPILING_MESSAGE)\n"
+        "logging.getLogger('pymc').addHandler(Listen())\n"
+        "logging.getLogger('pymc').setLevel(logging.INFO)\n"
+        "warnings.simplefilter('ignore')\n"
+        "X, y = make_sinc(int(sys.argv[1]), random_state=0)\n"
+        "RVR(inference='mcmc', draws=5, tune=5, chains=1, random_state=0).fit(X, y)\n"
+        "print('compiled' if any(said) else 'loaded')\n"
+    )
+    env = dict(
+        os.environ,
+        PYTENSOR_FLAGS=f"base_compiledir={tmp_path / 'pytensor'}",
+        NUMBA_CACHE_DIR=str(tmp_path / "numba"),
+    )
+
+    def files():
+        return sorted(str(p) for p in tmp_path.rglob("*") if p.is_file())
+
+    def fit(n):
+        run = subprocess.run(
+            [sys.executable, str(script), str(n)], capture_output=True, text=True, env=env
+        )
+        assert run.returncode == 0, run.stderr[-2000:]
+        return run.stdout.split()[-1]
+
+    assert fit(30) == "compiled"
+    before = files()
+    assert fit(37) == "loaded"
+    assert files() == before

@@ -10,6 +10,13 @@ fresh process loads them in well under a second, and nutpie's chains then run in
 without ever entering Python (a Python callback per gradient costs 2-3x the sampling time, most
 of it in handing the GIL between the chains).
 
+Nothing compiled holds the data's sizes (:func:`_make_functions`): the flat point is sliced by the
+model's dimension lengths, shared variables read at run time like the data, and the callbacks
+take their lengths from nutpie. The machine code is compiled once per machine (and model
+settings, package and library versions), and a fit on a data shape never seen before loads it.
+When numba does compile (a cache miss) the fit says so first, on PyMC's logger
+(:data:`COMPILING_MESSAGE`).
+
 A graph PyTensor cannot cache (an Op without a cache key) goes through nutpie's function-based
 entry (``nutpie.compiled_pyfunc.from_pyfunc``) on the same PyTensor functions instead, compiled
 with ``nogil=True`` so that the chains evaluate their gradients in parallel. This works for any
@@ -20,16 +27,49 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import logging
+import operator
 import threading
 from collections.abc import Mapping
-from functools import cache, wraps
+from functools import cache, reduce, wraps
 
 import numpy as np
 
 __all__ = ["compile_nutpie", "with_initial_points", "with_model_data"]
 
 #: Bumped when the generated callbacks change: old cache entries are then left unused.
-_CALLBACK_VERSION = 1
+_CALLBACK_VERSION = 2
+
+#: What a fit says, once, on standard error (PyMC's logger) when the sampler's machine code is
+#: not in the on-disk cache and numba compiles it: on a cold machine the first fit otherwise
+#: waits half a minute in silence. Sizes are read at run time, so later fits of any data shape
+#: (same model settings) load it.
+COMPILING_MESSAGE = (
+    "Compiling the sampler for this kind of model, once per machine (up to a minute; later fits "
+    "of any data size load it from the disk cache)."
+)
+#: The same for a model whose graph cannot be cached on disk (an Op without a cache key).
+COMPILING_UNCACHED_MESSAGE = (
+    "Compiling the sampler for this model (an operation in its graph cannot be cached on disk: "
+    "every new process compiles it)."
+)
+
+
+def announce_compilation(cached: bool = True) -> None:
+    """Say on PyMC's logger (standard error, as its own progress lines) that numba compiles."""
+    message = COMPILING_MESSAGE if cached else COMPILING_UNCACHED_MESSAGE
+    logging.getLogger("pymc").info(message)
+
+
+def _once(fn):
+    done = []
+
+    def once(*args, **kwargs):
+        if not done:
+            done.append(True)
+            fn(*args, **kwargs)
+
+    return once
 
 
 @cache
@@ -111,6 +151,115 @@ def compile_nutpie(model):
 
 
 # ---------------------------------------------------------------------------------------------
+# The log density and the trace expansion, with the sizes of the free variables read at run time
+# ---------------------------------------------------------------------------------------------
+def _symbolic_shape(model, var, shape: tuple[int, ...]) -> tuple:
+    """The shape of ``var``'s value as the model's dimension lengths (shared, set at run time).
+
+    A dimension whose length is a shared variable of the current size gives that variable; any
+    other (no dims, a fixed length, a transform that changes the shape, a dimension named as a
+    variable, which nutpie's ``with_data`` could not tell apart) the number itself, so that the
+    graph is right for any model and free of the data's sizes for the RVM's.
+    """
+    dims = model.named_vars_to_dims.get(var.name) or ()
+    if len(dims) != len(shape):
+        return shape
+    out = []
+    for dim, n in zip(dims, shape, strict=True):
+        usable = dim is not None and dim not in model.named_vars
+        length = model.dim_lengths.get(dim) if usable else None
+        value = length.get_value() if hasattr(length, "get_value") else None
+        out.append(length if value is not None and int(value) == int(n) else int(n))
+    return tuple(out)
+
+
+def _make_functions(model, *, mode, join_expanded: bool, pymc_initial_point_fn):
+    """``nutpie.compile_pymc._make_functions`` (gradient included) free of the data's sizes.
+
+    nutpie gives the flat point a static length and slices it with constant bounds, and PyTensor
+    keys its on-disk cache on the graph with those constants: every new number of basis
+    functions compiled again. Here the point is a vector of any length, sliced by the models'
+    dimension lengths (shared variables, read at run time through nutpie's user data): one
+    compiled function serves every data shape. The arithmetic is nutpie's, term for term.
+    """
+    import pytensor.tensor as pt
+    from nutpie.compile_pymc import _compute_shapes, _rv_dict_to_flat_array_wrapper
+    from pymc.pytensorf import compile as compile_pymc
+    from pytensor.graph import clone_replace, rewrite_graph
+
+    shapes = _compute_shapes(model)
+    value_vars = [model.rvs_to_values[var] for var in model.free_RVs]
+    rewrites = ["canonicalize", "stabilize"]
+    if not model.check_bounds:
+        rewrites.append("local_remove_check_parameter")
+    logp = rewrite_graph(model.logp(), include=rewrites)
+    grads = pt.grad(logp, value_vars)
+    grad = pt.concatenate([pt.as_tensor(g, allow_xtensor_conversion=True).ravel() for g in grads])
+
+    joined = pt.dvector("_unconstrained_point")
+    names, slices, numeric = [], [], []
+    replacements, variables = {}, []
+    count, start = 0, 0
+    for var, value_var in zip(model.free_RVs, value_vars, strict=True):
+        shape = tuple(int(n) for n in shapes[value_var.name])
+        size = int(np.prod(shape, dtype=np.int64))
+        symbolic = _symbolic_shape(model, var, shape)
+        stop = start + (reduce(operator.mul, symbolic) if symbolic else 1)
+        piece = joined[start:stop]
+        variables.append(piece)
+        replacements[value_var] = piece.reshape(symbolic).astype(var.dtype)
+        names.append(value_var.name)
+        slices.append(slice(count, count + size))
+        numeric.append(shape)
+        count += size
+        start = stop
+    n_dim = count
+    initial_point_fn = _rv_dict_to_flat_array_wrapper(
+        pymc_initial_point_fn, names=names, shapes=numeric
+    )
+    logp, grad = clone_replace([logp, grad], replacements)
+    with model:
+        logp_fn = compile_pymc((joined,), (logp, grad), mode=mode)
+    reparameterized = [
+        model.rvs_to_values[var].name
+        for var in model.free_RVs
+        if model.rvs_to_transforms.get(var) is not None
+    ]
+
+    remaining = [var for var in model.unobserved_value_vars if var.name not in names]
+    all_names, all_slices, all_shapes = list(names), list(slices), list(numeric)
+    for var in remaining:
+        shape = tuple(int(n) for n in shapes[var.name])
+        all_names.append(var.name)
+        all_shapes.append(shape)
+        size = int(np.prod(shape, dtype=np.int64))
+        all_slices.append(slice(count, count + size))
+        count += size
+    if join_expanded:
+        outputs = [
+            pt.concatenate(
+                [
+                    *[v.ravel() for v in variables],
+                    *[pt.as_tensor(v, allow_xtensor_conversion=True).ravel() for v in remaining],
+                ]
+            )
+        ]
+    else:
+        outputs = [*variables, *remaining]
+    with model:
+        expand_fn = compile_pymc((joined,), outputs, givens=list(replacements.items()), mode=mode)
+    return (
+        n_dim,
+        count,
+        logp_fn,
+        expand_fn,
+        initial_point_fn,
+        (all_names, all_slices, all_shapes),
+        reparameterized,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
 # C callbacks cached on disk
 # ---------------------------------------------------------------------------------------------
 @cache
@@ -149,15 +298,12 @@ def _unpack_lines(shared: list[np.ndarray], offset_of: dict) -> list[str]:
     return lines
 
 
-def _guarded_callback(
-    signature: str, sizes: list[tuple[str, int]], body: str, work: str, fail: int
-) -> str:
-    """One C callback's source: nutpie's size checks, the shared arrays unpacked, then ``work``;
-    an exception inside returns the error code ``fail``."""
-    checks = "".join(f"    if {name} != {n}:\n        return -1\n" for name, n in sizes)
+def _guarded_callback(signature: str, body: str, work: str, fail: int) -> str:
+    """One C callback's source: the shared arrays unpacked, then ``work``; an exception inside
+    returns the error code ``fail``."""
     return f"""
 def {signature}:
-{checks}    try:
+    try:
 {body}
 {work}    except Exception:  # noqa: BLE001
         return {fail}
@@ -165,20 +311,26 @@ def {signature}:
 """
 
 
-def _callback_sources(n_dim: int, n_expanded: int, logp_shared, expand_shared, offsets):
-    """The source of the logp and expand C callbacks (numba.cfunc with nutpie's signatures)."""
+def _callback_sources(logp_shared, expand_shared, offsets):
+    """The source of the logp and expand C callbacks (numba.cfunc with nutpie's signatures).
+
+    No size is written into them: the point's and the trace's lengths are nutpie's arguments,
+    checked against what the graph computes (which reads its sizes from the shared data), so the
+    callbacks of one graph serve every data shape.
+    """
     logp_args = ", ".join(["x", *(f"s{offsets['index'][k]}" for k in logp_shared)])
     expand_args = ", ".join(["x", *(f"s{offsets['index'][k]}" for k in expand_shared)])
     unpack = _unpack_lines(offsets["arrays"], offsets)
     body = "\n".join("    " + ln for ln in unpack)
     logp_src = _guarded_callback(
         "nutpie_logp_callback(dim, x_, out_, logp_, user_data_)",
-        [("dim", n_dim)],
         body,
-        f"""        x = numba.carray(x_, ({n_dim},))
-        out = numba.carray(out_, ({n_dim},))
+        f"""        x = numba.carray(x_, (dim,))
+        out = numba.carray(out_, (dim,))
         logp = numba.carray(logp_, ())
         logp_val, grad = logp_fn({logp_args})
+        if grad.shape[0] != dim:
+            return -1
         logp[()] = logp_val
         out[...] = grad
         if not np.all(np.isfinite(out)):
@@ -190,11 +342,12 @@ def _callback_sources(n_dim: int, n_expanded: int, logp_shared, expand_shared, o
     )
     expand_src = _guarded_callback(
         "nutpie_expand_callback(dim, expanded, x_, out_, user_data_)",
-        [("dim", n_dim), ("expanded", n_expanded)],
         body,
-        f"""        x = numba.carray(x_, ({n_dim},))
-        out = numba.carray(out_, ({n_expanded},))
+        f"""        x = numba.carray(x_, (dim,))
+        out = numba.carray(out_, (expanded,))
         (values,) = expand_fn({expand_args})
+        if values.shape[0] != expanded:
+            return -1
         out[...] = values
 """,
         -2,
@@ -202,7 +355,7 @@ def _callback_sources(n_dim: int, n_expanded: int, logp_shared, expand_shared, o
     return logp_src, expand_src
 
 
-def _cached_cfunc(src: str, name: str, signature, env: dict, graph_key: str):
+def _cached_cfunc(src: str, name: str, signature, env: dict, graph_key: str, on_miss):
     import numba
     from pytensor.link.numba.cache import compile_numba_function_src
 
@@ -213,23 +366,32 @@ def _cached_cfunc(src: str, name: str, signature, env: dict, graph_key: str):
     ).hexdigest()
     env = {**env, "__name__": __name__}
     py_func = compile_numba_function_src(src, name, env, cache_key=f"bayes_rvm_{digest}")
-    return numba.cfunc(signature, cache=True)(py_func)
+    # numba.cfunc(signature, cache=True), with the announcement where numba finds no cache entry
+    # and compiles (it then compiles the log density under the callback as well).
+    from numba.core.ccallback import CFunc
+    from numba.core.sigutils import normalize_signature
+
+    cfunc = CFunc(py_func, normalize_signature(signature), locals={}, options={})
+    cfunc.enable_caching()
+    compile_uncached = cfunc._compile_uncached
+
+    def announced():
+        on_miss()
+        return compile_uncached()
+
+    cfunc._compile_uncached = announced
+    cfunc.compile()
+    return cfunc
 
 
 def _compile_cfunc(model):
     """nutpie's compiled-model class on C callbacks cached on disk; None if they cannot be."""
     import numba
-    from nutpie.compile_pymc import (
-        CompiledPyMCModel,
-        _make_functions,
-        _prepare_dims_and_coords,
-        make_user_data,
-    )
+    from nutpie.compile_pymc import CompiledPyMCModel, _prepare_dims_and_coords, make_user_data
 
     n_dim, n_expanded, logp_pt, expand_pt, init_fn, shape_info, reparameterized = _make_functions(
         model,
         mode="NUMBA",
-        compute_grad=True,
         join_expanded=True,
         pymc_initial_point_fn=_initial_point_fn(model),
     )
@@ -260,10 +422,9 @@ def _compile_cfunc(model):
     offsets["end"] = max(start, 1)
     if user_data.dtype.itemsize != 8 * start:  # nutpie changed its layout: do not guess
         return None
-    logp_src, expand_src = _callback_sources(
-        n_dim, n_expanded, logp_pt.get_shared(), expand_pt.get_shared(), offsets
-    )
+    logp_src, expand_src = _callback_sources(logp_pt.get_shared(), expand_pt.get_shared(), offsets)
     env = {"numba": numba, "np": np, "void_pointer": _void_pointer()}
+    announce = _once(announce_compilation)
     u64, dptr = numba.types.uint64, numba.types.CPointer(numba.types.double)
     logp_cfunc = _cached_cfunc(
         logp_src,
@@ -271,6 +432,7 @@ def _compile_cfunc(model):
         numba.types.int64(u64, dptr, dptr, dptr, numba.types.voidptr),
         {**env, "logp_fn": logp_pt.vm.jit_fn},
         logp_key,
+        announce,
     )
     expand_cfunc = _cached_cfunc(
         expand_src,
@@ -278,6 +440,7 @@ def _compile_cfunc(model):
         numba.types.int64(u64, u64, dptr, dptr, numba.types.voidptr),
         {**env, "expand_fn": expand_pt.vm.jit_fn},
         expand_key,
+        announce,
     )
     dims, coords = _prepare_dims_and_coords(model, shape_info, reparameterized)
     names, _, shapes = shape_info
@@ -306,17 +469,19 @@ def _compile_cfunc(model):
 # ---------------------------------------------------------------------------------------------
 def _compile_pyfunc(model):
     """nutpie's function-based entry on nogil PyTensor numba functions (Python per gradient)."""
-    from nutpie.compile_pymc import _make_functions, _prepare_dims_and_coords
+    from nutpie.compile_pymc import _prepare_dims_and_coords
     from nutpie.compiled_pyfunc import from_pyfunc
 
     point_fn = _initial_point_fn(model)
     n_dim, _, logp_pt, expand_pt, init_fn, shape_info, reparameterized = _make_functions(
         model,
         mode=_nogil_numba_mode(),
-        compute_grad=True,
         join_expanded=False,
         pymc_initial_point_fn=point_fn,
     )
+    if _graph_cache_key(logp_pt) is None:
+        # Not on disk: numba compiles its functions at their first call, in every process.
+        announce_compilation(cached=False)
     logp_jit = logp_pt.vm.jit_fn
     expand_jit = expand_pt.vm.jit_fn
     logp_names = [v.name for v in logp_pt.get_shared()]
@@ -409,9 +574,11 @@ def with_model_data(compiled, model):
         names = {var.name for var in compiled.shared_var_keys}
     else:
         names = set(compiled._shared_data)
+    # The dimension lengths too: the compiled graph reads the free variables' sizes from them.
+    found = {**model.dim_lengths, **model.named_vars}
     values = {
         name: np.asarray(var.get_value())
-        for name, var in model.named_vars.items()
+        for name, var in found.items()
         if name in names and hasattr(var, "get_value")
     }
     return compiled.with_data(**values)

@@ -125,10 +125,10 @@ def _check_nuts(nuts) -> None:
 def _sample_nutpie_cached(model, *, draws, tune, chains, cores, seed, progressbar, initvals, nuts):
     """``pm.sample``'s nutpie branch, compiled through ``compile_nutpie``.
 
-    Its numba callbacks are cached on disk, so a fresh process does not recompile them; models
-    built by :func:`rvm_regression_model` with the same settings and shapes compile to the same
-    function, so within a process a compiled one is reused with the new model's data
-    (``with_data``), coordinates and initial values.
+    Its numba callbacks are cached on disk and hold no data size, so a fresh process fitting any
+    shape does not recompile them; models built by :func:`rvm_regression_model` with the same
+    settings and shapes give the same compiled model, so within a process one is reused with the
+    new model's data (``with_data``), coordinates and initial values.
     """
     import nutpie
     from pymc.backends.arviz import patch_nutpie_idata
@@ -262,10 +262,12 @@ def sample_mcmc(
     functions wrapped in C callbacks, all cached on disk
     (:mod:`bayes_rvm.inference.nutpie_backend`): a fresh
     process loads them instead of compiling, and nutpie's chains call them from its own threads
-    without entering Python. Within a process the compiled model is also kept in a small cache
-    keyed on the model settings, data shapes (not the rank of the low-rank factors), variable
-    names and coordinates, so that refitting on new data of the same shape reuses it with new
-    data and initial values.
+    without entering Python. They read the data's sizes at run time, so they are compiled once
+    per machine (for given model settings), not per data shape; a fit that does compile says so
+    first, in one line on PyMC's logger. Within a process the compiled model is also kept in a
+    small cache keyed on the model settings, data shapes (not the rank of the low-rank factors),
+    variable names and coordinates, so that refitting on new data of the same shape reuses it
+    with new data and initial values.
 
     Large full-basis problems (N = 1000 on sinc, rank 25): the low-rank marginal form
     (:mod:`bayes_rvm.models.marginal.lowrank`), initial values from the type-II fit

@@ -214,8 +214,12 @@ def _offset_term(offset, y_dims, shape):
     onto the mean's (:func:`_check_offset_shape`), finite values, a callable that returns one.
     """
     shape = tuple(int(n) for n in shape)
+    # Sized by the model's dimensions (shared lengths, read at run time), not by numbers: the
+    # data's sizes as constants would enter the compiled graph's on-disk cache key, and every
+    # new data shape would compile again (bayes_rvm.inference.nutpie_backend).
+    sizes = [pm.modelcontext(None).dim_lengths[d] for d in y_dims]
     if offset is None:
-        return pt.zeros(shape), None
+        return pt.zeros(sizes), None
     if callable(offset):
         value = offset(pm.modelcontext(None))
         if value is None:
@@ -241,7 +245,7 @@ def _offset_term(offset, y_dims, shape):
                 actual = None
             if actual is not None:
                 _check_offset_shape(actual, shape, "the callable's tensor")
-        return pm.Deterministic("offset", pt.broadcast_to(term, shape), dims=y_dims), "custom"
+        return pm.Deterministic("offset", pt.broadcast_to(term, sizes), dims=y_dims), "custom"
     try:
         value = np.asarray(offset, dtype=np.float64)
     except (TypeError, ValueError) as err:
@@ -1036,14 +1040,17 @@ def rvm_width_model(
         gamma = pm.Deterministic("gamma", gamma_rel * ref)
         pm.Deterministic("length_scale", stationary_kernel(kernel).length_scale(gamma))
         log_k = -gamma * dist_data
+        # The number of rows as the model's dimension (read at run time), not a constant: the
+        # compiled graph serves every data shape (see _offset_term).
+        n_obs = model.dim_lengths[OBS]
         # Column norms in logs (logsumexp): a narrow width leaves a centre far from the inputs
         # with kernel values that underflow when squared.
         # Root-mean-square rather than norm: the hyperpriors are stated per row
         # (bayes_rvm.evidence.problem.prior_column_scale).
-        log_rms = 0.5 * pt.logsumexp(2.0 * log_k, axis=0) - 0.5 * np.log(N)
+        log_rms = 0.5 * pt.logsumexp(2.0 * log_k, axis=0) - 0.5 * pt.log(n_obs)
         Phi = pt.exp(log_k)
         if bias:
-            Phi = pt.concatenate([Phi, pt.ones((N, 1))], axis=1)
+            Phi = pt.concatenate([Phi, pt.ones((n_obs, 1))], axis=1)
             log_rms = pt.concatenate([log_rms, pt.zeros(1)])
         alpha_rel = alpha_prior.create_variable("alpha_rel", dims=BASIS)
         log_alpha = pt.log(alpha_rel) + 2.0 * log_rms - 2.0 * pt.log(y_scale_data)
@@ -1054,7 +1061,8 @@ def rvm_width_model(
             log_alpha,
             -2.0 * pt.log(sigma),
             Phi,
-            pt.zeros(y.shape),  # the mean, which also gives the signature the outputs' count
+            # the mean, which also gives the signature the outputs' count
+            pt.zeros([model.dim_lengths[d] for d in y_dims]),
             logp=_width_y_logp,
             random=_width_y_random,
             signature="(m),(),(n,m),(n,d)->(n,d)" if multi else "(m),(),(n,m),(n)->(n)",
