@@ -374,6 +374,7 @@ class BaseRVM(BaseEstimator):
         ``fit`` will resolve them), not the settings its last fit resolved."""
         super().set_params(**params)
         self.__dict__.pop("_settings", None)
+        self.__dict__.pop("_predictor_obj", None)  # chosen again from the new parameters
         return self
 
     def _start_fit(self) -> None:
