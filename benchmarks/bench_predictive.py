@@ -58,6 +58,7 @@ from bayes_rvm.posterior.calibration import (
     pit_gaussian,
     pit_mixture,
 )
+from bayes_rvm.posterior.predictors import Rows
 
 LEVEL = 0.9
 
@@ -136,11 +137,11 @@ def gaussian_row(name, model, Xt, yt):
 
 
 def mcmc_row(name, model, Xt, yt):
+    rows = Rows(Xt, model.basis_, model.training_.x_train)
     if model.predictive == "rvm*":
-        star = model._mcmc_star(Xt)
-        f, sigma = star.mean, np.sqrt(star.var)
+        f, sigma = model.predictor_.draw_moments(rows)
     else:
-        f, sigma = model._mcmc_draws(Xt)
+        f, sigma = model.predictor_.function(rows)
     mean = f.mean(0)
     return {
         "model": name,

@@ -25,6 +25,7 @@ from bayes_rvm.estimators.classifier import RVC
 from bayes_rvm.estimators.regressor import RVR
 from bayes_rvm.io import ModelFileError, tree_checksum
 from bayes_rvm.models.priors import Prior
+from bayes_rvm.posterior import predictors
 
 X_TEST = np.linspace(-10, 10, 57)[:, None]
 
@@ -1130,7 +1131,6 @@ def test_mcmc_predictions_are_made_in_blocks_of_rows_with_the_same_result(
 ):
     # The mixture's per-row moments held every draw at every input at once (4000 draws x 10^6
     # inputs: 32 GB for a plain predict); blocks of rows give the same moments.
-    from bayes_rvm.estimators.base import BaseRVM
 
     X, y = make_sinc(30, random_state=0)
     est = RVR(
@@ -1141,7 +1141,7 @@ def test_mcmc_predictions_are_made_in_blocks_of_rows_with_the_same_result(
     )
     est.set_params(predictive=predictive).fit(X, y, progressbar=False)
     whole = est.predict(X_TEST, return_std=True)
-    monkeypatch.setattr(BaseRVM, "_BLOCK_FLOATS", 2 * 200 * 7)  # blocks of 7 rows
+    monkeypatch.setattr(predictors, "BLOCK_FLOATS", 2 * 200 * 7)  # blocks of 7 rows
     blocked = est.predict(X_TEST, return_std=True)
     for a, b in zip(whole, blocked, strict=True):
         np.testing.assert_allclose(b, a, rtol=1e-12, atol=1e-15)

@@ -467,6 +467,11 @@ class RVMStarDraws(_OverDraws):
         )
         return _StarBlock(mean[..., 0] if self.single else mean, var, phi_test, cross, self_k)
 
+    def draw_moments(self, rows: Rows) -> tuple[np.ndarray, np.ndarray]:
+        """Each draw's RVM* predictive mean, (S, n[, D]), and standard deviation, (S, n)."""
+        star = self._star(rows)
+        return star.mean, np.sqrt(star.var)
+
     def _cov(self, rows: Rows, star: _StarBlock, s: int) -> np.ndarray:
         """Joint RVM* covariance of new targets given draw ``s`` (noise included)."""
         alpha, beta = self._hyper()
