@@ -11,14 +11,12 @@ and every prediction goes through it:
 asks for (only RVM* needs the kernel against the training inputs; a sampled width needs one
 design per draw). The predictors are
 
-=====================  ====================================================================
-:class:`GaussianType2`  type-II Gaussian weights: Gaussian noise, or Student-t noise
-:class:`RVMStar`        RVM* around a type-II Gaussian fit (an added function per test point)
-:class:`LaplaceRate`    counts: the rate ``exp(phi w)`` under a Laplace posterior of ``w``
-:class:`RegressionDraws`  posterior draws (MCMC, VI): the mixture over the draws
-:class:`RateDraws`      counts from posterior draws
-:class:`RVMStarDraws`   RVM* around each posterior draw
-=====================  ====================================================================
+- :class:`GaussianType2`: type-II Gaussian weights, with Gaussian or Student-t noise;
+- :class:`RVMStar`: RVM* around a type-II Gaussian fit (an added function per test point);
+- :class:`LaplaceRate`: counts, the rate ``exp(phi w)`` under a Laplace posterior of ``w``;
+- :class:`RegressionDraws`: posterior draws (MCMC, VI), the mixture over the draws;
+- :class:`RateDraws`: counts from posterior draws;
+- :class:`RVMStarDraws`: RVM* around each posterior draw.
 
 A new predictive is a class here with those two methods, and one line in
 :func:`regression_predictor`. The arrays are in the user's units; each predictor reports
