@@ -22,7 +22,7 @@ three parts:
     type-II's relevance vectors, and the effective number of parameters (below) of the sinc
     columns and of the noise columns as groups (``peff_sinc``, ``peff_noise``).
 ``sinc``
-    ``RVR(gamma=0.25, inference="mcmc", alpha_prior=...)`` on sinc itself. ``crit`` is the
+    ``RVR(gamma=0.25, inference="mcmc", prior_params={"alpha_prior": ...})`` on sinc itself. ``crit`` is the
     issue's own criterion as stated: median log10 ``alpha_rel`` of the basis functions type-II
     prunes minus that of its relevance vectors. Region level: the effective number of
     parameters of each draw, ``gamma_i = 1 - alpha_i Sigma_ii`` (how much of column i's weight
