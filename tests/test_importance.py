@@ -155,11 +155,11 @@ def test_importance_predictions_are_deterministic_and_survive_pickling():
 
 
 def test_explicit_importance_warns_when_the_sample_degenerates(monkeypatch):
-    import bayes_rvm.estimators.classifier as classifier
+    import bayes_rvm.posterior.class_predictors as class_predictors
 
     X, y, Xt, _ = rare_class_data(0, n_train=300, n_test=20, rate=0.05)
+    monkeypatch.setattr(class_predictors, "MIN_ESS", 1e9)
     clf = RVC(gamma=0.1, moderated="importance").fit(X, y)
-    monkeypatch.setattr(classifier, "MIN_ESS", 1e9)
     with pytest.warns(RuntimeWarning, match="effective sample size"):
         clf.predict_proba(Xt)
     auto = clf.set_params(moderated="auto")

@@ -18,6 +18,7 @@ from bayes_rvm import load_model, save_model
 from bayes_rvm.datasets import sinc
 from bayes_rvm.estimators.classifier import RVC, OneVsRestFit
 from bayes_rvm.estimators.regressor import RVR
+from bayes_rvm.posterior.predictors import Rows
 from bayes_rvm.posterior.calibration import (
     gaussian_nlpd,
     interval_coverage,
@@ -342,7 +343,7 @@ def test_rvc_rvm_star_latent_equals_the_dense_augmented_laplace(kind):
     multi = {"multi_class": kind} if kind != "binary" else {}
     clf = RVC(gamma=gamma, predictive="rvm*", **multi).fit(X, y)
     X_star = np.array([[0.5, 0.2], [3.0, 3.0], [60.0, -60.0]])
-    mean, var = clf._latent(X_star)
+    mean, var = clf.predictor_.latent(Rows(X_star, clf.basis_, clf.training_.x_train))
     ovr = isinstance(clf.fit_, OneVsRestFit)
     parts = clf.fit_.parts() if ovr else ((clf.fit_, np.arange(clf.active_.size)),)
     for c, (fit, pos) in enumerate(parts):
@@ -357,11 +358,12 @@ def test_rvc_rvm_star_latent_equals_the_dense_augmented_laplace(kind):
 
 def test_rvc_rvm_star_latent_variance_far_from_the_data():
     X, y = make_moons(120, noise=0.25, random_state=0)
-    plain = RVC(gamma=2.0).fit(X, y)
+    # The Laplace latent moments (moderated='probit' predicts from them, not importance draws).
+    plain = RVC(gamma=2.0, moderated="probit").fit(X, y)
     star = RVC(gamma=2.0, predictive="rvm*").fit(X, y)
     far = np.array([[1.0, 40.0]])
-    (m0,), (v0,) = plain._latent(far)
-    (m1,), (v1,) = star._latent(far)
+    (m0,), (v0,) = plain.predictor_.latent(Rows(far, plain.basis_))
+    (m1,), (v1,) = star.predictor_.latent(Rows(far, star.basis_, star.training_.x_train))
     phi = plain.basis_.transform(X, columns=plain.active_)
     tau2 = np.mean(np.sum(phi**2 / plain.alpha_, axis=1))
     # Far away the added function has its full prior variance and no data to move its mean.

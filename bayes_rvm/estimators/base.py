@@ -853,6 +853,24 @@ class BaseRVM(BaseEstimator):
             lambda limit: advice,
         )
 
+    @property
+    def predictor_(self):
+        """What predicts: the type-II posterior or the draws, RVM* around either
+        (:mod:`bayes_rvm.posterior.predictors`, :mod:`bayes_rvm.posterior.class_predictors`).
+        With ``rows = Rows(X, est.basis_, est.training_.x_train)``, a regressor's
+        ``predictor_.predict(rows, std=True)`` is :meth:`predict`'s, a classifier's
+        ``predictor_.proba(rows)`` is ``predict_proba``'s."""
+        check_is_fitted(self, "fit_")
+        return self._predictor()
+
+    def _predictor(self):
+        """What predicts (:mod:`bayes_rvm.posterior.predictors`), chosen once per fitted state
+        (in ``fit`` and when a model is loaded; again after unpickling)."""
+        predictor = self.__dict__.get("_predictor_obj")
+        if predictor is None:
+            predictor = self._predictor_obj = self._make_predictor()
+        return predictor
+
     def _rows(self, X: np.ndarray) -> Rows:
         """Checked new inputs as the predictors read them (a ``Rows``)."""
         # A fit sent to Dask workers without its training rows predicts without RVM*.

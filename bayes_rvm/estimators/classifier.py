@@ -14,7 +14,6 @@ under that reparametrisation).
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from numbers import Integral
 
 import numpy as np
@@ -43,23 +42,18 @@ from bayes_rvm.estimators.large_data import reads_row_blocks
 from bayes_rvm.estimators.persistence import Fail, SavedStateMixin
 from bayes_rvm.evidence import (
     FREE_LATENT_SD,
-    MIN_ESS,
     SEARCH_RANK_TOL,
     SOLVERS,
-    WARN_SKIP,
-    EvidenceFit,
     EvidenceOptions,
     OneVsRestFit,
     Problem,
     TrainingData,
     fit_problem,
     importance_draws,
-    moderation,
     shared_laplace_evidence,
 )
-from bayes_rvm.families import BERNOULLI, SOFTMAX
 from bayes_rvm.models.priors import as_prior
-from bayes_rvm.posterior.predictors import in_row_blocks
+from bayes_rvm.posterior.class_predictors import ClassTraining, class_predictor, fit_parts
 from bayes_rvm.threads import one_blas_thread
 
 __all__ = ["MULTINOMIAL_MAX_CELLS", "RVC", "OneVsRestFit", "one_vs_rest"]
@@ -92,13 +86,6 @@ def one_vs_rest(multi_class: str, n_samples: int, n_classes: int, inference: str
 def _model_kind(n_classes: int, ovr: bool) -> str:
     """``multi_class_``: ``"binary"``, ``"ovr"`` or ``"multinomial"``."""
     return "binary" if n_classes == 2 else ("ovr" if ovr else "multinomial")
-
-
-def _parts(fit) -> tuple[tuple[EvidenceFit, np.ndarray], ...]:
-    """A classifier fit's parts: :meth:`OneVsRestFit.parts`, or the one fit over its columns."""
-    if isinstance(fit, OneVsRestFit):
-        return fit.parts()
-    return ((fit, np.arange(fit.active.size)),)
 
 
 class RVC(ClassifierMixin, SavedStateMixin, BaseRVM):
@@ -384,10 +371,10 @@ default="evidence_shared"
             phi_active=None if self.chunked_passes_ else problem.active_design(act),
             y_index=yi,
             norms=problem.norms[act],
-            alpha_normalised=np.stack([f.alpha[act] for f, _ in _parts(fit_n)]),
+            alpha_normalised=np.stack([f.alpha[act] for f, _ in fit_parts(fit_n)]),
         )
         self._finish_fit(X, training, fit_n)
-        self._importance = self._make_importance() if self._samples_predictive() else None
+        self._predictor_obj = self._make_predictor()
         return self
 
     def _check_chunked(self) -> None:
@@ -622,7 +609,7 @@ default="evidence_shared"
         self._idata = state.get("idata")
         self.chunked_passes_ = state["extras"].get("chunked_passes")
         self._model = None
-        self._importance = self._make_importance() if self._samples_predictive() else None
+        self._predictor_obj = None  # chosen again on first use, from the loaded state
 
     @classmethod
     def _check_persisted(cls, state: dict, params: dict, fail: Fail) -> None:
@@ -641,36 +628,39 @@ default="evidence_shared"
         elif len(fits) != 1 or fits[0].mean.shape[1] != (1 if C == 2 else C):
             fail(f"a fit with {fits[0].mean.shape[1]} outputs for {C} classes")
 
-    def _posterior_proba(self, X) -> np.ndarray:
-        """Class probabilities averaged over the MCMC draws of the weights, (n_samples, C)."""
-        rows = self._rows(new_inputs(self, X))
-        draws = self._posterior_draws()
-
-        def proba(block):
-            phi = block.design(draws.columns)
-            eta = draws.function(phi, draws.intercept_at(block.n))
-            if eta.shape[2] == 1:
-                p1 = BERNOULLI.mean(eta[..., 0]).mean(axis=0)
-                return np.column_stack([1.0 - p1, p1])
-            return SOFTMAX.mean(eta).mean(axis=0)
-
-        # Each row's probabilities need only its own draws: blocks of rows bound the S draws'
-        # latent values (S x rows x classes, three temporaries of it for the softmax).
-        n_latent = 1 if self.classes_.size == 2 else self.classes_.size
-        return in_row_blocks(proba, rows, 3 * draws.n_draws * n_latent)
-
-    def _latent(self, X) -> tuple[np.ndarray, np.ndarray]:
-        """Posterior mean and variance of the latent function(s), each (n_samples, n_outputs)."""
-        check_is_fitted(self, "fit_")
-        rows = self._rows(new_inputs(self, X))
-        star = (rows.cross(), rows.self_kernel()) if self.predictive == "rvm*" else None
-        phi = rows.design(self.active_)
-        targets = self._targets()
-        parts = [
-            self._latent_one(f, phi[:, pos], pos, None if targets is None else targets[c], star)
-            for c, (f, pos) in enumerate(_parts(self.fit_))
-        ]
-        return np.hstack([m for m, _ in parts]), np.hstack([v for _, v in parts])
+    def _make_predictor(self):
+        """The predictor of the resolved settings (:mod:`bayes_rvm.posterior.class_predictors`):
+        posterior draws, the importance-sampled predictive, or the Laplace approximation with
+        RVM* or without."""
+        if self._uses_draws():
+            return class_predictor(
+                fit=self.fit_,
+                columns=self.active_,
+                n_classes=self.classes_.size,
+                moderated=self.moderated,
+                draws=self._posterior_draws(),
+            )
+        training = self.training_
+        has_problem = training is not None and training.phi_active is not None
+        star = None
+        if self.predictive == "rvm*" and has_problem:
+            # The added function stands for the kernel part: a free intercept's prior is not it.
+            free = self.fit_.active != self.basis_.n_centres_ if self.bias == "free" else None
+            star = ClassTraining(
+                training.phi_active,
+                tuple(self._targets()),
+                self.basis_.diagonal(training.x_train),
+                slice(None) if free is None else free,
+            )
+        importance = self._make_importance if has_problem and self.predictive == "rvm" else None
+        return class_predictor(
+            fit=self.fit_,
+            columns=self.active_,
+            n_classes=self.classes_.size,
+            moderated=self.moderated,
+            star=star,
+            importance=importance,
+        )
 
     def _targets(self) -> list[np.ndarray] | None:
         """Each part's training labels (None for a model saved without them): one 0/1 column
@@ -682,123 +672,33 @@ default="evidence_shared"
             return [(yi == c).astype(np.float64) for c in range(self.classes_.size)]
         return [yi.astype(np.float64) if self.classes_.size == 2 else yi]
 
-    def _latent_one(self, fit, phi, pos, target, star):
-        """Latent moments of one Laplace fit on its columns ``pos``; RVM* when ``star`` is given."""
-        mean, var = fit.predict(phi)
-        if star is None:
-            return mean, var
-        from bayes_rvm.posterior.predictive import (
-            AugmentationData,
-            augmentation_amplitude,
-            rvm_star,
-            rvm_star_softmax,
-        )
-
-        cross, self_k = star
-        phi_train = self.training_.phi_active[:, pos]
-        eta = phi_train @ fit.mean
-        C = fit.mean.shape[1]
-        if C == 1:
-            p = BERNOULLI.mean(eta[:, 0])
-            precision, score = p * (1.0 - p), (target - p)[:, None]
-        else:
-            P = SOFTMAX.mean(eta)
-            precision, score = None, np.eye(C)[target.astype(np.intp)] - P
-        # The softmax model shares its alphas across classes: one latent prior variance.
-        k_train = self.basis_.diagonal(self.training_.x_train)
-        # The added function stands for the kernel part: a free intercept's prior is not it.
-        kern = fit.active != self.basis_.n_centres_ if self.bias == "free" else slice(None)
-        amplitude = augmentation_amplitude(phi_train[:, kern], fit.alpha[fit.active][kern], k_train)
-        data = AugmentationData(phi_train, precision, score, fit.chol, amplitude)
-        if C == 1:
-            m, v = rvm_star(mean, var[:, 0], phi, cross, self_k, data)
-            return m, v[:, None]
-        return rvm_star_softmax(mean, var, phi, cross, self_k, data, P)
-
-    def _samples_predictive(self) -> bool:
-        """Whether ``moderated`` asks for importance sampling and it applies: a type-II fit under
-        the RVM's own predictive whose training problem is at hand."""
-        return (
-            self.moderated in ("auto", "importance")
-            and self.inference == "type2"
-            and self.predictive == "rvm"
-            and getattr(self, "training_", None) is not None
-            and self.training_.phi_active is not None
-        )
-
-    def _importance_or_none(self) -> list | None:
-        """The importance draws to predict with, or None for the probit / the mode.
-
-        ``"auto"`` takes them only when every effective sample size reaches ``MIN_ESS``;
-        ``"importance"`` always, with a warning below it.
-        """
-        if not self._samples_predictive():
-            return None
-        # Built at fit; a fit made under another setting of ``moderated`` builds them per call.
-        draws = getattr(self, "_importance", None) or self._make_importance()
-        ess = min(d.ess for d in draws)
-        if ess >= MIN_ESS:
-            return draws
-        if self.moderated == "auto":
-            return None
-        warnings.warn(
-            f"importance sampling of the posterior predictive kept an effective sample size of "
-            f"only {ess:.0f} of {draws[0].weights.size} draws: the Laplace approximation is far "
-            "from the posterior and the probabilities carry Monte Carlo noise. "
-            "moderated='probit' gives the Laplace approximation's own; inference='mcmc' samples "
-            "the exact posterior.",
-            RuntimeWarning,
-            skip_file_prefixes=WARN_SKIP,
-        )
-        return draws
-
     @property
     def moderation_(self) -> str:
         """How :meth:`predict_proba` averages over the weights now: ``"importance"``,
         ``"probit"``, ``"mode"`` (``moderated=False``) or ``"mcmc"`` (posterior draws)."""
         check_is_fitted(self, "fit_")
-        if self.inference == "mcmc":
-            return "mcmc"
-        if not self.moderated:
-            return "mode"
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            return "probit" if self._importance_or_none() is None else "importance"
+        return self._predictor().kind
 
-    def _make_importance(self) -> list:
+    def _make_importance(self) -> tuple[list, np.ndarray]:
         """One :class:`~bayes_rvm.evidence.ImportanceDraws` per fit (per class for ``"ovr"``),
-        from the fit and the training problem (both saved: a loaded model rebuilds the same).
+        from the fit and the training problem (both saved: a loaded model rebuilds the same),
+        and the norms of the columns they are drawn on.
 
         The draws are of the weights of the normalised columns (``phi / norms``), whose alphas
         stay in float64's range whatever the scale of the kernel values.
         """
-        norms = self._normalising_norms()
+        norms = self.training_.norms
+        norms = np.ones(self.active_.size) if norms is None else norms
         phi = self.training_.phi_active / norms
         alpha = self.training_.alpha_normalised
         draws = []
-        for c, ((f, pos), t) in enumerate(zip(_parts(self.fit_), self._targets(), strict=True)):
+        for c, ((f, pos), t) in enumerate(zip(fit_parts(self.fit_), self._targets(), strict=True)):
             T = np.eye(f.mean.shape[1])[t] if f.mean.shape[1] > 1 else t  # softmax: one-hot
             a = f.alpha[f.active] / norms[pos] ** 2 if alpha is None else alpha[c, pos]
             draws.append(
                 importance_draws(f.posterior.rescaled(1.0 / norms[pos]), phi[:, pos], T, a)
             )
-        return draws
-
-    def _normalising_norms(self) -> np.ndarray:
-        """Norms of the active training columns (ones for a model saved without them)."""
-        norms = self.training_.norms
-        return np.ones(self.active_.size) if norms is None else norms
-
-    def _importance_scores(self, X, draws: list) -> np.ndarray:
-        """Log-odds (binary, one-vs-rest) or log probabilities (softmax) of the importance-sampled
-        posterior predictive, (n_samples, n_outputs)."""
-        X = new_inputs(self, X)
-        phi = self.basis_.transform(X, columns=self.active_) / self._normalising_norms()
-        parts = _parts(self.fit_)
-        lps = [d.log_predictive(phi[:, pos]) for d, (_, pos) in zip(draws, parts, strict=True)]
-        if parts[0][0].mean.shape[1] > 1:  # a softmax fit: its log probabilities
-            return lps[0]
-        return np.column_stack([lp[:, 1] - lp[:, 0] for lp in lps])
+        return draws, norms
 
     @one_blas_thread
     def decision_function(self, X) -> np.ndarray:
@@ -817,19 +717,8 @@ default="evidence_shared"
         -------
         scores : ndarray of shape (n_samples,) for two classes, else (n_samples, n_classes)
         """
-        if self.inference == "mcmc":
-            check_is_fitted(self, "fit_")
-            p = self._posterior_proba(X)
-            with np.errstate(divide="ignore"):
-                lp = np.log(p)
-            return lp[:, 1] - lp[:, 0] if p.shape[1] == 2 else lp
         check_is_fitted(self, "fit_")
-        draws = self._importance_or_none()
-        if draws is not None:
-            score = self._importance_scores(X, draws)
-        else:
-            mean, var = self._latent(X)
-            score = mean * moderation(var) if self.moderated else mean
+        score = self._predictor().scores(self._rows(new_inputs(self, X)))
         return score[:, 0] if score.shape[1] == 1 else score
 
     @one_blas_thread
@@ -845,18 +734,8 @@ default="evidence_shared"
         proba : ndarray of shape (n_samples, n_classes)
             Columns in the order of ``classes_``; rows sum to one.
         """
-        if self.inference == "mcmc":
-            check_is_fitted(self, "fit_")
-            return self._posterior_proba(X)
-        score = self.decision_function(X)
-        if score.ndim == 1:
-            p1 = BERNOULLI.mean(score)
-            return np.column_stack([1.0 - p1, p1])
-        if isinstance(self.fit_, OneVsRestFit):
-            # One-vs-rest: independent binary probabilities, normalised as scikit-learn's OvR does.
-            p = BERNOULLI.mean(score)
-            return p / np.maximum(p.sum(axis=1, keepdims=True), np.finfo(float).tiny)
-        return SOFTMAX.mean(score)
+        check_is_fitted(self, "fit_")
+        return self._predictor().proba(self._rows(new_inputs(self, X)))
 
     @one_blas_thread
     def predict_log_proba(self, X) -> np.ndarray:

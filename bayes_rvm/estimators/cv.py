@@ -22,7 +22,6 @@ from numbers import Integral
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, _fit_context
-from sklearn.metrics import mean_poisson_deviance
 from sklearn.model_selection import KFold, StratifiedKFold
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
@@ -33,7 +32,6 @@ from bayes_rvm.estimators.classifier import RVC, one_vs_rest
 from bayes_rvm.estimators.persistence import Fail, SavedStateMixin
 from bayes_rvm.estimators.regressor import RVR, drop_duplicate_rows
 from bayes_rvm.evidence import Problem, default_width_grid, fit_problem
-from bayes_rvm.families import rate_moments
 from bayes_rvm.threads import one_blas_thread
 
 __all__ = ["RVCCV", "RVRCV"]
@@ -298,8 +296,7 @@ class RVRCV(RegressorMixin, _WidthCV):
     def scoring_(self) -> str:
         """The score of ``cv_results_``, by scikit-learn's name (see the class docstring)."""
         check_is_fitted(self, "estimator_")
-        counts = self.estimator_.likelihood == "poisson"
-        return "neg_mean_poisson_deviance" if counts else "neg_mean_squared_error"
+        return self.estimator_._likelihood().cv_scoring
 
     def score(self, X, y, sample_weight=None) -> float:
         """:meth:`RVR.score <bayes_rvm.RVR.score>` of the refitted estimator (R^2;
@@ -345,30 +342,22 @@ class RVRCV(RegressorMixin, _WidthCV):
         template = self._estimator()
         # RVR's own refusals, before any fold: counts, and what each likelihood cannot take.
         y = template._check_targets(y)
-        counts = self.likelihood == "poisson"
-        if template._cfg.noise_variance is None and not counts:
+        likelihood = template._likelihood()
+        if template._cfg.noise_variance is None and likelihood.estimates_noise:
             # As RVR does; here a row's copies would also sit in a fold's training and test rows.
             X, y = drop_duplicate_rows(X, y)
         self._check(X)
         T = y[:, None] if y.ndim == 1 else y
         folds = KFold(self.cv, shuffle=True, random_state=self.random_state)
-
-        def fold_problem(Phi, Tf):
-            return template._problem(Phi, Tf)
-
-        def fold_predict(problem, fit, Phi_te):
-            if counts:  # the rate's posterior mean, as RVR.predict gives it
-                mean, var = fit.predict(Phi_te[:, fit.active])
-                return rate_moments(mean[:, 0], var[:, 0])[0]
-            return problem.scale * (Phi_te[:, fit.active] @ fit.mean)
-
-        def fold_score(pred, Tte):
-            if counts:
-                return -float(mean_poisson_deviance(Tte[:, 0], pred))
-            return -float(np.mean((pred - Tte) ** 2))
-
         self._refit_target = y
-        self._search(X, T, list(folds.split(X)), fold_problem, fold_predict, fold_score)
+        self._search(
+            X,
+            T,
+            list(folds.split(X)),
+            template._problem,
+            likelihood.fold_prediction,
+            likelihood.fold_score,
+        )
         del self._refit_target
         return self
 

@@ -3,10 +3,11 @@
 ``RVR(likelihood=...)`` resolves to one of :data:`REGRESSION_LIKELIHOODS` in ``fit``, and the
 estimator asks it whatever differs between likelihoods: what the targets may be and which
 options the likelihood refuses, the normalised type-II problem, the shared-evidence criterion of
-the default width rule, the PyMC model that MCMC samples and where the sampler starts, and the
-score. The formulas are :mod:`bayes_rvm.families`'s, the engines :mod:`bayes_rvm.evidence`'s, the
-graphs :mod:`bayes_rvm.models.graphs`' and the predictors :mod:`bayes_rvm.posterior.predictors`';
-a new likelihood is a class here beside its family, engine and graph.
+the default width rule, the PyMC model that MCMC samples and where the sampler starts, the score,
+and how cross-validation predicts and scores a fold. The formulas are
+:mod:`bayes_rvm.families`'s, the engines :mod:`bayes_rvm.evidence`'s, the graphs
+:mod:`bayes_rvm.models.graphs`' and the predictors :mod:`bayes_rvm.posterior.predictors`'; a new
+likelihood is a class here beside its family, engine and graph.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from sklearn.metrics import d2_tweedie_score, r2_score
+from sklearn.metrics import d2_tweedie_score, mean_poisson_deviance, r2_score
 
 from bayes_rvm.evidence import (
     Problem,
@@ -22,6 +23,7 @@ from bayes_rvm.evidence import (
     shared_laplace_evidence,
     target_scale,
 )
+from bayes_rvm.families import rate_moments
 
 __all__ = [
     "MAX_COUNT",
@@ -92,6 +94,8 @@ class GaussianNoise:
     per_feature_width: bool = True
     #: NUTS's target acceptance (None: the sampler's own).
     target_accept: float | None = None
+    #: How :class:`~bayes_rvm.RVRCV` scores a width, by scikit-learn's scorer name.
+    cv_scoring: str = "neg_mean_squared_error"
 
     def check(self, y, *, noise_variance, star: bool, sampled_width: bool, ard_width: bool):
         """The targets this likelihood fits; a ValueError naming what it cannot take."""
@@ -129,6 +133,15 @@ class GaussianNoise:
     def score(self, y, predicted, sample_weight=None) -> float:
         """R^2 of the predictions (scikit-learn's regressor score)."""
         return float(r2_score(y, predicted, sample_weight=sample_weight))
+
+    def fold_prediction(self, problem: Problem, fit, Phi: np.ndarray) -> np.ndarray:
+        """What :meth:`RVR.predict <bayes_rvm.RVR.predict>` gives at the design rows ``Phi`` from
+        the normalised fit ``fit`` of ``problem`` (a cross-validation fold's fit)."""
+        return problem.scale * (Phi[:, fit.active] @ fit.mean)
+
+    def fold_score(self, predicted: np.ndarray, T: np.ndarray) -> float:
+        """:attr:`cv_scoring` of the predictions of held-out targets ``T`` (N, outputs)."""
+        return -float(np.mean((predicted - T) ** 2))
 
 
 @dataclass(frozen=True)
@@ -179,6 +192,7 @@ class Counts(GaussianNoise):
     # The sampler's default 0.8 left 12 divergences in 2000 draws on a smooth log rate (300
     # counts, the type-II relevance vectors), as the logistic likelihood does for RVC.
     target_accept: float | None = 0.95
+    cv_scoring: str = "neg_mean_poisson_deviance"
 
     def check(self, y, *, noise_variance, star: bool, sampled_width: bool, ard_width: bool):
         refused = {
@@ -248,6 +262,14 @@ class Counts(GaussianNoise):
         :meth:`sklearn.linear_model.PoissonRegressor.score`."""
         y = check_counts(y)
         return float(d2_tweedie_score(y, predicted, sample_weight=sample_weight, power=1))
+
+    def fold_prediction(self, problem: Problem, fit, Phi: np.ndarray) -> np.ndarray:
+        # The rate's posterior mean, as RVR.predict gives it.
+        mean, var = fit.predict(Phi[:, fit.active])
+        return rate_moments(mean[:, 0], var[:, 0])[0]
+
+    def fold_score(self, predicted: np.ndarray, T: np.ndarray) -> float:
+        return -float(mean_poisson_deviance(T[:, 0], predicted))
 
 
 #: ``RVR(likelihood=...)``'s values and their objects.

@@ -1031,22 +1031,6 @@ array-like or Prior, default="evidence_shared"
     def _n_outputs(self) -> int:
         return 1 if self._single_output else int(self.fit_.mean.shape[1])
 
-    @property
-    def predictor_(self):
-        """What predicts: the type-II posterior or the draws, RVM* around either
-        (:mod:`bayes_rvm.posterior.predictors`); ``predictor_.predict(rows, std=True)`` with
-        ``rows = Rows(X, est.basis_, est.training_.x_train)`` is :meth:`predict`'s."""
-        check_is_fitted(self, "fit_")
-        return self._predictor()
-
-    def _predictor(self):
-        """What predicts (:mod:`bayes_rvm.posterior.predictors`), chosen once per fitted state
-        (in ``fit`` and when a model is loaded; again after unpickling)."""
-        predictor = self.__dict__.get("_predictor_obj")
-        if predictor is None:
-            predictor = self._predictor_obj = self._make_predictor()
-        return predictor
-
     def _make_predictor(self):
         """The predictor of the resolved settings: the type-II posterior or the draws, RVM*
         around either."""
