@@ -103,3 +103,43 @@ def test_ranks_equal_scipys_average_ranks_with_and_without_ties():
     np.testing.assert_array_equal(
         _rank_average(x[[0]]), stats.rankdata(x[[0]], axis=1, method="average")
     )
+
+
+@pytest.mark.parametrize(
+    "prior, form, names_nu, names_accept",
+    [
+        ("ard", "marginal", False, False),
+        ("student_t", "marginal", True, False),
+        ("ard", "joint", False, True),
+    ],
+)
+def test_divergence_warning_names_the_remedy_of_the_sampled_model(
+    prior, form, names_nu, names_accept
+):
+    import dataclasses
+
+    from bayes_rvm.inference import SamplingDiagnosticsWarning, diagnose
+    from bayes_rvm.models.graphs import rvm_regression_model
+    from bayes_rvm.models.spec import model_spec
+
+    rng = np.random.default_rng(0)
+    spec = model_spec(rvm_regression_model(rng.normal(size=(6, 3)), rng.normal(size=6)))
+    spec = dataclasses.replace(spec, prior=prior, form=form)
+    C, S = 2, 100
+    dt = xr.DataTree.from_dict(
+        {
+            "posterior": xr.Dataset(
+                {"alpha": (("chain", "draw", "basis"), np.exp(rng.normal(size=(C, S, 3))))}
+            ),
+            "sample_stats": xr.Dataset(
+                {"diverging": (("chain", "draw"), np.arange(C * S).reshape(C, S) < 7)}
+            ),
+        }
+    )
+    with pytest.warns(SamplingDiagnosticsWarning, match="7 of 200 draws diverged") as said:
+        diag = diagnose(dt, advice="estimator", spec=spec)
+    assert diag["divergences"] == 7
+    text = " ".join(str(w.message) for w in said if "diverged" in str(w.message))
+    assert ("prior_params={'nu'" in text) is names_nu
+    assert ("target_accept" in text) is names_accept
+    assert "mcmc_basis" in text

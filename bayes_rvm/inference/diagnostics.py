@@ -22,12 +22,16 @@ import functools
 import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
 import numpy as np
 import xarray as xr
 from scipy import fft, special
 
 from bayes_rvm._warnings import warn_at_user
+
+if TYPE_CHECKING:
+    from bayes_rvm.models.spec import RVMSpec
 
 __all__ = [
     "SamplingDiagnosticsWarning",
@@ -304,7 +308,9 @@ def _hyper_stats(x: np.ndarray, prob: float) -> np.ndarray:
     return np.column_stack([_rhat_parts(x, z), bulk, _ess_tail(x, prob)])
 
 
-def diagnose(dt: xr.DataTree, *, warn: bool = True, advice: str = "model") -> dict:
+def diagnose(
+    dt: xr.DataTree, *, warn: bool = True, advice: str = "model", spec: RVMSpec | None = None
+) -> dict:
     """Divergences, max R-hat and min bulk ESS of the hyperparameters, with warnings and remedies.
 
     Parameters
@@ -316,6 +322,9 @@ def diagnose(dt: xr.DataTree, *, warn: bool = True, advice: str = "model") -> di
         outside this package.
     advice : {"model", "estimator"}, default="model"
         Word the remedies for a user's own model or for the RVR / RVC estimators.
+    spec : RVMSpec, optional
+        The sampled model's spec (:func:`bayes_rvm.models.spec.model_spec`): the divergence
+        remedies named are those of its prior and form.
 
     Returns
     -------
@@ -365,7 +374,10 @@ def diagnose(dt: xr.DataTree, *, warn: bool = True, advice: str = "model") -> di
         n = post.sizes["chain"] * post.sizes["draw"]
         tips = _ADVICE[advice]
         if out["divergences"]:
-            _warn(f"{out['divergences']} of {n} draws diverged. {tips['divergences']}")
+            _warn(
+                f"{out['divergences']} of {n} draws diverged. "
+                f"{divergence_advice(advice, spec)}{tips['divergences']}"
+            )
         if out["max_rhat"] > 1.01:
             _warn(
                 f"max R-hat of the hyperparameters is {_above(out['max_rhat'], 1.01)}, above "
@@ -391,22 +403,40 @@ def _which_half(out: dict) -> str:
     return ""
 
 
+def divergence_advice(advice: str, spec: RVMSpec | None) -> str:
+    """The divergence remedies that depend on the sampled model: its prior and its form."""
+    said = []
+    if spec is not None and spec.prior == "student_t":
+        nu = "prior_params={'nu': ...}" if advice == "estimator" else "nu"
+        said.append(
+            f"The Student-t prior's Gamma(nu/2, nu/2) on alpha puts a wall in log alpha when nu "
+            f"is small: a larger nu ({nu}) or prior='ard' samples well."
+        )
+    if spec is not None and spec.form == "joint":
+        said.append(
+            "The weights are sampled with their precisions (no closed-form marginal for this "
+            "likelihood), a funnel where the data say little: a target acceptance nearer 1 "
+            "(fit(X, y, nuts={'target_accept': 0.99}) on an estimator, sample_mcmc(..., "
+            "nuts={'target_accept': 0.99}) on a model) takes smaller steps into its neck."
+        )
+    return "".join(f"{s} " for s in said)
+
+
 #: Remedies by audience: a user's own model, or the RVR / RVC estimators (which already sample
 #: the weight-marginalised regression model and start from the type-II fit).
 _ADVICE = {
     "model": {
         "divergences": "Raise target_accept (nuts={'target_accept': 0.95}); prefer "
-        "form='marginal' over the joint form; avoid Gamma hyperpriors with tiny rates, whose wall "
-        "in log alpha NUTS cannot cross.",
+        "form='marginal' over the joint form where the likelihood has one; avoid Gamma "
+        "hyperpriors with tiny rates, whose wall in log alpha NUTS cannot cross.",
         "rhat": "Run longer (more tune and draws), start from type2_initvals(fit), or restrict "
         "the basis to the type-II relevance vectors (basis=fit.active). Nearly collinear columns, "
         "as from a wide kernel, make a ridged posterior; a narrower one (larger gamma) helps.",
         "ess": "Draw more samples or use the marginal form.",
     },
     "estimator": {
-        "divergences": "Raise tune; with prior='student_t' a tiny nu puts a wall in log alpha "
-        "(prior='ard' or a larger nu samples well); sampler_config={'mcmc_basis': 'relevant'} "
-        "samples only the type-II relevance vectors.",
+        "divergences": "Raise tune (sampler_config={'tune': ...}), or sample only the type-II "
+        "relevance vectors (sampler_config={'mcmc_basis': 'relevant'}).",
         "rhat": "Raise tune and draws, or sample only the type-II relevance vectors "
         "(sampler_config={'mcmc_basis': 'relevant'}). Nearly collinear basis columns, as from a "
         "wide kernel, make a ridged posterior; a narrower kernel (larger gamma) helps. Just "

@@ -337,7 +337,9 @@ def sample_mcmc(
     if thin > 1:
         dt = thinned(dt, thin)
     dt = complete_posterior(dt, model, random_seed=[seed, 1])
-    diag = diagnose(dt, warn=warn, advice=advice)
+    from bayes_rvm.models.spec import model_spec
+
+    diag = diagnose(dt, warn=warn, advice=advice, spec=model_spec(model))
     dt.attrs.update(
         method="mcmc",
         likelihood=_likelihood(model),
