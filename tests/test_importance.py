@@ -212,3 +212,34 @@ def test_type2_first_fits_import_neither_jax_nor_pymc():
         [sys.executable, "-c", _FIRST_FITS], capture_output=True, text=True, check=True, cwd=root
     )
     assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_idata_holds_draws_of_the_posterior_predict_proba_averages_over(seed):
+    # predict_proba importance-samples the posterior at the fitted alphas; idata_'s draws must be
+    # of that posterior: their mean of sigmoid(phi'w) is predict_proba within its Monte Carlo
+    # error, far from the data too (where the Laplace Gaussian's own draws overstate the rare
+    # class by orders of magnitude).
+    import dataclasses
+
+    from scipy.special import expit
+
+    from bayes_rvm.inference import type2_datatree
+
+    X, y, _, _ = rare_class_data(seed, n_train=300, n_test=20, rate=0.05)
+    clf = RVC(gamma=0.1).fit(X, y)
+    assert clf.moderation_ == "importance"
+    assert clf.idata_.attrs["weight_draws"] == "importance"
+    points = np.array([[-3.0, -3.0], [0.0, 0.0], [3.0, 3.0], [6.0, -2.0], [-5.0, 5.0]])
+    phi = clf.basis_.transform(points, columns=clf.active_)
+    w = clf.idata_["posterior"]["w"].values.reshape(-1, clf.active_.size)
+    p_draws = expit(phi @ w.T)
+    mean, se = p_draws.mean(axis=1), p_draws.std(axis=1) / np.sqrt(p_draws.shape[1])
+    p = clf.predict_proba(points)[:, 1]
+    assert np.all(np.abs(mean - p) < 4.0 * se + 1e-12)
+    # The unweighted Laplace draws (what idata_ held before) miss by far more than that.
+    k = clf.active_.size
+    local = dataclasses.replace(clf.fit_, active=np.arange(k), alpha=clf.fit_.alpha[clf.active_])
+    laplace = type2_datatree(local, clf.training_.phi_active, clf.training_.y_index, random_seed=1)
+    w_laplace = laplace["posterior"]["w"].values.reshape(-1, k)
+    assert np.max(expit(phi @ w_laplace.T).mean(axis=1) / p) > 10.0

@@ -53,7 +53,12 @@ from bayes_rvm.evidence import (
     shared_laplace_evidence,
 )
 from bayes_rvm.models.priors import as_prior
-from bayes_rvm.posterior.class_predictors import ClassTraining, class_predictor, fit_parts
+from bayes_rvm.posterior.class_predictors import (
+    ClassTraining,
+    ImportanceClasses,
+    class_predictor,
+    fit_parts,
+)
 from bayes_rvm.threads import one_blas_thread
 
 __all__ = ["MULTINOMIAL_MAX_CELLS", "RVC", "OneVsRestFit", "one_vs_rest"]
@@ -523,8 +528,11 @@ default="evidence_shared"
     def idata_(self):
         """The fit as an ArviZ DataTree, shaped as :class:`RVR`'s (``posterior`` with ``w``,
         ``alpha``; ``log_likelihood`` of each training sample; ``observed_data`` holding class
-        indices into ``classes_``). Type-II: draws from the Laplace approximation at the mode over
-        the relevance vectors, built on first use (binary and multinomial fits)."""
+        indices into ``classes_``). Type-II: draws of the weights over the relevance vectors at the
+        fitted hyperparameters, of the posterior :meth:`predict_proba` averages over: resampled
+        from its importance draws where it samples them (:attr:`moderation_` ``"importance"``),
+        else from the Laplace approximation at the mode (root attribute ``weight_draws`` says
+        which); built on first use (binary and multinomial fits)."""
         check_is_fitted(self, "fit_")
         if self._idata is None and self.training_.phi_active is None:
             raise AttributeError(
@@ -545,18 +553,24 @@ default="evidence_shared"
             local = dataclasses.replace(
                 self.fit_, active=np.arange(k), alpha=self.fit_.alpha[self.active_]
             )
+            seed = check_random_state(self.random_state).randint(2**31 - 1)
+            predictor, resampled = self._predictor(), None
+            if isinstance(predictor, ImportanceClasses):
+                resampled = predictor.resampled(1000, np.random.default_rng(seed))
             self._idata = type2_datatree(
                 local,
                 self.training_.phi_active,
                 self.training_.y_index,
                 basis_names=self.active_,
                 class_names=None if self.classes_.size == 2 else list(self.classes_),
-                random_seed=check_random_state(self.random_state).randint(2**31 - 1),
+                random_seed=seed,
                 attrs={
                     "estimator": "RVC",
                     "params": json.dumps(self.get_params(), sort_keys=True, default=repr),
                 },
+                weight_draws=resampled,
             )
+            self._idata.attrs["weight_draws"] = "laplace" if resampled is None else "importance"
         return self._idata
 
     def _set_fitted(self, basis: KernelBasis, fit) -> None:

@@ -180,6 +180,14 @@ class ImportanceClasses:
     def proba(self, rows: Rows) -> np.ndarray:
         return class_proba(self.scores(rows), self.ovr)
 
+    def resampled(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """``n`` draws of the active weights in the user's units, (n, active, outputs), drawn
+        with replacement in proportion to the importance weights: unweighted draws of the
+        posterior these predictions average over (one fit: binary or softmax)."""
+        (draws,) = self.draws
+        picked = rng.choice(draws.weights.size, size=n, p=draws.weights)
+        return draws.draws[picked] / self.norms[None, :, None]
+
 
 @dataclass(frozen=True)
 class DrawsClasses:

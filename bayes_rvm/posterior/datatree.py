@@ -160,6 +160,7 @@ def type2_datatree(
     class_names: Sequence | None = None,
     attrs: Mapping | None = None,
     loo: RefitLOO | None = None,
+    weight_draws: np.ndarray | None = None,
 ) -> xr.DataTree:
     """The type-II fit as a DataTree of the same shape as an MCMC fit.
 
@@ -190,6 +191,10 @@ def type2_datatree(
         stored as the ``loo`` group, which :func:`bayes_rvm.posterior.comparison.compare` uses in
         place
         of PSIS-LOO.
+    weight_draws : ndarray of shape (n_draws, n_active, outputs), optional
+        Draws of the active weights to store instead of drawing them from the fit's Gaussian
+        (or Laplace) approximation: a classifier's importance-resampled posterior, which is
+        what its predictions average over.
 
     Returns
     -------
@@ -224,8 +229,15 @@ def type2_datatree(
         raise ValueError("basis must contain every relevance vector of the fit.")
     names = list(cols) if basis_names is None else list(basis_names)
     w_extra, y_extra = extra_dims(likelihood, multi)
+    if weight_draws is not None:
+        n_draws = weight_draws.shape[0]
     draws = PosteriorDraws.at_optimum(
-        fit, cols, n_draws, np.random.default_rng(random_seed), extra_dim=w_extra
+        fit,
+        cols,
+        n_draws,
+        np.random.default_rng(random_seed),
+        extra_dim=w_extra,
+        weights=weight_draws,
     )
     if likelihood in NOISE_LIKELIHOODS:
         Y = y if multi else y[:, None]

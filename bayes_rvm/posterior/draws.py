@@ -375,17 +375,22 @@ class PosteriorDraws:
         rng: np.random.Generator,
         *,
         extra_dim: str | None = None,
+        weights: np.ndarray | None = None,
     ) -> PosteriorDraws:
         """One chain of draws of ``w ~ N(m, Sigma)`` at a type-II optimum, over ``columns``.
 
         ``fit`` is an ``EvidenceFit`` (Gaussian weights, hyperparameters constant over draws) or
         a classifier's Laplace fit; columns outside ``fit.active`` get ``w = 0`` (and
         ``alpha = inf``). The weights of the whole fit are drawn first, so that the draws do not
-        depend on which columns are reported.
+        depend on which columns are reported. ``weights`` (``n_draws``, active, outputs), when
+        given, are the draws of the active weights instead (a classifier's importance-resampled
+        posterior at the optimum's hyperparameters).
         """
         M, D = fit.alpha.shape[0], fit.mean.shape[1]
         w_full = np.zeros((n_draws, M, D))
-        w_full[:, fit.active] = _laplace_weight_draws(fit, n_draws, rng)
+        if weights is None:
+            weights = _laplace_weight_draws(fit, n_draws, rng)
+        w_full[:, fit.active] = weights
         likelihood = getattr(fit, "likelihood", "gaussian")
         sigma = nu = None
         if likelihood in NOISE_LIKELIHOODS:
