@@ -260,3 +260,65 @@ def test_relevance_summary_is_free_of_the_column_units():
     a, b = (relevance_summary(t).sort_index() for t in trees)
     np.testing.assert_allclose(b["log10_alpha_median"], a["log10_alpha_median"], atol=1e-3)
     np.testing.assert_array_equal(b["p_relevant"], a["p_relevant"])
+
+
+@pytest.mark.parametrize("classes", [2, 3])
+def test_rvc_refit_loo_is_the_brute_force_of_refitted_classifiers(classes):
+    # At a width the user fixed, leaving a row out of the whole classifier and predicting it is
+    # what refit_loo does: a loop of fresh fits is the independent truth, to the last bit.
+    from sklearn.datasets import make_blobs
+
+    from bayes_rvm import RVC
+
+    X, y = make_blobs(30, centers=classes, cluster_std=2.5, random_state=3)
+    labels = np.array(["a", "b", "c"])[y]
+    clf = RVC(gamma=0.3).fit(X, labels)
+    loo = clf.refit_loo()
+    assert loo.exact and loo.n_folds == 30
+    truth = []
+    for n in range(30):
+        keep = np.delete(np.arange(30), n)
+        est = RVC(gamma=0.3).fit(X[keep], labels[keep])
+        truth.append(
+            np.log(est.predict_proba(X[n : n + 1])[0, list(est.classes_).index(labels[n])])
+        )
+    np.testing.assert_allclose(loo.elpd_i, truth, rtol=1e-12)
+    table = compare({"rvc": clf, "again": clf.idata_})
+    assert set(table["method"]) == {"exact LOO (30 refits)"}
+    assert table.loc["rvc", "elpd"] == pytest.approx(np.sum(truth))
+    # PSIS-LOO at the hyperparameters tuned on every row is the optimistic one.
+    assert float(az.loo(clf.idata_).elpd) > np.sum(truth)
+
+
+def test_rvc_refit_loo_refuses_a_class_of_one_row():
+    from bayes_rvm import RVC
+
+    X = np.array([[0.0], [0.2], [0.4], [3.0], [3.3], [8.0]])
+    clf = RVC(gamma=1.0).fit(X, [0, 0, 0, 1, 1, 2])
+    with pytest.raises(ValueError, match="class 2 has a single"):
+        clf.refit_loo()
+    with pytest.warns(UserWarning, match="no refit LOO terms"):
+        assert "loo" not in clf.idata_.children
+
+
+@pytest.mark.slow
+def test_rvc_default_row_is_within_two_nats_of_brute_force_loo():
+    # Brute force re-chooses the width on every N - 1 rows; the refits keep the fitted width.
+    from bayes_rvm import RVC
+    from bayes_rvm.datasets import load_ripley
+
+    X, y, _, _ = load_ripley()
+    rng = np.random.default_rng(1)
+    gaps = []
+    for _ in range(3):
+        idx = rng.choice(y.size, 100, replace=False)
+        Xs, ys = X[idx], y[idx]
+        clf = RVC().fit(Xs, ys)
+        table = compare({"rvc": clf, "copy": clf.idata_})
+        brute = 0.0
+        for n in range(100):
+            keep = np.delete(np.arange(100), n)
+            est = RVC().fit(Xs[keep], ys[keep])
+            brute += np.log(est.predict_proba(Xs[n : n + 1])[0, list(est.classes_).index(ys[n])])
+        gaps.append(table.loc["rvc", "elpd"] - brute)
+    assert abs(np.mean(gaps)) < 2.0

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
-from sklearn.model_selection import KFold
+from sklearn.model_selection import KFold, StratifiedKFold
 
 from bayes_rvm.evidence.result import EvidenceFit
 from bayes_rvm.families import family, gaussian_log_likelihood
@@ -91,6 +91,9 @@ def refit_loo(
     n_folds: int | None = None,
     random_state=None,
     fallback: Callable[[np.ndarray, np.ndarray], EvidenceFit] | None = None,
+    log_predictive: Callable | None = None,
+    stratify: bool = False,
+    exact_max: int = LOO_EXACT_MAX,
 ) -> RefitLOO:
     """Leave-one-out (or K-fold) log predictive densities by refitting the hyperparameters.
 
@@ -104,28 +107,37 @@ def refit_loo(
         on the same model).
     T : ndarray of shape (N, D)
     n_folds : int, optional
-        Default: N (exact leave-one-out) up to :data:`LOO_EXACT_MAX` rows, 10 beyond.
+        Default: N (exact leave-one-out) up to ``exact_max`` rows, 10 beyond.
     random_state : int, RandomState or None
         Shuffles the rows into folds (K-fold only).
     fallback : callable, optional
         Another engine (same signature) for a fold where ``fit_rows`` fails with a
         :class:`numpy.linalg.LinAlgError` (a degenerate subset of rows); such folds are
         counted in ``n_fallback`` and reported in one warning. Without it the error propagates.
+    log_predictive : callable, optional
+        ``log_predictive(fit, Phi_test, T_test) -> (n,)``, the left-out rows' log predictive
+        densities under a refit; default :func:`gaussian_log_predictive` (``fit_rows`` then
+        returns an ``EvidenceFit``; any object with ``converged`` or ``converged_`` otherwise).
+    stratify : bool, default=False
+        K-fold folds stratified by ``T[:, 0]`` (class labels).
+    exact_max : int, default=LOO_EXACT_MAX
 
     Returns
     -------
     RefitLOO
     """
     N = T.shape[0]
+    log_predictive = log_predictive or gaussian_log_predictive
     if n_folds is None:
-        n_folds = N if N <= LOO_EXACT_MAX else 10
+        n_folds = N if N <= exact_max else 10
     if not (isinstance(n_folds, int | np.integer) and 2 <= n_folds <= N):
         raise ValueError(f"n_folds must be an integer from 2 to {N}, got {n_folds!r}.")
     exact = n_folds == N
+    folds = StratifiedKFold if stratify else KFold
     splits = (
         ((np.delete(np.arange(N), n), np.array([n])) for n in range(N))
         if exact
-        else KFold(n_folds, shuffle=True, random_state=random_state).split(Phi)
+        else folds(n_folds, shuffle=True, random_state=random_state).split(Phi, T[:, 0])
     )
     out = np.empty(N)
     unconverged = failed = 0
@@ -141,8 +153,8 @@ def refit_loo(
                     raise
                 failed += 1
                 fit = fallback(Phi[train], T[train])
-        unconverged += not fit.converged
-        out[test] = gaussian_log_predictive(fit, Phi[test], T[test])
+        unconverged += not getattr(fit, "converged", getattr(fit, "converged_", True))
+        out[test] = log_predictive(fit, Phi[test], T[test])
     if unconverged:
         warnings.warn(
             f"{unconverged} of {n_folds} cross-validation refits reached the iteration cap; "

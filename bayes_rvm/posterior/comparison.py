@@ -281,9 +281,8 @@ def compare(fits: Mapping[str, object] | Sequence, *, round_to="none", **kwargs)
         warnings.warn(
             f"{fixed}: type-II fits without refit LOO terms are scored by PSIS-LOO at "
             "hyperparameters tuned on all the data, which overstates their elpd (by about 8 nats "
-            "on sinc, N = 100). Regression fits: pass RVR's idata_ (it carries exact LOO by "
-            "refits), or type2_datatree(..., loo=rvr.refit_loo()). Classifiers have no refit "
-            "LOO yet: read their elpd as an upper bound.",
+            "on sinc, N = 100). Pass the estimator's idata_ (RVR's and RVC's carry LOO by "
+            "refits), or type2_datatree(..., loo=est.refit_loo()).",
             UserWarning,
             stacklevel=2,
         )
