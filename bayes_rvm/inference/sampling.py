@@ -297,7 +297,12 @@ def sample_mcmc(
     spec = getattr(model, "rvm_spec", None)
     settings = spec.to_dict() if spec is not None else {}
     if sampler in ("numpyro", "blackjax"):
+        from bayes_rvm._optional import require
         from bayes_rvm.models.marginal import register_jax_dispatch
+
+        also = "blackjax" if sampler == "blackjax" else ""  # not in the extra
+        for module in ("jax", sampler):
+            require(module, "jax", f"sampler={sampler!r}", also=also)
 
         register_jax_dispatch()
     seed = _seed_from(random_seed)
