@@ -253,8 +253,9 @@ def _load_table(path: Path, target: str | None, task: str):
     if task == "regress":
         if labels.any():
             row = int(np.flatnonzero(labels)[0])
+            column = repr(target) if target else "(the last column)"
             raise SystemExit(
-                f"bayes-rvm: the target {target or 'column'} of {path} holds labels, not numbers "
+                f"bayes-rvm: the target {column} of {path} holds labels, not numbers "
                 f"({y[row]!r} at line {row + 2}): --task classify fits a classifier "
                 "(the default --task auto does so for text labels)"
             )
