@@ -276,7 +276,7 @@ def _problem(args):
 
     The task is "regress" or "classify" (``--task``, or for ``--task auto`` the target's type).
     """
-    task = getattr(args, "task", "regress")
+    task = getattr(args, "task", "auto")
     if getattr(args, "data", None) is not None:
         X, y, names, task = _load_table(args.data, args.target, task)
         label = f"{args.data} ({len(y)} rows, features {names})"
