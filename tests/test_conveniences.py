@@ -1,0 +1,89 @@
+"""What a scikit-learn or PyMC user expects on first contact: shuffled generators, sample_weight
+refused by name, float32 kept, and optional engines that name the extra installing them."""
+
+import sys
+
+import numpy as np
+import pytest
+from sklearn.model_selection import KFold, cross_val_score
+
+from bayes_rvm import RVC, RVR
+from bayes_rvm._optional import MissingExtraError, require
+from bayes_rvm.datasets import make_sinc, sinc
+
+
+def test_make_sinc_shuffles_the_same_pairs_and_keeps_them_sorted_on_request():
+    X, y = make_sinc(50, noise=0.1, random_state=4)
+    Xs, ys = make_sinc(50, noise=0.1, random_state=4, shuffle=False)
+    assert np.all(np.diff(Xs[:, 0]) > 0) and not np.all(np.diff(X[:, 0]) > 0)
+    order = np.argsort(X[:, 0])
+    np.testing.assert_array_equal(X[order], Xs)
+    np.testing.assert_array_equal(y[order], ys)
+    # the noise is that of the sorted grid: y - sinc(x) has the requested sd
+    assert np.std(ys - sinc(Xs[:, 0])) == pytest.approx(0.1, rel=0.3)
+
+
+def test_cross_val_score_on_make_sinc_is_sane():
+    """Unshuffled 5-fold CV on sorted inputs extrapolates each fold (R^2 well below 0); on the
+    default (shuffled) rows each fold interpolates, as on a shuffled KFold of the sorted rows."""
+    X, y = make_sinc(100, noise=0.1, random_state=0)
+    Xs, ys = make_sinc(100, noise=0.1, random_state=0, shuffle=False)
+    shuffled = cross_val_score(RVR(), X, y, cv=5)
+    reference = cross_val_score(RVR(), Xs, ys, cv=KFold(5, shuffle=True, random_state=1))
+    assert shuffled.mean() > 0.8 and reference.mean() > 0.8
+    assert cross_val_score(RVR(), Xs, ys, cv=5).mean() < 0
+
+
+@pytest.mark.parametrize(
+    "estimator", [RVR(), RVR(inference="mcmc"), RVR(inference="vi"), RVC()], ids=repr
+)
+def test_sample_weight_is_refused_by_name(estimator):
+    X, y = make_sinc(20, random_state=0)
+    if isinstance(estimator, RVC):
+        y = (y > 0.2).astype(int)
+    with pytest.raises(TypeError, match=r"\.fit does not take sample_weight") as info:
+        estimator.fit(X, y, sample_weight=np.ones(20))
+    assert "sampler arguments" not in str(info.value)
+    assert ("student_t" in str(info.value)) == isinstance(estimator, RVR)
+
+
+def test_float32_inputs_give_float32_predictions():
+    from sklearn.utils.estimator_checks import check_estimators_dtypes
+
+    X, y = make_sinc(60, noise=0.1, random_state=0)
+    model = RVR(gamma=0.1).fit(X, y)
+    mean64, std64 = model.predict(X, return_std=True)
+    mean32, std32 = model.predict(X.astype(np.float32), return_std=True)
+    assert mean64.dtype == std64.dtype == np.float64
+    assert mean32.dtype == std32.dtype == np.float32
+    np.testing.assert_allclose(mean32, mean64, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(std32, std64, rtol=1e-5)
+    _, cov32 = model.predict(X[:5].astype(np.float32), return_cov=True)
+    assert cov32.dtype == np.float32
+    check_estimators_dtypes("RVR", RVR())
+
+
+def test_a_missing_optional_package_names_its_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "numpyro", None)  # import numpyro raises ImportError
+    with pytest.raises(MissingExtraError, match=r'pip install "bayes-rvm\[jax\]"') as info:
+        require("numpyro", "jax", 'sampler="numpyro"')
+    assert isinstance(info.value, ImportError)
+    assert str(info.value).startswith('sampler="numpyro" needs numpyro, which is not installed')
+    assert require("json", "jax", "anything").dumps([1]) == "[1]"
+
+
+def test_the_numpyro_sampler_without_numpyro_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "numpyro", None)
+    monkeypatch.setitem(sys.modules, "jax", None)
+    X, y = make_sinc(20, random_state=0)
+    model = RVR(gamma=0.1, inference="mcmc", sampler_config={"sampler": "numpyro", "draws": 10})
+    with pytest.raises(ImportError, match=r"sampler='numpyro' needs jax.*bayes-rvm\[jax\]"):
+        model.fit(X, y, progressbar=False)
+
+
+def test_a_dask_client_without_dask_names_the_extra(monkeypatch):
+    from bayes_rvm.studies.runner import _check_client
+
+    monkeypatch.setitem(sys.modules, "distributed", None)
+    with pytest.raises(ImportError, match=r'pip install "bayes-rvm\[dask\]"'):
+        _check_client(object())
