@@ -87,3 +87,91 @@ def test_a_dask_client_without_dask_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "distributed", None)
     with pytest.raises(ImportError, match=r'pip install "bayes-rvm\[dask\]"'):
         _check_client(object())
+
+
+# -- progress of long passes -------------------------------------------------------------------
+
+
+@pytest.fixture
+def immediate_progress(monkeypatch):
+    """Progress shown from the first block on, a line per update (stderr is not a terminal)."""
+    import bayes_rvm.progress as progress
+
+    monkeypatch.setattr(progress, "QUIET_SECONDS", 0.0)
+    monkeypatch.setattr(progress, "LOG_SECONDS", 0.0)
+
+
+def _progress_lines(err: str) -> list[tuple[int, int]]:
+    import re
+
+    return [
+        (int(a.replace(",", "")), int(b.replace(",", "")))
+        for a, b in re.findall(
+            r"sufficient statistics[^:]*: +\d+% \(([\d,]+) of ([\d,]+) rows", err
+        )
+    ]
+
+
+def test_a_statistics_pass_reports_its_rows_with_verbose_only(immediate_progress, capsys):
+    """RVR(verbose=True) on the statistics path: a line per block of 300 rows, rows rising to
+    N; the same fit without verbose (stderr not a terminal) writes nothing, and both fits are
+    the same."""
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-3, 3, size=(1500, 1))
+    y = np.sin(X[:, 0]) + 0.1 * rng.normal(size=1500)
+    kwargs = {"gamma": 1.0, "centres": ("random", 40), "chunk_rows": 300, "random_state": 0}
+    loud = RVR(verbose=True, **kwargs).fit(X, y)
+    lines = _progress_lines(capsys.readouterr().err)
+    assert lines == [(300 * k, 1500) for k in range(1, 6)]
+    quiet = RVR(**kwargs).fit(X, y)
+    assert capsys.readouterr().err == ""
+    np.testing.assert_array_equal(loud.predict(X[:20]), quiet.predict(X[:20]))
+
+
+def test_progress_waits_out_short_passes_and_redraws_in_place_on_a_terminal(monkeypatch):
+    import io
+
+    import bayes_rvm.progress as progress
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    quick = Terminal()
+    bar = progress.Progress("pass", 10, "rows", enabled=True, stream=quick)
+    bar.update(10)
+    bar.close()
+    assert quick.getvalue() == ""  # ended within QUIET_SECONDS
+    monkeypatch.setattr(progress, "QUIET_SECONDS", 0.0)
+    monkeypatch.setattr(progress, "_REDRAW_SECONDS", 0.0)
+    term = Terminal()
+    with progress.Progress("pass", 10, "rows", enabled="auto", stream=term) as bar:
+        assert bar.enabled is False  # "auto" asks whether sys.stderr (pytest's) is a terminal
+    with progress.Progress("pass", 10, "rows", enabled=True, stream=term) as bar:
+        bar.update(5, blocks=(1, 2))
+        bar.update(10, blocks=(2, 2))
+    text = term.getvalue()
+    assert text.count("\r") == 2 and text.endswith("\n") and text.count("\n") == 1
+    assert "bayes_rvm: pass: 100% (10 of 10 rows, block 2 of 2)" in text
+    with pytest.raises(ValueError, match="progress must be"):
+        progress.Progress("pass", 1, "rows", enabled="yes")
+
+
+def test_a_dask_pass_on_the_local_scheduler_reports_its_blocks(immediate_progress, capsys):
+    da = pytest.importorskip("dask.array")
+    import dask
+
+    from bayes_rvm.basis.kernels import KernelBasis
+    from bayes_rvm.basis.statistics import accumulate
+    from bayes_rvm.estimators.distributed import dask_statistics
+
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(1000, 2))
+    y = X[:, 0] + 0.1 * rng.normal(size=1000)
+    basis = KernelBasis("rbf", gamma=0.5).fit(X, centres=X[:30])
+    with dask.config.set(scheduler="synchronous"):
+        stats = dask_statistics(
+            basis, da.from_array(X, chunks=(250, 2)), da.from_array(y, chunks=250), progress=True
+        )
+    assert _progress_lines(capsys.readouterr().err) == [(250 * k, 1000) for k in range(1, 5)]
+    np.testing.assert_allclose(stats.gram, accumulate(basis, X, y).gram, rtol=1e-12)

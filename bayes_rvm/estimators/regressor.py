@@ -408,6 +408,7 @@ array-like or Prior, default="evidence_shared"
                     y,
                     chunk_rows=None if self.chunk_rows == "auto" else self.chunk_rows,
                     noise_variance=self._cfg.noise_variance,
+                    progress=True if self.verbose else "auto",
                 ),
                 problem,
                 engine,
@@ -470,7 +471,9 @@ array-like or Prior, default="evidence_shared"
         cfg = self._cfg
         spec = cfg.centres if cfg.centre_method == "given" else cfg.centre_method
         centres = dask_centres(X, spec, cfg.n_centres, self.random_state)
-        data = DaskData(X, y, noise_variance=cfg.noise_variance)
+        data = DaskData(
+            X, y, noise_variance=cfg.noise_variance, progress=True if self.verbose else "auto"
+        )
         search = self._width_search() if self._learns_width() else None
         found = data.fit(
             self.make_engine(),
