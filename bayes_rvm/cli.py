@@ -311,8 +311,11 @@ def _fit_model(model: RVR, X, y, args) -> RVR:
     The bars are rich's (PyMC's sampling bar among them), which write to whatever ``sys.stdout``
     is when they draw; they are shown where stderr is a terminal (``progressbar="auto"``).
     """
+    from bayes_rvm.progress import no_auto_progress
+
     options = {"progressbar": False} if args.quiet and model.inference == "mcmc" else {}
-    with contextlib.redirect_stdout(sys.stderr):
+    quiet = no_auto_progress() if args.quiet else contextlib.nullcontext()
+    with contextlib.redirect_stdout(sys.stderr), quiet:
         return model.fit(X, y, **options)
 
 

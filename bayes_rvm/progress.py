@@ -10,10 +10,12 @@ here, in the same places and on the same terms: on standard error, where a perso
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import sys
 import time
 
-__all__ = ["LOG_SECONDS", "QUIET_SECONDS", "Progress", "progress_wanted"]
+__all__ = ["LOG_SECONDS", "QUIET_SECONDS", "Progress", "no_auto_progress", "progress_wanted"]
 
 #: A pass that ends sooner shows nothing: progress for a fit of a second is noise.
 QUIET_SECONDS = 2.0
@@ -21,6 +23,17 @@ QUIET_SECONDS = 2.0
 LOG_SECONDS = 10.0
 #: Seconds between redraws on a terminal.
 _REDRAW_SECONDS = 0.5
+_AUTO_OFF = contextvars.ContextVar("bayes_rvm_auto_progress_off", default=False)
+
+
+@contextlib.contextmanager
+def no_auto_progress():
+    """Within it, ``"auto"`` progress stays off (the command line's ``--quiet``)."""
+    token = _AUTO_OFF.set(True)
+    try:
+        yield
+    finally:
+        _AUTO_OFF.reset(token)
 
 
 def progress_wanted(progress) -> bool:
@@ -31,7 +44,7 @@ def progress_wanted(progress) -> bool:
             raise ValueError(f'progress must be True, False or "auto", got {progress!r}.')
         from bayes_rvm.inference.sampling import _interactive
 
-        return _interactive()
+        return not _AUTO_OFF.get() and _interactive()
     return bool(progress)
 
 

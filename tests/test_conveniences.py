@@ -175,3 +175,16 @@ def test_a_dask_pass_on_the_local_scheduler_reports_its_blocks(immediate_progres
         )
     assert _progress_lines(capsys.readouterr().err) == [(250 * k, 1000) for k in range(1, 5)]
     np.testing.assert_allclose(stats.gram, accumulate(basis, X, y).gram, rtol=1e-12)
+
+
+def test_auto_progress_follows_the_terminal_and_quiet_turns_it_off(monkeypatch):
+    import bayes_rvm.inference.sampling as sampling
+    from bayes_rvm.progress import no_auto_progress, progress_wanted
+
+    monkeypatch.setattr(sampling, "_interactive", lambda: True)
+    assert progress_wanted("auto") and progress_wanted(True) and not progress_wanted(False)
+    with no_auto_progress():
+        assert not progress_wanted("auto") and progress_wanted(True)
+    assert progress_wanted("auto")
+    monkeypatch.setattr(sampling, "_interactive", lambda: False)
+    assert not progress_wanted("auto")
