@@ -330,14 +330,14 @@ def _write_plot(model, X, y, truth, path: Path, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from bayes_rvm.plots import _predicts_rate, plot_regression
+    from bayes_rvm.plots import plot_regression, predicts_rate
 
     if X.shape[1] == 1:
         ax = plot_regression(model, X, y, truth=truth)
     else:
         _, ax = plt.subplots(figsize=(5.5, 5))
         mean, std = model.predict(X, return_std=True)
-        what = "rate" if _predicts_rate(model) else "prediction"
+        what = "rate" if predicts_rate(model) else "prediction"
         ax.errorbar(y, mean, yerr=2 * std, fmt=".", alpha=0.6, label=f"{what} ± 2 sd")
         lims = [min(y.min(), mean.min()), max(y.max(), mean.max())]
         ax.plot(lims, lims, "k--", lw=1)

@@ -65,7 +65,7 @@ def plot_regression(
     # relevance_ are those of the type-II fit that ran first.
     mcmc = getattr(model, "inference", "type2") in ("mcmc", "vi")
     # A count model predicts the rate and the sd of the rate, not a count's spread.
-    what = "rate" if _predicts_rate(model) else "predictive"
+    what = "rate" if predicts_rate(model) else "predictive"
     ax.fill_between(
         grid[:, 0],
         mean - n_sd * std,
@@ -94,7 +94,7 @@ def plot_regression(
     return ax
 
 
-def _predicts_rate(model) -> bool:
+def predicts_rate(model) -> bool:
     """Whether ``model.predict`` gives a rate (a Poisson regression), not a target's mean."""
     return getattr(model, "likelihood", "gaussian") == "poisson"
 

@@ -15,7 +15,14 @@ import contextvars
 import sys
 import time
 
-__all__ = ["LOG_SECONDS", "QUIET_SECONDS", "Progress", "no_auto_progress", "progress_wanted"]
+__all__ = [
+    "LOG_SECONDS",
+    "QUIET_SECONDS",
+    "Progress",
+    "interactive",
+    "no_auto_progress",
+    "progress_wanted",
+]
 
 #: A pass that ends sooner shows nothing: progress for a fit of a second is noise.
 QUIET_SECONDS = 2.0
@@ -24,6 +31,21 @@ LOG_SECONDS = 10.0
 #: Seconds between redraws on a terminal.
 _REDRAW_SECONDS = 0.5
 _AUTO_OFF = contextvars.ContextVar("bayes_rvm_auto_progress_off", default=False)
+
+
+def interactive() -> bool:
+    """Whether a person is watching: a Jupyter kernel, or standard error on a terminal.
+
+    In a Jupyter kernel the progress bar is live only through ipywidgets; without them rich
+    draws nothing but a warning to install them, so the bar is left out there.
+    """
+    import importlib.util
+
+    shell = getattr(sys.modules.get("IPython"), "get_ipython", lambda: None)()
+    if shell is not None and "IPKernelApp" in getattr(shell, "config", {}):
+        return importlib.util.find_spec("ipywidgets") is not None
+    stream = sys.stderr
+    return bool(getattr(stream, "isatty", lambda: False)())
 
 
 @contextlib.contextmanager
@@ -42,9 +64,7 @@ def progress_wanted(progress) -> bool:
     if isinstance(progress, str):
         if progress != "auto":
             raise ValueError(f'progress must be True, False or "auto", got {progress!r}.')
-        from bayes_rvm.inference.sampling import _interactive
-
-        return not _AUTO_OFF.get() and _interactive()
+        return not _AUTO_OFF.get() and interactive()
     return bool(progress)
 
 

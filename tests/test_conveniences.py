@@ -178,13 +178,13 @@ def test_a_dask_pass_on_the_local_scheduler_reports_its_blocks(immediate_progres
 
 
 def test_auto_progress_follows_the_terminal_and_quiet_turns_it_off(monkeypatch):
-    import bayes_rvm.inference.sampling as sampling
+    import bayes_rvm.progress as progress
     from bayes_rvm.progress import no_auto_progress, progress_wanted
 
-    monkeypatch.setattr(sampling, "_interactive", lambda: True)
+    monkeypatch.setattr(progress, "interactive", lambda: True)
     assert progress_wanted("auto") and progress_wanted(True) and not progress_wanted(False)
     with no_auto_progress():
         assert not progress_wanted("auto") and progress_wanted(True)
     assert progress_wanted("auto")
-    monkeypatch.setattr(sampling, "_interactive", lambda: False)
+    monkeypatch.setattr(progress, "interactive", lambda: False)
     assert not progress_wanted("auto")
