@@ -6,9 +6,13 @@ the relevance vectors marked, a text summary and the saved model (with its ArviZ
 ``--output``. ``--data file.csv --target column`` fits a table instead; ``--inference mcmc``
 samples the hyperparameters by NUTS, ``--inference vi`` fits a variational approximation of the
 same model. ``--likelihood poisson`` fits counts with a log link (with no data, counts of log rate
-``1 + sin(x)`` on [-5, 5]); ``--likelihood student_t`` robust regression. ``bayes-rvm compare``
-fits the default problem four ways (type-II and MCMC, ARD and Student-t priors) and writes the
-elpd comparison table (type-II by leave-one-out refits, MCMC by PSIS-LOO) and plots.
+``1 + sin(x)`` on [-5, 5]); ``--likelihood student_t`` robust regression. A target of labels
+(text) fits a classifier (:class:`~bayes_rvm.RVC`); ``--task classify`` asks for one on integer
+labels. ``bayes-rvm predict model.nc --data new.csv`` writes a saved model's predictions with their
+sd (a classifier's: the label and each class's probability) as CSV to stdout or ``--output``.
+``bayes-rvm compare`` fits the default problem (or ``--data``) four ways (type-II and MCMC, ARD and
+Student-t priors) and writes the elpd comparison table (type-II by leave-one-out refits, MCMC by
+PSIS-LOO) and plots.
 ``bayes-rvm study config.toml [--scheduler ADDRESS]`` runs a model comparison study described in a
 TOML file (:func:`bayes_rvm.studies.config.read_config`), locally or on a Dask cluster.
 
@@ -32,9 +36,10 @@ import numpy as np
 from bayes_rvm.basis.kernels import KERNELS
 from bayes_rvm.datasets import make_sinc, sinc
 from bayes_rvm.estimators.base import DEFAULT_GAMMA, WIDTH_RULES
+from bayes_rvm.estimators.classifier import RVC
 from bayes_rvm.estimators.regressor import RVR
 from bayes_rvm.models.priors import DEFAULT_MCMC_NU, DEFAULT_NU
-from bayes_rvm.studies.config import read_table
+from bayes_rvm.studies.config import read_features, read_table
 
 __all__ = ["main"]
 
@@ -43,11 +48,20 @@ SINC_WIDTH = 3.0
 #: The values of ``--likelihood`` and ``--inference`` (RVR's ``likelihood`` and ``inference``).
 LIKELIHOODS = ("gaussian", "poisson", "student_t")
 INFERENCES = ("type2", "mcmc", "vi")
+#: The values of ``--task``: "auto" classifies a target of text labels and regresses numbers.
+TASKS = ("auto", "regress", "classify")
+#: The subcommands; anything else on the command line is an option of ``fit``.
+COMMANDS = ("fit", "predict", "compare", "study")
 
 
 def count_rate(x: np.ndarray) -> np.ndarray:
     """The rate of the built-in count problem: ``exp(1 + sin(x))``."""
     return np.exp(1.0 + np.sin(x))
+
+
+def _data_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data", type=Path, help="CSV file with a header row (default: sinc)")
+    p.add_argument("--target", help="target column of --data (default: the last column)")
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -113,11 +127,17 @@ def _parser() -> argparse.ArgumentParser:
     fit = sub.add_parser(
         "fit",
         help="fit one model, print its summary, write plot and model",
-        description="Fit one RVR model and write summary.txt, the plot and "
-        "model.nc (the estimator with its ArviZ DataTree).",
+        description="Fit one model (RVR, or RVC for class labels) and write summary.txt, the "
+        "plot and model.nc (the estimator with its ArviZ DataTree).",
     )
-    fit.add_argument("--data", type=Path, help="CSV file with a header row (default: sinc)")
-    fit.add_argument("--target", help="target column of --data (default: the last column)")
+    _data_options(fit)
+    fit.add_argument(
+        "--task",
+        choices=TASKS,
+        default="auto",
+        help="regress (RVR) or classify (RVC); auto classifies a target of text labels and "
+        "regresses numbers: integer class labels need --task classify (default auto)",
+    )
     fit.add_argument(
         "--prior", choices=("ard", "student_t"), default="ard", help="weight prior (default ard)"
     )
@@ -136,12 +156,28 @@ def _parser() -> argparse.ArgumentParser:
         "Student-t noise (default gaussian)",
     )
     _common(fit)
+    pred = sub.add_parser(
+        "predict",
+        help="predictions of a saved model (with their sd) for the rows of a CSV file",
+        description="Load a model saved by 'bayes-rvm fit' (or bayes_rvm.save_model) and write "
+        "its predictions for the rows of --data as CSV: 'prediction' and 'sd' (the predictive "
+        "sd; for counts the rate and its sd) for a regressor, the label and one probability "
+        "column per class for a classifier. The model's feature columns are taken by name; "
+        "other columns (the target, an identifier) are ignored.",
+    )
+    pred.add_argument("model", type=Path, help="the saved model (e.g. rvm_output/model.nc)")
+    pred.add_argument("--data", type=Path, required=True, help="CSV file with a header row")
+    pred.add_argument(
+        "--output", type=Path, default=None, help="CSV file to write (default: stdout)"
+    )
+    _traceback_option(pred)
     cmp = sub.add_parser(
         "compare",
         help="type-II vs MCMC, ARD vs Student-t, by elpd (type-II: LOO refits; MCMC: PSIS-LOO)",
-        description="Fit the sinc problem with both priors by type-II and by "
+        description="Fit the sinc problem (or --data) with both priors by type-II and by "
         "MCMC and write ArviZ's comparison table (compare.csv) and plots.",
     )
+    _data_options(cmp)
     _common(cmp)
     study = sub.add_parser(
         "study",
@@ -196,30 +232,67 @@ def _gamma(value: str | None, default):
     return gamma
 
 
-def _load_table(path: Path, target: str | None) -> tuple[np.ndarray, np.ndarray, list[str]]:
+def _load_table(path: Path, target: str | None, task: str):
+    """Features (a DataFrame, so that the model keeps their names), target and feature names.
+
+    The target is float for a regression and the labels as written for a classification;
+    ``task="auto"`` classifies a target with any non-numeric cell.
+    """
+    import pandas as pd
+
     if not path.is_file():
         raise SystemExit(f"bayes-rvm: --data {path} does not exist")
     try:
-        return read_table(path, target, target_flag="--target")
+        X, y, names = read_table(path, target, numeric=False, target_flag="--target")
     except ValueError as exc:
         raise SystemExit(f"bayes-rvm: {exc}") from None
+    numbers = pd.to_numeric(pd.Series(y), errors="coerce")
+    labels = numbers.isna().to_numpy()
+    if task == "auto":
+        task = "classify" if labels.any() else "regress"
+    if task == "regress":
+        if labels.any():
+            row = int(np.flatnonzero(labels)[0])
+            column = repr(target) if target else "(the last column)"
+            raise SystemExit(
+                f"bayes-rvm: the target {column} of {path} holds labels, not numbers "
+                f"({y[row]!r} at line {row + 2}): --task classify fits a classifier "
+                "(the default --task auto does so for text labels)"
+            )
+        y = numbers.to_numpy(float)
+        values = np.unique(y)
+        if values.size <= 2 and np.all(values == np.round(values)):
+            warnings.warn(
+                f"the target takes only the values {values.tolist()}: fitting a regression; "
+                "--task classify fits a classifier",
+                UserWarning,
+                stacklevel=2,
+            )
+    return pd.DataFrame(X, columns=names), y, names, task
 
 
 def _problem(args):
-    """Training data, optional test data with the truth, and the default kernel coefficient."""
+    """Training data, optional test data with the truth, the default kernel coefficient, task.
+
+    The task is "regress" or "classify" (``--task``, or for ``--task auto`` the target's type).
+    """
+    task = getattr(args, "task", "auto")
     if getattr(args, "data", None) is not None:
-        X, y, names = _load_table(args.data, args.target)
-        return X, y, None, f"{args.data} ({len(y)} rows, features {names})", DEFAULT_GAMMA
+        X, y, names, task = _load_table(args.data, args.target, task)
+        label = f"{args.data} ({len(y)} rows, features {names})"
+        return X, y, None, label, DEFAULT_GAMMA, task
+    if task == "classify":
+        raise SystemExit("bayes-rvm: --task classify needs --data (a CSV file with class labels)")
     if args.n_samples < 2:
         raise SystemExit("bayes-rvm: --n-samples must be at least 2")
     if getattr(args, "likelihood", "gaussian") == "poisson":
         X = np.linspace(-5.0, 5.0, args.n_samples)[:, None]
         y = np.random.default_rng(args.seed).poisson(count_rate(X[:, 0])).astype(np.float64)
         label = f"counts of log rate 1 + sin(x) (N={args.n_samples})"
-        return X, y, np.linspace(-5.0, 5.0, 1000)[:, None], label, DEFAULT_GAMMA
-    X, y = make_sinc(args.n_samples, noise=args.noise, random_state=args.seed)
+        return X, y, np.linspace(-5.0, 5.0, 1000)[:, None], label, DEFAULT_GAMMA, "regress"
+    X, y = make_sinc(args.n_samples, noise=args.noise, random_state=args.seed, shuffle=False)
     label = f"sinc (N={args.n_samples}, noise sd={args.noise:g})"
-    return X, y, np.linspace(-10, 10, 1000)[:, None], label, 1.0 / SINC_WIDTH**2
+    return X, y, np.linspace(-10, 10, 1000)[:, None], label, 1.0 / SINC_WIDTH**2, "regress"
 
 
 def _mcmc_params(args) -> dict:
@@ -238,8 +311,11 @@ def _fit_model(model: RVR, X, y, args) -> RVR:
     The bars are rich's (PyMC's sampling bar among them), which write to whatever ``sys.stdout``
     is when they draw; they are shown where stderr is a terminal (``progressbar="auto"``).
     """
+    from bayes_rvm.progress import no_auto_progress
+
     options = {"progressbar": False} if args.quiet and model.inference == "mcmc" else {}
-    with contextlib.redirect_stdout(sys.stderr):
+    quiet = no_auto_progress() if args.quiet else contextlib.nullcontext()
+    with contextlib.redirect_stdout(sys.stderr), quiet:
         return model.fit(X, y, **options)
 
 
@@ -254,14 +330,15 @@ def _write_plot(model, X, y, truth, path: Path, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from bayes_rvm.plots import plot_regression
+    from bayes_rvm.plots import plot_regression, predicts_rate
 
     if X.shape[1] == 1:
         ax = plot_regression(model, X, y, truth=truth)
     else:
         _, ax = plt.subplots(figsize=(5.5, 5))
         mean, std = model.predict(X, return_std=True)
-        ax.errorbar(y, mean, yerr=2 * std, fmt=".", alpha=0.6, label="prediction ± 2 sd")
+        what = "rate" if predicts_rate(model) else "prediction"
+        ax.errorbar(y, mean, yerr=2 * std, fmt=".", alpha=0.6, label=f"{what} ± 2 sd")
         lims = [min(y.min(), mean.min()), max(y.max(), mean.max())]
         ax.plot(lims, lims, "k--", lw=1)
         ax.set(xlabel="observed", ylabel="predicted")
@@ -304,9 +381,12 @@ def _mcmc_report(model: RVR, n_obs: int) -> list[str]:
             if "sigma" in post
             else []
         ),
-        # weights whose posterior keeps clear of zero: the sampled counterpart of relevance
-        f"  weights           : {int(np.sum(np.abs(mean) > 2 * sd))} of {mean.size} beyond two "
-        "posterior sd of zero",
+        # Weights whose posterior keeps clear of zero. Over every candidate of a redundant
+        # basis the effect is shared among near-duplicate columns, so few or none stand alone:
+        # the predictions, not this count, say how well the fit does.
+        f"  weights           : {mean.size} sampled; {int(np.sum(np.abs(mean) > 2 * sd))} "
+        "individually clear of zero (|mean| > 2 posterior sd); neighbouring basis functions "
+        "share the fit",
         f"  LOO elpd          : {loo['elpd_loo']:.2f} ± {loo['elpd_loo_se']:.2f} ({reliability})",
         f"  divergences       : {diag['divergences']}",
         f"  max R-hat         : {diag['max_rhat']:.4f} (hyperparameters)",
@@ -337,10 +417,84 @@ def _type2_report(model: RVR, X, y, args, simulated: bool) -> list[str]:
     ]
 
 
+def _classifier(args, gamma) -> RVC:
+    """The RVC of ``fit --task classify``, refusing the options that belong to regressions."""
+    if args.likelihood != "gaussian":
+        raise SystemExit(
+            f"bayes-rvm: --likelihood {args.likelihood} is for regression; a classifier's "
+            "likelihood is Bernoulli (two classes) or categorical"
+        )
+    if args.inference == "vi":
+        raise SystemExit(
+            "bayes-rvm: --inference vi fits regressions only; classify by type2 or mcmc"
+        )
+    params = {
+        "kernel": args.kernel,
+        "gamma": gamma,
+        "prior": args.prior,
+        "prior_params": _prior_params(args),
+        "inference": args.inference,
+    }
+    if args.inference == "mcmc":
+        params.update(_mcmc_params(args))
+    return RVC(**params)
+
+
+def _classify_report(model: RVC, X, y) -> list[str]:
+    """A classifier's fit: classes, relevance vectors, evidence, training accuracy, log loss."""
+    from sklearn.metrics import log_loss
+
+    classes = ", ".join(map(str, model.classes_))
+    proba = model.predict_proba(X)
+    lines = [
+        f"  classes           : {classes}",
+        f"  relevance vectors : {model.n_relevance_vectors_} of {len(y)}",
+    ]
+    if getattr(model, "log_evidence_", None) is not None:
+        lines.append(f"  log evidence      : {float(np.sum(model.log_evidence_)):.3f}")
+    return [
+        *lines,
+        f"  training accuracy : {model.score(X, y):.4f}",
+        f"  training log loss : {log_loss(y, proba, labels=model.classes_):.4f}",
+    ]
+
+
+def _write_class_plot(model: RVC, X, y, path: Path, title: str) -> None:
+    """Two features: each class's points over the probability of the last class."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    Xv = np.asarray(X, dtype=np.float64)
+    lo, hi = Xv.min(axis=0), Xv.max(axis=0)
+    pad = 0.05 * (hi - lo)
+    g0, g1 = np.meshgrid(*(np.linspace(lo[j] - pad[j], hi[j] + pad[j], 150) for j in (0, 1)))
+    grid = np.c_[g0.ravel(), g1.ravel()]
+    if hasattr(X, "columns"):
+        import pandas as pd
+
+        grid = pd.DataFrame(grid, columns=X.columns)
+    proba = model.predict_proba(grid)[:, -1].reshape(g0.shape)
+    fig, ax = plt.subplots(figsize=(6, 5))
+    cs = ax.contourf(g0, g1, proba, levels=np.linspace(0, 1, 11), cmap="RdBu_r", alpha=0.6)
+    fig.colorbar(cs, ax=ax, label=f"P(class {model.classes_[-1]})")
+    for k, c in enumerate(model.classes_):
+        sel = np.asarray(y) == c
+        ax.plot(Xv[sel, 0], Xv[sel, 1], "os^vD"[k % 5], ms=4, mec="k", mew=0.4, label=str(c))
+    names = list(X.columns) if hasattr(X, "columns") else ["x0", "x1"]
+    ax.set(xlabel=names[0], ylabel=names[1], title=title)
+    ax.legend(fontsize="small", title="class")
+    fig.savefig(path, dpi=120, bbox_inches="tight", metadata={"Title": title})
+    plt.close(fig)
+
+
 def _fit(args) -> int:
     from bayes_rvm.estimators.saving import save_model
 
-    X, y, X_test, label, default_gamma = _problem(args)
+    X, y, X_test, label, default_gamma, task = _problem(args)
+    if task == "classify":
+        return _fit_classifier(args, X, y, label, _gamma(args.gamma, default_gamma))
     params = {
         "kernel": args.kernel,
         "gamma": _gamma(args.gamma, default_gamma),
@@ -408,6 +562,78 @@ def _fit(args) -> int:
     return 0
 
 
+def _fit_classifier(args, X, y, label: str, gamma) -> int:
+    from bayes_rvm.estimators.saving import save_model
+
+    model = _classifier(args, gamma)
+    start = time.perf_counter()
+    _fit_model(model, X, y, args)
+    elapsed = time.perf_counter() - start
+    mcmc = args.inference == "mcmc"
+    lines = [
+        f"bayes_rvm: relevance vector classification on {label}",
+        f"  kernel={args.kernel}, prior={args.prior}, inference={args.inference}",
+    ]
+    if mcmc:
+        lines += _mcmc_report(model, len(y))
+        lines.append("type-II fit (the sampler's seed) and predictions of the MCMC fit:")
+    lines += _classify_report(model, X, y)
+    lines.append(f"  fit time          : {elapsed:.3f} s")
+    args.output.mkdir(parents=True, exist_ok=True)
+    summary = args.output / "summary.txt"
+    summary.write_text("\n".join(lines) + "\n")
+    model.idata_  # noqa: B018 - build the type-II DataTree so that it is saved with the model
+    written = [summary, save_model(model, args.output / "model.nc")]
+    if not args.no_plot and X.shape[1] == 2:
+        written.append(args.output / "fit.png")
+        title = (
+            f"RVC ({'MCMC' if mcmc else 'type-II'}): {model.n_relevance_vectors_} relevance vectors"
+        )
+        _write_class_plot(model, X, y, written[-1], title)
+    lines.append("  wrote             : " + ", ".join(str(p) for p in written))
+    print("\n".join(lines))
+    return 0
+
+
+def _predict(args) -> int:
+    """A saved model's predictions for the rows of ``--data``, as CSV."""
+    import pandas as pd
+
+    from bayes_rvm.estimators.saving import load_model
+
+    if not args.model.exists():
+        raise SystemExit(f"bayes-rvm: the model {args.model} does not exist")
+    model = load_model(args.model)
+    names = getattr(model, "feature_names_in_", None)
+    try:
+        X = read_features(args.data, None if names is None else list(names), model.n_features_in_)
+    except ValueError as exc:
+        raise SystemExit(f"bayes-rvm: {exc}") from None
+    if not hasattr(model, "feature_names_in_"):
+        X = X.to_numpy()
+    if hasattr(model, "predict_proba"):
+        proba = model.predict_proba(X)
+        table = pd.DataFrame(proba, columns=[f"p_{c}" for c in model.classes_])
+        table.insert(0, "prediction", model.predict(X))
+    else:
+        mean, sd = model.predict(X, return_std=True)
+        if mean.ndim == 1:
+            table = pd.DataFrame({"prediction": mean, "sd": sd})
+        else:
+            outputs = range(mean.shape[1])
+            table = pd.DataFrame(
+                {
+                    **{f"prediction_{j}": mean[:, j] for j in outputs},
+                    **{f"sd_{j}": sd[:, j] for j in outputs},
+                }
+            )
+    target = sys.stdout if args.output is None else args.output
+    table.to_csv(target, index=False, float_format="%.8g")
+    if args.output is not None:
+        print(f"wrote {len(table)} predictions to {args.output}", file=sys.stderr)
+    return 0
+
+
 def _compare(args) -> int:
     import arviz as az
     import matplotlib
@@ -417,7 +643,12 @@ def _compare(args) -> int:
 
     from bayes_rvm.posterior.comparison import compare
 
-    X, y, _, label, default_gamma = _problem(args)
+    X, y, _, label, default_gamma, task = _problem(args)
+    if task == "classify":
+        raise SystemExit(
+            "bayes-rvm: compare fits regressions; the target of --data holds class labels "
+            "(type-II classifiers have no leave-one-out refits to compare by)"
+        )
     gamma = _gamma(args.gamma, default_gamma)
     fits = {}
     for prior in ("ard", "student_t"):
@@ -439,7 +670,7 @@ def _compare(args) -> int:
     args.output.mkdir(parents=True, exist_ok=True)
     table.to_csv(args.output / "compare.csv")
     print(f"elpd comparison on {label} (type-II by leave-one-out refits, MCMC by PSIS-LOO):")
-    print(table.to_string())
+    print(_table_text(table))
     written = [args.output / "compare.csv"]
     if not args.no_plot:
         pc = az.plot_compare(table)
@@ -474,12 +705,12 @@ def _study(args) -> int:
         raise SystemExit(f"bayes-rvm: {exc}") from None
     client = None
     if args.scheduler:
+        from bayes_rvm._optional import require
+
         try:
-            from distributed import Client
-        except ImportError:
-            raise SystemExit(
-                "bayes-rvm: --scheduler needs Dask: pip install 'bayes-rvm[study]'"
-            ) from None
+            Client = require("distributed", "dask", "--scheduler").Client
+        except ImportError as exc:
+            raise SystemExit(f"bayes-rvm: {exc}") from None
         client = Client(args.scheduler)
     try:
         table = run_study(
@@ -499,8 +730,8 @@ def _study(args) -> int:
     shown = ["dataset", "model", "elpd_loo", "elpd_loo_se", "n_pareto_k_high"]
     shown += [c for c in ("test_rmse", "test_error_rate") if table[c].notna().any()]
     shown += ["converged"] if table["converged"].eq(False).any() else []
-    with pd.option_context("display.width", 200, "display.max_rows", 500):
-        print(table[shown].round(3).to_string(index=False))
+    with pd.option_context("display.max_rows", 500):
+        print(_table_text(table[shown].set_index(["dataset", "model"])))
     if not args.no_plot:
         import matplotlib
 
@@ -517,6 +748,19 @@ def _study(args) -> int:
     return 0
 
 
+def _table_text(table, digits: int = 3) -> str:
+    """A table as text for a terminal: numbers rounded to ``digits`` decimals, never wrapped."""
+    import pandas as pd
+
+    shown = table.copy()
+    for column in shown.columns:
+        if pd.api.types.is_float_dtype(shown[column]):
+            # -0.000 and 1.7e-16 both print as 0.000: a weight of zero is zero.
+            shown[column] = shown[column].round(digits) + 0.0
+    with pd.option_context("display.width", 10_000, "display.max_columns", None):
+        return shown.to_string(float_format=f"{{:.{digits}f}}".format)
+
+
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
     # One line per warning, without the source location: a user of the command has no use for
     # the path of the library (or of this script) that raised it.
@@ -527,10 +771,10 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] not in ("fit", "compare", "study", "-h", "--help"):
+    if not argv or argv[0] not in (*COMMANDS, "-h", "--help"):
         argv = ["fit", *argv]
     args = _parser().parse_args(argv)
-    command = {"compare": _compare, "study": _study}.get(args.command, _fit)
+    command = {"predict": _predict, "compare": _compare, "study": _study}.get(args.command, _fit)
     try:
         with warnings.catch_warnings():
             warnings.showwarning = _show_warning

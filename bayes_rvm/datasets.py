@@ -30,6 +30,7 @@ def make_sinc(
     high: float = 10.0,
     random: bool = False,
     n_features: int = 1,
+    shuffle: bool = True,
     random_state=None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Tipping's sinc regression problem.
@@ -46,8 +47,13 @@ def make_sinc(
         Draw inputs uniformly instead of equally spaced (always random when ``n_features > 1``).
     n_features : int, default=1
         With more than one feature the target is ``sinc(||x||)`` (the radial sinc).
+    shuffle : bool, default=True
+        Return the rows in random order, as scikit-learn's generators do, so that unshuffled
+        folds (``cross_val_score(RVR(), X, y, cv=5)``) each span the input range. False keeps
+        equally spaced inputs in increasing order (for line plots); the pairs ``(x, y)`` are the
+        same either way.
     random_state : int, RandomState or None
-        Seed of the noise (and of the inputs when random).
+        Seed of the noise (and of the inputs when random, and of the order when shuffled).
 
     Returns
     -------
@@ -63,8 +69,11 @@ def make_sinc(
         X = np.linspace(low, high, n_samples)[:, None]
     else:
         X = rng.uniform(low, high, size=(n_samples, n_features))
-    f = sinc(np.linalg.norm(X, axis=1))
-    return X, f + noise * rng.standard_normal(n_samples)
+    y = sinc(np.linalg.norm(X, axis=1)) + noise * rng.standard_normal(n_samples)
+    if shuffle:
+        order = rng.permutation(n_samples)
+        X, y = X[order], y[order]
+    return X, y
 
 
 def make_friedman(

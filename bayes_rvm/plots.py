@@ -64,15 +64,17 @@ def plot_regression(
     # An MCMC or VI fit predicts by its posterior over every sampled basis function; its
     # relevance_ are those of the type-II fit that ran first.
     mcmc = getattr(model, "inference", "type2") in ("mcmc", "vi")
+    # A count model predicts the rate and the sd of the rate, not a count's spread.
+    what = "rate" if predicts_rate(model) else "predictive"
     ax.fill_between(
         grid[:, 0],
         mean - n_sd * std,
         mean + n_sd * std,
         color="C0",
         alpha=0.2,
-        label=f"{'posterior ' if mcmc else ''}predictive ±{n_sd:g} sd",
+        label=f"{'posterior ' if mcmc else ''}{what} ±{n_sd:g} sd",
     )
-    ax.plot(grid[:, 0], mean, color="C0", label="predictive mean")
+    ax.plot(grid[:, 0], mean, color="C0", label=f"{what} mean")
     if truth is not None:
         ax.plot(grid[:, 0], truth(grid[:, 0]), "k--", lw=1, label="truth")
     ax.plot(X[:, 0], y, ".", color="0.5", ms=4, label="data")
@@ -92,15 +94,22 @@ def plot_regression(
     return ax
 
 
+def predicts_rate(model) -> bool:
+    """Whether ``model.predict`` gives a rate (a Poisson regression), not a target's mean."""
+    return getattr(model, "likelihood", "gaussian") == "poisson"
+
+
 def plot_study(table, *, n_se: float = 1.0, axes=None):
-    """PSIS-LOO elpd with its standard error per model, one panel per data set.
+    """Leave-one-out elpd with its standard error per model, one panel per data set.
 
     Parameters
     ----------
     table : pandas.DataFrame
         A study table (:func:`bayes_rvm.studies.runner.run_study` or
         :func:`~bayes_rvm.studies.runner.load_study`)
-        with ``dataset``, ``model``, ``elpd_loo`` and ``elpd_loo_se``.
+        with ``dataset``, ``model``, ``elpd_loo`` and ``elpd_loo_se``; with ``elpd_method``
+        each model is labelled by how its elpd was estimated (PSIS-LOO, or leave-one-out refits
+        for a type-II regression fit).
     n_se : float, default=1.0
         Half-width of the error bars in standard errors.
     axes : sequence of matplotlib Axes, optional
@@ -128,7 +137,7 @@ def plot_study(table, *, n_se: float = 1.0, axes=None):
     if axes is None:
         n_models = table.groupby("dataset")["model"].size().max()
         fig, axes = plt.subplots(
-            1, len(names), figsize=(4.5 * len(names), 0.9 + 0.35 * n_models), squeeze=False
+            1, len(names), figsize=(4.5 * len(names), 0.9 + 0.6 * n_models), squeeze=False
         )
         axes = axes[0]
     elif len(axes) != len(names):
@@ -173,8 +182,13 @@ def plot_study(table, *, n_se: float = 1.0, axes=None):
         if np.isfinite(elpd).any():
             best = int(np.nanargmax(elpd))
             ax.axvline(elpd[best], color="0.6", ls="--", lw=1)
-        ax.set_yticks(pos, rows["model"].tolist())
-        ax.set(title=str(name), xlabel=f"elpd (PSIS-LOO) ± {n_se:g} se")
+        how = rows["elpd_method"] if "elpd_method" in rows else [None] * len(rows)
+        ticks = [
+            f"{model}\n({m})" if isinstance(m, str) and m else str(model)
+            for model, m in zip(rows["model"], how, strict=True)
+        ]
+        ax.set_yticks(pos, ticks)
+        ax.set(title=str(name), xlabel=f"elpd (leave-one-out) ± {n_se:g} se")
     axes[0].legend(fontsize="small", loc="best")
     fig = axes[0].figure
     fig.tight_layout()

@@ -72,8 +72,8 @@ def _brute_type2(gamma: float, X, y) -> float:
 
 def replicate(seed: int, n: int, width: float, draws: int, chains: int) -> dict:
     gamma = 1.0 / width**2
-    X, y = make_sinc(n, random=True, random_state=seed)
-    Xt, yt = make_sinc(1000, random=True, random_state=10_000 + seed)
+    X, y = make_sinc(n, random=True, random_state=seed, shuffle=False)
+    Xt, yt = make_sinc(1000, random=True, random_state=10_000 + seed, shuffle=False)
     t2 = RVR(gamma=gamma).fit(X, y)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -35,7 +35,7 @@ def log_evidence(Phi, y, cols, alpha, beta) -> float:
 
 def problems(sizes, quick):
     for n in sizes:
-        X, y = make_sinc(n, noise=0.1, random=n != 100, random_state=n)
+        X, y = make_sinc(n, noise=0.1, random=n != 100, random_state=n, shuffle=False)
         Xt = np.linspace(-10, 10, 1000)[:, None]
         yield f"sinc N={n}", X, y, Xt, sinc(Xt[:, 0]), 1.0 / 3.0**2
     if not quick:

@@ -52,9 +52,9 @@ KEY = ("student_t", "sequential")
 def data(kind: str, n: int = 100, seed: int = 0):
     """The training set of ``kind`` and the noise-free test grid."""
     if kind == "gaussian":
-        X, y = make_sinc(n, noise=0.1, random_state=seed)
+        X, y = make_sinc(n, noise=0.1, random_state=seed, shuffle=False)
     else:
-        X, _ = make_sinc(n, noise=0.0, random_state=seed)
+        X, _ = make_sinc(n, noise=0.0, random_state=seed, shuffle=False)
         y = np.sinc(X[:, 0] / np.pi) + 0.1 * np.random.default_rng(seed).standard_t(3.0, n)
     X_test = np.linspace(-10.0, 10.0, 1000)[:, None]
     return X, y, X_test, np.sinc(X_test[:, 0] / np.pi)

@@ -46,8 +46,8 @@ def grid(n: int, draws: int) -> tuple[dict, dict]:
 
     The test suite runs this grid small on a Dask cluster against the serial run.
     """
-    X1, y1 = make_sinc(n, noise=0.1, random_state=0)
-    X1t, y1t = make_sinc(200, noise=0.1, random=True, random_state=1)
+    X1, y1 = make_sinc(n, noise=0.1, random_state=0, shuffle=False)
+    X1t, y1t = make_sinc(200, noise=0.1, random=True, random_state=1, shuffle=False)
     F, t = make_friedman(1, n + 200, noise=0.5, random_state=1)
     config = {"mcmc_basis": "relevant", "draws": draws, "tune": draws, "chains": 2}
     mcmc = dict(inference="mcmc", sampler_config=config)

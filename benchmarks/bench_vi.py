@@ -33,8 +33,8 @@ from bayes_rvm.datasets import make_sinc
 from bayes_rvm.estimators.regressor import RVR
 t_import = time.perf_counter() - t0
 inference, quick = sys.argv[1], sys.argv[2] == "1"
-X, y = make_sinc(100, random_state=0)
-X_test, y_test = make_sinc(1000, random_state=1)
+X, y = make_sinc(100, random_state=0, shuffle=False)
+X_test, y_test = make_sinc(1000, random_state=1, shuffle=False)
 extra = dict(sampler_config=dict(draws=200, chains=2)) if quick and inference == "mcmc" else {}
 t1 = time.perf_counter()
 est = RVR(gamma=0.25, inference=inference, random_state=0, **extra).fit(X, y)

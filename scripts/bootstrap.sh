@@ -1,8 +1,16 @@
 #!/usr/bin/env bash
-# Create (or reuse) .venv with Python >= 3.12 and install bayes_rvm with its development extras.
+# Create (or reuse) .venv with Python >= 3.12 and install bayes_rvm into it (editable).
+#   bash scripts/bootstrap.sh        the package and what its default paths need
+#   bash scripts/bootstrap.sh dev    also the development extras (tests, docs, JAX, Dask, benchmarks)
+# Any other argument names extras to add, e.g. "jax,dask".
 # Looks for a suitable interpreter on PATH first, then among pyenv's installed versions.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+extras="${1:-}"
+case "$extras" in
+    "" | [a-z]*) ;;
+    *) echo "bootstrap: the argument is a list of extras such as dev or jax,dask, got '$extras'." >&2; exit 1 ;;
+esac
 
 ok() { "$1" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) else 1)' >/dev/null 2>&1; }
 
@@ -37,4 +45,7 @@ else
     PY=.venv/bin/python
 fi
 "$PY" -m pip install --quiet --upgrade pip >&2
-"$PY" -m pip install --quiet -e ".[dev]" >&2
+target="."
+[ -z "$extras" ] || target=".[$extras]"
+echo "bootstrap: installing $target into .venv (pip's progress follows)" >&2
+"$PY" -m pip install --progress-bar on -e "$target" >&2

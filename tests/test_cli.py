@@ -337,3 +337,236 @@ def test_mcmc_output_results_on_stdout_one_line_warnings_and_progress_on_stderr(
     n_basis = int(re.search(r"over (\d+) basis functions", summary).group(1))
     assert n_basis == 31  # mcmc_basis="all": every training point and the bias
     assert title == f"RVR by MCMC (nutpie): 2 chains x 100 draws over {n_basis} basis functions"
+
+
+# -- predict, classification, compare --data, readable output --------------------------------
+
+
+def _ripley_csv(path: Path, *, labels, test: bool = False, extra_column: bool = False) -> Path:
+    """Ripley's data as CSV: features xs, ys and the class (as ``labels[y]``) in column 'cls'."""
+    import pandas as pd
+
+    from bayes_rvm.datasets import load_ripley
+
+    X, y, X_test, y_test = load_ripley()
+    X, y = (X_test, y_test) if test else (X, y)
+    frame = pd.DataFrame({"cls": np.asarray(labels)[y.astype(int)], "ys": X[:, 1], "xs": X[:, 0]})
+    if extra_column:
+        frame.insert(0, "id", np.arange(len(frame)))
+    frame.to_csv(path, index=False)
+    return path
+
+
+def _predicted(capsys) -> "pd.DataFrame":  # noqa: F821 - pandas imported on use
+    import io
+
+    import pandas as pd
+
+    return pd.read_csv(io.StringIO(capsys.readouterr().out))
+
+
+def test_a_text_target_fits_a_classifier_that_predict_scores_on_new_rows(tmp_path, capsys):
+    """Ripley's data with the labels as text: ``fit`` picks RVC by itself, ``predict`` takes the
+    feature columns by name (in another order, beside an identifier and the target) and its
+    labels reach Ripley's test error (Tipping 2001: 9.3% for the RVM; Bayes rate 8%)."""
+    train = _ripley_csv(tmp_path / "train.csv", labels=["no", "yes"])
+    out = tmp_path / "c"
+    assert main(["fit", "--data", str(train), "--target", "cls", "--output", str(out)]) == 0
+    summary = (out / "summary.txt").read_text()
+    assert "relevance vector classification" in summary and "classes           : no, yes" in summary
+    assert float(re.search(r"training accuracy : ([0-9.]+)", summary).group(1)) > 0.85
+    assert (out / "fit.png").read_bytes()[:8] == PNG  # two features: the probability map
+    capsys.readouterr()
+    test = _ripley_csv(tmp_path / "test.csv", labels=["no", "yes"], test=True, extra_column=True)
+    assert main(["predict", str(out / "model.nc"), "--data", str(test)]) == 0
+    pred = _predicted(capsys)
+    assert list(pred.columns) == ["prediction", "p_no", "p_yes"] and len(pred) == 1000
+    np.testing.assert_allclose(pred["p_no"] + pred["p_yes"], 1.0, atol=1e-7)
+    assert (pred["prediction"] == np.where(pred["p_yes"] > 0.5, "yes", "no")).all()
+    import pandas as pd
+
+    error = float(np.mean(pred["prediction"] != pd.read_csv(test)["cls"]))
+    assert 0.07 < error < 0.12
+
+
+def test_integer_labels_classify_on_request_and_warn_otherwise(tmp_path, capsys):
+    """0/1 labels regress by default (with a warning naming --task classify); with --task
+    classify they give the same probabilities as the same classes written as text."""
+    ints = _ripley_csv(tmp_path / "ints.csv", labels=[0, 1])
+    text = _ripley_csv(tmp_path / "text.csv", labels=["a", "b"])
+    common = ["--target", "cls", "--no-plot"]
+    assert main(["fit", "--data", str(ints), *common, "--output", str(tmp_path / "r")]) == 0
+    captured = capsys.readouterr()
+    assert "relevance vector regression" in captured.out
+    assert re.search(
+        r"warning: the target takes only the values \[0.0, 1.0\].*--task classify", captured.err
+    )
+    argv = ["fit", "--data", str(ints), "--task", "classify", *common]
+    assert main([*argv, "--output", str(tmp_path / "i")]) == 0
+    assert main(["fit", "--data", str(text), *common, "--output", str(tmp_path / "t")]) == 0
+    capsys.readouterr()
+    test = _ripley_csv(tmp_path / "test.csv", labels=[0, 1], test=True)
+    main(["predict", str(tmp_path / "i" / "model.nc"), "--data", str(test)])
+    by_int = _predicted(capsys)
+    main(["predict", str(tmp_path / "t" / "model.nc"), "--data", str(test)])
+    by_text = _predicted(capsys)
+    assert set(by_int["prediction"]) == {0, 1} and set(by_text["prediction"]) == {"a", "b"}
+    np.testing.assert_allclose(by_int["p_1"], by_text["p_b"], rtol=1e-10)
+
+
+def test_regression_predict_writes_the_mean_and_sd_to_stdout_or_a_file(tmp_path, capsys):
+    """The built-in sinc fit, predicted at new x: close to the noise-free sinc, with an sd at
+    least the fitted noise sd (the predictive sd includes the noise) and the same numbers in
+    ``--output`` as on stdout."""
+    from bayes_rvm.datasets import sinc
+
+    out = tmp_path / "s"
+    assert main(["--output", str(out), "--no-plot"]) == 0
+    noise = float(re.search(r"noise sd\s+: ([0-9.]+)", (out / "summary.txt").read_text())[1])
+    x = np.linspace(-9.5, 9.5, 40)
+    data = tmp_path / "x.csv"
+    np.savetxt(data, x[:, None], header="x", comments="")
+    capsys.readouterr()
+    assert main(["predict", str(out / "model.nc"), "--data", str(data)]) == 0
+    pred = _predicted(capsys)
+    assert list(pred.columns) == ["prediction", "sd"]
+    assert np.sqrt(np.mean((pred["prediction"] - sinc(x)) ** 2)) < 0.1
+    assert (pred["sd"] >= noise * (1 - 1e-6)).all() and (pred["sd"] < 3 * noise).all()
+    assert (
+        main(
+            [
+                "predict",
+                str(out / "model.nc"),
+                "--data",
+                str(data),
+                "--output",
+                str(tmp_path / "p.csv"),
+            ]
+        )
+        == 0
+    )
+    import pandas as pd
+
+    np.testing.assert_allclose(
+        pd.read_csv(tmp_path / "p.csv").to_numpy(), pred.to_numpy(), rtol=1e-7
+    )
+
+
+def test_predict_has_its_own_help_and_one_line_failures(tmp_path, capsys, csv_file):
+    with pytest.raises(SystemExit):
+        main(["predict", "--help"])
+    help_text = capsys.readouterr().out
+    assert help_text.startswith("usage: bayes-rvm predict") and "--data" in help_text
+    assert "--inference" not in help_text  # not fit's help
+    model = tmp_path / "m"
+    assert main(["--output", str(model), "--no-plot", "--n-samples", "20"]) == 0
+    capsys.readouterr()
+    two = csv_file("a,b\n1,2\n")
+    err = _fails(["predict", str(model / "model.nc"), "--data", two], capsys)
+    assert "fitted on 1 unnamed feature(s)" in err
+    assert "does not exist" in _fails(["predict", str(tmp_path / "no.nc"), "--data", two], capsys)
+    # A model fitted on named columns asks for them by name.
+    uvy = np.random.default_rng(0).normal(size=(12, 3))
+    named = csv_file("u,v,y\n" + "\n".join(",".join(f"{a:.5f}" for a in r) for r in uvy), "n.csv")
+    assert main(["fit", "--data", named, "--output", str(tmp_path / "n"), "--no-plot"]) == 0
+    err = _fails(["predict", str(tmp_path / "n" / "model.nc"), "--data", two], capsys)
+    assert "lacks the model's feature column(s) ['u', 'v']" in err
+    text = csv_file("u,v\n1,2\nx,3\n", "t.csv")
+    err = _fails(["predict", str(tmp_path / "n" / "model.nc"), "--data", text], capsys)
+    assert "column 'u'" in err and "'x' at line 3" in err
+
+
+def test_classification_refuses_regression_options_in_one_line(tmp_path, capsys, csv_file):
+    labels = csv_file("a,y\n1,p\n2,q\n3,p\n4,q\n")
+    out = ["--output", str(tmp_path / "o"), "--no-plot"]
+    err = _fails(["fit", "--data", labels, "--likelihood", "poisson", *out], capsys)
+    assert "--likelihood poisson is for regression" in err
+    assert "classify by type2 or mcmc" in _fails(
+        ["fit", "--data", labels, "--inference", "vi"], capsys
+    )
+    err = _fails(["fit", "--data", labels, "--task", "regress", *out], capsys)
+    assert "holds labels, not numbers ('p' at line 2)" in err and "--task classify" in err
+    assert "--task classify needs --data" in _fails(["fit", "--task", "classify", *out], capsys)
+    assert "compare fits regressions" in _fails(["compare", "--data", labels, *out], capsys)
+
+
+def test_tables_print_rounded_and_unwrapped():
+    """A weight of 1.7e-16 prints as 0.000, -0.0 as 0.000, and 14 columns stay on one line."""
+    import pandas as pd
+
+    from bayes_rvm.cli import _table_text
+
+    table = pd.DataFrame(
+        {f"column_{j}": [1.665335e-16, -1e-9, 123.456789] for j in range(14)},
+        index=["MCMC ard", "type-II ard", "MCMC student_t"],
+    )
+    table["method"] = ["PSIS-LOO", "exact LOO (100 refits)", "PSIS-LOO"]
+    lines = _table_text(table).splitlines()
+    assert len(lines) == 4  # the header and one line per row: nothing wrapped
+    assert "e-16" not in lines[1] and "-0.000" not in lines[2]
+    assert lines[1].split()[2:4] == ["0.000", "0.000"] and "123.457" in lines[3]
+
+
+def test_the_study_plot_labels_each_model_by_its_elpd_method():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import pandas as pd
+
+    from bayes_rvm.plots import plot_study
+
+    table = pd.DataFrame(
+        {
+            "dataset": ["sinc", "sinc"],
+            "model": ["type-II", "MCMC"],
+            "elpd_loo": [80.0, 82.0],
+            "elpd_loo_se": [5.0, 5.0],
+            "elpd_method": ["exact LOO (100 refits)", "PSIS-LOO"],
+        }
+    )
+    fig = plot_study(table)
+    ax = fig.axes[0]
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert labels == ["type-II\n(exact LOO (100 refits))", "MCMC\n(PSIS-LOO)"]
+    assert "PSIS" not in ax.get_xlabel()
+    # A table without the column (an older store) is labelled by model alone.
+    fig = plot_study(table.drop(columns="elpd_method"))
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["type-II", "MCMC"]
+
+
+def test_the_poisson_plot_calls_its_band_a_rate_band(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from bayes_rvm import RVR
+    from bayes_rvm.plots import plot_regression
+
+    X = np.linspace(-5, 5, 60)[:, None]
+    y = np.random.default_rng(0).poisson(np.exp(1 + np.sin(X[:, 0])))
+    ax = plot_regression(RVR(likelihood="poisson").fit(X, y), X, y)
+    labels = ax.get_legend_handles_labels()[1]
+    assert "rate ±2 sd" in labels and "rate mean" in labels
+    assert not any("predictive" in label for label in labels)
+
+
+@pytest.mark.slow
+def test_compare_on_a_csv_file_and_the_weights_line(tmp_path, capsys, csv_file):
+    rng = np.random.default_rng(3)
+    x = rng.uniform(-5, 5, 30)
+    rows = "\n".join(
+        f"{a:.6f},{np.sin(a) + 0.1 * e:.6f}" for a, e in zip(x, rng.normal(size=30), strict=True)
+    )
+    data = csv_file(f"x,y\n{rows}\n")
+    common = ["--draws", "100", "--tune", "100", "--chains", "2", "--quiet", "--no-plot"]
+    assert main(["compare", "--data", data, *common, "--output", str(tmp_path / "c")]) == 0
+    out = capsys.readouterr().out
+    assert f"elpd comparison on {data} (30 rows" in out
+    assert "e-1" not in out and "e+" not in out  # no unrounded weights
+    assert (
+        main(
+            ["fit", "--data", data, "--inference", "mcmc", *common, "--output", str(tmp_path / "m")]
+        )
+        == 0
+    )
+    out = capsys.readouterr().out
+    assert re.search(r"weights\s+: 31 sampled; \d+ individually clear of zero", out)

@@ -38,6 +38,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "bayes_rvm.threads",
             "bayes_rvm.memory",
             "bayes_rvm.datasets",
+            "bayes_rvm._optional",
+            "bayes_rvm.progress",
         ),
     ),
     ("basis", ("bayes_rvm.basis",)),

@@ -315,3 +315,25 @@ def test_a_worker_process_runs_blas_and_the_fused_kernel_on_one_thread():
     with cluster, client:
         got = client.run(threads_of_a_fused_block)
     assert set(got.values()) == {(1, 1)}
+
+
+def test_the_statistics_pass_on_a_cluster_reports_its_blocks(client, data, monkeypatch, capsys):
+    """With progress on, the blocks run as futures counted as they finish, then the same tree
+    of sums: the rows reported rise to N, and the statistics equal the in-memory pass's."""
+    import re
+
+    import bayes_rvm.progress as progress
+
+    monkeypatch.setattr(progress, "QUIET_SECONDS", 0.0)
+    monkeypatch.setattr(progress, "LOG_SECONDS", 0.0)
+    X, y, basis = data
+    stats = dask_statistics(
+        basis, da.from_array(X, chunks=(1000, 2)), da.from_array(y, chunks=1000), progress=True
+    )
+    err = capsys.readouterr().err
+    done = [int(n.replace(",", "")) for n in re.findall(r"\(([\d,]+) of 6,000 rows", err)]
+    assert done == [1000 * k for k in range(1, 7)]
+    assert "block 6 of 6" in err
+    reference = accumulate(basis, X, y)
+    np.testing.assert_allclose(stats.gram, reference.gram, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(stats.cross, reference.cross, rtol=1e-12, atol=1e-12)

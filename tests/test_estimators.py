@@ -23,7 +23,7 @@ def test_sklearn_compatible(estimator, check):
 
 @pytest.fixture(scope="module")
 def sinc_fit():
-    X, y = make_sinc(100, random_state=3)
+    X, y = make_sinc(100, random_state=3, shuffle=False)
     return X, y, RVR(gamma=SINC_GAMMA).fit(X, y)
 
 
@@ -63,7 +63,7 @@ def test_tipping_2001_sinc_figures(solver):
     # noise-free sinc on 1000 points. Paper: RMS error 0.0326, 6.7 relevance vectors.
     errors, counts = [], []
     for seed in range(100):
-        X, y = make_sinc(100, noise=0.1, random_state=seed)
+        X, y = make_sinc(100, noise=0.1, random_state=seed, shuffle=False)
         model = RVR(gamma=SINC_GAMMA, solver=solver).fit(X, y)
         errors.append(np.sqrt(np.mean((model.predict(X_TEST) - sinc(X_TEST[:, 0])) ** 2)))
         counts.append(model.n_relevance_vectors_)
@@ -72,7 +72,7 @@ def test_tipping_2001_sinc_figures(solver):
 
 
 def test_student_t_is_sparser_as_nu_falls():
-    X, y = make_sinc(100, random_state=1)
+    X, y = make_sinc(100, random_state=1, shuffle=False)
     counts = [
         RVR(gamma=SINC_GAMMA, prior="student_t", prior_params={"nu": nu})
         .fit(X, y)
@@ -84,7 +84,7 @@ def test_student_t_is_sparser_as_nu_falls():
 
 
 def test_multi_output_shares_relevance_vectors():
-    X, _ = make_sinc(80, random_state=0)
+    X, _ = make_sinc(80, random_state=0, shuffle=False)
     f = sinc(X[:, 0])
     Y = np.c_[f, 2 * f + 0.05, -f] + 0.1 * np.random.default_rng(0).standard_normal((80, 3))
     model = RVR(gamma=SINC_GAMMA).fit(X, Y)
@@ -97,7 +97,7 @@ def test_multi_output_shares_relevance_vectors():
 
 
 def test_precomputed_kernel_equals_rbf():
-    X, y = make_sinc(60, random_state=2)
+    X, y = make_sinc(60, random_state=2, shuffle=False)
     a = RVR(gamma=SINC_GAMMA).fit(X, y)
     b = RVR(kernel="precomputed").fit(rbf_kernel(X, X, gamma=SINC_GAMMA), y)
     np.testing.assert_array_equal(a.active_, b.active_)
@@ -108,14 +108,14 @@ def test_precomputed_kernel_equals_rbf():
 
 
 def test_fixed_noise_variance():
-    X, y = make_sinc(80, random_state=0)
+    X, y = make_sinc(80, random_state=0, shuffle=False)
     model = RVR(gamma=SINC_GAMMA, likelihood_params={"noise_variance": 0.02}).fit(X, y)
     assert model.noise_variance_ == pytest.approx(0.02)
 
 
 @pytest.mark.parametrize("scale", [1e-8, 1e8])
 def test_absurd_target_scales_give_the_same_fit(scale):
-    X, y = make_sinc(100, random_state=4)
+    X, y = make_sinc(100, random_state=4, shuffle=False)
     ref = RVR(gamma=SINC_GAMMA).fit(X, y)
     model = RVR(gamma=SINC_GAMMA).fit(X, scale * y)
     np.testing.assert_array_equal(model.active_, ref.active_)
@@ -136,7 +136,7 @@ def test_constant_and_zero_targets_fit_exactly():
 
 
 def test_duplicated_inputs_and_zero_columns():
-    X, y = make_sinc(50, random_state=5)
+    X, y = make_sinc(50, random_state=5, shuffle=False)
     Xd = np.r_[X, X]
     yd = np.r_[y, y + 0.01]
     model = RVR(gamma=SINC_GAMMA).fit(Xd, yd)
@@ -149,7 +149,7 @@ def test_duplicated_inputs_and_zero_columns():
 
 def test_non_psd_kernel_still_fits():
     # The RVM needs no Mercer kernel: a sigmoid basis is not PSD and still gives a sound fit.
-    X, y = make_sinc(100, random_state=6)
+    X, y = make_sinc(100, random_state=6, shuffle=False)
     model = RVR(kernel="sigmoid", gamma=0.2, kernel_params={"coef0": -1.0}).fit(X, y)
     assert np.sqrt(np.mean((model.predict(X_TEST) - sinc(X_TEST[:, 0])) ** 2)) < 0.15
     assert np.all(np.isfinite(model.predict(X_TEST, return_std=True)[1]))
@@ -187,13 +187,13 @@ def test_bad_data(X, y, match):
     ],
 )
 def test_bad_parameters_name_the_argument(params, match):
-    X, y = make_sinc(10, random_state=0)
+    X, y = make_sinc(10, random_state=0, shuffle=False)
     with pytest.raises(ValueError, match=match):
         RVR(**params).fit(X, y)
 
 
 def test_predict_checks_features():
-    X, y = make_sinc(20, random_state=0)
+    X, y = make_sinc(20, random_state=0, shuffle=False)
     model = RVR().fit(X, y)
     with pytest.raises(ValueError, match="features"):
         model.predict(np.zeros((3, 2)))
@@ -201,7 +201,7 @@ def test_predict_checks_features():
 
 @pytest.mark.parametrize("centres", ["random", "kmeans", "given"])
 def test_candidate_centre_subsets(centres):
-    X, y = make_sinc(400, random=True, random_state=7)
+    X, y = make_sinc(400, random=True, random_state=7, shuffle=False)
     spec = np.linspace(-10, 10, 60)[:, None] if centres == "given" else (centres, 60)
     model = RVR(gamma=SINC_GAMMA, centres=spec, random_state=0).fit(X, y)
     assert model.basis_.n_centres_ == 60
@@ -222,7 +222,7 @@ def test_candidate_centre_subsets(centres):
     ],
 )
 def test_bad_centre_options(params, match):
-    X, y = make_sinc(50, random_state=0)
+    X, y = make_sinc(50, random_state=0, shuffle=False)
     with pytest.raises(ValueError, match=match):
         RVR(**params).fit(X, y)
 
@@ -235,7 +235,7 @@ def test_grouped_parameters_merge_clone_and_search():
     from sklearn.base import clone
     from sklearn.model_selection import GridSearchCV
 
-    X, y = make_sinc(60, random_state=0)
+    X, y = make_sinc(60, random_state=0, shuffle=False)
     prior_params = {"nu": 0.01}
     config = {"draws": 50}
     model = RVR(gamma=SINC_GAMMA, prior_params=prior_params, sampler_config=config)
@@ -277,7 +277,7 @@ def test_rvc_keeps_its_own_defaults_and_keys():
 
     s = RVC()._cfg
     assert (s.threshold_alpha, s.tune, s.mcmc_basis) == (1e9, 1000, "all")
-    X, y = make_sinc(40, random_state=0)
+    X, y = make_sinc(40, random_state=0, shuffle=False)
     with pytest.raises(ValueError, match=r"sampler_config has no key 'vi_kwargs'"):
         RVC(sampler_config={"vi_kwargs": {}}).fit(X, y > 0)
     with pytest.raises(TypeError, match="likelihood_params"):

@@ -17,7 +17,7 @@ X_GRID = np.linspace(-10, 10, 101)[:, None]
 
 @pytest.fixture(scope="module")
 def data():
-    X, y = make_sinc(50, random_state=11)
+    X, y = make_sinc(50, random_state=11, shuffle=False)
     return X, 250.0 * y  # targets far from unit scale: the DataTree must come back in these units
 
 
@@ -128,7 +128,7 @@ def test_fit_sampler_arguments_are_checked(params, kwargs, match, data):
 # The problem: sinc, x uniform on [-10, 10], N = 100, noise sd 0.1, width 2, 2 x 500.
 @pytest.fixture(scope="module")
 def sinc_fits():
-    X, y = make_sinc(100, noise=0.1, random=True, random_state=0)
+    X, y = make_sinc(100, noise=0.1, random=True, random_state=0, shuffle=False)
     type2 = RVR(gamma=0.25).fit(X, y)
     kw = {
         "gamma": 0.25,

@@ -160,7 +160,7 @@ def _sinc_design(n=100):
     from bayes_rvm.basis.kernels import KernelBasis
     from bayes_rvm.datasets import make_sinc
 
-    X, y = make_sinc(n, random_state=0)
+    X, y = make_sinc(n, random_state=0, shuffle=False)
     Phi = KernelBasis("rbf", gamma=1.0 / 9.0).fit(X).transform(X)
     return Phi / np.linalg.norm(Phi, axis=0), (y / np.sqrt(np.mean(y**2)))[:, None]
 

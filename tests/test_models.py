@@ -157,7 +157,7 @@ def test_model_graphs_draw_without_sampling():
     from bayes_rvm.models.graphs import rvm_width_model
 
     Phi, Y, _, _ = _problem(N=15, M=16, D=2)
-    X, y = make_sinc(20, noise=0.1, random_state=0)
+    X, y = make_sinc(20, noise=0.1, random_state=0, shuffle=False)
     models = {
         "marginal": rvm_regression_model(Phi, Y[:, 0]),
         "lowrank": rvm_regression_model(Phi, Y[:, 0], marginal="lowrank"),

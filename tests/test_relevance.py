@@ -162,7 +162,7 @@ def test_regularised_horseshoe_samples_from_type2_starts_below_its_floor():
     from bayes_rvm.basis.kernels import KernelBasis
     from bayes_rvm.datasets import make_sinc
 
-    X, y = make_sinc(100, noise=0.1, random=True, random_state=0)
+    X, y = make_sinc(100, noise=0.1, random=True, random_state=0, shuffle=False)
     # the premise, on the prior's scale alpha_rel = alpha rms(y)^2 / rms(phi)^2 (a slab of
     # c = 0.2 on unit-RMS columns is one of 2 on the unit-norm columns at N = 100)
     Phi = KernelBasis(kernel="rbf", gamma=0.25).fit(X).transform(X)

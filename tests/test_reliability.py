@@ -32,7 +32,7 @@ X_TEST = np.linspace(-10, 10, 57)[:, None]
 
 @pytest.fixture(scope="module")
 def sinc_model():
-    X, y = make_sinc(50, random_state=3)
+    X, y = make_sinc(50, random_state=3, shuffle=False)
     model = RVR(gamma=0.11).fit(X, y)
     model.idata_  # built so that it is saved with the model
     return model
@@ -75,7 +75,7 @@ def test_save_never_destroys_a_users_folder_or_file(tmp_path, sinc_model):
 
 @pytest.mark.parametrize("suffix", [".nc", ".zarr"])
 def test_an_earlier_model_is_replaced_atomically(tmp_path, sinc_model, suffix):
-    X, y = make_sinc(30, random_state=9)
+    X, y = make_sinc(30, random_state=9, shuffle=False)
     first = RVR(gamma=0.3).fit(X, y)
     path = save_model(first, tmp_path / f"m{suffix}")
     save_model(sinc_model, path)
@@ -89,7 +89,7 @@ def test_an_earlier_model_is_replaced_atomically(tmp_path, sinc_model, suffix):
 
 @pytest.mark.parametrize("suffix", [".nc", ".zarr"])
 def test_an_interrupted_save_leaves_the_old_model_whole(tmp_path, sinc_model, monkeypatch, suffix):
-    X, y = make_sinc(30, random_state=9)
+    X, y = make_sinc(30, random_state=9, shuffle=False)
     old = RVR(gamma=0.3).fit(X, y)
     path = save_model(old, tmp_path / f"m{suffix}")
     writer = "to_zarr" if suffix == ".zarr" else "to_netcdf"
@@ -425,8 +425,8 @@ def test_regression_on_text_targets_says_so():
 # Issue 26: studies, saved models and concurrency
 # =============================================================================================
 def _sinc_set(n=20, seed=0):
-    X, y = make_sinc(n, noise=0.1, random_state=seed)
-    Xt, yt = make_sinc(30, noise=0.1, random=True, random_state=seed + 1)
+    X, y = make_sinc(n, noise=0.1, random_state=seed, shuffle=False)
+    Xt, yt = make_sinc(30, noise=0.1, random=True, random_state=seed + 1, shuffle=False)
     return X, y, Xt, yt
 
 
@@ -468,7 +468,7 @@ def _as_saved(name: str, value):
 def _round_trip_cases():
     from sklearn.datasets import make_blobs
 
-    X, y = make_sinc(40, noise=0.1, random_state=0)
+    X, y = make_sinc(40, noise=0.1, random_state=0, shuffle=False)
     Xb, yb = make_blobs(60, centers=3, cluster_std=2.0, random_state=0)
     mcmc = dict(
         inference="mcmc", sampler_config={"draws": 60, "tune": 60, "chains": 2}, random_state=0
@@ -516,7 +516,7 @@ def test_save_load_is_bit_identical_for_every_fitted_attribute(tmp_path, case):
 
 def _save_repeatedly(args) -> int:
     path, seed, times = args
-    X, y = make_sinc(25, random_state=seed)
+    X, y = make_sinc(25, random_state=seed, shuffle=False)
     model = RVR(gamma=0.1).fit(X, y)
     for _ in range(times):
         save_model(model, path)
@@ -533,7 +533,7 @@ def test_concurrent_saves_to_one_path_all_succeed_and_leave_a_whole_model(tmp_pa
     # fork where there is one: the children start with the package imported (seconds, not a
     # minute); the saves are the same either way.
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
-    save_model(RVR(gamma=0.1).fit(*make_sinc(25, random_state=0)), path)
+    save_model(RVR(gamma=0.1).fit(*make_sinc(25, random_state=0, shuffle=False)), path)
     with multiprocessing.get_context(method).Pool(3) as pool:
         job = pool.map_async(_save_repeatedly, [(path, seed, 8) for seed in range(3)])
         loads = 0
@@ -544,7 +544,10 @@ def test_concurrent_saves_to_one_path_all_succeed_and_leave_a_whole_model(tmp_pa
     assert done == [0, 1, 2] and loads > 0
     loaded = load_model(path)  # whole, and one of the three writers' model
     X = np.linspace(-10, 10, 11)[:, None]
-    expected = [RVR(gamma=0.1).fit(*make_sinc(25, random_state=s)).predict(X) for s in range(3)]
+    expected = [
+        RVR(gamma=0.1).fit(*make_sinc(25, random_state=s, shuffle=False)).predict(X)
+        for s in range(3)
+    ]
     assert any(np.array_equal(loaded.predict(X), e) for e in expected)
     assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]  # nothing left behind
 
@@ -554,7 +557,7 @@ def test_cross_validated_fits_save_and_load_bit_identically(tmp_path):
 
     from bayes_rvm.estimators.cv import RVCCV, RVRCV
 
-    X, y = make_sinc(30, noise=0.1, random_state=0)
+    X, y = make_sinc(30, noise=0.1, random_state=0, shuffle=False)
     Xb, yb = make_blobs(30, centers=2, cluster_std=3.0, random_state=0)
     reg = RVRCV(widths=[1.0, 3.0], cv=3).fit(X, y)
     clf = RVCCV(widths=[2.0, 4.0], cv=3).fit(Xb, yb)
@@ -879,7 +882,7 @@ def test_invalid_priors_are_refused_where_they_are_written(make, error, match):
 
 def test_a_real_line_prior_is_refused_for_a_precision_a_scale_or_a_width():
     normal = Prior("Normal", mu=0.0, sigma=1.0)
-    X, y = make_sinc(30, random_state=0)
+    X, y = make_sinc(30, random_state=0, shuffle=False)
     for params, name in (
         ({"prior_params": {"alpha_prior": normal}}, "alpha_prior"),
         ({"likelihood_params": {"noise_prior": normal}}, "noise_prior"),
@@ -907,7 +910,7 @@ def test_offsets_of_the_wrong_kind_are_refused_before_the_graph(outputs):
     import pymc as pm
     import pytensor.tensor as pt
 
-    X, y = make_sinc(30, random_state=0)
+    X, y = make_sinc(30, random_state=0, shuffle=False)
     Y = y if outputs == 1 else np.c_[y, 2 * y]
     est = RVR(gamma=1.0).fit(X, Y)
     shape = Y.shape
@@ -947,7 +950,7 @@ def test_exact_duplicate_rows_are_fitted_once_not_to_zero_noise():
     # Every row twice: the RVM's evidence grows without bound as the noise goes to 0 once the
     # basis interpolates the 100 distinct rows; gamma="evidence" ran there (noise sd 4e-7, 99
     # relevance vectors, twice the test error). The fit must be the one on the distinct rows.
-    X, y = make_sinc(100, random_state=0)
+    X, y = make_sinc(100, random_state=0, shuffle=False)
     order = np.random.default_rng(0).permutation(200)  # duplicates not next to each other
     X2, y2 = np.vstack([X, X])[order], np.r_[y, y][order]
     once = RVR(gamma="evidence").fit(X, y)
@@ -1048,7 +1051,7 @@ def test_cv_estimators_check_their_parameters_as_rvr_and_rvc_do(cls, params, nam
     template = est._template
     # Nothing reaches a fold: the search would raise its own error.
     monkeypatch.setattr(cv._WidthCV, "_search", lambda *a: pytest.fail("a fold was fitted"))
-    X, y = make_sinc(20, random_state=0)
+    X, y = make_sinc(20, random_state=0, shuffle=False)
     target = y if cls == "RVRCV" else y > 0.2
     with pytest.raises(InvalidParameterError, match=re.escape(f"The {name!r} parameter of {cls}")):
         est.fit(X, target)
@@ -1069,7 +1072,7 @@ def test_predictions_too_large_for_memory_stop_before_allocating(eight_gib):
     # sample_y(n_samples=10**12) died in NumPy ("Unable to allocate 36.4 TiB"), and a request
     # between free memory and memory plus swap met the OOM killer; the joint covariance of
     # predict(return_cov=True) and posterior predictive draws at many inputs are its siblings.
-    X, y = make_sinc(30, random_state=0)
+    X, y = make_sinc(30, random_state=0, shuffle=False)
     est = RVR(gamma=1.0).fit(X, y)
     with pytest.raises(
         MemoryError,
@@ -1108,7 +1111,7 @@ def test_posterior_predictive_offsets_of_another_shape_are_refused():
     # another row.
     from bayes_rvm.inference import sample_posterior_predictive
 
-    X, y = make_sinc(30, random_state=0)
+    X, y = make_sinc(30, random_state=0, shuffle=False)
     est = RVR(gamma=1.0).fit(X, np.c_[y, 2 * y])
     dt = est.idata_
     phi = est.basis_.transform(X[:4], columns=est.active_)
@@ -1132,7 +1135,7 @@ def test_mcmc_predictions_are_made_in_blocks_of_rows_with_the_same_result(
     # The mixture's per-row moments held every draw at every input at once (4000 draws x 10^6
     # inputs: 32 GB for a plain predict); blocks of rows give the same moments.
 
-    X, y = make_sinc(30, random_state=0)
+    X, y = make_sinc(30, random_state=0, shuffle=False)
     est = RVR(
         gamma=1.0,
         inference="mcmc",
@@ -1160,7 +1163,7 @@ def test_compare_refuses_other_rows_and_other_likelihoods_and_takes_a_list():
     # density beside a classifier's probabilities too; a list failed on list.items().
     from bayes_rvm import compare
 
-    X, y = make_sinc(30, random_state=0)
+    X, y = make_sinc(30, random_state=0, shuffle=False)
     a = RVR(gamma=1.0).fit(X, y)
     b = RVR(gamma=0.5).fit(X, y)
     for fits in ([a, b.idata_], (a.idata_, b)):
@@ -1168,7 +1171,7 @@ def test_compare_refuses_other_rows_and_other_likelihoods_and_takes_a_list():
         assert sorted(table.index) == ["model_0", "model_1"]
         assert table.loc["model_0", "elpd"] == pytest.approx(a.refit_loo().elpd_i.sum())
     # Other targets on the same 30 inputs (another noise draw): refused, naming both fits.
-    _, y_other = make_sinc(30, random_state=1)
+    _, y_other = make_sinc(30, random_state=1, shuffle=False)
     other = RVR(gamma=1.0).fit(X, y_other)
     with pytest.raises(ValueError, match=r"different data: their targets y differ.*'a'.*'other'"):
         compare({"a": a, "other": other.idata_})
@@ -1284,7 +1287,7 @@ def test_the_student_t_default_prior_names_a_bad_nu():
 
 def test_a_diverging_vi_learning_rate_is_named_with_the_advice():
     # PyMC's "NaN occurred in optimization" surfaced before the package's advice.
-    X, y = make_sinc(30, random_state=0)
+    X, y = make_sinc(30, random_state=0, shuffle=False)
     est = RVR(
         gamma=1.0,
         inference="vi",
@@ -1302,7 +1305,7 @@ def test_a_diverging_vi_learning_rate_is_named_with_the_advice():
 
 @pytest.mark.parametrize("n_samples", [0, -1, 1.5, "2", True, None])
 def test_sample_y_refusals_name_n_samples(n_samples):
-    X, y = make_sinc(20, random_state=0)
+    X, y = make_sinc(20, random_state=0, shuffle=False)
     est = RVR(gamma=1.0).fit(X, y)
     want = rf"^n_samples must be an integer > 0\.0, got {re.escape(repr(n_samples))}"
     with pytest.raises(ValueError, match=want):

@@ -29,7 +29,7 @@ def _design(X, gamma):
 
 
 def _sinc(n, gamma, seed=0):
-    X, y = make_sinc(n, noise=0.1, random=True, random_state=seed)
+    X, y = make_sinc(n, noise=0.1, random=True, random_state=seed, shuffle=False)
     return _design(X, gamma), y / np.std(y)
 
 
@@ -42,7 +42,7 @@ def _cases():
     rng = np.random.default_rng(1)
     X2 = rng.uniform(-3, 3, (250, 2))
     y2 = np.sin(X2[:, 0]) + 0.5 * X2[:, 1] + 0.05 * rng.standard_normal(250)
-    Xs, ys = make_sinc(200, noise=0.1, random=True, random_state=4)
+    Xs, ys = make_sinc(200, noise=0.1, random=True, random_state=4, shuffle=False)
     two = np.c_[ys, np.cos(Xs[:, 0]) + 0.1 * rng.standard_normal(200)]
     return {
         "sinc width 3": (*_sinc(300, 1 / 9), None),

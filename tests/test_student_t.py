@@ -28,7 +28,7 @@ GAMMA = 1.0 / 9.0  # width 3
 def _outlier_sinc(seed: int = 0):
     """Sinc (N = 100, noise sd 0.1) with 10 targets moved by +-U(2, 4); a noiseless test grid."""
     rng = np.random.RandomState(seed)
-    X, y = make_sinc(100, random_state=seed)
+    X, y = make_sinc(100, random_state=seed, shuffle=False)
     idx = rng.choice(100, 10, replace=False)
     y = y.copy()
     y[idx] += rng.choice([-1.0, 1.0], 10) * rng.uniform(2.0, 4.0, 10)
@@ -159,7 +159,7 @@ def test_learned_nu_on_gaussian_noise_is_the_gaussian_rvm_in_a_few_steps():
     """The CLI's default data (sinc, noise sd 0.1): the t likelihood peaks at nu = inf, and the
     fit is the Gaussian RVM's. The EM step of nu alone crawled there and stopped at the cap of
     500 iterations at nu = 79; the profiled step gets there at once."""
-    X, y = make_sinc(100, noise=0.1, random_state=0)
+    X, y = make_sinc(100, noise=0.1, random_state=0, shuffle=False)
     Phi = _design(X, X)
     gauss = fit_evidence(Phi, y, solver="sequential")
     with warnings.catch_warnings():
@@ -180,7 +180,7 @@ def test_learned_nu_is_the_fixed_point_of_the_em_step_of_nu(solver):
     """t(3) noise: the fit the profiled nu step converges to is a fixed point of Liu and Rubin's
     EM step of nu given q(u), ``ln(nu/2) + 1 - psi(nu/2) + mean(E ln u - E u) = 0``, solved
     here by brentq on the fit's own E-step; the bound rises at every step."""
-    X, _ = make_sinc(100, noise=0.0, random_state=0)
+    X, _ = make_sinc(100, noise=0.0, random_state=0, shuffle=False)
     y = np.sinc(X[:, 0] / np.pi) + 0.1 * np.random.default_rng(0).standard_t(3.0, 100)
     Phi = _design(X, X)
     fit = fit_evidence(Phi, y, solver=solver, likelihood="student_t", em_tol=1e-10)

@@ -30,8 +30,8 @@ RUN_COLUMNS = ["fit_time", "worker"]
 
 
 def _sinc(n=20, seed=0):
-    X, y = make_sinc(n, noise=0.1, random_state=seed)
-    Xt, yt = make_sinc(60, noise=0.1, random=True, random_state=seed + 100)
+    X, y = make_sinc(n, noise=0.1, random_state=seed, shuffle=False)
+    Xt, yt = make_sinc(60, noise=0.1, random=True, random_state=seed + 100, shuffle=False)
     return X, y, Xt, yt
 
 
@@ -420,7 +420,7 @@ def test_read_config_builds_the_grid(tmp_path):
     assert config.random_state == 4 and config.n_jobs is None
     assert config.models["Student-t"].get_params()["prior"] == "student_t"
     X, _, Xt, _ = config.datasets["sinc"]
-    np.testing.assert_array_equal(X, make_sinc(20, noise=0.1)[0])
+    np.testing.assert_array_equal(X, make_sinc(20, noise=0.1, random_state=0)[0])
     assert Xt.shape == (30, 1) and X.min() <= Xt.min() and Xt.max() <= X.max()
     X2, _, X2t, _ = config.datasets["friedman2"]
     full = make_friedman(2, 35, noise=0.1, random_state=1)

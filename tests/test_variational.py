@@ -24,8 +24,8 @@ GAMMA = 0.25  # sinc at width 2
 
 @pytest.fixture(scope="module")
 def sinc():
-    X, y = make_sinc(100, random_state=0)
-    X_test, y_test = make_sinc(1000, random_state=1)
+    X, y = make_sinc(100, random_state=0, shuffle=False)
+    X_test, y_test = make_sinc(1000, random_state=1, shuffle=False)
     return X, y, X_test, y_test
 
 
@@ -230,7 +230,7 @@ def _counts_problem():
 def _outlier_sinc():
     """Sinc (N = 100) with 10 targets moved by +-U(2, 4) (as tests/test_student_t.py)."""
     rng = np.random.RandomState(0)
-    X, y = make_sinc(100, random_state=0)
+    X, y = make_sinc(100, random_state=0, shuffle=False)
     idx = rng.choice(100, 10, replace=False)
     y[idx] += rng.choice([-1.0, 1.0], 10) * rng.uniform(2.0, 4.0, 10)
     X_test = np.linspace(-10.0, 10.0, 200)[:, None]

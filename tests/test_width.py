@@ -111,7 +111,7 @@ def test_two_evidence_maxima_found_from_several_starts():
 
 
 def test_rvr_evidence_width_on_sinc_beats_tipping_width():
-    X, y = make_sinc(100, noise=0.1, random_state=0)
+    X, y = make_sinc(100, noise=0.1, random_state=0, shuffle=False)
     model = RVR(gamma="evidence").fit(X, y)
     tipping = RVR(gamma=1 / 3.0**2).fit(X, y)  # Tipping's width 3
     assert model.log_evidence_ >= tipping.log_evidence_
@@ -139,7 +139,7 @@ def test_ard_width_ranks_an_irrelevant_feature(tmp_path):
 
 
 def test_width_errors():
-    X, y = make_sinc(30, random_state=0)
+    X, y = make_sinc(30, random_state=0, shuffle=False)
     with pytest.raises(ValueError, match="kernel='poly'"):
         RVR(gamma="evidence", kernel="poly").fit(X, y)
     with pytest.raises(ValueError, match="per-feature gamma"):
@@ -186,7 +186,7 @@ def test_rvrcv_agrees_with_grid_search():
 
     from bayes_rvm.estimators.cv import RVRCV
 
-    X, y = make_sinc(80, noise=0.1, random_state=1)
+    X, y = make_sinc(80, noise=0.1, random_state=1, shuffle=False)
     widths = [8.0, 4.0, 2.0, 1.0, 0.5]
     model = RVRCV(widths=widths, random_state=0, warm_start=False).fit(X, y)
     warm = RVRCV(widths=widths, random_state=0).fit(X, y)
@@ -245,7 +245,7 @@ def test_plot_width_path():
     from bayes_rvm.estimators.cv import RVRCV
     from bayes_rvm.plots import plot_width_path
 
-    X, y = make_sinc(50, noise=0.1, random_state=0)
+    X, y = make_sinc(50, noise=0.1, random_state=0, shuffle=False)
     model = RVR(gamma="evidence").fit(X, y)
     cv = RVRCV(widths=model.width_path_.length_scale, random_state=0).fit(X, y)
     ax = plot_width_path(model, cv=cv)
@@ -255,7 +255,7 @@ def test_plot_width_path():
 
 
 def _sinc_type2(n=40):
-    X, y = make_sinc(n, noise=0.1, random_state=0)
+    X, y = make_sinc(n, noise=0.1, random_state=0, shuffle=False)
     y = y / np.sqrt(np.mean(y**2))  # unit RMS, as the estimators fit
     model = RVR(gamma="evidence").fit(X, y)
     return X, y, model

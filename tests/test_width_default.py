@@ -42,7 +42,7 @@ def _dense(Phi, T, alpha, beta):
 
 
 def test_shared_evidence_is_bayesian_ridges_optimum():
-    X, y = make_sinc(60, noise=0.1, random_state=1)
+    X, y = make_sinc(60, noise=0.1, random_state=1, shuffle=False)
     Phi = _design(X, 2.2)
     se = shared_evidence(Phi, y)
     # scikit-learn's BayesianRidge maximises the same evidence (no intercept, flat hyperpriors).
@@ -63,7 +63,7 @@ def test_shared_evidence_is_bayesian_ridges_optimum():
 
 
 def test_shared_evidence_two_outputs_fixed_noise_and_few_centres():
-    X, y = make_sinc(50, noise=0.1, random_state=2)
+    X, y = make_sinc(50, noise=0.1, random_state=2, shuffle=False)
     Y = np.column_stack([y, 0.4 * np.cos(X[:, 0])])
     Phi = _design(X, 1.7)
     se = shared_evidence(Phi, Y)
@@ -123,7 +123,7 @@ def test_shared_laplace_evidence_is_the_maximum_over_alpha_on_nearly_separable_l
 
 
 def test_default_width_is_the_maximum_of_the_shared_evidence_curve(tmp_path):
-    X, y = make_sinc(100, noise=0.1, random_state=0)
+    X, y = make_sinc(100, noise=0.1, random_state=0, shuffle=False)
     assert RVR().gamma == DEFAULT_GAMMA == "evidence_shared" == RVC().gamma
     model = RVR().fit(X, y)
     # The maximum of a dense curve, computed independently of the search.
@@ -151,7 +151,7 @@ def test_default_width_is_the_maximum_of_the_shared_evidence_curve(tmp_path):
 
 
 def test_default_width_two_outputs_and_fixed_noise():
-    X, y = make_sinc(80, noise=0.1, random_state=2)
+    X, y = make_sinc(80, noise=0.1, random_state=2, shuffle=False)
     Y = np.column_stack([y, 0.5 * y + 0.3 * np.cos(X[:, 0])])
     model = RVR().fit(X, Y)
     T = Y / target_scale(Y)
@@ -169,7 +169,7 @@ def test_default_width_two_outputs_and_fixed_noise():
 
 
 def test_default_falls_back_to_scale_for_kernels_without_a_width():
-    X, y = make_sinc(40, random_state=0)
+    X, y = make_sinc(40, random_state=0, shuffle=False)
     assert RVR(kernel="poly").fit(X, y).gamma_ == pytest.approx(resolve_gamma("scale", X))
     assert RVR(kernel="linear").fit(X, y).width_path_ is None
     with pytest.raises(ValueError, match="kernel='poly'"):
@@ -179,7 +179,7 @@ def test_default_falls_back_to_scale_for_kernels_without_a_width():
 def test_default_width_on_a_subset_of_rows_beyond_the_limit(monkeypatch):
     import bayes_rvm.estimators.width_selection as base
 
-    X, y = make_sinc(150, noise=0.1, random_state=4)
+    X, y = make_sinc(150, noise=0.1, random_state=4, shuffle=False)
     monkeypatch.setattr(base, "SHARED_MAX_SAMPLES", 60)
     model = RVR(random_state=7).fit(X, y)
     rows = np.sort(np.random.RandomState(7).choice(150, 60, replace=False))
@@ -254,7 +254,7 @@ def test_parabolic_refinement_finds_an_asymmetric_maximum_in_few_evaluations():
 
 
 def test_select_width_shared_extends_a_grid_whose_end_wins():
-    X, y = make_sinc(60, noise=0.1, random_state=3)
+    X, y = make_sinc(60, noise=0.1, random_state=3, shuffle=False)
     T = y / target_scale(y[:, None])
     design = lambda ls: _design(X, float(ls[0]))  # noqa: E731
     ls, path, n = select_width_shared(
@@ -280,11 +280,11 @@ def test_rvc_default_on_ripley_meets_the_paper():
 
 @pytest.mark.slow
 def test_mcmc_at_the_default_width_is_quiet_on_the_packages_examples():
-    X, y = make_sinc(60, random_state=0)
+    X, y = make_sinc(60, random_state=0, shuffle=False)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no diagnostics warning at N = 60
         RVR(inference="mcmc", random_state=0).fit(X, y)
-    X, y = make_sinc(80, random_state=2)
+    X, y = make_sinc(80, random_state=2, shuffle=False)
     rng = np.random.default_rng(3)
     Y = np.column_stack([y, 0.5 * y + 0.3 * np.cos(X[:, 0]) + 0.05 * rng.normal(size=80)])
     est = RVR(inference="mcmc", random_state=0).fit(X, Y)

@@ -228,7 +228,9 @@ class SufficientStatistics:
         return max(float(np.sum(self.tt)) / size - mean * mean, 0.0)
 
 
-def accumulate(basis, X: np.ndarray, T, *, chunk_rows: int | None = None) -> SufficientStatistics:
+def accumulate(
+    basis, X: np.ndarray, T, *, chunk_rows: int | None = None, progress=False
+) -> SufficientStatistics:
     """The statistics of the design of ``basis`` at ``X`` against targets ``T``, in one pass.
 
     The design is built a block of rows at a time (:func:`design_chunks`) and never held whole:
@@ -245,7 +247,12 @@ def accumulate(basis, X: np.ndarray, T, *, chunk_rows: int | None = None) -> Suf
     T : array-like of shape (N,) or (N, D)
     chunk_rows : int, optional
         Rows per block (default: about 256 MiB of design a block, :data:`CHUNK_BYTES`).
+    progress : bool or "auto", default=False
+        Report the rows processed on stderr (:class:`bayes_rvm.progress.Progress`; "auto":
+        where stderr is a terminal), for a pass of more than a few seconds.
     """
+    from bayes_rvm.progress import Progress
+
     T = _as_targets(T)
     if T.shape[0] != X.shape[0]:
         raise ValueError(f"X has {X.shape[0]} rows but the targets have {T.shape[0]}.")
@@ -254,7 +261,9 @@ def accumulate(basis, X: np.ndarray, T, *, chunk_rows: int | None = None) -> Suf
     out = SufficientStatistics.zeros(basis.n_basis_, T.shape[1])
     # The pass is BLAS-3 on large blocks: every thread the process has (the estimators' guard
     # keeps BLAS on one thread for their thin algebra).
-    with all_blas_threads():
+    bar = Progress("sufficient statistics", X.shape[0], "rows", enabled=progress)
+    with all_blas_threads(), bar:
         for rows, Phi in design_chunks(basis, X, chunk_rows=chunk_rows):
             out._add_block(Phi, T[rows])
+            bar.update(rows.stop)
     return out._symmetrised()

@@ -315,6 +315,12 @@ def new_inputs(estimator, X) -> np.ndarray:
     )
 
 
+def output_dtype(X) -> type:
+    """The floating type of predictions for inputs ``X``: float32 for float32 arrays (as
+    scikit-learn's linear models keep it), float64 otherwise. The computation is float64."""
+    return np.float32 if getattr(X, "dtype", None) == np.float32 else np.float64
+
+
 # Sampler settings that are estimator parameters, so that get_params / clone see them.
 _OWNED_SAMPLE_KWARGS = {"draws", "tune", "chains", "sampler", "random_seed", "initvals", "model"}
 
@@ -377,11 +383,26 @@ class BaseRVM(BaseEstimator):
         self.__dict__.pop("_predictor_obj", None)  # chosen again from the new parameters
         return self
 
-    def _start_fit(self) -> None:
+    def _start_fit(self, sample_kwargs: Mapping | None = None) -> None:
         """Resolve the parameters once, at the start of ``fit``: the settings, the width rule.
 
         The internal code reads the settings (:attr:`_cfg`), never the dict parameters.
+        ``fit``'s keyword arguments are checked for a ``sample_weight`` first: the estimators
+        take none, and say so rather than calling it a sampler argument.
         """
+        if sample_kwargs and "sample_weight" in sample_kwargs:
+            name = type(self).__name__
+            hint = (
+                ""
+                if self._is_classifier
+                else "; for rows of doubtful quality, likelihood='student_t' down-weights "
+                "outliers by itself"
+            )
+            raise TypeError(
+                f"{name}.fit does not take sample_weight: its likelihood weighs every row alike "
+                f"under every inference. Fit on the rows as they are, leaving out those of "
+                f"weight 0{hint}."
+            )
         self._settings = self._resolve_settings()
         self._resolve_width_rule()
 

@@ -336,7 +336,7 @@ default="evidence_shared"
         -------
         self : RVC
         """
-        self._start_fit()
+        self._start_fit(sample_kwargs)
         X, y = training_data(self, X, y, regression=False, min_samples=2)
         self._check_predictive()
         self._check_priors()

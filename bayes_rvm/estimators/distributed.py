@@ -53,6 +53,7 @@ from sklearn.utils import check_random_state
 from bayes_rvm.basis.statistics import SufficientStatistics, accumulate
 from bayes_rvm.estimators.width_selection import SHARED_MAX_SAMPLES
 from bayes_rvm.evidence import Problem, WidthFit, fit_problem, shared_evidence
+from bayes_rvm.progress import Progress
 
 __all__ = [
     "DaskData",
@@ -232,7 +233,7 @@ def _add(*parts: SufficientStatistics) -> SufficientStatistics:
     return out
 
 
-def dask_statistics(basis, X, y, *, split_every: int = 8) -> SufficientStatistics:
+def dask_statistics(basis, X, y, *, split_every: int = 8, progress=False) -> SufficientStatistics:
     """The sufficient statistics of ``basis`` on a Dask array pair, as a map-reduce.
 
     Each row block of ``X`` (with the same rows of ``y``) becomes
@@ -249,6 +250,9 @@ def dask_statistics(basis, X, y, *, split_every: int = 8) -> SufficientStatistic
         As :func:`dask_training_data` returns them (row blocks aligned; it is called here).
     split_every : int, default=8
         Fan-in of the reduction tree.
+    progress : bool or "auto", default=False
+        Report the rows whose blocks are done on stderr (:class:`bayes_rvm.progress.Progress`;
+        "auto": where stderr is a terminal).
 
     Returns
     -------
@@ -276,11 +280,69 @@ def dask_statistics(basis, X, y, *, split_every: int = 8) -> SufficientStatistic
             zip(X.to_delayed().ravel(), y.to_delayed().ravel(), strict=True)
         )
     ]
-    add = dask.delayed(_add, pure=True)
-    while len(parts) > 1:
-        parts = [add(*parts[i : i + split_every]) for i in range(0, len(parts), split_every)]
-    (stats,) = dask.compute(parts[0])
+    rows = [int(r) for r in X.chunks[0]]
+    bar = Progress("sufficient statistics (Dask)", sum(rows), "rows", enabled=progress)
+    client = _client() if bar.enabled else None
+    with bar:
+        if client is not None:
+            # The blocks as futures, counted as they finish; then the same tree of sums.
+            from distributed import as_completed
+
+            parts = client.compute(parts)
+            index = {f.key: i for i, f in enumerate(parts)}
+            done = 0
+            for n, future in enumerate(as_completed(parts), 1):
+                done += rows[index[future.key]]
+                bar.update(done, blocks=(n, len(rows)))
+            while len(parts) > 1:
+                parts = [
+                    client.submit(_add, *parts[i : i + split_every], pure=True)
+                    for i in range(0, len(parts), split_every)
+                ]
+            return parts[0].result()
+        add = dask.delayed(_add, pure=True)
+        while len(parts) > 1:
+            parts = [add(*parts[i : i + split_every]) for i in range(0, len(parts), split_every)]
+        with _LocalBlockProgress(bar, rows):
+            (stats,) = dask.compute(parts[0])
     return stats
+
+
+def _client():
+    """The ``distributed.Client`` in context, or None (Dask's local schedulers)."""
+    try:
+        from distributed import get_client
+
+        return get_client()
+    except (ImportError, ValueError):
+        return None
+
+
+class _LocalBlockProgress:
+    """A ``dask.callbacks.Callback`` counting the finished block tasks of a local scheduler."""
+
+    def __init__(self, bar, rows: list[int]):
+        self.bar, self.rows, self.done = bar, rows, 0
+        self._callback = None
+
+    def _posttask(self, key, *_) -> None:
+        name = key[0] if isinstance(key, tuple) else key
+        if str(name).startswith("_block_statistics"):
+            self.done += 1
+            # Blocks finish in any order: the rows are those of as many blocks, in order.
+            self.bar.update(sum(self.rows[: self.done]), blocks=(self.done, len(self.rows)))
+
+    def __enter__(self):
+        if self.bar.enabled:
+            from dask.callbacks import Callback
+
+            self._callback = Callback(posttask=self._posttask)
+            self._callback.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._callback is not None:
+            self._callback.__exit__(*exc)
 
 
 def _predict_block(estimator, X: np.ndarray, return_std: bool, shape: tuple) -> np.ndarray:
@@ -386,11 +448,14 @@ class DaskData:
         Checked by :func:`dask_training_data`.
     noise_variance : float or None
         A fixed noise variance in the units of ``y`` (None: estimated).
+    progress : bool or "auto"
+        Report the rows whose blocks are done on stderr (:func:`dask_statistics`).
     """
 
     X: object
     y: object
     noise_variance: float | None = None
+    progress: bool | str = False
 
     def fit(self, engine, *, search, centres, scale_gamma: bool, fit_basis):
         """The basis on ``centres``, the problem of the reduced statistics and the fit there.
@@ -411,7 +476,7 @@ class DaskData:
             gamma = dask_scale_gamma(self.X)
         # The centres stand in for X: the basis reads only its feature count and a resolved gamma.
         basis = fit_basis(centres, centres, gamma)
-        stats = dask_statistics(basis, self.X, self.y)
+        stats = dask_statistics(basis, self.X, self.y, progress=self.progress)
         problem = Problem.from_statistics(stats, noise_variance=self.noise_variance)
         fit = fit_problem(problem, engine)
         found = None

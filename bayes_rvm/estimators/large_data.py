@@ -149,12 +149,15 @@ class StatisticsData:
         choice).
     noise_variance : float or None
         A fixed noise variance in the units of ``y`` (None: estimated).
+    progress : bool or "auto"
+        Report the pass's rows on stderr (:class:`bayes_rvm.progress.Progress`).
     """
 
     X: np.ndarray
     y: np.ndarray
     chunk_rows: int | None = None
     noise_variance: float | None = None
+    progress: bool | str = False
 
     def fit(
         self, problem: Problem, engine: EvidenceOptions, *, search, centres, fit_basis
@@ -185,7 +188,7 @@ class StatisticsData:
             log_scale = problem.targets.shape[1] * rows.size * np.log(problem.scale)
             path = dataclasses.replace(path, log_evidence=path.log_evidence - log_scale)
         basis = fit_basis(X, centres, gamma)
-        stats = accumulate(basis, X, self.y, chunk_rows=self.chunk_rows)
+        stats = accumulate(basis, X, self.y, chunk_rows=self.chunk_rows, progress=self.progress)
         stats_problem = Problem.from_statistics(stats, noise_variance=self.noise_variance)
         fit = fit_problem(stats_problem, engine)
         found = None

@@ -33,6 +33,7 @@ from bayes_rvm.estimators.base import (
     ParamGroup,
     check_number,
     new_inputs,
+    output_dtype,
     path_from_json,
     path_to_json,
     training_data,
@@ -393,7 +394,7 @@ array-like or Prior, default="evidence_shared"
         -------
         self : RVR
         """
-        self._start_fit()
+        self._start_fit(sample_kwargs)
         if is_dask_collection(X) or is_dask_collection(y):
             return self._fit_dask(X, y, sample_kwargs)
         X, y = self._check_data(X, y, sample_kwargs)
@@ -407,6 +408,7 @@ array-like or Prior, default="evidence_shared"
                     y,
                     chunk_rows=None if self.chunk_rows == "auto" else self.chunk_rows,
                     noise_variance=self._cfg.noise_variance,
+                    progress=True if self.verbose else "auto",
                 ),
                 problem,
                 engine,
@@ -469,7 +471,9 @@ array-like or Prior, default="evidence_shared"
         cfg = self._cfg
         spec = cfg.centres if cfg.centre_method == "given" else cfg.centre_method
         centres = dask_centres(X, spec, cfg.n_centres, self.random_state)
-        data = DaskData(X, y, noise_variance=cfg.noise_variance)
+        data = DaskData(
+            X, y, noise_variance=cfg.noise_variance, progress=True if self.verbose else "auto"
+        )
         search = self._width_search() if self._learns_width() else None
         found = data.fit(
             self.make_engine(),
@@ -1019,6 +1023,7 @@ array-like or Prior, default="evidence_shared"
                     "the rows whose joint covariance you need (X[rows].compute()) first."
                 )
             return predict_dask(self, X, return_std=return_std)
+        dtype = output_dtype(X)
         X = new_inputs(self, X)
         predictor = self._predictor()
         # Without a covariance, the draws are taken in blocks of rows.
@@ -1026,7 +1031,10 @@ array-like or Prior, default="evidence_shared"
         self._check_output_memory(
             "predict", X.shape[0], self._n_outputs(), draws=draws, cov=return_cov
         )
-        return predictor.predict(self._rows(X), std=return_std, cov=return_cov)
+        out = predictor.predict(self._rows(X), std=return_std, cov=return_cov)
+        if dtype == np.float64:
+            return out
+        return tuple(a.astype(dtype) for a in out) if isinstance(out, tuple) else out.astype(dtype)
 
     def _n_outputs(self) -> int:
         return 1 if self._single_output else int(self.fit_.mean.shape[1])

@@ -27,6 +27,7 @@ from bayes_rvm.posterior.draws import (
     pointwise_log_likelihood,
     width_designs,
 )
+from bayes_rvm.progress import interactive
 
 __all__ = [
     "SAMPLERS",
@@ -59,22 +60,6 @@ def _model_offset(model, post: xr.Dataset, shape: tuple[int, ...]) -> np.ndarray
     if "offset" in model.named_vars and hasattr(model["offset"], "get_value"):
         return np.asarray(model["offset"].get_value(), dtype=np.float64).reshape(shape)
     return None
-
-
-def _interactive() -> bool:
-    """Whether a person is watching: a Jupyter kernel, or standard error on a terminal.
-
-    In a Jupyter kernel the progress bar is live only through ipywidgets; without them rich
-    draws nothing but a warning to install them, so the bar is left out there.
-    """
-    import importlib.util
-    import sys
-
-    shell = getattr(sys.modules.get("IPython"), "get_ipython", lambda: None)()
-    if shell is not None and "IPKernelApp" in getattr(shell, "config", {}):
-        return importlib.util.find_spec("ipywidgets") is not None
-    stream = sys.stderr
-    return bool(getattr(stream, "isatty", lambda: False)())
 
 
 def _seed_from(random_seed) -> int:
@@ -297,11 +282,16 @@ def sample_mcmc(
     spec = getattr(model, "rvm_spec", None)
     settings = spec.to_dict() if spec is not None else {}
     if sampler in ("numpyro", "blackjax"):
+        from bayes_rvm._optional import require
         from bayes_rvm.models.marginal import register_jax_dispatch
+
+        also = "blackjax" if sampler == "blackjax" else ""  # not in the extra
+        for module in ("jax", sampler):
+            require(module, "jax", f"sampler={sampler!r}", also=also)
 
         register_jax_dispatch()
     seed = _seed_from(random_seed)
-    progressbar = _interactive() if progressbar == "auto" else bool(progressbar)
+    progressbar = interactive() if progressbar == "auto" else bool(progressbar)
     t0 = time.time()
     if sampler == "nutpie" and cache and not kwargs:
         dt = _sample_nutpie_cached(

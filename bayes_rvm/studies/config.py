@@ -12,7 +12,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +23,7 @@ __all__ = [
     "check_datasets",
     "check_models",
     "read_config",
+    "read_features",
     "read_table",
 ]
 
@@ -162,7 +163,23 @@ def read_table(
         raise ValueError(
             f"{target_flag} {target!r} is not a column of {path}: {list(frame.columns)}"
         )
-    for column in frame.columns if numeric else frame.columns.drop(target):
+    _check_cells(frame, frame.columns if numeric else frame.columns.drop(target), path)
+    if not numeric and frame[target].isna().any():
+        row = int(np.flatnonzero(frame[target].isna())[0])
+        raise ValueError(
+            f"column {target!r} of {path} has an empty cell at line {row + 2}; "
+            "remove or fill the row"
+        )
+    features = frame.drop(columns=[target])
+    y = frame[target].to_numpy(float) if numeric else frame[target].to_numpy()
+    return features.to_numpy(float), y, list(features.columns)
+
+
+def _check_cells(frame, columns, path: Path) -> None:
+    """Raise ValueError naming the first non-numeric or empty cell of ``columns`` and its line."""
+    import pandas as pd
+
+    for column in columns:
         # The line of the file: the header is line 1, data row 0 is line 2.
         values = frame[column]
         if not pd.api.types.is_numeric_dtype(values):
@@ -178,9 +195,60 @@ def read_table(
                 f"column {column!r} of {path} has an empty or NaN cell at line {row + 2}; "
                 "remove or fill the row"
             )
-    features = frame.drop(columns=[target])
-    y = frame[target].to_numpy(float) if numeric else frame[target].to_numpy()
-    return features.to_numpy(float), y, list(features.columns)
+
+
+def read_features(path: str | os.PathLike, names: Sequence[str] | None, n_features: int):
+    """The feature columns of a CSV file with a header row, for a fitted model's ``predict``.
+
+    Parameters
+    ----------
+    path : path
+        The file; its delimiter (``,``, ``;``, tab or ``|``) is sniffed.
+    names : sequence of str or None
+        The model's feature names (``feature_names_in_``): these columns are taken, in this
+        order, and any other (the target, an identifier) is left out. None: every column, which
+        must then number ``n_features``.
+    n_features : int
+        The model's ``n_features_in_``.
+
+    Returns
+    -------
+    pandas.DataFrame
+        The features as float, with their names.
+
+    Raises
+    ------
+    ValueError
+        Naming the file and the fault: missing or unreadable, a feature column absent, the
+        wrong number of columns, or a non-numeric or empty cell (with its line).
+    """
+    import pandas as pd
+
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"{path} does not exist")
+    try:
+        frame = pd.read_csv(path, sep=_delimiter(path))
+    except Exception as exc:  # any parser error is a bad file for the user
+        detail = " ".join(str(exc).split())
+        raise ValueError(f"could not read {path} as CSV: {detail}") from None
+    if names is not None:
+        missing = [n for n in names if n not in frame.columns]
+        if missing:
+            raise ValueError(
+                f"{path} lacks the model's feature column(s) {missing}; it has "
+                f"{list(frame.columns)}"
+            )
+        frame = frame[list(names)]
+    elif frame.shape[1] != n_features:
+        raise ValueError(
+            f"{path} has {frame.shape[1]} column(s) {list(frame.columns)}; the model was fitted "
+            f"on {n_features} unnamed feature(s): give exactly those columns"
+        )
+    if len(frame) == 0:
+        raise ValueError(f"{path} has no data rows below its header")
+    _check_cells(frame, frame.columns, path)
+    return frame.astype(float)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -82,6 +82,7 @@ COLUMNS = (
     "n_test",
     "elpd_loo",
     "elpd_loo_se",
+    "elpd_method",
     "p_loo",
     "n_pareto_k_high",
     "max_pareto_k",
@@ -210,7 +211,8 @@ def loo_columns(dt) -> dict:
     Returns
     -------
     dict
-        ``elpd_loo``, ``elpd_loo_se``, ``p_loo``, ``n_pareto_k_high`` (Pareto k above
+        ``elpd_loo``, ``elpd_loo_se``, ``elpd_method`` (how the elpd was estimated: "PSIS-LOO",
+        "exact LOO (N refits)", ...), ``p_loo``, ``n_pareto_k_high`` (Pareto k above
         :data:`PARETO_K_HIGH`) and ``max_pareto_k`` (NaN for leave-one-out by refits, which has
         no Pareto k); ``{}`` when ``dt`` has no ``log_likelihood`` group.
     """
@@ -219,11 +221,12 @@ def loo_columns(dt) -> dict:
     if dt is None or "log_likelihood" not in dt.children:
         return {}
     # The honest elpd of each engine (a type-II regression fit's by refits, with no Pareto k).
-    loo, _ = elpd(dt)
+    loo, method = elpd(dt)
     k = None if loo.pareto_k is None else np.asarray(loo.pareto_k).ravel()
     return {
         "elpd_loo": float(loo.elpd),
         "elpd_loo_se": float(loo.se),
+        "elpd_method": method,
         "p_loo": float(loo.p),
         "n_pareto_k_high": math.nan if k is None else float(np.sum(k > PARETO_K_HIGH)),
         "max_pareto_k": math.nan if k is None else float(np.max(k)),
@@ -548,13 +551,9 @@ def _read_stored_row(store: _Store, key: str) -> dict | None:
 def _check_client(client) -> None:
     if client is None:
         return
-    try:
-        from distributed import Client
-    except ImportError as exc:  # pragma: no cover - depends on the installation
-        raise ImportError(
-            "client= runs the study on Dask, which is not installed: "
-            "pip install 'bayes-rvm[study]' (or 'dask[distributed]')."
-        ) from exc
+    from bayes_rvm._optional import require
+
+    Client = require("distributed", "dask", "client= (a study on Dask)").Client
     if not isinstance(client, Client):
         raise TypeError(
             f"client must be a dask.distributed.Client, got {type(client).__name__}; for local "
@@ -725,7 +724,8 @@ def run_study(
     -------
     pandas.DataFrame
         One row per (data set, model) in the order given, with the columns of :data:`COLUMNS`:
-        ``elpd_loo``, ``elpd_loo_se``, ``p_loo``, ``n_pareto_k_high`` (Pareto k > 0.7) and
+        ``elpd_loo``, ``elpd_loo_se``, ``elpd_method``, ``p_loo``, ``n_pareto_k_high``
+        (Pareto k > 0.7) and
         ``max_pareto_k`` from :func:`bayes_rvm.posterior.comparison.elpd` on the fit's ``idata_``
         (PSIS-LOO, or for a type-II regression fit leave-one-out by refits, which has no
         Pareto k: NaN there); with a test set
@@ -772,14 +772,6 @@ def run_study(
     }
     spec = {name: _estimator_spec(est) for name, est in models.items()}
     db = _Store(store) if store is not None else None
-    if db is not None:
-        import importlib.util
-
-        if importlib.util.find_spec("h5netcdf") is None:
-            raise ImportError(
-                "store= writes each fit's DataTree as netCDF, which needs h5netcdf: "
-                "pip install 'bayes-rvm[io]'."
-            )
     settings = None
     if db is not None:
         entropy, settings = _merge_settings(db, entropy)
