@@ -38,3 +38,4 @@ else
 fi
 "$PY" -m pip install --quiet --upgrade pip >&2
 "$PY" -m pip install --quiet -e ".[dev]" >&2
+echo "bootstrap: ready in $SECONDS s" >&2
