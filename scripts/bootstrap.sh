@@ -36,6 +36,14 @@ else
     "$base" -m venv .venv
     PY=.venv/bin/python
 fi
-"$PY" -m pip install --quiet --upgrade pip >&2
-"$PY" -m pip install --quiet -e ".[dev]" >&2
+# The editable install follows the sources; only a change of pyproject.toml (the dependencies,
+# the entry points) needs pip again. The stamp records the pyproject.toml last installed.
+stamp=.venv/.bootstrap-pyproject
+if cmp -s pyproject.toml "$stamp"; then
+    echo "bootstrap: .venv is up to date with pyproject.toml" >&2
+else
+    "$PY" -m pip install --quiet --upgrade pip >&2
+    "$PY" -m pip install --quiet -e ".[dev]" >&2
+    cp pyproject.toml "$stamp"
+fi
 echo "bootstrap: ready in $SECONDS s" >&2
