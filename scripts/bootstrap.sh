@@ -44,8 +44,18 @@ else
     "$base" -m venv .venv
     PY=.venv/bin/python
 fi
-"$PY" -m pip install --quiet --upgrade pip >&2
+# The editable install follows the sources; only a change of pyproject.toml (the dependencies,
+# the entry points) needs pip again. The stamp records the pyproject.toml last installed with
+# these extras.
+stamp=".venv/.bootstrap-${extras:-core}"
 target="."
 [ -z "$extras" ] || target=".[$extras]"
-echo "bootstrap: installing $target into .venv (pip's progress follows)" >&2
-"$PY" -m pip install --progress-bar on -e "$target" >&2
+if cmp -s pyproject.toml "$stamp"; then
+    echo "bootstrap: .venv is up to date with pyproject.toml ($target)" >&2
+else
+    "$PY" -m pip install --quiet --upgrade pip >&2
+    echo "bootstrap: installing $target into .venv (pip's progress follows)" >&2
+    "$PY" -m pip install --progress-bar on -e "$target" >&2
+    cp pyproject.toml "$stamp"
+fi
+echo "bootstrap: ready in $SECONDS s" >&2

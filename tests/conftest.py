@@ -29,16 +29,21 @@ def pytest_configure_node(node):
     node.workerinput["slow_modules_first"] = node.config.option.dist == "loadscope"
 
 
+@pytest.hookimpl(trylast=True)  # after -m has deselected
 def pytest_collection_modifyitems(config, items):
     if not getattr(config, "workerinput", {}).get("slow_modules_first"):
         return  # not a worker of a `-n` run: the written order stays
     modules = {}
     for item in items:
         modules.setdefault(item.nodeid.split("::")[0], []).append(item)
-    # The slow tests take most of the time: a module with many of them (the notebooks, the RVC
-    # MCMC fits) started last would leave the other worker idle. The sort is stable.
+    # The slow tests take most of the time: a module with many of them (the RVC MCMC fits) started
+    # last would leave the other worker idle. Without them (the default run, -m "not slow") the
+    # modules with the most tests go first (the scikit-learn checks of test_estimators and
+    # test_classifier, test_reliability): a proxy for the longest jobs first, so that short ones
+    # fill the end. The sort is stable.
     ordered = sorted(
-        modules.values(), key=lambda tests: -sum(bool(t.get_closest_marker("slow")) for t in tests)
+        modules.values(),
+        key=lambda tests: (-sum(bool(t.get_closest_marker("slow")) for t in tests), -len(tests)),
     )
     items[:] = [item for tests in ordered for item in tests]
 
