@@ -18,7 +18,8 @@ and kept vectors or components:
   N = 5000 beside the RVM at that N, skipped beyond with the memory it would need;
 * ``time/limit``: the fit's wall time over the physical limit of one pass over the statistics,
   the ``N M^2`` flops of ``Phi'Phi`` at the ``dsyrk`` rate measured at the start of this run on a
-  block of the fit's own size (``chunk_rows_for(M + 1)`` rows) with the fit's own BLAS threads.
+  block of the fit's own size (``chunk_rows_for(M + 1)`` rows) with the fit's own BLAS threads;
+  ``CPU/limit``: the same of the CPU times (every thread's), which a busy machine moves less.
 
 Every fit runs in a fresh subprocess with the machine's default threads (as a user's fit), which
 reports its ``ru_maxrss`` (the whole process's peak: Python, libraries, inputs and fit), its CPU
@@ -157,11 +158,14 @@ def run_one(method: str, n: int, m: int, timeout: float) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1]) | {"load": load}
 
 
-def syrk_seconds_per_row(n_columns: int, threads: int) -> tuple[float, float]:
-    """``(seconds per row, GFLOP/s)`` of ``dsyrk`` on a block of the statistics pass.
+def syrk_seconds_per_row(n_columns: int, threads: int) -> tuple[float, float, float]:
+    """``(seconds per row, GFLOP/s, CPU seconds per row)`` of ``dsyrk`` on a block of the
+    statistics pass.
 
     The block has ``chunk_rows_for(n_columns)`` rows, as in a fit, and BLAS runs on ``threads``
-    threads, as in a fit (the fastest of the calls made in 8 s, at least 5).
+    threads, as in a fit (the fastest of the calls made in 8 s, at least 5). The CPU seconds
+    (every thread's, of the fastest call) make a limit that a busy machine moves less than the
+    wall time: the fit's CPU time over it is the ratio to read there.
     """
     from scipy.linalg.blas import dsyrk
     from threadpoolctl import threadpool_limits
@@ -171,15 +175,16 @@ def syrk_seconds_per_row(n_columns: int, threads: int) -> tuple[float, float]:
     rows = chunk_rows_for(n_columns)
     A = np.random.default_rng(0).random((rows, n_columns))
     C = np.zeros((n_columns, n_columns), order="F")
-    best, calls, begin = np.inf, 0, time.perf_counter()
+    best, best_cpu, calls, begin = np.inf, np.inf, 0, time.perf_counter()
     with threadpool_limits(threads, "blas"):
         # The best call of at least 8 s (and 5 calls): on a shared machine a few calls can all
         # fall in a busy moment and make the limit too long.
         while calls < 5 or time.perf_counter() - begin < 8.0:
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             dsyrk(1.0, A.T, beta=1.0, c=C, trans=0, lower=0, overwrite_c=1)
-            best, calls = min(best, time.perf_counter() - start), calls + 1
-    return best / rows, rows * n_columns**2 / best / 1e9
+            best = min(best, time.perf_counter() - start)
+            best_cpu, calls = min(best_cpu, time.process_time() - start_cpu), calls + 1
+    return best / rows, rows * n_columns**2 / best / 1e9, best_cpu / rows
 
 
 def dask_row(n: int, m: int, chunk: int, layout: tuple[int, int, int]) -> dict:
@@ -242,20 +247,24 @@ def dask_row(n: int, m: int, chunk: int, layout: tuple[int, int, int]) -> dict:
 
 HEADER = (
     f"{'N':>9} {'M':>5} {'method':<12} {'wall s':>7} {'CPU s':>7} {'load':>5} {'peak GiB':>8} "
-    f"{'RMSE':>7} {'kept':>5} {'limit s':>8} {'time/limit':>10}  note"
+    f"{'RMSE':>7} {'kept':>5} {'limit s':>8} {'time/limit':>10} {'CPU/limit':>9}  note"
 )
 
 
-def print_row(n: int, m: int, method: str, r: dict, limit: float | None) -> None:
+def print_row(
+    n: int, m: int, method: str, r: dict, limit: float | None, cpu_limit: float | None = None
+) -> None:
     lim = f"{limit:8.1f}" if limit else f"{'':>8}"
     if "time" not in r:
         print(f"{n:>9} {m:>5} {method:<12} {'':>7} {'':>7} {'':>5} {'':>8} {'':>7} {'':>5} "
-              f"{lim} {'':>10}  {r['note']}", flush=True)  # fmt: skip
+              f"{lim} {'':>10} {'':>9}  {r['note']}", flush=True)  # fmt: skip
         return
     ratio = f"{r['time'] / limit:10.2f}" if limit else f"{'':>10}"
+    cpu_ratio = f"{r['cpu'] / cpu_limit:9.2f}" if cpu_limit else f"{'':>9}"
     print(
         f"{n:>9} {m:>5} {method:<12} {r['time']:7.1f} {r['cpu']:7.1f} {r['load']:5.1f} "
-        f"{r['peak']:8.2f} {r['rmse']:7.4f} {r['kept']:5d} {lim} {ratio}  {r.get('note', '')}",
+        f"{r['peak']:8.2f} {r['rmse']:7.4f} {r['kept']:5d} {lim} {ratio} {cpu_ratio}  "
+        f"{r.get('note', '')}",
         flush=True,
     )
 
@@ -263,10 +272,11 @@ def print_row(n: int, m: int, method: str, r: dict, limit: float | None) -> None
 def table(args, threads: int) -> None:
     """The one-machine rows, per M: the RVR's two paths, the peers, the limit."""
     for m in args.centres:
-        per_row, gflops = syrk_seconds_per_row(m + 1, threads)
+        per_row, gflops, cpu_per_row = syrk_seconds_per_row(m + 1, threads)
         print(
             f"\nM = {m}: dsyrk on {threads} BLAS thread(s), blocks of the fit's size: "
-            f"{gflops:.1f} GFLOP/s (load {os.getloadavg()[0]:.1f})"
+            f"{gflops:.1f} GFLOP/s, {(m + 1) ** 2 / cpu_per_row / 1e9:.1f} GFLOP per CPU second "
+            f"(load {os.getloadavg()[0]:.1f})"
         )
         print(HEADER)
         # fastrvm holds the N x N kernel: it runs at a few thousand rows, beside the RVM there.
@@ -290,7 +300,8 @@ def table(args, threads: int) -> None:
                 note = f"predictions differ from the statistics' by {diff:.1e} relative"
             stats = r if method == "RVR stats" else stats
             limit = n * per_row if method.startswith("RVR") else None
-            print_row(n, m, method, r | ({"note": note} if note else {}), limit)
+            cpu_limit = n * cpu_per_row if method.startswith("RVR") else None
+            print_row(n, m, method, r | ({"note": note} if note else {}), limit, cpu_limit)
 
 
 def main(argv=None) -> None:
@@ -326,7 +337,7 @@ def main(argv=None) -> None:
         table(args, threads)
     if args.dask:
         n, m = args.dask_n, args.dask_centres
-        per_row, gflops = syrk_seconds_per_row(m + 1, 1)
+        per_row, gflops, _ = syrk_seconds_per_row(m + 1, 1)
         print(f"\nDask, M = {m}: dsyrk on 1 BLAS thread: {gflops:.1f} GFLOP/s; the limit is half")
         print("a one-thread pass (two cores share the rows)")
         print(HEADER)

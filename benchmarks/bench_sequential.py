@@ -22,8 +22,10 @@ machine shared with other work slows both alike): ``RVR(kernel="rbf", gamma=1/9)
 training point and a bias) on ``make_sinc`` at each ``--est-sizes`` N, medians of ``--repeats``,
 then ``RVR`` alone at ``--est-big`` rows (its time and peak resident memory, in a subprocess of
 its own; fastrvm's N x N kernel and copies do not fit there). Each row also gives the time of
-the engine's shared-precision check (``restart_from_shared_bound``) within our fit, and the
-load average of the machine is printed before and after.
+the engine's shared-precision check (``restart_from_shared_bound``) within our fit, and the ratio
+of the two fits' CPU times (the process's, every thread counted: on a machine shared with other
+work it moves less than the wall-time ratio); the load average of the machine is printed before
+and after.
 
     python benchmarks/bench_sequential.py --estimators
 """
@@ -218,12 +220,13 @@ def estimator_worker(n: int) -> dict:
     )  # warm-up
     guard = _guard_timer()
     _reset_peak()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     model = RVR(kernel="rbf", gamma=GAMMA).fit(X, y)
     seconds = time.perf_counter() - t0
     return {
         "n": n,
         "time": seconds,
+        "cpu": time.process_time() - c0,
         "peak_gb": _peak_gb(),
         "guard": sum(guard),
         "n_rv": int(model.n_relevance_vectors_),
@@ -247,8 +250,8 @@ def estimator_table(sizes, repeats: int, big_n: int) -> None:
         ),
     }
     head = (
-        f"{'N':>6} {'bayes_rvm s':>12} {'fastrvm s':>10} {'ratio':>6} {'guard ms':>9} "
-        f"{'design ms':>10} {'#RV ours':>8} {'#RV fastrvm':>11}"
+        f"{'N':>6} {'bayes_rvm s':>12} {'fastrvm s':>10} {'ratio':>6} {'CPU ratio':>9} "
+        f"{'guard ms':>9} {'design ms':>10} {'#RV ours':>8} {'#RV fastrvm':>11}"
     )
     print(head)
     print("-" * len(head))
@@ -256,25 +259,29 @@ def estimator_table(sizes, repeats: int, big_n: int) -> None:
         X, y = make_sinc(n, noise=0.1, random=True, random_state=n, shuffle=False)
         models = {name: fit(X, y) for name, fit in fits.items()}  # warm-up
         times: dict[str, list[float]] = {name: [] for name in fits}
+        cpu: dict[str, list[float]] = {name: [] for name in fits}
         guard.clear()
         design.clear()
         for i in range(repeats):
             for name in ("ours", "fastrvm") if i % 2 == 0 else ("fastrvm", "ours"):
                 time.sleep(0.2)  # let BLAS threads left spinning by the other go idle
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 fits[name](X, y)
                 times[name].append(time.perf_counter() - t0)
+                cpu[name].append(time.process_time() - c0)
         ours, fast = float(np.median(times["ours"])), float(np.median(times["fastrvm"]))
+        cpu_ratio = float(np.median(cpu["ours"]) / np.median(cpu["fastrvm"]))
         print(
-            f"{n:>6} {ours:>12.4f} {fast:>10.4f} {ours / fast:>6.2f} "
+            f"{n:>6} {ours:>12.4f} {fast:>10.4f} {ours / fast:>6.2f} {cpu_ratio:>9.2f} "
             f"{1e3 * float(np.median(guard)):>9.1f} {1e3 * sum(design) / repeats:>10.1f} "
             f"{models['ours'].n_relevance_vectors_:>8} "
             f"{models['fastrvm'].n_relevance_:>11}",
             flush=True,
         )
     print(
-        "ratio = bayes_rvm time / fastrvm time (median of each); guard = shared-precision check; "
-        "design = kernel design and column normalisation (mean per fit)"
+        "ratio = bayes_rvm time / fastrvm time (median of each); CPU ratio = the same of the "
+        "process's CPU time (all threads), steadier than wall time on a busy machine; guard = "
+        "shared-precision check; design = kernel design and column normalisation (mean per fit)"
     )
     if big_n > 0:
         proc = subprocess.run(
@@ -287,9 +294,10 @@ def estimator_table(sizes, repeats: int, big_n: int) -> None:
         else:
             r = json.loads(proc.stdout.strip().splitlines()[-1])
             print(
-                f"N={r['n']}: bayes_rvm {r['time']:.2f} s, peak resident memory "
-                f"{r['peak_gb']:.2f} GB (the design alone: {8e-9 * r['n'] * (r['n'] + 1):.2f} GB), "
-                f"guard {1e3 * r['guard']:.0f} ms, {r['n_rv']} relevance vectors"
+                f"N={r['n']}: bayes_rvm {r['time']:.2f} s ({r['cpu']:.2f} s CPU), peak resident "
+                f"memory {r['peak_gb']:.2f} GB (the design alone: "
+                f"{8e-9 * r['n'] * (r['n'] + 1):.2f} GB), guard {1e3 * r['guard']:.0f} ms, "
+                f"{r['n_rv']} relevance vectors"
             )
     print(f"load average after: {_load()}")
 

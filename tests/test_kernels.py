@@ -191,6 +191,28 @@ def test_fused_block_equals_scikit_learn_kernel(kernel, gamma):
     assert np.all(fused[:, -1] == 1.0)
 
 
+def test_the_fused_blocks_exponential_is_numpys_within_one_unit_in_the_last_place():
+    # The truth: NumPy's exp, over the kernel's whole range (0 down to past the smallest
+    # subnormal, where both give 0), its end points included.
+    from bayes_rvm.basis.blocks import exp_nonpositive
+
+    rng = np.random.default_rng(5)
+    a = np.concatenate(
+        [
+            [0.0, -0.0, -1e-300, -744.4, -745.2, -746.0, -1e6],
+            -rng.exponential(1.0, 20_000),
+            rng.uniform(-60.0, 0.0, 20_000),
+            rng.uniform(-746.0, -700.0, 20_000),
+        ]
+    )
+    got, scratch = np.empty_like(a), np.empty_like(a)
+    exp_nonpositive(a, got, scratch)
+    want = np.exp(a)
+    ulps = np.abs(got - want) / np.spacing(np.maximum(want, 5e-324))
+    assert ulps.max() <= 1.0
+    assert got[0] == got[1] == 1.0 and got[5] == got[6] == 0.0
+
+
 def test_transform_into_a_buffer_checks_it():
     X = np.random.default_rng(0).normal(size=(20, 2))
     basis = KernelBasis(kernel="rbf", gamma=1.0).fit(X)

@@ -18,6 +18,7 @@ from sklearn.metrics.pairwise import rbf_kernel
 from bayes_rvm.datasets import make_sinc
 from bayes_rvm.evidence import fit_sequential
 from bayes_rvm.evidence import sequential as seq_module
+from bayes_rvm.evidence import shared_ceiling as ceiling_module
 from bayes_rvm.evidence.shared_ceiling import shared_evidence_ceiling
 from bayes_rvm.evidence.width import shared_evidence
 
@@ -105,6 +106,28 @@ def test_an_ordinary_fit_skips_the_exact_bound_and_is_unchanged(monkeypatch, set
     fit, n_exact, without = _fit_both(monkeypatch, Phi, T, **settings)
     assert n_exact == 0  # the ceiling settled it
     _assert_same(fit, without)
+
+
+def test_the_default_benchmark_fit_is_settled_by_the_ceiling_and_unchanged(monkeypatch):
+    # The estimators' default regression at N = 1000 (500 bound columns of 1001): the ceiling
+    # settles the check, and the fit is the one the exact bound gives.
+    Phi, T = _sinc(1000, 1 / 9, seed=1000)
+    fit, n_exact, without = _fit_both(monkeypatch, Phi, T)
+    assert n_exact == 0
+    assert "restart shared" not in fit.actions
+    _assert_same(fit, without)
+
+
+def test_residual_in_row_blocks_is_the_dense_residual(monkeypatch):
+    # Blocks that do not divide the rows, and one block: both the dense ||Phi - Q B||_F^2.
+    rng = np.random.default_rng(3)
+    Phi = rng.standard_normal((50, 12))
+    Q = np.linalg.qr(rng.standard_normal((50, 4)))[0]
+    B = Q.T @ Phi
+    dense = float(np.sum((Phi - Q @ B) ** 2))
+    for rows in (7, 50, 128):
+        monkeypatch.setattr(ceiling_module, "_BLOCK_ROWS", rows)
+        assert ceiling_module._residual(Phi, Q, B) == pytest.approx(dense, rel=1e-13)
 
 
 def test_the_collapse_still_restarts_from_the_exact_bound(monkeypatch):
