@@ -715,10 +715,28 @@ class BaseRVM(BaseEstimator):
             )
         self._sample_kwargs = dict(sample_kwargs)
 
-    def _sample_and_complete(self, model, initvals):
-        """NUTS on ``model`` with the estimator's settings; DataTree with the estimator's attrs."""
+    def _tree_attrs(self) -> dict[str, str]:
+        """The estimator and its parameters, as recorded in its DataTree's attrs."""
         import json
 
+        return {
+            "estimator": type(self).__name__,
+            "params": json.dumps(self.get_params(), sort_keys=True, default=repr),
+        }
+
+    def _fingerprinted(self, dt):
+        """``dt`` with fingerprints of the training rows in its root attrs, by which
+        :func:`~bayes_rvm.posterior.comparison.compare` refuses fits of other data
+        (:func:`~bayes_rvm.posterior.comparison.data_fingerprints`; saved with the model)."""
+        from bayes_rvm.posterior.comparison import data_fingerprints
+
+        training = self.training_
+        y = training.y if training.y is not None else training.y_index
+        dt.attrs.update(data_fingerprints(X=training.inputs, y=y))
+        return dt
+
+    def _sample_and_complete(self, model, initvals):
+        """NUTS on ``model`` with the estimator's settings; DataTree with the estimator's attrs."""
         from bayes_rvm.inference import sample_mcmc
 
         free = {rv.name for rv in model.free_RVs}
@@ -739,11 +757,8 @@ class BaseRVM(BaseEstimator):
             initvals={k: v for k, v in initvals.items() if k in free},
             **options,
         )
-        dt.attrs.update(
-            estimator=type(self).__name__,
-            params=json.dumps(self.get_params(), sort_keys=True, default=repr),
-        )
-        return dt
+        dt.attrs.update(self._tree_attrs())
+        return self._fingerprinted(dt)
 
     @one_blas_thread
     def sample_posterior_predictive(self, X=None, random_state=None, *, extend_idata=True):

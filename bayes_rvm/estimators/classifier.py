@@ -545,8 +545,6 @@ default="evidence_shared"
                 "N x K training design, which a fit on the chunked path (chunk_rows) does not keep."
             )
         if self._idata is None:
-            import json
-
             from bayes_rvm.inference import type2_datatree
 
             if isinstance(self.fit_, OneVsRestFit):
@@ -558,17 +556,16 @@ default="evidence_shared"
             local = dataclasses.replace(
                 self.fit_, active=np.arange(k), alpha=self.fit_.alpha[self.active_]
             )
-            self._idata = type2_datatree(
-                local,
-                self.training_.phi_active,
-                self.training_.y_index,
-                basis_names=self.active_,
-                class_names=None if self.classes_.size == 2 else list(self.classes_),
-                random_seed=check_random_state(self.random_state).randint(2**31 - 1),
-                attrs={
-                    "estimator": "RVC",
-                    "params": json.dumps(self.get_params(), sort_keys=True, default=repr),
-                },
+            self._idata = self._fingerprinted(
+                type2_datatree(
+                    local,
+                    self.training_.phi_active,
+                    self.training_.y_index,
+                    basis_names=self.active_,
+                    class_names=None if self.classes_.size == 2 else list(self.classes_),
+                    random_seed=check_random_state(self.random_state).randint(2**31 - 1),
+                    attrs=self._tree_attrs(),
+                )
             )
         return self._idata
 

@@ -10,7 +10,6 @@ equivariant under both scalings.
 from __future__ import annotations
 
 import dataclasses
-import json
 from numbers import Integral
 
 import numpy as np
@@ -704,11 +703,8 @@ array-like or Prior, default="evidence_shared"
             random_seed=check_random_state(self.random_state).randint(2**31 - 1),
             **options,
         )
-        dt.attrs.update(
-            estimator=type(self).__name__,
-            params=json.dumps(self.get_params(), sort_keys=True, default=repr),
-        )
-        return dt
+        dt.attrs.update(self._tree_attrs())
+        return self._fingerprinted(dt)
 
     def _width_model(self, form: str, offset):
         """The model with the width sampled (:func:`bayes_rvm.models.graphs.rvm_width_model`)."""
@@ -764,20 +760,19 @@ array-like or Prior, default="evidence_shared"
             k = self.active_.size
             local = dataclasses.replace(self.fit_, active=np.arange(k), alpha=self.alpha_)
             seed = check_random_state(self.random_state).randint(2**31 - 1)
-            self._idata = type2_datatree(
-                local,
-                self.training_.phi_active,
-                self.training_.y,
-                basis_names=self.active_,
-                random_seed=seed,
-                attrs={
-                    "estimator": "RVR",
-                    "params": json.dumps(self.get_params(), sort_keys=True, default=repr),
-                },
-                # Student-t: each refit is an EM run; 10 folds keep the tree's cost bounded.
-                loo=self.refit_loo(
-                    n_folds=10 if self.likelihood == "student_t" else None, random_state=seed
-                ),
+            self._idata = self._fingerprinted(
+                type2_datatree(
+                    local,
+                    self.training_.phi_active,
+                    self.training_.y,
+                    basis_names=self.active_,
+                    random_seed=seed,
+                    attrs=self._tree_attrs(),
+                    # Student-t: each refit is an EM run; 10 folds keep the tree's cost bounded.
+                    loo=self.refit_loo(
+                        n_folds=10 if self.likelihood == "student_t" else None, random_state=seed
+                    ),
+                )
             )
             self._idata["posterior"] = self._free_variables(self._idata["posterior"].dataset)
         return self._idata
