@@ -38,11 +38,11 @@ def test_trees_of_other_inputs_are_refused_without_their_estimators(sinc_fits):
 
 @pytest.mark.parametrize("build_tree_first", [True, False])
 def test_fingerprints_survive_save_and_load(tmp_path, sinc_fits, build_tree_first):
-    a, b, moved = sinc_fits
+    a, _, moved = sinc_fits
     X, y = make_sinc(20, random_state=0)
     fresh = RVR(gamma=0.5).fit(X + 0.01, y)
     if build_tree_first:
-        fresh.idata_  # noqa: B018 - saved with the model
+        fresh.idata_  # built, so saved with the model
     save_model(fresh, tmp_path / "moved.nc")
     loaded = load_model(tmp_path / "moved.nc")
     assert loaded.idata_.attrs[FINGERPRINT_ATTRS["X"]] == moved.idata_.attrs[FINGERPRINT_ATTRS["X"]]
