@@ -331,7 +331,7 @@ class BaseRVM(BaseEstimator):
         "kernel": [str, callable],
         "gamma": [StrOptions({"scale", "auto", *WIDTH_RULES}), POSITIVE, "array-like", Prior],
         "kernel_params": [dict, None],
-        "bias": ["boolean"],
+        "bias": ["boolean", StrOptions({"free"})],
         "centres": ["array-like", str, None],
         "prior": [StrOptions(set(PRIORS))],
         "prior_params": [dict, None],

@@ -239,7 +239,6 @@ default="evidence_shared"
 
     _parameter_constraints: dict = {  # noqa: RUF012 - scikit-learn's convention
         **BaseRVM._shared_constraints,
-        "bias": ["boolean", StrOptions({"free"})],
         "solver": [StrOptions(set(SOLVERS))],
         "multi_class": [StrOptions(set(_MULTI_CLASS))],
         "moderated": ["boolean", StrOptions({"auto", "importance", "probit"})],

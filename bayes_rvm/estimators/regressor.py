@@ -134,8 +134,11 @@ array-like or Prior, default="evidence_shared"
         ``degree`` (int, default 3: the polynomial kernel's) and ``coef0`` (float, default 1.0:
         the polynomial and sigmoid kernels' independent term); any other key is a keyword
         argument of a callable kernel.
-    bias : bool, default=True
-        Include a constant basis function (with its own ARD prior).
+    bias : bool or "free", default=True
+        ``True``: a constant basis function with its own ARD prior, pruned like any other.
+        ``"free"``: an intercept that is never pruned, with a proper but negligible prior (sd
+        1e5 times the targets' root-mean-square; ``likelihood="poisson"``: ``N(0, 10^2)`` in
+        log rates); MCMC samples its precision with the other columns'. ``False``: no bias.
     centres : None, ("random", n), ("kmeans", n) or array-like of shape (n, n_features)
         Candidate basis functions: on every training input (None, the classical RVM), on a
         random or k-means subset of ``n`` points (a tuple or list), or on given centres.
@@ -622,6 +625,7 @@ array-like or Prior, default="evidence_shared"
             **({"threshold_alpha": self._threshold_alpha()} if mackay else {}),
             progress=bool(self.verbose),
             noise_nu=self._cfg.noise_nu if self.likelihood == "student_t" else None,
+            free_bias=self.bias == "free",
         )
 
     def make_model(self, *, form: str = "marginal", offset=None):
