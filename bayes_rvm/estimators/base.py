@@ -38,6 +38,7 @@ from bayes_rvm.estimators.width_selection import (
     width_attributes,
 )
 from bayes_rvm.evidence import (
+    OneVsRestFit,
     TrainingData,
     WidthPath,
     column_scale,
@@ -714,6 +715,31 @@ class BaseRVM(BaseEstimator):
                 "'chains': ..., 'sampler': ...}, random_state=...)), not in fit()."
             )
         self._sample_kwargs = dict(sample_kwargs)
+
+    def _keeping_the_level(self, problem, engine, fit):
+        """``fit``, or the fit with the bias free where ``fit`` is no better than no basis at all.
+
+        Where the evidence of every basis function sits on its pruning boundary (two identical
+        inputs with targets 0 and 1; one example of each of two classes), the type-II optimum is
+        the empty model, a zero function (probabilities of 1/2) that the prior's zero mean
+        imposes, not the data. Such a fit (log evidence no higher than the empty model's,
+        :meth:`~bayes_rvm.evidence.problem.Problem.empty_log_evidence`) is made again with the
+        bias column never pruned (``bias="free"``), which keeps the data's level: their mean,
+        their base rate. Its ``reason`` says so.
+        """
+        if isinstance(self.bias, str) or not self.bias or isinstance(fit, OneVsRestFit):
+            return fit
+        empty = problem.empty_log_evidence()
+        if empty is None or fit.log_evidence > empty + 1e-9 * max(1.0, abs(empty)):
+            return fit
+        from bayes_rvm.evidence import fit_problem
+
+        refit = fit_problem(problem, dataclasses.replace(engine, free_bias=True))
+        return dataclasses.replace(
+            refit,
+            reason=f"{refit.reason} (no basis function raised the evidence above that of none: "
+            "refitted with the bias never pruned, to keep the data's level)",
+        )
 
     def _tree_attrs(self) -> dict[str, str]:
         """The estimator and its parameters, as recorded in its DataTree's attrs."""

@@ -373,6 +373,7 @@ default="evidence_shared"
             problem = problem.with_design(Phi)
             fit_n = fit_problem(problem, engine)
             self._set_width(basis, None)
+        fit_n = self._keeping_the_level(problem, engine, fit_n)
         self._set_fitted(basis, problem.unscale(fit_n))
         act = self.active_
         # RVM* needs the training problem at prediction time (the Laplace weights come back

@@ -428,6 +428,7 @@ array-like or Prior, default="evidence_shared"
             problem = problem.with_design(Phi)
             fit = fit_problem(problem, engine)
             self._set_width(basis, None)
+        fit = self._keeping_the_level(problem, engine, fit)
         self._set_fitted(basis, problem.unscale(fit), single=y.ndim == 1)
         # Enough of the training problem to build the type-II DataTree on demand (a fit from
         # statistics keeps the inputs and targets only: an N x K design is what it avoids).
