@@ -265,10 +265,12 @@ def compare(fits: Mapping[str, object] | Sequence, *, round_to="none", **kwargs)
         count model's: the trees' ``likelihood`` attribute), log likelihoods on different rows
         (a fit from sufficient statistics keeps those of a subset of rows: its DataTree's
         ``log_likelihood_rows`` attribute), or fits trained on different data: a different
-        number of rows, or rows whose targets (``observed_data``'s ``y``; a fit from
-        sufficient statistics: ``constant_data``'s ``y_rows``) or inputs (``constant_data``'s
-        ``X``, or a fitted estimator's training inputs, where kept) differ, compared by a
-        fingerprint of their values. The message names the fits and what differs.
+        number of rows, or rows whose targets or inputs differ, compared by a fingerprint of
+        their values in row order: the tree's root attrs ``fingerprint_y`` and ``fingerprint_X``
+        (which the estimators write, and saved models keep), else the targets
+        (``observed_data``'s ``y``; a fit from sufficient statistics: ``constant_data``'s
+        ``y_rows``) and inputs (``constant_data``'s ``X``, or a fitted estimator's training
+        inputs, where kept). The message names the fits and what differs.
     TypeError
         For ``fits`` neither a mapping nor a list / tuple.
 
