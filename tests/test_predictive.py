@@ -18,7 +18,6 @@ from bayes_rvm import load_model, save_model
 from bayes_rvm.datasets import sinc
 from bayes_rvm.estimators.classifier import RVC, OneVsRestFit
 from bayes_rvm.estimators.regressor import RVR
-from bayes_rvm.posterior.predictors import Rows
 from bayes_rvm.posterior.calibration import (
     gaussian_nlpd,
     interval_coverage,
@@ -27,6 +26,7 @@ from bayes_rvm.posterior.calibration import (
     pit_mixture,
     reliability_curve,
 )
+from bayes_rvm.posterior.predictors import Rows
 
 GAMMA = 1.0 / 9.0
 X_TEST = np.array([[-12.0], [-6.0], [0.0], [1.5], [5.0], [40.0]])  # out, data, gap, gap, data, far

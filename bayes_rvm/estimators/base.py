@@ -38,6 +38,7 @@ from bayes_rvm.estimators.width_selection import (
     width_attributes,
 )
 from bayes_rvm.evidence import (
+    OneVsRestFit,
     TrainingData,
     WidthPath,
     column_scale,
@@ -337,7 +338,7 @@ class BaseRVM(BaseEstimator):
         "kernel": [str, callable],
         "gamma": [StrOptions({"scale", "auto", *WIDTH_RULES}), POSITIVE, "array-like", Prior],
         "kernel_params": [dict, None],
-        "bias": ["boolean"],
+        "bias": ["boolean", StrOptions({"free"})],
         "centres": ["array-like", str, None],
         "prior": [StrOptions(set(PRIORS))],
         "prior_params": [dict, None],
@@ -736,10 +737,53 @@ class BaseRVM(BaseEstimator):
             )
         self._sample_kwargs = dict(sample_kwargs)
 
-    def _sample_and_complete(self, model, initvals):
-        """NUTS on ``model`` with the estimator's settings; DataTree with the estimator's attrs."""
+    def _keeping_the_level(self, problem, engine, fit):
+        """``fit``, or the fit with the bias free where ``fit`` is no better than no basis at all.
+
+        Where the evidence of every basis function sits on its pruning boundary (two identical
+        inputs with targets 0 and 1; one example of each of two classes), the type-II optimum is
+        the empty model, a zero function (probabilities of 1/2) that the prior's zero mean
+        imposes, not the data. Such a fit (log evidence no higher than the empty model's,
+        :meth:`~bayes_rvm.evidence.problem.Problem.empty_log_evidence`) is made again with the
+        bias column never pruned (``bias="free"``), which keeps the data's level: their mean,
+        their base rate. Its ``reason`` says so.
+        """
+        if isinstance(self.bias, str) or not self.bias or isinstance(fit, OneVsRestFit):
+            return fit
+        empty = problem.empty_log_evidence()
+        if empty is None or fit.log_evidence > empty + 1e-9 * max(1.0, abs(empty)):
+            return fit
+        from bayes_rvm.evidence import fit_problem
+
+        refit = fit_problem(problem, dataclasses.replace(engine, free_bias=True))
+        return dataclasses.replace(
+            refit,
+            reason=f"{refit.reason} (no basis function raised the evidence above that of none: "
+            "refitted with the bias never pruned, to keep the data's level)",
+        )
+
+    def _tree_attrs(self) -> dict[str, str]:
+        """The estimator and its parameters, as recorded in its DataTree's attrs."""
         import json
 
+        return {
+            "estimator": type(self).__name__,
+            "params": json.dumps(self.get_params(), sort_keys=True, default=repr),
+        }
+
+    def _fingerprinted(self, dt):
+        """``dt`` with fingerprints of the training rows in its root attrs, by which
+        :func:`~bayes_rvm.posterior.comparison.compare` refuses fits of other data
+        (:func:`~bayes_rvm.posterior.comparison.data_fingerprints`; saved with the model)."""
+        from bayes_rvm.posterior.comparison import data_fingerprints
+
+        training = self.training_
+        y = training.y if training.y is not None else training.y_index
+        dt.attrs.update(data_fingerprints(X=training.inputs, y=y))
+        return dt
+
+    def _sample_and_complete(self, model, initvals):
+        """NUTS on ``model`` with the estimator's settings; DataTree with the estimator's attrs."""
         from bayes_rvm.inference import sample_mcmc
 
         free = {rv.name for rv in model.free_RVs}
@@ -760,11 +804,8 @@ class BaseRVM(BaseEstimator):
             initvals={k: v for k, v in initvals.items() if k in free},
             **options,
         )
-        dt.attrs.update(
-            estimator=type(self).__name__,
-            params=json.dumps(self.get_params(), sort_keys=True, default=repr),
-        )
-        return dt
+        dt.attrs.update(self._tree_attrs())
+        return self._fingerprinted(dt)
 
     @one_blas_thread
     def sample_posterior_predictive(self, X=None, random_state=None, *, extend_idata=True):

@@ -248,7 +248,6 @@ default="evidence_shared"
 
     _parameter_constraints: dict = {  # noqa: RUF012 - scikit-learn's convention
         **BaseRVM._shared_constraints,
-        "bias": ["boolean", StrOptions({"free"})],
         "solver": [StrOptions(set(SOLVERS))],
         "multi_class": [StrOptions(set(_MULTI_CLASS))],
         "moderated": ["boolean", StrOptions({"auto", "importance", "probit"})],
@@ -383,6 +382,7 @@ default="evidence_shared"
             problem = problem.with_design(Phi)
             fit_n = fit_problem(problem, engine)
             self._set_width(basis, None)
+        fit_n = self._keeping_the_level(problem, engine, fit_n)
         self._set_fitted(basis, problem.unscale(fit_n))
         act = self.active_
         # RVM* needs the training problem at prediction time (the Laplace weights come back
@@ -560,8 +560,6 @@ default="evidence_shared"
                 "N x K training design, which a fit on the chunked path (chunk_rows) does not keep."
             )
         if self._idata is None:
-            import json
-
             from bayes_rvm.inference import type2_datatree
 
             if isinstance(self.fit_, OneVsRestFit):
@@ -577,19 +575,18 @@ default="evidence_shared"
             predictor, resampled = self._predictor(), None
             if isinstance(predictor, ImportanceClasses):
                 resampled = predictor.resampled(1000, np.random.default_rng(seed))
-            self._idata = type2_datatree(
-                local,
-                self.training_.phi_active,
-                self.training_.y_index,
-                basis_names=self.active_,
-                class_names=None if self.classes_.size == 2 else list(self.classes_),
-                random_seed=seed,
-                attrs={
-                    "estimator": "RVC",
-                    "params": json.dumps(self.get_params(), sort_keys=True, default=repr),
-                },
-                weight_draws=resampled,
-                loo=self._loo_or_none(seed),
+            self._idata = self._fingerprinted(
+                type2_datatree(
+                    local,
+                    self.training_.phi_active,
+                    self.training_.y_index,
+                    basis_names=self.active_,
+                    class_names=None if self.classes_.size == 2 else list(self.classes_),
+                    random_seed=seed,
+                    attrs=self._tree_attrs(),
+                    weight_draws=resampled,
+                    loo=self._loo_or_none(seed),
+                )
             )
             self._idata.attrs["weight_draws"] = "laplace" if resampled is None else "importance"
         return self._idata

@@ -10,7 +10,6 @@ equivariant under both scalings.
 from __future__ import annotations
 
 import dataclasses
-import json
 from numbers import Integral
 
 import numpy as np
@@ -136,8 +135,11 @@ array-like or Prior, default="evidence_shared"
         ``degree`` (int, default 3: the polynomial kernel's) and ``coef0`` (float, default 1.0:
         the polynomial and sigmoid kernels' independent term); any other key is a keyword
         argument of a callable kernel.
-    bias : bool, default=True
-        Include a constant basis function (with its own ARD prior).
+    bias : bool or "free", default=True
+        ``True``: a constant basis function with its own ARD prior, pruned like any other.
+        ``"free"``: an intercept that is never pruned, with a proper but negligible prior (sd
+        1e5 times the targets' root-mean-square; ``likelihood="poisson"``: ``N(0, 10^2)`` in
+        log rates); MCMC samples its precision with the other columns'. ``False``: no bias.
     centres : None, ("random", n), ("kmeans", n) or array-like of shape (n, n_features)
         Candidate basis functions: on every training input (None, the classical RVM), on a
         random or k-means subset of ``n`` points (a tuple or list), or on given centres.
@@ -428,6 +430,7 @@ array-like or Prior, default="evidence_shared"
             problem = problem.with_design(Phi)
             fit = fit_problem(problem, engine)
             self._set_width(basis, None)
+        fit = self._keeping_the_level(problem, engine, fit)
         self._set_fitted(basis, problem.unscale(fit), single=y.ndim == 1)
         # Enough of the training problem to build the type-II DataTree on demand (a fit from
         # statistics keeps the inputs and targets only: an N x K design is what it avoids).
@@ -627,6 +630,7 @@ array-like or Prior, default="evidence_shared"
             **({"threshold_alpha": self._threshold_alpha()} if mackay else {}),
             progress=bool(self.verbose),
             noise_nu=self._cfg.noise_nu if self.likelihood == "student_t" else None,
+            free_bias=self.bias == "free",
         )
 
     def make_model(self, *, form: str = "marginal", offset=None):
@@ -708,11 +712,8 @@ array-like or Prior, default="evidence_shared"
             random_seed=check_random_state(self.random_state).randint(2**31 - 1),
             **options,
         )
-        dt.attrs.update(
-            estimator=type(self).__name__,
-            params=json.dumps(self.get_params(), sort_keys=True, default=repr),
-        )
-        return dt
+        dt.attrs.update(self._tree_attrs())
+        return self._fingerprinted(dt)
 
     def _width_model(self, form: str, offset):
         """The model with the width sampled (:func:`bayes_rvm.models.graphs.rvm_width_model`)."""
@@ -768,20 +769,19 @@ array-like or Prior, default="evidence_shared"
             k = self.active_.size
             local = dataclasses.replace(self.fit_, active=np.arange(k), alpha=self.alpha_)
             seed = check_random_state(self.random_state).randint(2**31 - 1)
-            self._idata = type2_datatree(
-                local,
-                self.training_.phi_active,
-                self.training_.y,
-                basis_names=self.active_,
-                random_seed=seed,
-                attrs={
-                    "estimator": "RVR",
-                    "params": json.dumps(self.get_params(), sort_keys=True, default=repr),
-                },
-                # Student-t: each refit is an EM run; 10 folds keep the tree's cost bounded.
-                loo=self.refit_loo(
-                    n_folds=10 if self.likelihood == "student_t" else None, random_state=seed
-                ),
+            self._idata = self._fingerprinted(
+                type2_datatree(
+                    local,
+                    self.training_.phi_active,
+                    self.training_.y,
+                    basis_names=self.active_,
+                    random_seed=seed,
+                    attrs=self._tree_attrs(),
+                    # Student-t: each refit is an EM run; 10 folds keep the tree's cost bounded.
+                    loo=self.refit_loo(
+                        n_folds=10 if self.likelihood == "student_t" else None, random_state=seed
+                    ),
+                )
             )
             self._idata["posterior"] = self._free_variables(self._idata["posterior"].dataset)
         return self._idata

@@ -30,7 +30,7 @@ from scipy.linalg import lapack
 from sklearn.exceptions import ConvergenceWarning
 
 from bayes_rvm.evidence.log_evidence import WARN_SKIP, cholesky, gaussian_log_evidence
-from bayes_rvm.evidence.options import BETA_MAX, EvidenceOptions, merge_options
+from bayes_rvm.evidence.options import EvidenceOptions, beta_ceiling, merge_options
 from bayes_rvm.evidence.problem import Problem
 from bayes_rvm.evidence.record import Recorder
 from bayes_rvm.evidence.result import EvidenceFit, GaussianWeights
@@ -322,7 +322,7 @@ class _MacKay:
         if gram is None:
             gram = problem.Phi.T @ problem.Phi if opt.gram is None else opt.gram
         self.tt = tt = problem.tt
-        self.beta_max = BETA_MAX * N * D / tt if tt > 0 else BETA_MAX
+        self.beta_max = beta_ceiling(tt, N * D)
         keep = np.isfinite(alpha)
         # The active block of the sufficient statistics, sliced again only when something is
         # pruned; free columns are never re-estimated nor pruned.

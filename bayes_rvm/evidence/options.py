@@ -39,6 +39,18 @@ ENGINE_NAMES = ("mackay", "sequential", "laplace_mackay", "laplace_sequential")
 SOLVERS = ("sequential", "mackay")
 #: Largest noise precision relative to the targets' scale: an exact fit must not divide by zero.
 BETA_MAX = 1e12
+
+
+def beta_ceiling(tt: float, n_values: int) -> float:
+    """The largest noise precision of a fit whose ``n_values`` targets have ``sum(T**2) = tt``.
+
+    :data:`BETA_MAX` per unit mean square of the targets, so that the noise sd stays at least
+    1e-6 times their root-mean-square; for all-zero targets (divided by 1, their scale)
+    :data:`BETA_MAX` itself: a noise sd of 1e-6, never one that underflows towards zero.
+    """
+    return BETA_MAX * n_values / tt if tt > 0 else BETA_MAX
+
+
 #: Prior precision of a "free" column of a Gaussian fit relative to the scale of a weight that
 #: fits the targets: the weight's prior standard deviation is 1e5 times that scale, negligible
 #: against the data but proper, so the log evidence stays finite (a flat prior has none).

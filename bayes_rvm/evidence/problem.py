@@ -31,10 +31,11 @@ from bayes_rvm.evidence.options import (
     FREE_ALPHA_FACTOR,
     FREE_LATENT_SD,
     EvidenceOptions,
+    beta_ceiling,
     default_beta_init,
 )
 from bayes_rvm.evidence.result import EvidenceFit
-from bayes_rvm.families import NOISE_LIKELIHOODS
+from bayes_rvm.families import LOG_2PI, NOISE_LIKELIHOODS, family
 
 __all__ = [
     "OneVsRestFit",
@@ -583,6 +584,32 @@ class Problem:
         norms = np.ones(Phi.shape[1]) if normalised else normalise_columns(Phi)
         targets = self.targets if targets is None else targets
         return dataclasses.replace(self, design=Phi, norms=norms, targets=targets)
+
+    def empty_log_evidence(self) -> float | None:
+        """The log evidence of the model with every basis function pruned: no weights at all.
+
+        Gaussian: ``ln N(T | 0, beta^-1 I)`` at the fixed noise precision or the maximum-likelihood
+        one, ``N D / sum(T**2)``, within the engines' ceiling
+        (:func:`~bayes_rvm.evidence.options.beta_ceiling`). Bernoulli, softmax, Poisson: the
+        likelihood at a zero latent, ``ln p(T | eta = 0)``. None where it has no closed form
+        (Student-t noise, one-vs-rest).
+        """
+        if self.likelihood == "student_t" or self.one_vs_rest:
+            return None
+        if self.likelihood != "gaussian":
+            return family(self.likelihood).mean_and_log_likelihood(
+                np.zeros_like(self.targets), self.targets
+            )[1]
+        n = self.n_values
+        tt = (
+            float(np.sum(self.statistics.tt))
+            if self.statistics is not None
+            else float(np.sum(self.targets * self.targets))
+        )
+        beta = self.noise_precision
+        if beta is None:
+            beta = n / tt if tt > 0 else beta_ceiling(tt, n)
+        return 0.5 * n * (np.log(beta) - LOG_2PI) - 0.5 * beta * tt
 
     def unscale(self, fit: EvidenceFit | OneVsRestFit) -> EvidenceFit | OneVsRestFit:
         """The fit of this normalised problem in the user's units (a :class:`OneVsRestFit` for OvR).

@@ -43,7 +43,12 @@ from sklearn.exceptions import ConvergenceWarning
 
 from bayes_rvm.evidence.gaussian import gaussian_posterior
 from bayes_rvm.evidence.log_evidence import WARN_SKIP
-from bayes_rvm.evidence.options import BETA_MAX, FREE_ALPHA_FACTOR, EvidenceOptions, merge_options
+from bayes_rvm.evidence.options import (
+    FREE_ALPHA_FACTOR,
+    EvidenceOptions,
+    beta_ceiling,
+    merge_options,
+)
 from bayes_rvm.evidence.problem import Problem
 from bayes_rvm.evidence.record import Recorder
 from bayes_rvm.evidence.result import EvidenceFit, GaussianWeights
@@ -209,7 +214,7 @@ class _Sequential:
         self.ab, self.cd = opt.alpha_prior, opt.beta_prior
         self.no_prior = not any(self.ab)
         self.tt = tt = problem.tt
-        self.beta_max = BETA_MAX * D * N / max(tt, 1e-300)
+        self.beta_max = beta_ceiling(tt, D * N)
         self.allowed = problem.allowed
         self.T = T
         self.align = opt.alignment_threshold > 0

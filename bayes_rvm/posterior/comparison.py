@@ -73,27 +73,59 @@ def _digest(values) -> str:
     return h.hexdigest()[:12]
 
 
+#: Root attrs of a fit's DataTree holding the fingerprints of its training rows.
+FINGERPRINT_ATTRS = {"y": "fingerprint_y", "X": "fingerprint_X"}
+
+
+def data_fingerprints(X=None, y=None) -> dict[str, str]:
+    """The root attrs that fingerprint a fit's training rows, for :func:`compare`.
+
+    Parameters
+    ----------
+    X : array-like of shape (N, P), optional
+        The training inputs (or the training kernel matrix of a precomputed kernel).
+    y : array-like of shape (N,) or (N, D), optional
+        The targets as the tree's ``observed_data`` holds them (class indices for classifiers).
+
+    Returns
+    -------
+    dict
+        ``fingerprint_X`` and ``fingerprint_y`` (those given): a hash of the values in their
+        row order, so that two fits compare only when trained on the same rows in the same order.
+    """
+    out = {}
+    for part, values in (("X", X), ("y", y)):
+        if values is not None and np.ndim(values) >= 1 and np.shape(values)[0] > 0:
+            out[FINGERPRINT_ATTRS[part]] = _digest(values)
+    return out
+
+
 def _data_fingerprint(fit, dt: xr.DataTree) -> dict[str, str]:
     """Fingerprints of the rows a fit was trained on: targets ``y`` and, where kept, inputs ``X``.
 
-    The targets are ``observed_data``'s ``y``, or for a fit from sufficient statistics (whose
-    ``y_obs`` are compressed targets of its own basis) the targets of its log-likelihood rows,
-    ``constant_data``'s ``y_rows``. The inputs are those a tree keeps (``constant_data``'s ``X``,
-    a sampled width's) or a fitted estimator's training inputs. The design ``Phi`` is not data:
-    it changes with the basis, which fits on the same rows may differ in.
+    A tree of this package's estimators carries them in its root attrs
+    (:func:`data_fingerprints`, saved and loaded with the model). Otherwise the targets are
+    ``observed_data``'s ``y``, or for a fit from sufficient statistics (whose ``y_obs`` are
+    compressed targets of its own basis) the targets of its log-likelihood rows,
+    ``constant_data``'s ``y_rows``; the inputs are those a tree keeps (``constant_data``'s ``X``,
+    a sampled width's) or a fitted estimator's training inputs (or training kernel matrix). The
+    design ``Phi`` is not data: it changes with the basis, which fits on the same rows may
+    differ in.
     """
-    out = {}
+    out = {part: dt.attrs[key] for part, key in FINGERPRINT_ATTRS.items() if key in dt.attrs}
     const = dt["constant_data"].dataset if "constant_data" in dt.children else xr.Dataset()
-    if "y_rows" in const:
-        out["y"] = _digest(const["y_rows"].values)
-    elif "observed_data" in dt.children and "y" in dt["observed_data"].dataset:
-        out["y"] = _digest(dt["observed_data"]["y"].values)
-    if "X" in const:
-        out["X"] = _digest(const["X"].values)
-    elif getattr(getattr(fit, "training_", None), "x_train", None) is not None:
-        x_train = fit.training_.x_train
-        if np.ndim(x_train) == 2 and x_train.shape[0] > 0:
-            out["X"] = _digest(x_train)
+    if "y" not in out:
+        if "y_rows" in const:
+            out["y"] = _digest(const["y_rows"].values)
+        elif "observed_data" in dt.children and "y" in dt["observed_data"].dataset:
+            out["y"] = _digest(dt["observed_data"]["y"].values)
+    if "X" not in out:
+        if "X" in const:
+            out["X"] = _digest(const["X"].values)
+        elif getattr(fit, "training_", None) is not None:
+            found = data_fingerprints(X=fit.training_.inputs)
+            if found:
+                out["X"] = found[FINGERPRINT_ATTRS["X"]]
     return out
 
 
@@ -233,10 +265,12 @@ def compare(fits: Mapping[str, object] | Sequence, *, round_to="none", **kwargs)
         count model's: the trees' ``likelihood`` attribute), log likelihoods on different rows
         (a fit from sufficient statistics keeps those of a subset of rows: its DataTree's
         ``log_likelihood_rows`` attribute), or fits trained on different data: a different
-        number of rows, or rows whose targets (``observed_data``'s ``y``; a fit from
-        sufficient statistics: ``constant_data``'s ``y_rows``) or inputs (``constant_data``'s
-        ``X``, or a fitted estimator's training inputs, where kept) differ, compared by a
-        fingerprint of their values. The message names the fits and what differs.
+        number of rows, or rows whose targets or inputs differ, compared by a fingerprint of
+        their values in row order: the tree's root attrs ``fingerprint_y`` and ``fingerprint_X``
+        (which the estimators write, and saved models keep), else the targets
+        (``observed_data``'s ``y``; a fit from sufficient statistics: ``constant_data``'s
+        ``y_rows``) and inputs (``constant_data``'s ``X``, or a fitted estimator's training
+        inputs, where kept). The message names the fits and what differs.
     TypeError
         For ``fits`` neither a mapping nor a list / tuple.
 

@@ -24,7 +24,9 @@ has:
     from :func:`sample_posterior_predictive`.
 
 The root ``attrs`` name the method (``"mcmc"``, ``"vi"`` or ``"type2"``), the likelihood, and
-record the settings as JSON.
+record the settings as JSON; an estimator's tree also holds ``fingerprint_X`` and
+``fingerprint_y``, hashes of its training rows, by which :func:`~bayes_rvm.compare` refuses fits
+of other data.
 """
 
 from __future__ import annotations
