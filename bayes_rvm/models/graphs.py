@@ -631,7 +631,7 @@ def rvm_regression_model(
         y_data = pm.Data("y_obs", y, dims=y_dims)
         scale_data = pm.Data("phi_scale", phi_scale, dims=BASIS)
         y_scale_data = pm.Data("y_scale", y_scale)
-        alpha, log_alpha = _weight_precision(prior, alpha_prior, nu, s, scale_data, y_scale_data)
+        _, log_alpha = _weight_precision(prior, alpha_prior, nu, s, scale_data, y_scale_data)
         sigma = _noise_sd(noise_prior, noise_sd, y_scale_data)
         log_beta = -2.0 * pt.log(sigma)
         off, off_kind = _offset_term(offset, y_dims, y.shape)
