@@ -95,6 +95,8 @@ __all__ = [
     "RVMSpec",
     "model_cache_key",
     "model_spec",
+    "prior_draw",
+    "quiet_marginal_draw",
     "rvm_classification_model",
     "rvm_poisson_model",
     "rvm_regression_model",
@@ -367,11 +369,38 @@ def _y_draw(Phi, log_alpha, log_beta, offset, rng, size) -> np.ndarray:
     batch = () if size is None else tuple(size)
     if batch[len(batch) - len(core) :] == core:
         batch = batch[: len(batch) - len(core)]
+    return prior_draw(Phi, log_alpha, log_beta, offset, rng, batch)[1]
+
+
+def prior_draw(Phi, log_alpha, log_beta, offset, rng, batch=()) -> tuple[np.ndarray, np.ndarray]:
+    """Weights from their prior ``N(0, 1 / alpha)`` and targets ``Phi w + offset + noise``.
+
+    Parameters
+    ----------
+    Phi : ndarray of shape (n, m) or (*batch, n, m)
+    log_alpha : ndarray of shape (m,) or (*batch, m)
+    log_beta : float or ndarray of shape batch
+        The noise precision's logarithm.
+    offset : ndarray of shape (n,) or (n, d)
+        The rest of the mean; its shape is that of one draw of the targets.
+    rng : numpy.random.Generator
+    batch : tuple of int
+        The draws' leading shape.
+
+    Returns
+    -------
+    w : ndarray of shape (*batch, m) or (*batch, m, d)
+    y : ndarray of shape (*batch, n) or (*batch, n, d)
+    """
+    core = offset.shape
+    multi = len(core) > 1
     scale = np.exp(-0.5 * np.asarray(log_alpha))
     w = rng.standard_normal((*batch, scale.shape[-1], *core[1:]))
-    w *= scale[:, None] if len(core) > 1 else scale
-    mean = np.einsum("nm,...m->...n" if len(core) == 1 else "nm,...md->...nd", Phi, w)
-    return offset + mean + np.exp(-0.5 * log_beta) * rng.standard_normal((*batch, *core))
+    w *= scale[..., None] if multi else scale
+    mean = np.einsum("...nm,...md->...nd" if multi else "...nm,...m->...n", Phi, w)
+    noise_sd = np.exp(-0.5 * np.asarray(log_beta, dtype=np.float64))
+    noise_sd = noise_sd.reshape(noise_sd.shape + (1,) * len(core))
+    return w, offset + mean + noise_sd * rng.standard_normal((*batch, *core))
 
 
 def _marginal_y_random(log_alpha, log_beta, Phi, gram, offset, rng=None, size=None):
