@@ -694,7 +694,9 @@ class BaseRVM(BaseEstimator):
 
         Built from the training data on first access (also after a type-II fit) and never pickled
         or saved: a loaded or unpickled estimator rebuilds it. :meth:`make_model` builds a fresh
-        one, in the other form or with terms of your own in the mean.
+        one, in the other form or with terms of your own in the mean. ``pm.model_to_graphviz``
+        draws it (the ``graph`` extra, ``pip install "bayes-rvm[graph]"``, installs what that
+        needs besides the Graphviz program itself).
         """
         check_is_fitted(self, "basis_")
         if getattr(self, "_model", None) is None:
