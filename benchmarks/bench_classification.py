@@ -10,7 +10,7 @@ measured in one run on the same machine:
   variance 0.03), tested on Ripley's 1000-point test set when present, else on fresh draws;
 * multiclass handwritten digits (scikit-learn's 8x8 digits): multinomial RVC, one-vs-rest RVC,
   fastrvm (one-vs-rest) and SVC;
-* a rare class (issue 12): 2-D standard Gaussians, 1% positives shifted by +3 in each
+* a rare class: 2-D standard Gaussians, 1% positives shifted by +3 in each
   coordinate, 1000 training / 5000 test points, three seeds: test log loss of RVC (default rbf,
   importance-sampled predictive; the same fit with the probit; the linear kernel), scikit-learn's
   LogisticRegression and fastrvm.

@@ -8,7 +8,7 @@ One run prints, in this order (``--sections`` picks some of them):
     import, the first fit, a second fit of the same shape in the same process, each fit split
     into its phases (type-II fit, model, compile or cache load, sampling, DataTree, completion of
     the posterior, diagnostics), with divergences, max R-hat and min bulk ESS of the
-    hyperparameters; then the issue's targets (issue 29, item 5: under 2 s, no divergence,
+    hyperparameters; then the targets (under 2 s, no divergence,
     R-hat <= 1.01) beside the second process's figures (the first process after a change of the
     package fills the on-disk compile cache), and each fit against its gradient limit: its
     gradients (warmup included) times the compiled O(M r^2) kernel's time per call, timed alone
@@ -20,7 +20,7 @@ One run prints, in this order (``--sections`` picks some of them):
     gradient costs O(M^3), so it is run with 100 draws and its time per gradient
     (``grad_ms``: sampling wall time / leapfrog steps, all chains, warmup included) is what the
     ratio compares. Each row has its gradient limit (``limit_s``, as in ``fresh``) and
-    ``wall/limit``; N = 1000 is printed against the issue's target (under 10 s, R-hat <= 1.01,
+    ``wall/limit``; N = 1000 is printed against the target (under 10 s, R-hat <= 1.01,
     no divergence).
 ``multi``
     ``RVR(inference="mcmc")`` defaults on a two-output problem (N = 80, shared alphas).
@@ -32,10 +32,9 @@ One run prints, in this order (``--sections`` picks some of them):
     ``RVR(inference="mcmc", centres=("random", 200))``, 2 chains x 500 draws, on
     ``--large-n`` rows (10^6) of a 2-D sinc, fitted from sufficient statistics: wall and CPU
     time, peak memory, load, R-hat (and its bulk and folded halves), ESS per draw, divergences
-    against the issue's targets, and the posterior mean's test RMSE over the type-II fit's; for
+    against the targets, and the posterior mean's test RMSE over the type-II fit's; for
     ``mcmc_basis="auto"`` (the relevance vectors on this path) on ``--large-seeds`` (0-5) at the
-    default thinning (4 on this path) and unthinned, ``"all"``, and a narrower kernel (issue 29,
-    item 3).
+    default thinning (4 on this path) and unthinned, ``"all"``, and a narrower kernel.
 ``replicates`` (not in the default set)
     How often the ``large`` call meets R-hat <= 1.01: each data set's model sampled at 10
     sampler seeds, unthinned and thinned, and once for long (8 x 2000 draws).
@@ -104,7 +103,7 @@ def sinc_problem(n: int, seed: int = 0):
 
 
 def centred_joint_model(Phi, t) -> pm.Model:
-    """The baseline the issue measured: centred weights, the same priors as the package's model."""
+    """The baseline first measured: centred weights, the same priors as the package's model."""
     N, M = Phi.shape
     with pm.Model(coords={OBS: np.arange(N), BASIS: np.arange(M)}) as model:
         Phi_data = pm.Data("Phi", Phi, dims=(OBS, BASIS))
@@ -358,7 +357,7 @@ def child_fresh(n: int, gamma: str | None = None) -> None:
     print("RESULT " + json.dumps(out), flush=True)
 
 
-#: The issue's targets for the fresh section (issue 29, item 5): (label, key, bound, kind).
+#: The targets for the fresh section: (label, key, bound, kind).
 FRESH_TARGETS = [
     ("first fit, fresh process (s)", "wall_s", 2.0, "<"),
     ("second fit, same process (s)", "wall_s", 2.0, "<"),
@@ -366,7 +365,7 @@ FRESH_TARGETS = [
     ("max R-hat (log alpha, sigma)", "rhat", 1.01, "<="),
     ("min bulk ESS (log alpha, sigma)", "ess_bulk", 400, ">="),
 ]
-#: The issue's targets for the scale section: N = 1000 on the full basis (issue 29, item 5).
+#: The targets for the scale section: N = 1000 on the full basis.
 SCALE_TARGETS = [
     ("N=1000 full basis, wall (s)", "wall_s", 10.0, "<"),
     ("divergences", "div", 0, "<="),
@@ -423,7 +422,7 @@ def section_fresh(a) -> list[dict]:
 
 
 def _print_targets(n: int, a, res: dict) -> None:
-    """The issue's targets beside the second process's figures (the on-disk cache warm)."""
+    """The targets beside the second process's figures (the on-disk cache warm)."""
     first, second = res["fits"]
     measured = [first, second, first, first, first]
     print(
@@ -641,10 +640,10 @@ def section_forms(a) -> list[dict]:
     return []
 
 
-#: The issue's targets for the large section (issue 29, item 3).
+#: The targets for the large section.
 LARGE_TARGETS = {"wall_s": 180.0, "peak_gb": 8.0, "rhat": 1.01}
 
-# One fit in a fresh process (its own ru_maxrss): the issue's call, then the type-II fit of the
+# One fit in a fresh process (its own ru_maxrss): the call, then the type-II fit of the
 # same basis for the sanity ratio of the posterior mean prediction.
 _LARGE_CHILD = """
 import json, os, resource, sys, time, warnings
@@ -703,12 +702,12 @@ def section_large(a) -> list[dict]:
     ``sigma``; ``rhat_w`` over the weights) with its bulk and folded halves apart
     (``folded_binds``: the fraction of parameters whose folded R-hat is the larger), min bulk
     ESS, the median bulk, folded and tail ESS per kept draw, divergences and whether the R-hat
-    warning fired, against the issue's targets (:data:`LARGE_TARGETS`); ``thin`` is the
+    warning fired, against the targets (:data:`LARGE_TARGETS`); ``thin`` is the
     sampler's thinning (``"auto"``: 4 on this path), ``sampling_s`` the sampler's wall time
     alone; ``rmse_ratio`` is the test RMSE (against the noiseless function) of the posterior
     mean over the type-II fit's, ``rel_diff`` their RMS difference relative to the type-II
     prediction, ``chain_gap`` the largest difference between the two chains' means of
-    ``log10 alpha`` over the sampled columns (chains at different modes). Rows: the issue's call
+    ``log10 alpha`` over the sampled columns (chains at different modes). Rows: the call
     (``mcmc_basis="auto"``: the relevance vectors on this path) on the data sets
     ``--large-seeds`` (one run of a maximum of about 45 R-hats is one draw of a noisy number),
     at the default thinning and unthinned (``thin=1``), every basis function (``"all"``), and
@@ -733,7 +732,7 @@ def section_large(a) -> list[dict]:
     targets = ", ".join(
         f"{k} {'<=' if k == 'rhat' else '<'} {v:g}" for k, v in LARGE_TARGETS.items()
     )
-    print(f"\nlarge: the issue's targets: {targets}")
+    print(f"\nlarge: the targets: {targets}")
     for row in rows:
         if "error" not in row:
             met = [row[k] <= v for k, v in LARGE_TARGETS.items()]
@@ -816,7 +815,7 @@ def section_rhat(a) -> list[dict]:
     return rows
 
 
-# One data set in a fresh process: the issue's fit, then its model sampled again from the same
+# One data set in a fresh process: the estimator's fit, then its model sampled again from the same
 # start (the estimator's: the type-II fit, capped as RVR caps it) at --replicates sampler seeds,
 # unthinned and at the default thinning; then one long run (8 x 2000 draws).
 _REPLICATE_CHILD = """
@@ -856,7 +855,7 @@ print('RESULT ' + json.dumps(out))
 
 
 def section_replicates(a) -> list[dict]:
-    """How often the issue's call meets R-hat <= 1.01: each data set of ``--large-seeds`` fitted
+    """How often the call meets R-hat <= 1.01: each data set of ``--large-seeds`` fitted
     once (in a fresh process with one BLAS thread), its model sampled again at ``--replicates``
     sampler seeds, 2 x 500 kept draws, unthinned and at the default thinning, from the
     estimator's start; per thinning, the max R-hat's median and 95th percentile over all runs,

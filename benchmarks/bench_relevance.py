@@ -1,4 +1,4 @@
-"""Does the MCMC posterior determine relevance? Candidate ARD hyperpriors compared (issue 25.3).
+"""Does the MCMC posterior determine relevance? Candidate ARD hyperpriors compared.
 
 Every candidate is a :class:`bayes_rvm.models.priors.Prior` on the relative precisions ``alpha_rel``
 (unit-RMS columns, unit-RMS targets, as the estimators state them), sampled by NUTS (nutpie)
@@ -11,7 +11,7 @@ three parts:
     scikit-learn's ``ARDRegression`` example. Columns are nearly orthogonal, so each column's
     relevance is a well-posed question. ``gap`` is the median over the 17 irrelevant columns of
     their posterior median log10 ``alpha_rel`` minus the same over the 3 informative ones (the
-    issue's criterion asks for at least 1); ``P_inf`` / ``P_irr`` the posterior probability of
+    criterion asks for at least 1); ``P_inf`` / ``P_irr`` the posterior probability of
     ``alpha_rel < 10`` (``relevance_summary``'s threshold) averaged over each group, ``P_prior``
     the prior's.
 ``noise``
@@ -22,8 +22,8 @@ three parts:
     type-II's relevance vectors, and the effective number of parameters (below) of the sinc
     columns and of the noise columns as groups (``peff_sinc``, ``peff_noise``).
 ``sinc``
-    ``RVR(gamma=0.25, inference="mcmc", prior_params={"alpha_prior": ...})`` on sinc itself. ``crit`` is the
-    issue's own criterion as stated: median log10 ``alpha_rel`` of the basis functions type-II
+    ``RVR(gamma=0.25, inference="mcmc", prior_params={"alpha_prior": ...})`` on sinc itself.
+    ``crit`` is the criterion: median log10 ``alpha_rel`` of the basis functions type-II
     prunes minus that of its relevance vectors. Region level: the effective number of
     parameters of each draw, ``gamma_i = 1 - alpha_i Sigma_ii`` (how much of column i's weight
     the data determine rather than the prior, MacKay 1992) summed over all columns (``p_eff``,

@@ -1,11 +1,11 @@
-"""RVC at scale (issue 29, item 4): the chunked Laplace path on N = 10^6 binary rows.
+"""RVC at scale: the chunked Laplace path on N = 10^6 binary rows.
 
 Prints one table: ``RVC(centres=("random", 500))`` on a 2-D nonlinear boundary with 10%
 label noise (the Bayes error is 10%), fitted in memory on 50,000 of the rows and on the chunked
 path (:mod:`bayes_rvm.evidence.chunked`) on all N; wall and CPU time, peak memory
 (``/usr/bin/time -v``, each fit in its own process), passes over the rows, relevance vectors,
 Laplace log evidence and test error on 200,000 fresh rows, with the ratios (of CPU time and
-memory) to the in-memory fit on 50,000 rows (the peer: the issue asks for a test error no worse
+memory) to the in-memory fit on 50,000 rows (the peer: the target is a test error no worse
 than its) and the load average around each fit::
 
     python benchmarks/bench_rvc_scale.py [--rows 1000000]

@@ -8,7 +8,7 @@ one run on one machine prints:
 * ``RVC(gamma=...)`` at the paper's Gaussian width (the SVM width of the IDA repository,
   ``exp(-||x - x'||^2 / c)``, so ``gamma = 1 / c``), and fastrvm (SparseBayes in C++) there;
 * the default's time over the paper-width fit's time: what choosing the width costs, in fits;
-* whether the default met issue 31's targets: error within 1 point of the best of the paper, our
+* whether the default met the targets: error within 1 point of the best of the paper, our
   RVC at the paper's width and fastrvm there, and vectors at most 1.25x the larger of the
   paper's and ours at the paper's width.
 
@@ -63,7 +63,7 @@ TABLE2 = {
     "image": ("Image", 3.9, 34.6, 30.0),
 }
 # Tipping (2001), Table 1: MSE and relevance vectors of the RVM on Friedman #2 and #3 (N = 240,
-# 1000 test points, noise 3:1). RVR() used one width for all inputs until issue 31 (0.0183 with 9.9
+# 1000 test points, noise 3:1). RVR() once used one width for all inputs (0.0183 with 9.9
 # vectors on #3, 1796 on #2); one length scale per input, by the shared evidence, gave 0.0090
 # (10.4) and 780 (4.3) over 10 data sets, at 16-28x one fit (README, "Choosing the kernel width").
 FRIEDMAN_PAPER = {2: (3505.0, 6.9), 3: (0.0164, 11.5)}

@@ -4,8 +4,8 @@ One run prints, for the 2007 test digits: the paper's RVM (5.1% error, 316 vecto
 (4.4%, 2540), then, measured here, ``RVC()`` as shipped (``multi_class="auto"``: one-vs-rest at
 this shape), the same ``RVC`` at the paper's width (:data:`PAPER_GAMMA`), the softmax
 model ``RVC(multi_class="multinomial")`` and scikit-learn's ``SVC()``: test error, vectors, wall
-and CPU seconds, peak memory and the load average, beside issue 31's target (20 minutes and 16 GB
-on the 2-core project machine), and ``RVC()``'s time over the paper-width fit's (issue 31's
+and CPU seconds, peak memory and the load average, beside the target (20 minutes and 16 GB
+on the 2-core project machine), and ``RVC()``'s time over the paper-width fit's (the
 criterion: at most 5x one fit at a given width). Each fit runs in a child process
 (its own peak memory) and is stopped at ``--usps-limit`` seconds (default: the 20-minute target),
 so a fit past the target prints as such instead of holding the machine.
@@ -28,7 +28,7 @@ import numpy as np
 from bench_width import DATA
 
 USPS_PAPER = {"RVM": (5.1, 316), "SVM": (4.4, 2540)}
-#: Issue 31's target for ``RVC()`` on all 7291 digits: seconds and bytes.
+#: The target for ``RVC()`` on all 7291 digits: seconds and bytes.
 TARGET_SECONDS, TARGET_GIB = 1200.0, 16.0
 #: The Gaussian width of the SVM literature on these digits (Schoelkopf et al.),
 #: ``exp(-||x - x'||^2 / (0.5 * 256))`` on pixels in [-1, 1]: the squared distances of our [0, 1]
@@ -146,7 +146,7 @@ def usps(max_train: int | None = None, models=MODELS, limit: float = TARGET_SECO
 
 
 def print_criterion(default, paper) -> None:
-    """Issue 31's criterion for ``RVC()`` against the paper and our RVC at the paper's width."""
+    """The criterion for ``RVC()`` against the paper and our RVC at the paper's width."""
     if default is None or paper is None:
         return
     (d_err, d_vec, d_wall, *_), (p_err, p_vec, p_wall, *_) = default, paper

@@ -4,7 +4,7 @@ Prints one table: for ``RVR(inference="vi")`` and ``RVR(inference="mcmc")`` (the
 defaults otherwise), each in **fresh Python processes** run one after the other, alternating
 (VI, MCMC, VI, MCMC, ...): the import, the first fit (type-II fit, model, compilation or cache
 load, the engine and the DataTree), the held-out NLPD on 1000 fresh points (the mixture over the
-draws), and the posterior sd of ``log alpha_rel`` (median over the basis functions). The issue's
+draws), and the posterior sd of ``log alpha_rel`` (median over the basis functions). The
 targets are a first VI fit under 15 s and an NLPD within 0.05 nat/point of MCMC's; on a shared
 machine the ratio VI / MCMC of the same round is the figure to read, beside the load average.
 
