@@ -389,7 +389,7 @@ def sample_prior_predictive(model, draws: int = 500, *, random_seed=None) -> xr.
 
     import pymc as pm
 
-    from bayes_rvm.inference.variational import _quiet_logger
+    from bayes_rvm._warnings import quiet_logger
     from bayes_rvm.models.graphs import prior_draw, quiet_marginal_draw
     from bayes_rvm.models.spec import MARGINAL_NORMAL
 
@@ -404,7 +404,7 @@ def sample_prior_predictive(model, draws: int = 500, *, random_seed=None) -> xr.
     pm_seed, np_seed = np.random.SeedSequence(_seed_from(random_seed)).spawn(2)
     marginal = type(model["y"].owner.op).__name__ == MARGINAL_NORMAL
     names = [v.name for v in (*model.free_RVs, *model.deterministics)] if marginal else None
-    with warnings.catch_warnings(), _quiet_logger("pymc"):
+    with warnings.catch_warnings(), quiet_logger("pymc"):
         quiet_marginal_draw()
         dt = pm.sample_prior_predictive(
             int(draws),

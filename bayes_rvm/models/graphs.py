@@ -377,20 +377,20 @@ def prior_draw(Phi, log_alpha, log_beta, offset, rng, batch=()) -> tuple[np.ndar
 
     Parameters
     ----------
-    Phi : ndarray of shape (n, m) or (*batch, n, m)
-    log_alpha : ndarray of shape (m,) or (*batch, m)
+    Phi : ndarray of shape (n, m) or (..., n, m)
+    log_alpha : ndarray of shape (m,) or (..., m)
     log_beta : float or ndarray of shape batch
         The noise precision's logarithm.
     offset : ndarray of shape (n,) or (n, d)
         The rest of the mean; its shape is that of one draw of the targets.
     rng : numpy.random.Generator
     batch : tuple of int
-        The draws' leading shape.
+        The draws' leading shape (the ``...`` of the shapes here).
 
     Returns
     -------
-    w : ndarray of shape (*batch, m) or (*batch, m, d)
-    y : ndarray of shape (*batch, n) or (*batch, n, d)
+    w : ndarray of shape (..., m) or (..., m, d)
+    y : ndarray of shape (..., n) or (..., n, d)
     """
     core = offset.shape
     multi = len(core) > 1
