@@ -535,9 +535,9 @@ default="evidence_shared"
     @property
     def idata_(self):
         """The fit as an ArviZ DataTree, shaped as :class:`RVR`'s (``posterior`` with ``w``,
-        ``alpha``; ``log_likelihood`` of each training sample; ``observed_data`` holding class
-        indices into ``classes_``). Type-II: draws from the Laplace approximation at the mode over
-        the relevance vectors, built on first use (binary and multinomial fits)."""
+        ``alpha``, ``log_alpha``; ``log_likelihood`` of each training sample; ``observed_data``
+        holding class indices into ``classes_``). Type-II: draws from the Laplace approximation at
+        the mode over the relevance vectors, built on first use (binary and multinomial fits)."""
         check_is_fitted(self, "fit_")
         if self._idata is None and self.training_.phi_active is None:
             raise AttributeError(
