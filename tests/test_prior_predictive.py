@@ -141,6 +141,36 @@ def test_prior_predictive_of_a_sufficient_statistics_model_is_refused():
         sample_prior_predictive(model, 10)
 
 
+def test_prior_predictive_of_offsets_and_several_outputs():
+    rng = np.random.default_rng(3)
+    Phi = rng.normal(size=(20, 6))
+    # a fixed offset of 5 shifts every draw by 5: the draws' median sits there
+    model = rvm_regression_model(Phi, rng.normal(size=20), offset=np.full(20, 5.0))
+    y = sample_prior_predictive(model, 400, random_seed=0)["prior_predictive"]["y"].values
+    assert abs(np.median(y) - 5.0) < 0.2
+    # an offset with a prior of its own: each draw's y is shifted by that draw's value
+    import pymc as pm
+
+    def shift(model):
+        return pm.Normal("shift", 100.0, 1.0) * pt_ones(20)
+
+    model = rvm_regression_model(Phi, rng.normal(size=20), offset=shift)
+    dt = sample_prior_predictive(model, 300, random_seed=0)
+    y, s = dt["prior_predictive"]["y"].values[0], dt["prior"]["shift"].values[0]
+    assert abs(np.median(y - s[:, None])) < 0.2
+    # two outputs: w and y carry the output dimension
+    model = rvm_regression_model(Phi, rng.normal(size=(20, 2)))
+    dt = sample_prior_predictive(model, 50, random_seed=0)
+    assert dt["prior"]["w"].dims == ("chain", "draw", "basis", "output")
+    assert dt["prior_predictive"]["y"].shape == (1, 50, 20, 2)
+
+
+def pt_ones(n):
+    import pytensor.tensor as pt
+
+    return pt.ones(n)
+
+
 def test_bad_draws_are_refused(full_prior):
     est, _ = full_prior
     for bad in (0, -3, 2.5, True):

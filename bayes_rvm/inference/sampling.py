@@ -424,18 +424,19 @@ def sample_prior_predictive(model, draws: int = 500, *, random_seed=None) -> xr.
         Phi = Phi.reshape(*prior["alpha"].shape[:2], *Phi.shape[1:])
     else:
         Phi = np.asarray(model["Phi"].get_value(), dtype=np.float64)
-    offset = _model_offset(model, prior, y_obs.shape)
-    offset = np.zeros(y_obs.shape) if offset is None else offset.reshape(-1, *y_obs.shape)
-    if offset.ndim > y_obs.ndim:  # one offset per draw (a Deterministic of the user's terms)
-        offset = offset.reshape(*prior["alpha"].shape[:2], *y_obs.shape)
+    batch = prior["alpha"].shape[:2]
     w, y = prior_draw(
         Phi,
         np.log(prior["alpha"].values),
         -2.0 * np.log(prior["sigma"].values),
-        offset,
+        np.zeros(y_obs.shape),
         np.random.default_rng(np_seed),
-        batch=prior["alpha"].shape[:2],
+        batch=batch,
     )
+    # The user's terms of the mean: fixed data, or a Deterministic with one value per draw.
+    offset = _model_offset(model, prior, y_obs.shape)
+    if offset is not None:
+        y += offset.reshape(*batch, *y_obs.shape) if offset.ndim > y_obs.ndim else offset
     w_dims = ("chain", "draw", BASIS, *y_dims[1:])
     out["prior"] = xr.DataTree(prior.assign(w=(w_dims, w)))
     pred = xr.Dataset(
