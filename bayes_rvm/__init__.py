@@ -3,7 +3,7 @@
 The public face::
 
     from bayes_rvm import RVR, RVC, RVRCV, RVCCV, KernelBasis, Prior
-    from bayes_rvm import compare, save_model, load_model
+    from bayes_rvm import compare, save_model, load_model, summary
 
 The names are resolved on first use (PEP 562), so that importing a NumPy-only layer such as
 ``bayes_rvm.evidence`` or ``bayes_rvm.basis.kernels`` does not pay for importing PyMC.
@@ -27,6 +27,7 @@ _EXPORTS = {
     "compare": "bayes_rvm.posterior.comparison",
     "load_model": "bayes_rvm.estimators.saving",
     "save_model": "bayes_rvm.estimators.saving",
+    "summary": "bayes_rvm.posterior.summary",
 }
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "compare",
     "load_model",
     "save_model",
+    "summary",
 ]
 
 

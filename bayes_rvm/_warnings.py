@@ -1,12 +1,15 @@
-"""Warnings that point at the user's line, however deep in the package the problem was found."""
+"""Warnings that point at the user's line, however deep in the package the problem was found;
+library log lines kept out where the package says the same."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import logging
 import os
 import warnings
 
-__all__ = ["PACKAGE_FRAMES", "warn_at_user"]
+__all__ = ["PACKAGE_FRAMES", "quiet_logger", "warn_at_user"]
 
 
 def _module_folder(name: str) -> str:
@@ -26,3 +29,15 @@ def warn_at_user(message: str, category: type[Warning] = UserWarning) -> None:
     call and the check; skipping by file prefix does not.
     """
     warnings.warn(message, category, skip_file_prefixes=PACKAGE_FRAMES)
+
+
+@contextlib.contextmanager
+def quiet_logger(name: str):
+    """Keep a logger's INFO messages out for the duration."""
+    logger = logging.getLogger(name)
+    level = logger.level
+    logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)

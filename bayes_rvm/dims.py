@@ -50,6 +50,7 @@ def variable_dims(w_extra: str | None = None, y_extra: str | None = None) -> dic
         "w": w,
         "z": w,
         "alpha": [BASIS],
+        "log_alpha": [BASIS],
         "alpha_rel": [BASIS],
         "phi_scale": [BASIS],
         "Phi": [OBS, BASIS],

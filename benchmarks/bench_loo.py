@@ -5,7 +5,7 @@ Gaussian kernel of width ``--width`` (``gamma = 1 / width^2``), replicate data s
 in nats over the N training points:
 
 - ``t2 psis``: ``az.loo`` on the type-II tree's draws of ``w`` (hyperparameters fixed at the
-  full-data optimum: what ``compare`` reported before refit LOO);
+  full-data optimum: what ``compare`` reported before the refitted leave-one-out);
 - ``t2 loo``: what :func:`bayes_rvm.posterior.comparison.compare` reports for the type-II fit now
 (exact
   leave-one-out by refits of the engine, ``RVR.refit_loo``);
@@ -15,8 +15,8 @@ in nats over the N training points:
 - ``t2 held``: the held-out mean log predictive density times N;
 - ``mc psis``: PSIS-LOO of the MCMC fit on the exact LOO terms of the marginal (what
   ``compare`` reports), with its largest Pareto k;
-- ``mc cond``: PSIS-LOO on the terms conditional on one weight draw (before refit LOO), with its
-  largest Pareto k;
+- ``mc cond``: PSIS-LOO on the terms conditional on one weight draw (what it reported before
+  that), with its largest Pareto k;
 - ``mc held``: the held-out mean log predictive density of the MCMC mixture, times N;
 - ``compare`` / ``held-out``: which engine each ranks first.
 
@@ -47,7 +47,7 @@ from bayes_rvm.studies.runner import _regression_nlpd
 
 
 def _conditional_psis(dt) -> az.ELPDData:
-    """PSIS-LOO on ``ln p(t_n | w, sigma)`` for the drawn weights (the terms before refit LOO)."""
+    """PSIS-LOO on ``ln p(t_n | w, sigma)`` for the drawn weights (the earlier terms)."""
     post = dt["posterior"].dataset
     C, S = post.sizes["chain"], post.sizes["draw"]
     Phi = dt["constant_data"]["Phi"].values
@@ -72,8 +72,8 @@ def _brute_type2(gamma: float, X, y) -> float:
 
 def replicate(seed: int, n: int, width: float, draws: int, chains: int) -> dict:
     gamma = 1.0 / width**2
-    X, y = make_sinc(n, random=True, random_state=seed, shuffle=False)
-    Xt, yt = make_sinc(1000, random=True, random_state=10_000 + seed, shuffle=False)
+    X, y = make_sinc(n, random=True, random_state=seed)
+    Xt, yt = make_sinc(1000, random=True, random_state=10_000 + seed)
     t2 = RVR(gamma=gamma).fit(X, y)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

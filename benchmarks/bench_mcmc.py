@@ -34,8 +34,7 @@ One run prints, in this order (``--sections`` picks some of them):
     time, peak memory, load, R-hat (and its bulk and folded halves), ESS per draw, divergences
     against the targets, and the posterior mean's test RMSE over the type-II fit's; for
     ``mcmc_basis="auto"`` (the relevance vectors on this path) on ``--large-seeds`` (0-5) at the
-    default thinning (4 on this path) and unthinned, ``"all"``, and a narrower kernel (
-    item 3).
+    default thinning (4 on this path) and unthinned, ``"all"``, and a narrower kernel.
 ``replicates`` (not in the default set)
     How often the ``large`` call meets R-hat <= 1.01: each data set's model sampled at 10
     sampler seeds, unthinned and thinned, and once for long (8 x 2000 draws).
@@ -97,14 +96,14 @@ from bayes_rvm.models.priors import halfcauchy_precision
 
 def sinc_problem(n: int, seed: int = 0):
     """Normalised design (unit-norm columns) and targets (unit RMS) of the sinc problem."""
-    X, y = make_sinc(n, random_state=seed, shuffle=False)
+    X, y = make_sinc(n, random_state=seed)
     Phi = KernelBasis("rbf", gamma=1.0 / 9.0).fit(X).transform(X)
     Phi = Phi / np.linalg.norm(Phi, axis=0)
     return Phi, y / np.sqrt(np.mean(y**2))
 
 
 def centred_joint_model(Phi, t) -> pm.Model:
-    """The baseline measured before: centred weights, the same priors as the package's model."""
+    """The baseline first measured: centred weights, the same priors as the package's model."""
     N, M = Phi.shape
     with pm.Model(coords={OBS: np.arange(N), BASIS: np.arange(M)}) as model:
         Phi_data = pm.Data("Phi", Phi, dims=(OBS, BASIS))
@@ -268,7 +267,7 @@ def _hyper_diagnostics(dt) -> dict:
 
 
 def _sinc_xy(n: int, seed: int = 0):
-    return make_sinc(n, random_state=seed, shuffle=False)
+    return make_sinc(n, random_state=seed)
 
 
 def _rvr_kwargs(gamma: str | None) -> dict:
@@ -644,7 +643,7 @@ def section_forms(a) -> list[dict]:
 #: The targets for the large section.
 LARGE_TARGETS = {"wall_s": 180.0, "peak_gb": 8.0, "rhat": 1.01}
 
-# One fit in a fresh process (its own ru_maxrss): the default call, then the type-II fit of the
+# One fit in a fresh process (its own ru_maxrss): the call, then the type-II fit of the
 # same basis for the sanity ratio of the posterior mean prediction.
 _LARGE_CHILD = """
 import json, os, resource, sys, time, warnings
@@ -708,7 +707,7 @@ def section_large(a) -> list[dict]:
     alone; ``rmse_ratio`` is the test RMSE (against the noiseless function) of the posterior
     mean over the type-II fit's, ``rel_diff`` their RMS difference relative to the type-II
     prediction, ``chain_gap`` the largest difference between the two chains' means of
-    ``log10 alpha`` over the sampled columns (chains at different modes). Rows: the default call
+    ``log10 alpha`` over the sampled columns (chains at different modes). Rows: the call
     (``mcmc_basis="auto"``: the relevance vectors on this path) on the data sets
     ``--large-seeds`` (one run of a maximum of about 45 R-hats is one draw of a noisy number),
     at the default thinning and unthinned (``thin=1``), every basis function (``"all"``), and
@@ -816,7 +815,7 @@ def section_rhat(a) -> list[dict]:
     return rows
 
 
-# One data set in a fresh process: the default fit, then its model sampled again from the same
+# One data set in a fresh process: the estimator's fit, then its model sampled again from the same
 # start (the estimator's: the type-II fit, capped as RVR caps it) at --replicates sampler seeds,
 # unthinned and at the default thinning; then one long run (8 x 2000 draws).
 _REPLICATE_CHILD = """
@@ -856,7 +855,7 @@ print('RESULT ' + json.dumps(out))
 
 
 def section_replicates(a) -> list[dict]:
-    """How often the default call meets R-hat <= 1.01: each data set of ``--large-seeds`` fitted
+    """How often the call meets R-hat <= 1.01: each data set of ``--large-seeds`` fitted
     once (in a fresh process with one BLAS thread), its model sampled again at ``--replicates``
     sampler seeds, 2 x 500 kept draws, unthinned and at the default thinning, from the
     estimator's start; per thinning, the max R-hat's median and 95th percentile over all runs,

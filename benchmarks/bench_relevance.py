@@ -23,7 +23,7 @@ three parts:
     columns and of the noise columns as groups (``peff_sinc``, ``peff_noise``).
 ``sinc``
     ``RVR(gamma=0.25, inference="mcmc", prior_params={"alpha_prior": ...})`` on sinc itself.
-    ``crit`` is the criterion as stated: median log10 ``alpha_rel`` of the basis functions type-II
+    ``crit`` is the criterion: median log10 ``alpha_rel`` of the basis functions type-II
     prunes minus that of its relevance vectors. Region level: the effective number of
     parameters of each draw, ``gamma_i = 1 - alpha_i Sigma_ii`` (how much of column i's weight
     the data determine rather than the prior, MacKay 1992) summed over all columns (``p_eff``,
@@ -180,7 +180,7 @@ def run_ard(name, prior, draws, seed=0):
 
 def noise_problem(seed: int = 0):
     """Sinc's kernel design (100 columns and a bias) plus 30 columns of an unrelated input."""
-    X, y = make_sinc(100, noise=0.1, random=True, random_state=seed, shuffle=False)
+    X, y = make_sinc(100, noise=0.1, random=True, random_state=seed)
     z = np.random.default_rng(seed + 1).uniform(-10, 10, size=(100, 1))
     K = KernelBasis(kernel="rbf", gamma=0.25).fit(X).transform(X)
     Kz = KernelBasis(kernel="rbf", gamma=0.25).fit(z[:30]).transform(z)[:, :30]
@@ -215,7 +215,7 @@ def run_noise(name, prior_of, draws, seed=0):
 
 def run_sinc(name, prior_of, draws, seed=0):
     """The table's row for one prior, and the MCMC estimator (for ``compare``)."""
-    X, y = make_sinc(100, noise=0.1, random=True, random_state=seed, shuffle=False)
+    X, y = make_sinc(100, noise=0.1, random=True, random_state=seed)
     type2 = RVR(gamma=0.25).fit(X, y)
     est = RVR(
         gamma=0.25,
@@ -264,7 +264,7 @@ def run_sinc(name, prior_of, draws, seed=0):
 
 def describe_sinc_design(seed: int = 0) -> str:
     """How redundant the sinc kernel design is: neighbour correlation and numerical rank."""
-    X, _ = make_sinc(100, noise=0.1, random=True, random_state=seed, shuffle=False)
+    X, _ = make_sinc(100, noise=0.1, random=True, random_state=seed)
     K = KernelBasis(kernel="rbf", gamma=0.25).fit(X).transform(X)[:, :100]
     order = np.argsort(X[:, 0])
     Z = K[:, order] / np.linalg.norm(K[:, order], axis=0)

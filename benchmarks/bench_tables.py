@@ -8,7 +8,7 @@ one run on one machine prints:
 * ``RVC(gamma=...)`` at the paper's Gaussian width (the SVM width of the IDA repository,
   ``exp(-||x - x'||^2 / c)``, so ``gamma = 1 / c``), and fastrvm (SparseBayes in C++) there;
 * the default's time over the paper-width fit's time: what choosing the width costs, in fits;
-* whether the default met its targets: error within 1 point of the best of the paper, our
+* whether the default met the targets: error within 1 point of the best of the paper, our
   RVC at the paper's width and fastrvm there, and vectors at most 1.25x the larger of the
   paper's and ours at the paper's width.
 

@@ -5,7 +5,7 @@ One run prints, for the 2007 test digits: the paper's RVM (5.1% error, 316 vecto
 this shape), the same ``RVC`` at the paper's width (:data:`PAPER_GAMMA`), the softmax
 model ``RVC(multi_class="multinomial")`` and scikit-learn's ``SVC()``: test error, vectors, wall
 and CPU seconds, peak memory and the load average, beside the target (20 minutes and 16 GB
-on the 2-core project machine), and ``RVC()``'s time over the paper-width fit's (the target's
+on the 2-core project machine), and ``RVC()``'s time over the paper-width fit's (the
 criterion: at most 5x one fit at a given width). Each fit runs in a child process
 (its own peak memory) and is stopped at ``--usps-limit`` seconds (default: the 20-minute target),
 so a fit past the target prints as such instead of holding the machine.

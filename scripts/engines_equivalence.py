@@ -1,4 +1,4 @@
-"""Do two versions of the type-II engines give the same fits? (issue 14: refactor without change)
+"""Do two versions of the type-II engines give the same fits? (a refactoring must not change them)
 
 Runs the same battery of problems -- regression (sinc, Friedman; one or two outputs; ARD and
 Student-t hyperpriors; free bias) and classification (Bernoulli, softmax, Poisson) -- through the

@@ -1,4 +1,4 @@
-"""Do two checkouts give the same estimators? (issue 28: an architecture move without change)
+"""Do two checkouts give the same estimators? (a change of architecture must not change them)
 
 The estimator-level successor of ``scripts/engines_equivalence.py`` (which compares the type-II
 engines alone): a battery of small fits through the public estimators, covering every capability

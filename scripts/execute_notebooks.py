@@ -134,12 +134,85 @@ def _output_text(out) -> str:
     return "\n".join(v for k, v in out.get("data", {}).items() if k.startswith("text/"))
 
 
-def problems(nb: nbformat.NotebookNode) -> list[str]:
+#: A number in prose: an integer or a decimal (thousands may be grouped by spaces), not part of a
+#: word, a version or a path; a percentage with its sign.
+_PROSE_NUMBER = re.compile(
+    r"(?<![\w.^/])(\d{1,3}(?:[ \u202f]\d{3})+|\d+(?:\.\d+)?(?:e[+-]?\d+)?)(?![\w.]*\d)(%?)"
+)
+#: A number in an output or in code, as Python prints it.
+_OUTPUT_NUMBER = re.compile(r"\d+(?:\.\d+)?(?:e[+-]?\d+)?")
+#: What prose numbers are not read in: code spans, maths, link targets, comments.
+_NOT_PROSE = re.compile(r"`[^`]*`|\$\$.*?\$\$|\$[^$]*\$|\]\([^)]*\)|<!--.*?-->", re.DOTALL)
+#: Where a notebook lists the numbers of its prose that come from elsewhere, with the reason.
+PROSE_NUMBERS_KEY = "prose_numbers_not_from_outputs"
+
+
+def _quoted(text: str, number: str, percent: bool) -> bool:
+    """Whether ``text`` shows a number that reads as ``number`` to the digits it is quoted to."""
+    value = float(number)
+    mantissa, _, exponent = number.partition("e")
+    decimals = len(mantissa.partition(".")[2]) - int(exponent or 0)
+    half = 0.5 * 10.0**-decimals * (1 + 1e-9)
+    for token in _OUTPUT_NUMBER.findall(text):
+        shown = float(token)
+        if abs(shown - value) <= half or (percent and abs(100 * shown - value) <= half):
+            return True
+    return False
+
+
+def prose_numbers(nb: nbformat.NotebookNode) -> list[str]:
+    """Numbers a notebook's markdown quotes that its outputs and code do not show, one line each.
+
+    The prose of a notebook quotes its results; when a re-execution changes them, the prose
+    must follow. A number in the markdown passes when an output shows it (to the digits quoted:
+    ``1.57`` for an output ``1.572``, ``35%`` for ``0.35`` or ``35.2%``), when the code holds it
+    (a setting such as ``draws=1000``) or when it is a year (1900-2099, as in a citation). Any
+    other number (a published figure, a difference of two outputs, a threshold) is listed in
+    the notebook's metadata under :data:`PROSE_NUMBERS_KEY`, mapped to where it comes from; an
+    entry that the prose no longer quotes is reported too.
+    """
+    outputs = "\n".join(
+        _output_text(out) for c in nb.cells if c.cell_type == "code" for out in c.outputs
+    )
+    code = set(
+        _OUTPUT_NUMBER.findall("\n".join(c.source for c in nb.cells if c.cell_type == "code"))
+    )
+    declared = dict(nb.metadata.get(PROSE_NUMBERS_KEY, {}))
+    found, quoted = [], set()
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "markdown":
+            continue
+        prose = _NOT_PROSE.sub(" ", cell.source)
+        for match in _PROSE_NUMBER.finditer(prose):
+            number = re.sub(r"[ \u202f]", "", match.group(1))
+            quoted.add(number)
+            if (
+                number in declared
+                or number in code
+                or (number.isdigit() and len(number) == 4 and 1900 <= int(number) < 2100)
+                or _quoted(outputs, number, bool(match.group(2)))
+            ):
+                continue
+            context = prose[max(0, match.start() - 30) : match.end() + 10].replace("\n", " ")
+            found.append(
+                f"markdown cell {i} quotes {number}, which no output shows (...{context}...); "
+                f"correct it, or list it under metadata {PROSE_NUMBERS_KEY!r} with its source"
+            )
+    for number in sorted(set(declared) - quoted):
+        found.append(
+            f"metadata {PROSE_NUMBERS_KEY!r} lists {number}, which the prose no longer quotes"
+        )
+    return found
+
+
+def problems(nb: nbformat.NotebookNode, *, prose: bool = True) -> list[str]:
     """What a reader of the stored notebook would miss or should not see, one line each.
 
     Every code cell executed, in order from 1; no error; every cell that calls a plotting
     function carries its figure (``image/png``); no output shows a machine path or library
-    noise (:data:`FORBIDDEN`).
+    noise (:data:`FORBIDDEN`); with ``prose``, no number in the markdown that the outputs do not
+    show (:func:`prose_numbers`; off for the reduced settings of ``--fast``, whose outputs are
+    not the ones the prose describes).
     """
     found = []
     code = [(i, c) for i, c in enumerate(nb.cells) if c.cell_type == "code"]
@@ -160,6 +233,8 @@ def problems(nb: nbformat.NotebookNode) -> list[str]:
             for bad in FORBIDDEN:
                 if bad in text:
                     found.append(f"{where} shows {bad!r}")
+    if prose:
+        found += prose_numbers(nb)
     return list(dict.fromkeys(found))
 
 
@@ -190,7 +265,7 @@ def run_one(path: Path, args: argparse.Namespace) -> tuple[bool, str]:
             return False, f"{path.name}: FAILED, not written: {detail[-1] if detail else exc!r}"
         if not args.no_write:
             nbformat.write(nb, path)
-    found = problems(nb)
+    found = problems(nb, prose=not args.fast)
     status = "ok" if not found else f"{len(found)} problem(s)"
     lines = [f"{path.name}: {status} ({time.perf_counter() - start:.0f} s)"]
     return not found, "\n".join(lines + [f"    {line}" for line in found])

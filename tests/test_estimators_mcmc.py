@@ -66,6 +66,23 @@ def test_compare_takes_both(fits):
     assert np.isfinite(table["elpd"]).all()
 
 
+def test_mcmc_posterior_has_log_alpha_a_prior_and_a_short_summary(fits):
+    from bayes_rvm import summary
+
+    _, mcmc = fits
+    post = mcmc.idata_["posterior"].dataset
+    np.testing.assert_allclose(post["log_alpha"], np.log(post["alpha"]), rtol=1e-12)
+    out = mcmc.sample_prior_predictive(200, random_state=0, extend_idata=False)
+    # the MCMC model is over every column here: prior and posterior share them
+    np.testing.assert_array_equal(out["prior"]["basis"].values, post["basis"].values)
+    assert out["prior"]["w"].shape == (1, 200, post.sizes["basis"])
+    # the default summary: sigma, then log_alpha of the relevance vectors only
+    table = summary(mcmc, kind="stats")
+    assert post.sizes["basis"] > mcmc.active_.size
+    assert list(table.index) == ["sigma"] + [f"log_alpha[{c}]" for c in mcmc.active_]
+    assert len(summary(mcmc, basis="all", kind="stats")) == 1 + post.sizes["basis"]
+
+
 def test_mcmc_fit_survives_pickle_and_files(fits, tmp_path):
     _, mcmc = fits
     want = mcmc.predict(X_GRID, return_std=True)

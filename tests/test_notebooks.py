@@ -77,6 +77,38 @@ def test_problems_finds_missing_figures_paths_noise_and_order():
     assert execute_notebooks.problems(nb) == []
 
 
+def test_prose_numbers_must_be_shown_by_the_outputs_or_declared():
+    md = nbformat.v4.new_markdown_cell
+    out = nbformat.v4.new_output("stream", name="stdout", text="max R-hat 1.572, ESS 7.125, 0.35\n")
+    nb = nbformat.v4.new_notebook(
+        cells=[
+            _code_cell("fit(draws=1000)", [out], 1),
+            md(
+                "R-hat 1.57 (rounded), ESS 7, 35% of draws, `1.016` in code, $1.2$ in maths, "
+                "1000 draws (a setting), Tipping 2001."
+            ),
+        ]
+    )
+    assert execute_notebooks.prose_numbers(nb) == []
+    nb.cells[1].source += " R-hat 1.016 and ESS about 470."
+    found = execute_notebooks.prose_numbers(nb)
+    assert [line.split(",")[0] for line in found] == [
+        "markdown cell 1 quotes 1.016",
+        "markdown cell 1 quotes 470",
+    ]
+    # 1.58 is not 1.572 to two places; a declared number passes, a stale declaration is reported
+    nb.cells[1].source = "R-hat 1.58; Tipping reports 9.3%."
+    nb.metadata[execute_notebooks.PROSE_NUMBERS_KEY] = {"9.3": "Tipping (2001)", "470": "gone"}
+    found = execute_notebooks.prose_numbers(nb)
+    assert found[0].startswith("markdown cell 1 quotes 1.58,")
+    assert found[1:] == [
+        f"metadata {execute_notebooks.PROSE_NUMBERS_KEY!r} lists 470, which the prose no longer "
+        "quotes"
+    ]
+    assert any("quotes 1.58" in line for line in execute_notebooks.problems(nb))
+    assert not any("quotes" in line for line in execute_notebooks.problems(nb, prose=False))
+
+
 def test_normalise_strips_warning_locations_timings_and_empty_outputs():
     site = "/opt/env/lib/python3.12/site-packages/arviz_stats/loo/loo_helper.py"
     text = (

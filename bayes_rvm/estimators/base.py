@@ -16,6 +16,7 @@ from numbers import Integral, Real
 
 import numpy as np
 import scipy.sparse as sp
+import xarray as xr
 from sklearn.base import BaseEstimator
 from sklearn.cluster import MiniBatchKMeans
 from sklearn.utils import check_random_state, check_scalar
@@ -28,6 +29,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from bayes_rvm.basis.kernels import WIDTH_RULES, KernelBasis, WidthRule
+from bayes_rvm.dims import BASIS
 from bayes_rvm.estimators.width_selection import (
     CLASSIFIER_STOP_DROP,
     CLASSIFIER_WIDTH_PENALTY,
@@ -714,7 +716,9 @@ class BaseRVM(BaseEstimator):
 
         Built from the training data on first access (also after a type-II fit) and never pickled
         or saved: a loaded or unpickled estimator rebuilds it. :meth:`make_model` builds a fresh
-        one, in the other form or with terms of your own in the mean.
+        one, in the other form or with terms of your own in the mean. ``pm.model_to_graphviz``
+        draws it (the ``graph`` extra, ``pip install "bayes-rvm[graph]"``, installs what that
+        needs besides the Graphviz program itself).
         """
         check_is_fitted(self, "basis_")
         if getattr(self, "_model", None) is None:
@@ -864,6 +868,55 @@ class BaseRVM(BaseEstimator):
                 dt[name] = out[name]
             elif name in dt.children:  # left by an earlier call with another design
                 del dt[name]
+        return dt
+
+    @one_blas_thread
+    def sample_prior_predictive(self, draws: int = 500, random_state=None, *, extend_idata=True):
+        """Draws from the prior of :attr:`model_`: hyperparameters, weights and targets.
+
+        What the model believes before it sees the targets, at the training inputs:
+        :func:`bayes_rvm.inference.sampling.sample_prior_predictive` (``pm.sample_prior_predictive``
+        with the weights drawn from their prior where the model integrates them out).
+
+        Parameters
+        ----------
+        draws : int, default=500
+        random_state : int, RandomState or None, default=None
+        extend_idata : bool, default=True
+            Add the groups ``prior`` and ``prior_predictive`` to :attr:`idata_` in place and
+            return it, so that ``az.plot_prior_posterior(est.idata_, var_names=["log_alpha"])``
+            and ``az.plot_ppc_dist(est.idata_, group="prior_predictive")`` see them; a later call
+            replaces them. With False, :attr:`idata_` is left as it is and a tree of the two
+            groups is returned.
+
+        Returns
+        -------
+        xarray.DataTree
+            ``prior`` (``alpha``, ``log_alpha``, ``w``, ``sigma``, ...; on the basis functions of
+            ``idata_``'s posterior) and ``prior_predictive`` (``y[obs]`` at the training
+            inputs; class indices for a classifier, as in ``observed_data``).
+
+        Notes
+        -----
+        The model is that of ``inference="mcmc"`` over its columns (``mcmc_basis``); a type-II
+        tree's posterior holds the relevance vectors only, and ``prior`` keeps those columns of
+        the model's (the hyperprior is the same for each column), while ``prior_predictive``
+        draws the targets from every column of the model.
+        """
+        from bayes_rvm.inference import sample_prior_predictive
+
+        check_is_fitted(self, "basis_")
+        seed = check_random_state(random_state).randint(2**31 - 1)
+        out = sample_prior_predictive(self.model_, draws, random_seed=seed)
+        dt = self.idata_
+        basis = dt["posterior"].dataset.coords.get(BASIS)
+        prior = out["prior"].dataset
+        if basis is not None and BASIS in prior.coords and prior.sizes[BASIS] != basis.size:
+            out["prior"] = xr.DataTree(prior.sel({BASIS: basis.values}))
+        if not extend_idata:
+            return out
+        for name in ("prior", "prior_predictive"):
+            dt[name] = out[name]
         return dt
 
     def _check_output_memory(

@@ -544,9 +544,10 @@ default="evidence_shared"
     @property
     def idata_(self):
         """The fit as an ArviZ DataTree, shaped as :class:`RVR`'s (``posterior`` with ``w``,
-        ``alpha``; ``log_likelihood`` of each training sample; ``observed_data`` holding class
-        indices into ``classes_``). Type-II: draws of the weights over the relevance vectors at the
-        fitted hyperparameters, of the posterior :meth:`predict_proba` averages over: resampled
+        ``alpha``, ``log_alpha``; ``log_likelihood`` of each training sample; ``observed_data``
+        holding class indices into ``classes_``). Type-II: draws of the weights over the relevance
+        vectors at the fitted hyperparameters, of the posterior :meth:`predict_proba` averages
+        over: resampled
         from its importance draws where it samples them (:attr:`moderation_` ``"importance"``),
         else from the Laplace approximation at the mode (root attribute ``weight_draws`` says
         which); built on first use (binary and multinomial fits). The ``loo`` group holds the

@@ -191,6 +191,12 @@ class _WidthCV(SavedStateMixin, BaseEstimator):
             X, random_state, extend_idata=extend_idata
         )
 
+    def sample_prior_predictive(self, draws=500, random_state=None, *, extend_idata=True):
+        """The refitted estimator's :meth:`sample_prior_predictive` (see there)."""
+        return self._refitted().sample_prior_predictive(
+            draws, random_state, extend_idata=extend_idata
+        )
+
 
 class RVRCV(RegressorMixin, _WidthCV):
     """:class:`~bayes_rvm.RVR` with its kernel width chosen by cross-validation.

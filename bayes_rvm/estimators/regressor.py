@@ -347,7 +347,7 @@ array-like or Prior, default="evidence_shared"
         if self._cfg.threshold_alpha != "auto":
             return float(self._cfg.threshold_alpha)
         # Under the Student-t prior the MAP alphas stay finite (at most about (1 + nu) / nu), so
-        # relevance is a threshold on alpha (reference document 002). On the normalised scale the
+        # relevance is a threshold on alpha (docs/theory.md). On the normalised scale the
         # relevant weights are O(1) to O(sqrt(N)); alpha = 10 is a prior sd of 0.3. Under ARD the
         # alphas of irrelevant basis functions diverge and only need a numerical cut-off.
         return 10.0 if self.prior == "student_t" else 1e9

@@ -67,7 +67,7 @@ SHARED_MAX_SAMPLES_CLASSIFIER = 500
 #: width maximising ``evidence - CLASSIFIER_WIDTH_PENALTY * n_effective``. The shared-prior
 #: evidence is the dense model's; the RVM keeps one basis function, each with its own precision,
 #: per well-determined direction, and narrow widths that the dense evidence favours by a few
-#: nats doubled the RVM's vectors on German and Image (issue 31). Half a nat per parameter
+#: nats doubled the RVM's vectors on German and Image. Half a nat per parameter
 #: picked widths within a factor 2 of the paper's on all six of Tipping's Table 2 sets
 #: (``benchmarks/bench_tables.py``).
 CLASSIFIER_WIDTH_PENALTY = 0.5

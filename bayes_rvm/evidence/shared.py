@@ -159,7 +159,7 @@ _NOISE_STARTS = (0.1, 1e-3)
 #: A third start: the best point of a log grid of noise fractions (these) and of ``alpha / beta``
 #: over the spectrum. At wide widths the signal lies in eigenvalues 1e-8 of the largest, and from
 #: ``alpha = 1`` both starts stayed at the all-noise maximum, 270 nats below the other, on
-#: ``make_regression(50, 5)`` at gamma 1e-4 (issue 31). The best of the three is kept.
+#: ``make_regression(50, 5)`` at gamma 1e-4. The best of the three is kept.
 _GRID_NOISE = np.geomspace(1.0, 1e-6, 7)
 
 

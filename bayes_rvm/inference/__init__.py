@@ -9,7 +9,8 @@ The work is done in four modules, which this one re-exports:
 - :mod:`bayes_rvm.posterior.datatree`: the one DataTree adapter (:func:`type2_datatree`,
   :func:`sample_posterior_predictive`; the groups and attrs of a fit are described there);
 - :mod:`bayes_rvm.inference.sampling`: MCMC (:func:`sample_mcmc`, :func:`complete_posterior`,
-  :func:`type2_initvals`, the compiled-model cache);
+  :func:`type2_initvals`, the compiled-model cache) and the prior predictive
+  (:func:`sample_prior_predictive`);
 - :mod:`bayes_rvm.inference.diagnostics`: R-hat, ESS and the warnings about them (:func:`diagnose`,
   :class:`SamplingDiagnosticsWarning`).
 """
@@ -17,7 +18,13 @@ The work is done in four modules, which this one re-exports:
 from __future__ import annotations
 
 from bayes_rvm.inference.diagnostics import SamplingDiagnosticsWarning, diagnose
-from bayes_rvm.inference.sampling import SAMPLERS, complete_posterior, sample_mcmc, type2_initvals
+from bayes_rvm.inference.sampling import (
+    SAMPLERS,
+    complete_posterior,
+    sample_mcmc,
+    sample_prior_predictive,
+    type2_initvals,
+)
 from bayes_rvm.posterior.datatree import sample_posterior_predictive, type2_datatree
 from bayes_rvm.posterior.draws import (
     PosteriorDraws,
@@ -41,6 +48,7 @@ __all__ = [
     "predict_draws",
     "sample_mcmc",
     "sample_posterior_predictive",
+    "sample_prior_predictive",
     "type2_datatree",
     "type2_initvals",
 ]

@@ -34,6 +34,7 @@ __all__ = [
     "STATISTICS_THIN",
     "complete_posterior",
     "sample_mcmc",
+    "sample_prior_predictive",
     "thinned",
     "type2_initvals",
 ]
@@ -350,6 +351,94 @@ def sample_mcmc(
         wall_time=float(wall),
     )
     return dt
+
+
+def sample_prior_predictive(model, draws: int = 500, *, random_seed=None) -> xr.DataTree:
+    """Draws from the prior of a model of :mod:`bayes_rvm.models.graphs`, weights included.
+
+    ``pm.sample_prior_predictive`` draws the hyperparameters; where the model integrates the
+    weights out (the Gaussian ``MarginalNormal`` likelihood) ``w`` is drawn from its prior
+    ``N(0, 1 / alpha)`` given each draw of ``alpha``, and ``y`` from ``Phi w`` plus noise given
+    that ``w`` and ``sigma``, so that ``prior`` holds the same variables as a fit's
+    ``posterior`` and each draw of ``y`` goes with the ``w`` beside it. Other likelihoods sample
+    their weights, and PyMC draws everything.
+
+    Parameters
+    ----------
+    model : pymc.Model
+        Built by :mod:`bayes_rvm.models.graphs` (for instance an estimator's ``model_``); not a
+        model of sufficient statistics, whose targets are a compressed design.
+    draws : int, default=500
+    random_seed : int, optional
+
+    Returns
+    -------
+    xarray.DataTree
+        ``prior`` (``alpha_rel``, ``alpha``, ``log_alpha``, ``w``, ``sigma``, ... over one
+        chain) and ``prior_predictive`` (``y[obs]``, ``y[obs, output]`` with several outputs).
+    """
+    import warnings
+
+    import pymc as pm
+
+    from bayes_rvm._warnings import quiet_logger
+    from bayes_rvm.models.graphs import prior_draw, quiet_marginal_draw
+    from bayes_rvm.models.spec import MARGINAL_NORMAL
+
+    if isinstance(draws, bool) or not isinstance(draws, int | np.integer) or draws < 1:
+        raise ValueError(f"draws must be a positive integer, got {draws!r}.")
+    _likelihood(model)  # refuses a model that is not one of this package's
+    if "n_rows" in model.named_vars:
+        raise ValueError(
+            "a model of sufficient statistics has no data rows to draw targets at: its y is a "
+            "compressed design. Build the model on a subset of rows for a prior predictive."
+        )
+    pm_seed, np_seed = np.random.SeedSequence(_seed_from(random_seed)).spawn(2)
+    marginal = type(model["y"].owner.op).__name__ == MARGINAL_NORMAL
+    names = [v.name for v in (*model.free_RVs, *model.deterministics)] if marginal else None
+    with warnings.catch_warnings(), quiet_logger("pymc"):
+        quiet_marginal_draw()
+        dt = pm.sample_prior_predictive(
+            int(draws),
+            model=model,
+            var_names=names,
+            random_seed=int(pm_seed.generate_state(1)[0]),
+        )
+    prior = dt["prior"].dataset
+    out = xr.DataTree()
+    if not marginal:
+        out["prior"], out["prior_predictive"] = dt["prior"], dt["prior_predictive"]
+        return out
+    y_obs = np.asarray(model["y_obs"].get_value())
+    y_dims = model.named_vars_to_dims["y"]
+    if "kernel_dist" in model.named_vars:  # a sampled width: one design per draw
+        Phi = width_designs(np.asarray(model["kernel_dist"].get_value()), prior, model.coords)
+        Phi = Phi.reshape(*prior["alpha"].shape[:2], *Phi.shape[1:])
+    else:
+        Phi = np.asarray(model["Phi"].get_value(), dtype=np.float64)
+    batch = prior["alpha"].shape[:2]
+    w, y = prior_draw(
+        Phi,
+        np.log(prior["alpha"].values),
+        -2.0 * np.log(prior["sigma"].values),
+        np.zeros(y_obs.shape),
+        np.random.default_rng(np_seed),
+        batch=batch,
+    )
+    # The user's terms of the mean: fixed data, or a Deterministic with one value per draw.
+    offset = _model_offset(model, prior, y_obs.shape)
+    if offset is not None:
+        y += offset.reshape(*batch, *y_obs.shape) if offset.ndim > y_obs.ndim else offset
+    w_dims = ("chain", "draw", BASIS, *y_dims[1:])
+    out["prior"] = xr.DataTree(prior.assign(w=(w_dims, w)))
+    pred = xr.Dataset(
+        {"y": (("chain", "draw", *y_dims), y)},
+        coords={"chain": prior.chain, "draw": prior.draw}
+        | {d: np.asarray(model.coords[d]) for d in y_dims},
+        attrs=dict(dt["prior_predictive"].attrs) if "prior_predictive" in dt.children else {},
+    )
+    out["prior_predictive"] = xr.DataTree(pred)
+    return out
 
 
 def thinned(dt: xr.DataTree, thin: int) -> xr.DataTree:

@@ -65,14 +65,13 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import time
 from collections.abc import Mapping
 
 import numpy as np
 import xarray as xr
 
-from bayes_rvm._warnings import warn_at_user
+from bayes_rvm._warnings import quiet_logger, warn_at_user
 from bayes_rvm.inference.sampling import complete_posterior
 from bayes_rvm.models.spec import model_spec
 from bayes_rvm.posterior.datatree import variational_group
@@ -143,18 +142,6 @@ def relative_change(loss: np.ndarray, window: int) -> float:
         return np.inf
     last, before = loss[-window:].mean(), loss[-2 * window : -window].mean()
     return float(abs(last - before) / max(abs(last), 1.0))
-
-
-@contextlib.contextmanager
-def _quiet_logger(name: str):
-    """Keep a logger's INFO messages out for the duration."""
-    logger = logging.getLogger(name)
-    level = logger.level
-    logger.setLevel(logging.WARNING)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
 
 
 class _StopWhenFlat:
@@ -252,7 +239,7 @@ def fit_vi(
     t0 = time.time()
     # PyMC logs why it stopped; the DataTree records it (attrs), so without a progress bar the
     # log would be noise in scripts and notebooks.
-    quiet = contextlib.nullcontext() if progressbar else _quiet_logger("pymc.variational")
+    quiet = contextlib.nullcontext() if progressbar else quiet_logger("pymc.variational")
     with model, quiet:
         try:
             approx = pm.fit(

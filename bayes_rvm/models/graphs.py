@@ -82,13 +82,21 @@ from bayes_rvm.models.priors import (
     as_prior,
     default_alpha_prior,
 )
-from bayes_rvm.models.spec import RVMSpec, model_cache_key, model_spec, record_spec
+from bayes_rvm.models.spec import (
+    MARGINAL_NORMAL,
+    RVMSpec,
+    model_cache_key,
+    model_spec,
+    record_spec,
+)
 
 __all__ = [
     "NOISE_NU_PRIOR",
     "RVMSpec",
     "model_cache_key",
     "model_spec",
+    "prior_draw",
+    "quiet_marginal_draw",
     "rvm_classification_model",
     "rvm_poisson_model",
     "rvm_regression_model",
@@ -126,7 +134,9 @@ def _check_design(Phi, phi_scale, basis, basis_names):
 
 
 def _weight_precision(prior, alpha_prior, nu, s, phi_scale, y_scale):
-    """``alpha_rel`` from its hyperprior, and ``alpha`` in the units of the design and targets.
+    """``alpha_rel`` from its hyperprior, and ``alpha`` and ``log_alpha`` in the units of the
+    design and targets (``log_alpha`` is named so that posterior plots of the precisions, which
+    span decades, can be read on its scale).
 
     ``alpha_prior`` and ``s`` are resolved (:func:`_resolve_priors`).
     """
@@ -138,7 +148,8 @@ def _weight_precision(prior, alpha_prior, nu, s, phi_scale, y_scale):
     # w_rel = w * phi_scale / y_scale has prior precision alpha_rel, hence (phi_scale the column
     # RMS as the estimators pass it, so that alpha_rel means the same per row at every N)
     # alpha = alpha_rel * phi_scale^2 / y_scale^2.
-    return pm.Deterministic("alpha", alpha_rel * phi_scale**2 / y_scale**2, dims=BASIS)
+    alpha = pm.Deterministic("alpha", alpha_rel * phi_scale**2 / y_scale**2, dims=BASIS)
+    return alpha, pm.Deterministic("log_alpha", pt.log(alpha), dims=BASIS)
 
 
 def _resolve_priors(prior, alpha_prior, nu, s):
@@ -287,7 +298,7 @@ def _marginal_y_logp(value, log_alpha, log_beta, Phi, gram, offset):
     return marginal_log_likelihood(log_alpha, log_beta, Phi, value - offset, gram)
 
 
-def _lowrank_y_logp(value, log_alpha, log_beta, U, VS, offset):
+def _lowrank_y_logp(value, log_alpha, log_beta, Phi, U, VS, offset):
     _refuse_elementwise_logp()
     return lowrank_marginal_log_likelihood(log_alpha, log_beta, U, VS, value - offset)
 
@@ -319,6 +330,24 @@ def _pymc_on_stack(function: str) -> bool:
     return False
 
 
+def quiet_marginal_draw() -> None:
+    """Leave out numba's notice that it runs the marginal ``y``'s draw in object mode.
+
+    That draw stays a Python function (:func:`_y_draw`): it alone can tell a prior predictive
+    from a posterior predictive, which it must refuse. Running in object mode is all the notice
+    says, and it would come with every ``pm.sample_prior_predictive`` of these models. Applied
+    when this module is imported, and again by the estimators around their own calls.
+    """
+    warnings.filterwarnings(
+        "ignore",
+        message=f"Numba will use object mode to run {MARGINAL_NORMAL}_rv",
+        category=UserWarning,
+    )
+
+
+quiet_marginal_draw()
+
+
 def _y_draw(Phi, log_alpha, log_beta, offset, rng, size) -> np.ndarray:
     """A draw of ``y`` given the hyperparameters, with ``w`` drawn from its prior.
 
@@ -340,19 +369,46 @@ def _y_draw(Phi, log_alpha, log_beta, offset, rng, size) -> np.ndarray:
     batch = () if size is None else tuple(size)
     if batch[len(batch) - len(core) :] == core:
         batch = batch[: len(batch) - len(core)]
+    return prior_draw(Phi, log_alpha, log_beta, offset, rng, batch)[1]
+
+
+def prior_draw(Phi, log_alpha, log_beta, offset, rng, batch=()) -> tuple[np.ndarray, np.ndarray]:
+    """Weights from their prior ``N(0, 1 / alpha)`` and targets ``Phi w + offset + noise``.
+
+    Parameters
+    ----------
+    Phi : ndarray of shape (n, m) or (..., n, m)
+    log_alpha : ndarray of shape (m,) or (..., m)
+    log_beta : float or ndarray of shape batch
+        The noise precision's logarithm.
+    offset : ndarray of shape (n,) or (n, d)
+        The rest of the mean; its shape is that of one draw of the targets.
+    rng : numpy.random.Generator
+    batch : tuple of int
+        The draws' leading shape (the ``...`` of the shapes here).
+
+    Returns
+    -------
+    w : ndarray of shape (..., m) or (..., m, d)
+    y : ndarray of shape (..., n) or (..., n, d)
+    """
+    core = offset.shape
+    multi = len(core) > 1
     scale = np.exp(-0.5 * np.asarray(log_alpha))
     w = rng.standard_normal((*batch, scale.shape[-1], *core[1:]))
-    w *= scale[:, None] if len(core) > 1 else scale
-    mean = np.einsum("nm,...m->...n" if len(core) == 1 else "nm,...md->...nd", Phi, w)
-    return offset + mean + np.exp(-0.5 * log_beta) * rng.standard_normal((*batch, *core))
+    w *= scale[..., None] if multi else scale
+    mean = np.einsum("...nm,...md->...nd" if multi else "...nm,...m->...n", Phi, w)
+    noise_sd = np.exp(-0.5 * np.asarray(log_beta, dtype=np.float64))
+    noise_sd = noise_sd.reshape(noise_sd.shape + (1,) * len(core))
+    return w, offset + mean + noise_sd * rng.standard_normal((*batch, *core))
 
 
 def _marginal_y_random(log_alpha, log_beta, Phi, gram, offset, rng=None, size=None):
     return _y_draw(Phi, log_alpha, log_beta, offset, rng, size)
 
 
-def _lowrank_y_random(log_alpha, log_beta, U, VS, offset, rng=None, size=None):
-    return _y_draw(U @ VS.T, log_alpha, log_beta, offset, rng, size)
+def _lowrank_y_random(log_alpha, log_beta, Phi, U, VS, offset, rng=None, size=None):
+    return _y_draw(Phi, log_alpha, log_beta, offset, rng, size)
 
 
 def _width_y_random(log_alpha, log_beta, Phi, mean, rng=None, size=None):
@@ -400,8 +456,10 @@ def _marginal_y(Phi: np.ndarray, marginal: str, terms: tuple, y_data, y_dims, n_
     log_alpha, log_beta, Phi_data, off = terms
     lowrank, design = _marginal_design(Phi, marginal)
     if lowrank:
-        params = [log_alpha, log_beta, *(pm.Data(k, v) for k, v in design.items())]
-        signature = "(m),(),(n,r),(m,r)"
+        # Phi is a parameter the density does not read: the prior draw uses it, and the
+        # model's graph shows what y depends on.
+        params = [log_alpha, log_beta, Phi_data, *(pm.Data(k, v) for k, v in design.items())]
+        signature = "(m),(),(n,m),(n,r),(m,r)"
     else:
         params = [log_alpha, log_beta, Phi_data, pm.Data("gram", design["gram"])]
         signature = "(m),(),(n,m),(m,m)"
@@ -423,6 +481,7 @@ def _marginal_y(Phi: np.ndarray, marginal: str, terms: tuple, y_data, y_dims, n_
         signature=signature,
         observed=y_data,
         dims=y_dims,
+        class_name=MARGINAL_NORMAL,
     )
     return lowrank
 
@@ -601,9 +660,8 @@ def rvm_regression_model(
         y_data = pm.Data("y_obs", y, dims=y_dims)
         scale_data = pm.Data("phi_scale", phi_scale, dims=BASIS)
         y_scale_data = pm.Data("y_scale", y_scale)
-        alpha = _weight_precision(prior, alpha_prior, nu, s, scale_data, y_scale_data)
+        _, log_alpha = _weight_precision(prior, alpha_prior, nu, s, scale_data, y_scale_data)
         sigma = _noise_sd(noise_prior, noise_sd, y_scale_data)
-        log_alpha = pt.log(alpha)
         log_beta = -2.0 * pt.log(sigma)
         off, off_kind = _offset_term(offset, y_dims, y.shape)
 
@@ -777,7 +835,7 @@ def rvm_classification_model(
         Phi_data = pm.Data("Phi", Phi, dims=(OBS, BASIS))
         y_data = pm.Data("y_obs", y, dims=OBS)
         scale_data = pm.Data("phi_scale", phi_scale, dims=BASIS)
-        alpha = _weight_precision(prior, alpha_prior, nu, s, scale_data, 1.0)
+        alpha, _ = _weight_precision(prior, alpha_prior, nu, s, scale_data, 1.0)
         if slab is not None:
             alpha = alpha + pt.mean(Phi_data**2, axis=0) / slab**2  # r_i^2 / c^2
         scale = pt.exp(-0.5 * pt.log(alpha))
@@ -1055,6 +1113,7 @@ def rvm_width_model(
         alpha_rel = alpha_prior.create_variable("alpha_rel", dims=BASIS)
         log_alpha = pt.log(alpha_rel) + 2.0 * log_rms - 2.0 * pt.log(y_scale_data)
         pm.Deterministic("alpha", pt.exp(log_alpha), dims=BASIS)
+        log_alpha = pm.Deterministic("log_alpha", log_alpha, dims=BASIS)
         sigma = _noise_sd(noise_prior, noise_sd, y_scale_data)
         pm.CustomDist(
             "y",
@@ -1065,6 +1124,7 @@ def rvm_width_model(
             pt.zeros([model.dim_lengths[d] for d in y_dims]),
             logp=_width_y_logp,
             random=_width_y_random,
+            class_name=MARGINAL_NORMAL,
             signature="(m),(),(n,m),(n,d)->(n,d)" if multi else "(m),(),(n,m),(n)->(n)",
             observed=y_data,
             dims=y_dims,

@@ -167,9 +167,12 @@ def _halfcauchy_precision_support_point(rv, size, beta):
     return med if rv_size_is_none(size) else pt.full(size, med)
 
 
-def _halfcauchy_precision_random(beta, rng=None, size=None):
-    s = np.abs(rng.standard_cauchy(size=size)) * beta
-    return s**-2.0
+def _halfcauchy_precision_graph(beta, size):
+    # The draw as a PyTensor graph rather than a Python function: it compiles with the rest of a
+    # prior predictive (numba runs a Python draw in object mode, and says so).
+    import pymc as pm
+
+    return pm.HalfCauchy.dist(beta, size=size) ** -2.0
 
 
 def halfcauchy_precision(name: str, beta=1.0, *, dims=None, **kwargs):
@@ -197,9 +200,10 @@ def halfcauchy_precision(name: str, beta=1.0, *, dims=None, **kwargs):
         name,
         beta,
         logp=_halfcauchy_precision_logp,
-        random=_halfcauchy_precision_random,
+        dist=_halfcauchy_precision_graph,
         support_point=_halfcauchy_precision_support_point,
         transform=pm.distributions.transforms.log,
+        class_name="HalfCauchyPrecision",
         dims=dims,
         **kwargs,
     )
@@ -211,8 +215,9 @@ def _halfcauchy_precision_dist(beta=1.0):
     return pm.CustomDist.dist(
         beta,
         logp=_halfcauchy_precision_logp,
-        random=_halfcauchy_precision_random,
+        dist=_halfcauchy_precision_graph,
         support_point=_halfcauchy_precision_support_point,
+        class_name="HalfCauchyPrecision",
     )
 
 
@@ -271,8 +276,8 @@ def _regularised_horseshoe_support_point(rv, size, beta, c):
     return _halfcauchy_precision_support_point(rv, size, beta) + c**-2.0
 
 
-def _regularised_horseshoe_random(beta, c, rng=None, size=None):
-    return _halfcauchy_precision_random(beta, rng=rng, size=size) + c**-2.0
+def _regularised_horseshoe_graph(beta, c, size):
+    return _halfcauchy_precision_graph(beta, size) + c**-2.0
 
 
 def regularised_horseshoe_precision(name: str, beta=1.0, c=1.0, *, dims=None, **kwargs):
@@ -293,8 +298,9 @@ def regularised_horseshoe_precision(name: str, beta=1.0, c=1.0, *, dims=None, **
         beta,
         float(c),
         logp=_regularised_horseshoe_logp,
-        random=_regularised_horseshoe_random,
+        dist=_regularised_horseshoe_graph,
         support_point=_regularised_horseshoe_support_point,
+        class_name="RegularisedHorseshoePrecision",
         transform=_shifted_log_transform(floor),
         dims=dims,
         **kwargs,
@@ -309,8 +315,9 @@ def _regularised_horseshoe_dist(beta=1.0, c=1.0):
         beta,
         float(c),
         logp=_regularised_horseshoe_logp,
-        random=_regularised_horseshoe_random,
+        dist=_regularised_horseshoe_graph,
         support_point=_regularised_horseshoe_support_point,
+        class_name="RegularisedHorseshoePrecision",
     )
 
 

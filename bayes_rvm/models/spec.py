@@ -17,7 +17,7 @@ import pymc as pm
 
 from bayes_rvm.models.priors import Prior
 
-__all__ = ["RVMSpec", "model_cache_key", "model_spec", "record_spec"]
+__all__ = ["MARGINAL_NORMAL", "RVMSpec", "model_cache_key", "model_spec", "record_spec"]
 
 
 @dataclass(frozen=True)
@@ -88,6 +88,11 @@ def record_spec(model: pm.Model, spec: RVMSpec) -> pm.Model:
     return model
 
 
+#: The distribution name of the weight-marginalised Gaussian ``y`` (dense, low-rank or with a
+#: sampled width): ``y | alpha, sigma ~ N(offset, sigma^2 I + Phi A^-1 Phi^T)``, as model graphs
+#: show it.
+MARGINAL_NORMAL = "MarginalNormal"
+
 #: The likelihood each observed distribution of this module's graphs stands for.
 _GRAPH_LIKELIHOODS = {
     "BernoulliRV": "bernoulli",
@@ -101,8 +106,8 @@ _GRAPH_LIKELIHOODS = {
 def _graph_likelihood(y) -> str | None:
     """The likelihood the observed ``y``'s distribution is, or None where it is no known one."""
     op = type(getattr(y.owner, "op", None)).__name__
-    # The marginal Gaussian forms (dense, low-rank, sampled width) are CustomDists named after y.
-    return "gaussian" if op == "CustomDist_y" else _GRAPH_LIKELIHOODS.get(op)
+    # The marginal Gaussian forms (dense, low-rank, sampled width) are one named CustomDist.
+    return "gaussian" if op == MARGINAL_NORMAL else _GRAPH_LIKELIHOODS.get(op)
 
 
 def model_spec(model: pm.Model) -> RVMSpec:

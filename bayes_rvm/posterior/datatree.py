@@ -7,8 +7,9 @@ has:
 
 ``posterior``
     ``w[basis]`` (``w[basis, output]`` with several outputs, ``w[basis, class]`` for a softmax
-    classifier), ``alpha[basis]``; for regression ``sigma`` and ``beta`` (and ``alpha_rel``,
-    ``sigma_rel``, ``nu`` where they are sampled);
+    classifier), ``alpha[basis]`` and its logarithm ``log_alpha[basis]`` (the scale to plot
+    the precisions on: they span many decades); for regression ``sigma`` and ``beta`` (and
+    ``alpha_rel``, ``sigma_rel``, ``nu`` where they are sampled);
 ``log_likelihood``
     ``y[obs]``: ``ln p(t_n | w, ...)`` for each draw, summed over outputs, so that ``az.loo`` and
     ``az.compare`` leave one *row* out;
@@ -92,10 +93,13 @@ def extra_dims(likelihood: str, multi: bool) -> tuple[str | None, str | None]:
 
 
 def posterior_group(draws: PosteriorDraws) -> dict[str, np.ndarray]:
-    """The ``posterior`` group of a DataTree from draws: ``alpha``, ``sigma``, ``beta``, ``w``."""
+    """The ``posterior`` group of a DataTree from draws: ``alpha``, ``log_alpha``, ``sigma``,
+    ``beta``, ``w``."""
     post = {}
     if draws.alpha is not None:
         post["alpha"] = draws.alpha
+        with np.errstate(divide="ignore"):  # a pruned column's alpha is inf, and so is its log
+            post["log_alpha"] = np.log(draws.alpha)
     if draws.sigma is not None:
         post.update(sigma=draws.sigma, beta=draws.sigma**-2.0)
     if draws.intercept is not None:
