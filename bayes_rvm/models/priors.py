@@ -297,10 +297,7 @@ def regularised_horseshoe_precision(name: str, beta=1.0, c=1.0, *, dims=None, **
         name,
         beta,
         float(c),
-        logp=_regularised_horseshoe_logp,
-        dist=_regularised_horseshoe_graph,
-        support_point=_regularised_horseshoe_support_point,
-        class_name="RegularisedHorseshoePrecision",
+        **_horseshoe_parts(),
         transform=_shifted_log_transform(floor),
         dims=dims,
         **kwargs,
@@ -311,14 +308,17 @@ def _regularised_horseshoe_dist(beta=1.0, c=1.0):
     import pymc as pm
 
     _slab_precision(c)
-    return pm.CustomDist.dist(
-        beta,
-        float(c),
-        logp=_regularised_horseshoe_logp,
-        dist=_regularised_horseshoe_graph,
-        support_point=_regularised_horseshoe_support_point,
-        class_name="RegularisedHorseshoePrecision",
-    )
+    return pm.CustomDist.dist(beta, float(c), **_horseshoe_parts())
+
+
+def _horseshoe_parts() -> dict:
+    """The regularised horseshoe precision's CustomDist parts: density, draws, start point."""
+    return {
+        "logp": _regularised_horseshoe_logp,
+        "dist": _regularised_horseshoe_graph,
+        "support_point": _regularised_horseshoe_support_point,
+        "class_name": "RegularisedHorseshoePrecision",
+    }
 
 
 #: Distributions known by name besides PyMC's own: name -> (factory, parameter names, the
