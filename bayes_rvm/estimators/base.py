@@ -678,6 +678,11 @@ class BaseRVM(BaseEstimator):
                 # Start at the evidence width (what the columns' alphas were fitted at).
                 init["gamma_rel"] = np.asarray(self.gamma_ / self.model_["gamma_ref"].get_value())
             self._idata = self._sample_and_complete(self.model_, init)
+        if self._idata is not None and getattr(self, "_fitted_on_statistics", False):
+            # Its log likelihood keeps a subset of the rows: fingerprint them all for compare().
+            from bayes_rvm.posterior.comparison import data_fingerprints
+
+            self._idata.attrs.update(data_fingerprints(X=self.training_.inputs, y=training.y))
 
     def _mcmc_design(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Training design of the MCMC columns, in the user's units, with the column scale its
