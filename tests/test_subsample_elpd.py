@@ -118,3 +118,30 @@ def test_srs_estimate_of_a_statistics_fit():
     dt.attrs["fingerprint_y"] = "ba9876543210"
     with pytest.raises(ValueError, match="different data"):
         compare({"a": dt, "b": other})
+
+
+def test_an_estimator_fit_from_statistics_fingerprints_all_its_rows(monkeypatch):
+    # Its log likelihood keeps 60 of 400 rows; the fingerprint is of all 400: a data set that
+    # differs in one row outside the 60 has another, so compare() tells the two apart.
+    from bayes_rvm import RVR
+    from bayes_rvm.models import statistics as statistics_model
+    from bayes_rvm.posterior.comparison import data_fingerprints
+
+    full = statistics_model.log_likelihood_rows
+    monkeypatch.setattr(statistics_model, "log_likelihood_rows", lambda n: full(n, 60))
+    rng = np.random.default_rng(2)
+    X = rng.uniform(-3, 3, (400, 1))
+    y = np.sin(X[:, 0]) + 0.1 * rng.standard_normal(400)
+    kw = {"gamma": 0.5, "centres": ("random", 8), "chunk_rows": 150, "random_state": 0}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = RVR(inference="mcmc", sampler_config={"draws": 50, "tune": 100, "chains": 2}, **kw)
+        dt = est.fit(X, y, progressbar=False).idata_
+    assert dt["log_likelihood"]["y"].sizes["obs"] == 60 and dt.attrs["n_data_rows"] == 400
+    assert dt.attrs["fingerprint_y"] == data_fingerprints(y=y)["fingerprint_y"]
+    assert dt.attrs["fingerprint_X"] == data_fingerprints(X=X)["fingerprint_X"]
+    outside = np.setdiff1d(np.arange(400), full(400, 60))[0]
+    other = y.copy()
+    other[outside] += 1.0
+    assert data_fingerprints(y=other)["fingerprint_y"] != dt.attrs["fingerprint_y"]
+    assert elpd(dt)[1] == "PSIS-LOO, 60 of 400 rows"

@@ -126,3 +126,21 @@ def test_corrected_elpd_matches_quadrature_where_plain_psis_does_not(seed):
     err_plain = np.abs(plain.elpd_i.values - truth).sum()
     assert err_corrected < 0.1 and err_corrected < 0.5 * err_plain
     assert abs(res.elpd - truth.sum()) < 0.02
+
+
+def test_full_rank_q_is_stored_with_its_cholesky_factor():
+    _, _, model = _one_column(40, 3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dt = fit_vi(model, draws=100, random_seed=0, n=500, method="fullrank_advi")
+    var = dt["variational"].dataset
+    post = dt["posterior"].dataset
+    u = np.column_stack(
+        [np.log(post["alpha_rel"].values.reshape(-1)), np.log(post["sigma_rel"].values.reshape(-1))]
+    )
+    chol = var["chol"].values
+    assert np.allclose(chol, np.tril(chol)) and np.all(np.diag(chol) > 0)
+    cov = chol @ chol.T
+    np.testing.assert_allclose(var["sd"].values, np.sqrt(np.diag(cov)), rtol=1e-12)
+    log_q = stats.multivariate_normal.logpdf(u, var["mu"].values, cov)
+    np.testing.assert_allclose(var["log_q"].values.reshape(-1), log_q, rtol=1e-9)
