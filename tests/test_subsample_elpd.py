@@ -145,3 +145,21 @@ def test_an_estimator_fit_from_statistics_fingerprints_all_its_rows(monkeypatch)
     other[outside] += 1.0
     assert data_fingerprints(y=other)["fingerprint_y"] != dt.attrs["fingerprint_y"]
     assert elpd(dt)[1] == "PSIS-LOO, 60 of 400 rows"
+
+
+def test_a_vi_fit_from_statistics_is_corrected_and_scaled():
+    from bayes_rvm.inference.variational import fit_vi
+    from bayes_rvm.posterior.comparison import PSIS_APPROX
+
+    n = 3000
+    Phi, y = _problem(n)
+    rows = log_likelihood_rows(n, 200)
+    st = SimpleNamespace(gram=Phi.T @ Phi, cross=Phi.T @ y[:, None], tt=np.array([y @ y]), n=n)
+    model = rvm_statistics_model(st, rows=(rows, Phi[rows], y[rows]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dt = fit_vi(model, draws=100, random_seed=0, n=300)
+        res, method = elpd(dt)
+    assert method == f"{PSIS_APPROX}, 200 of {n} rows"
+    assert res.approx_posterior and res.n_data_points == n
+    assert res.elpd == pytest.approx(n * res.elpd_i.values.mean(), rel=1e-12)
