@@ -14,6 +14,7 @@ __all__ = [
     "ITERATION",
     "OBS",
     "OUTPUT",
+    "UNCONSTRAINED",
     "variable_dims",
 ]
 
@@ -31,6 +32,8 @@ FEATURE = "feature"
 CENTRE = "centre"
 #: Iterations of a variational fit (its loss trace, the ``variational`` group).
 ITERATION = "iteration"
+#: Coordinates of a variational approximation in the unconstrained space (``variational``).
+UNCONSTRAINED = "unconstrained"
 
 
 def variable_dims(w_extra: str | None = None, y_extra: str | None = None) -> dict[str, list[str]]:

@@ -575,6 +575,8 @@ def complete_posterior(dt: xr.DataTree, model, *, random_seed=None) -> xr.DataTr
         out.attrs["log_likelihood_rows"] = (
             "none" if ll is None else f"subset of {obs.size} of {_n_rows(model)} data rows"
         )
+        # The elpd of such a fit is estimated on the scale of all its rows (bayes_rvm.compare).
+        out.attrs["n_data_rows"] = _n_rows(model)
     if "constant_data" in out.children:
         caches = ("gram", "Phi_U", "Phi_VS")  # sampling caches of the marginal form, not data
         const = out["constant_data"].dataset.drop_vars(caches, errors="ignore")

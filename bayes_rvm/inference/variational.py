@@ -5,7 +5,9 @@ model of :mod:`bayes_rvm.models.graphs` and returns a DataTree of the same group
 :func:`bayes_rvm.inference.sampling.sample_mcmc`: draws from the approximation in ``posterior``,
 completed by
 :func:`bayes_rvm.inference.sampling.complete_posterior` as MCMC's draws are, ``observed_data`` and
-``constant_data``, and a ``variational`` group with the loss (the negative ELBO) per iteration.
+``constant_data``, and a ``variational`` group with the loss (the negative ELBO) per iteration,
+the fitted Gaussian and, at each draw, its log density and the model's (what
+:func:`bayes_rvm.compare` needs to correct the leave-one-out of approximate draws).
 What the approximation covers is what the sampler would sample:
 
 - the weight-marginalised Gaussian regression models: the hyperparameters only; the weights
@@ -72,6 +74,7 @@ import numpy as np
 import xarray as xr
 
 from bayes_rvm._warnings import quiet_logger, warn_at_user
+from bayes_rvm.dims import UNCONSTRAINED
 from bayes_rvm.inference.sampling import complete_posterior
 from bayes_rvm.models.spec import model_spec
 from bayes_rvm.posterior.datatree import variational_group
@@ -81,6 +84,7 @@ __all__ = [
     "VI_DEFAULTS",
     "VI_METHODS",
     "VariationalConvergenceWarning",
+    "approximation_density",
     "check_vi_kwargs",
     "fit_vi",
     "relative_change",
@@ -170,6 +174,65 @@ def _diverged(settings: Mapping, what: str) -> str:
     )
 
 
+def approximation_density(approx, model, draws: int, random_seed) -> xr.Dataset:
+    """The fitted Gaussian ``q`` and, at each of its draws, ``ln q`` and the model's ``ln p``.
+
+    What the importance-corrected leave-one-out of an approximate posterior needs
+    (:func:`arviz_stats.loo_approximate_posterior`, used by :func:`bayes_rvm.compare`): the
+    draws of ``approx.sample(draws, random_seed=random_seed)`` (regenerated in the unconstrained
+    space, where ``q`` is a Gaussian), ``ln q`` of each, and the model's joint log density
+    ``ln p(theta, y)`` there, with the Jacobian of the transforms
+    (``model.compile_logp(jacobian=True)``): the density ``q`` approximates.
+
+    Returns
+    -------
+    xarray.Dataset
+        ``mu[unconstrained]`` and ``sd[unconstrained]`` (the mean and marginal sd of each
+        unconstrained coordinate, named ``"<value variable>[<flat index>]"``), for full-rank
+        ADVI also ``chol[unconstrained, unconstrained_col]`` (the Cholesky factor of the
+        covariance), and ``log_p[chain, draw]``, ``log_q[chain, draw]`` (one chain).
+    """
+    from pymc.util import _get_seeds_per_chain
+    from scipy.linalg import solve_triangular
+
+    group = approx.groups[0]
+    mu = np.asarray(approx.mean.eval(), dtype=np.float64)
+    full_rank = hasattr(group, "L")
+    chol = np.asarray(group.L.eval(), dtype=np.float64) if full_rank else None
+    sd = np.sqrt(np.sum(chol**2, axis=1)) if full_rank else np.asarray(approx.std.eval())
+    # approx.sample draws with this seed in the unconstrained space and transforms the draws.
+    (seed,) = _get_seeds_per_chain(random_seed, 1)
+    raw = approx.sample_dict_fn(draws, random_seed=seed)
+    flat = np.empty((draws, mu.size))
+    names = np.empty(mu.size, dtype=object)
+    for name, slc, _, _ in group.ordering.values():
+        flat[:, slc] = np.asarray(raw[name], dtype=np.float64).reshape(draws, -1)
+        names[slc] = [f"{name}[{i}]" for i in range(slc.stop - slc.start)]
+    # ln q: the standardised draws' normal densities, less the log determinant of the factor.
+    if full_rank:
+        z = solve_triangular(chol, (flat - mu).T, lower=True).T
+        log_det = np.log(np.diag(chol)).sum()
+    else:
+        z = (flat - mu) / sd
+        log_det = np.log(sd).sum()
+    log_q = -0.5 * (z**2).sum(axis=1) - 0.5 * mu.size * np.log(2 * np.pi) - log_det
+    logp = model.compile_logp(jacobian=True)
+    log_p = np.array([logp({k: v[i] for k, v in raw.items()}) for i in range(draws)])
+    out = xr.Dataset(
+        {
+            "mu": ((UNCONSTRAINED,), mu),
+            "sd": ((UNCONSTRAINED,), sd),
+            "log_p": (("chain", "draw"), log_p[None, :]),
+            "log_q": (("chain", "draw"), log_q[None, :]),
+        },
+        coords={UNCONSTRAINED: names.astype(str), "chain": [0], "draw": np.arange(draws)},
+    )
+    if full_rank:
+        out["chol"] = ((UNCONSTRAINED, f"{UNCONSTRAINED}_col"), chol)
+        out = out.assign_coords({f"{UNCONSTRAINED}_col": names.astype(str)})
+    return out
+
+
 def fit_vi(
     model,
     *,
@@ -216,7 +279,9 @@ def fit_vi(
         Groups ``posterior`` (``alpha_rel``, ``sigma_rel``, ``alpha``, ``sigma``, ``beta``,
         ``w`` and ``z``; as the model has them: counts have no noise, Student-t noise adds
         ``noise_nu``), ``log_likelihood`` (``y``), ``observed_data``, ``constant_data``, and
-        ``variational`` (``loss[iteration]``, the negative ELBO per iteration; attrs
+        ``variational`` (``loss[iteration]``, the negative ELBO per iteration; the
+        approximation's ``mu``, ``sd`` (full rank: ``chol``) per unconstrained coordinate and
+        ``log_q``, ``log_p`` per draw, :func:`approximation_density`; attrs
         ``vi_method``, ``converged``, ``relative_change``, ``tol``, ``window``,
         ``learning_rate``); root attrs ``method="vi"``, ``likelihood``, ``vi_method``,
         ``settings`` (JSON), ``converged``, ``n_iter``, ``wall_time``.
@@ -258,6 +323,7 @@ def fit_vi(
             raise FloatingPointError(_diverged(settings, "the approximation's parameters")) from err
         dt = approx.sample(draws, random_seed=seed + 1)
     wall = time.time() - t0
+    density = approximation_density(approx, model, draws, seed + 1)
     loss = np.asarray(approx.hist, dtype=np.float64)
     change = relative_change(loss, settings["window"])
     if not np.all(np.isfinite(loss[-settings["window"] :])):
@@ -281,6 +347,7 @@ def fit_vi(
         tol=settings["tol"],
         window=settings["window"],
         learning_rate=settings["learning_rate"],
+        approximation=density,
     )
     dt.attrs.update(
         method="vi",

@@ -19,11 +19,27 @@ Type-II without a ``loo`` group
     the fixed hyperparameters, labelled as such, with a warning: it is optimistic.
 MCMC, classifiers
     PSIS-LOO on ``ln p(t_n | w)``, which factorise given the weights.
+VI (:func:`bayes_rvm.inference.variational.fit_vi`)
+    The draws come from the approximation ``q``, not the posterior: PSIS-LOO with the importance
+    ratios corrected by ``ln p(theta, y) - ln q(theta)``
+    (:func:`arviz_stats.loo_approximate_posterior`; Magnusson et al. 2019), from the
+    ``variational`` group's ``log_p`` and ``log_q``. Its Pareto
+    k says whether ``q`` is close enough to the posterior for that correction: above 0.7 the
+    elpd is unreliable, and :func:`elpd` warns. A VI tree without them (saved by an earlier
+    version) is scored by plain PSIS-LOO, labelled uncorrected, with a warning.
+Fits from sufficient statistics (``RVR(chunk_rows=...)``)
+    Their ``log_likelihood`` keeps a subset of the rows
+    (:func:`bayes_rvm.models.statistics.log_likelihood_rows`): the elpd is estimated on the scale
+    of all N rows as N times the mean over the subset, with the standard error of that estimate
+    from the subset's spread (simple random sampling without replacement, with its finite
+    population correction) reported apart as ``subsampling_se`` (``subsampling_dse`` in the
+    table).
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 import warnings
 from collections.abc import Mapping, Sequence
 
@@ -40,6 +56,12 @@ __all__ = ["compare", "elpd", "relevance_summary"]
 PSIS = "PSIS-LOO"
 #: ``method`` of a type-II fit scored by PSIS-LOO at hyperparameters tuned on all the data.
 PSIS_FIXED = "PSIS-LOO, hyperparameters fixed (optimistic)"
+#: ``method`` of a VI fit: PSIS-LOO corrected for draws from the approximation.
+PSIS_APPROX = "PSIS-LOO, approximate posterior (corrected by ln p - ln q)"
+#: ``method`` of a VI fit without ``log_p`` and ``log_q``: the draws scored as posterior draws.
+PSIS_UNCORRECTED = "PSIS-LOO of approximate draws (uncorrected)"
+#: Pareto k above which an importance-sampled elpd is unreliable (Vehtari et al. 2024).
+K_MAX = 0.7
 
 
 def _tree(fit) -> xr.DataTree:
@@ -104,7 +126,8 @@ def _data_fingerprint(fit, dt: xr.DataTree) -> dict[str, str]:
     """Fingerprints of the rows a fit was trained on: targets ``y`` and, where kept, inputs ``X``.
 
     A tree of this package's estimators carries them in its root attrs
-    (:func:`data_fingerprints`, saved and loaded with the model). Otherwise the targets are
+    (:func:`data_fingerprints`, saved and loaded with the model; of all N rows for a fit from
+    sufficient statistics). Otherwise the targets are
     ``observed_data``'s ``y``, or for a fit from sufficient statistics (whose ``y_obs`` are
     compressed targets of its own basis) the targets of its log-likelihood rows,
     ``constant_data``'s ``y_rows``; the inputs are those a tree keeps (``constant_data``'s ``X``,
@@ -193,23 +216,129 @@ def elpd(fit, *, var_name: str | None = None):
     -------
     elpd_data : arviz_stats.ELPDData
         Pointwise (``elpd_i``), as :func:`arviz.compare` takes it: PSIS-LOO results
-        (``az.loo``), or for a type-II fit with a ``loo`` group its refit terms (``kind`` "loo"
-        for exact leave-one-out, "loo_kfold" for K-fold), with ``p`` the in-sample log
-        predictive density minus the elpd and no Pareto k (nothing was importance sampled).
+        (``az.loo``; for a VI fit ``arviz_stats.loo_approximate_posterior``), or for a type-II
+        fit with a ``loo`` group its refit terms (``kind`` "loo" for exact leave-one-out,
+        "loo_kfold" for K-fold), with ``p`` the in-sample log predictive density minus the elpd
+        and no Pareto k (nothing was importance sampled). For a fit from sufficient statistics
+        an ``arviz_stats.ELPDDataLOOSubsample``: ``elpd``, ``se`` and ``p`` on the scale of all
+        ``n_data_points`` rows, ``subsampling_se``, and ``elpd_i`` of the ``subsample_size``
+        rows kept (their ``obs`` coordinate holds the rows' indices).
     method : str
-        ``"PSIS-LOO"``, ``"exact LOO (N refits)"``, ``"K-fold refits"`` or
-        ``"PSIS-LOO, hyperparameters fixed (optimistic)"`` (module docstring).
-    """
-    import arviz as az
-    from arviz_stats.utils import ELPDDataLOO, ELPDDataLOOKFold
+        ``"PSIS-LOO"``, ``"exact LOO (N refits)"``, ``"K-fold refits"``,
+        ``"PSIS-LOO, hyperparameters fixed (optimistic)"``,
+        ``"PSIS-LOO, approximate posterior (corrected by ln p - ln q)"`` or
+        ``"PSIS-LOO of approximate draws (uncorrected)"`` (module docstring); for a fit from
+        sufficient statistics followed by ``", m of N rows"``.
 
+    Warns
+    -----
+    UserWarning
+        For a VI fit whose largest Pareto k exceeds 0.7 (its approximation is too far from the
+        posterior for the correction), or one without the densities the correction needs.
+    """
     dt = _tree(fit)
     if "log_likelihood" not in dt.children:
         raise ValueError("the fit has no log_likelihood group.")
     type2 = dt.attrs.get("method") == "type2"
-    if not (type2 and "loo" in dt.children):
-        res = az.loo(dt, pointwise=True, var_name=var_name)
-        return res, PSIS_FIXED if type2 else PSIS
+    if type2 and "loo" in dt.children:
+        return _refit_elpd(dt, var_name)
+    res, method = _psis(dt, var_name, PSIS_FIXED if type2 else PSIS)
+    n_rows = _n_data_rows(dt)
+    if n_rows is not None and n_rows > res.n_data_points:
+        res = _on_all_rows(res, n_rows)
+        method = f"{method}, {res.subsample_size} of {n_rows} rows"
+    return res, method
+
+
+def _psis(dt: xr.DataTree, var_name: str | None, method: str):
+    """PSIS-LOO of a tree's draws (corrected for a VI approximation), and its ``method``."""
+    import arviz as az
+    from arviz_stats import loo_approximate_posterior
+
+    if dt.attrs.get("method") != "vi":
+        return az.loo(dt, pointwise=True, var_name=var_name), method
+    var = dt["variational"].dataset if "variational" in dt.children else xr.Dataset()
+    if "log_p" not in var or "log_q" not in var:
+        warnings.warn(
+            "a VI fit without the log densities of its approximation and of the model at its "
+            "draws (log_p, log_q in the variational group; fits of this version store them): "
+            "its draws are scored as posterior draws by plain PSIS-LOO, which misses how far "
+            "the approximation is from the posterior. Refit it for the corrected elpd.",
+            UserWarning,
+            stacklevel=3,
+        )
+        return az.loo(dt, pointwise=True, var_name=var_name), PSIS_UNCORRECTED
+    with warnings.catch_warnings():
+        # The warning below says what a high k means for an approximation.
+        warnings.filterwarnings("ignore", message="Estimated shape parameter of Pareto")
+        res = loo_approximate_posterior(
+            dt, var["log_p"], var["log_q"], pointwise=True, var_name=var_name
+        )
+    k = _pareto_k(res)
+    if k.max() > K_MAX:
+        warnings.warn(
+            f"the VI fit's importance-corrected PSIS-LOO has Pareto k up to {k.max():.2f} "
+            f"({int((k > K_MAX).sum())} of {k.size} rows above {K_MAX}; inf: not estimable): "
+            "the variational approximation is too far from the posterior for its "
+            "leave-one-out terms to be corrected, and its elpd is unreliable. Rank with an "
+            "MCMC fit (inference='mcmc').",
+            UserWarning,
+            stacklevel=3,
+        )
+    return res, PSIS_APPROX
+
+
+def _n_data_rows(dt: xr.DataTree) -> int | None:
+    """The number of data rows of a fit whose ``log_likelihood`` keeps a subset (else None)."""
+    if "n_data_rows" in dt.attrs:
+        return int(dt.attrs["n_data_rows"])
+    # Trees saved before the attribute: "subset of m of N data rows".
+    found = re.fullmatch(
+        r"subset of \d+ of (\d+) data rows", str(dt.attrs.get("log_likelihood_rows"))
+    )
+    return int(found.group(1)) if found else None
+
+
+def _on_all_rows(res, n_rows: int):
+    """PSIS-LOO of a simple random sample of rows, as an estimate over all ``n_rows``.
+
+    ``N`` times the sample's mean, with the sampling variance of simple random sampling
+    without replacement (``N^2 (1 - m / N) s^2 / m``) as ``subsampling_se``: ArviZ's difference
+    estimator (:func:`arviz_stats.loo_subsample`) with no approximation of the terms outside
+    the sample, so that :func:`arviz.compare` pairs two such fits row by row.
+    """
+    from arviz_stats.utils import ELPDDataLOOSubsample
+
+    m = res.elpd_i.size
+    zeros = xr.zeros_like(res.elpd_i)
+    elpd_hat, subsampling_se, se = res.elpd_i.azstats.diff_srs_estimator(
+        lpd_approx_sample=zeros, lpd_approx_all=zeros, n_data_points=n_rows
+    )
+    return ELPDDataLOOSubsample(
+        elpd=float(elpd_hat),
+        se=float(se),
+        p=float(res.p) * n_rows / m,
+        n_samples=res.n_samples,
+        n_data_points=n_rows,
+        scale="log",
+        warning=res.warning,
+        good_k=res.good_k,
+        elpd_i=res.elpd_i,
+        pareto_k=res.pareto_k,
+        approx_posterior=bool(getattr(res, "approx_posterior", False)),
+        subsampling_se=float(subsampling_se),
+        subsample_size=m,
+        # Positions in elpd_i (whose obs coordinate holds the row indices), which every fit
+        # of the same N keeps in the same order (log_likelihood_rows).
+        loo_subsample_observations=np.arange(m),
+        elpd_loo_approx=zeros,
+    )
+
+
+def _refit_elpd(dt: xr.DataTree, var_name: str | None):
+    """A type-II tree's refit terms (its ``loo`` group) as ArviZ's ELPDData, and ``method``."""
+    from arviz_stats.utils import ELPDDataLOO, ELPDDataLOOKFold
+
     loo = dt["loo"].dataset
     elpd_i = loo["y"].rename({d: OBS for d in loo["y"].dims})
     ll = dt["log_likelihood"].dataset
@@ -253,9 +382,15 @@ def compare(fits: Mapping[str, object] | Sequence, *, round_to="none", **kwargs)
     -------
     pandas.DataFrame
         One row per fit, best first (``elpd``, ``p``, ``elpd_diff``, ``weight``, ``se``,
-        ``dse``, ...) and ``method``: how each row's elpd was estimated (:func:`elpd`). A type-II
-        regression fit (``RVR.idata_``) is scored by refitting its hyperparameters without each
-        left-out row, never by PSIS-LOO at hyperparameters that saw that row.
+        ``dse``, ...), ``method``: how each row's elpd was estimated (:func:`elpd`), and
+        ``pareto_k``: the largest Pareto k of its importance sampling (NaN for refits). A
+        type-II regression fit (``RVR.idata_``) is scored by refitting its hyperparameters
+        without each left-out row, never by PSIS-LOO at hyperparameters that saw that row; a
+        VI fit by PSIS-LOO corrected for its approximation. Fits from sufficient statistics
+        have ``elpd``, ``se``, ``elpd_diff`` and ``dse`` on the scale of all their rows,
+        estimated from the rows their ``log_likelihood`` keeps (the same rows for every fit of
+        the same N), and ``subsampling_dse``: the part of ``dse`` that is due to that
+        subsampling.
 
     Raises
     ------
@@ -277,7 +412,8 @@ def compare(fits: Mapping[str, object] | Sequence, *, round_to="none", **kwargs)
     Warns
     -----
     UserWarning
-        For a type-II fit with no refit terms, scored by PSIS-LOO at its fixed hyperparameters.
+        For a type-II fit with no refit terms, scored by PSIS-LOO at its fixed hyperparameters;
+        for a VI fit whose Pareto k exceed 0.7 (:func:`elpd`).
     """
     import arviz as az
     from arviz_stats.utils import ELPDData
@@ -302,7 +438,9 @@ def compare(fits: Mapping[str, object] | Sequence, *, round_to="none", **kwargs)
             raise ValueError(f"fit {name!r} has no log_likelihood group.")
         ll = dt["log_likelihood"].dataset
         var = ll[kwargs.get("var_name") or next(iter(ll.data_vars))]
-        n_obs[name] = int(np.prod([s for d, s in var.sizes.items() if d not in ("chain", "draw")]))
+        n_obs[name] = _n_data_rows(dt) or int(
+            np.prod([s for d, s in var.sizes.items() if d not in ("chain", "draw")])
+        )
     _check_comparable(fits, trees, n_obs)
     scored, methods = {}, {}
     for name, fit in fits.items():
@@ -326,7 +464,21 @@ def compare(fits: Mapping[str, object] | Sequence, *, round_to="none", **kwargs)
         warnings.filterwarnings("ignore", message="Comparing LOO-CV to K-fold-CV")
         table = az.compare(scored, round_to=round_to, **kwargs)
     table["method"] = [methods[name] for name in table.index]
+    table["pareto_k"] = [_max_k(scored[name]) for name in table.index]
     return table
+
+
+def _pareto_k(res) -> np.ndarray:
+    """An importance-sampled elpd's Pareto k per row, inf where ArviZ could not estimate it."""
+    k = np.asarray(res.pareto_k.values, dtype=np.float64).reshape(-1)
+    return np.where(np.isnan(k), np.inf, k)
+
+
+def _max_k(res) -> float:
+    """The largest Pareto k of an importance-sampled elpd; NaN for refits (none sampled)."""
+    if getattr(res, "pareto_k", None) is None or not res.pareto_k.size:
+        return np.nan
+    return float(_pareto_k(res).max())
 
 
 def relevance_summary(

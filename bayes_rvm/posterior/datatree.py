@@ -130,13 +130,18 @@ def _loo_group(loo: RefitLOO, n_obs: int) -> xr.DataTree:
     )
 
 
-def variational_group(loss: np.ndarray, **attrs) -> xr.DataTree:
+def variational_group(
+    loss: np.ndarray, *, approximation: xr.Dataset | None = None, **attrs
+) -> xr.DataTree:
     """The ``variational`` group: the loss (negative ELBO) per iteration of a variational fit.
 
     Parameters
     ----------
     loss : ndarray of shape (n_iter,)
         The loss at each iteration, in nats (PyMC's ``approx.hist``).
+    approximation : xarray.Dataset, optional
+        The fitted approximation and its density at the draws
+        (:func:`bayes_rvm.inference.variational.approximation_density`), joined to the group.
     **attrs
         The fit's settings and convergence (numbers, strings or booleans, stored as attrs;
         booleans as 0 / 1, which every DataTree format keeps).
@@ -145,13 +150,14 @@ def variational_group(loss: np.ndarray, **attrs) -> xr.DataTree:
     if loss.ndim != 1:
         raise ValueError(f"loss must be one value per iteration, got shape {loss.shape}.")
     kept = {k: int(v) if isinstance(v, bool | np.bool_) else v for k, v in attrs.items()}
-    return xr.DataTree(
-        xr.Dataset(
-            {"loss": ((ITERATION,), loss)},
-            coords={ITERATION: np.arange(1, loss.size + 1)},
-            attrs=kept,
-        )
+    ds = xr.Dataset(
+        {"loss": ((ITERATION,), loss)},
+        coords={ITERATION: np.arange(1, loss.size + 1)},
+        attrs=kept,
     )
+    if approximation is not None:
+        ds = ds.merge(approximation, combine_attrs="override")
+    return xr.DataTree(ds)
 
 
 def type2_datatree(
