@@ -262,7 +262,7 @@ def test_relevance_summary_is_free_of_the_column_units():
     np.testing.assert_array_equal(b["p_relevant"], a["p_relevant"])
 
 
-@pytest.mark.parametrize("classes", [2, 3])
+@pytest.mark.parametrize("classes", [2, pytest.param(3, marks=pytest.mark.slow)])
 def test_rvc_refit_loo_is_the_brute_force_of_refitted_classifiers(classes):
     # At a width the user fixed, leaving a row out of the whole classifier and predicting it is
     # what refit_loo does: a loop of fresh fits is the independent truth, to the last bit.
