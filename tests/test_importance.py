@@ -248,3 +248,12 @@ def test_idata_holds_draws_of_the_posterior_predict_proba_averages_over(seed):
     laplace = type2_datatree(local, clf.training_.phi_active, clf.training_.y_index, random_seed=1)
     w_laplace = laplace["posterior"]["w"].values.reshape(-1, k)
     assert np.max(expit(phi @ w_laplace.T).mean(axis=1) / p) > 10.0
+
+
+def test_set_params_after_a_fit_redraws_the_type2_tree_of_the_new_predictive():
+    X, y, _, _ = rare_class_data(0, n_train=300, n_test=20, rate=0.05)
+    clf = RVC(gamma=0.1).fit(X, y)
+    assert clf.idata_.attrs["weight_draws"] == "importance"
+    clf.set_params(moderated="probit")
+    assert clf.moderation_ == "probit"
+    assert clf.idata_.attrs["weight_draws"] == "laplace"

@@ -384,6 +384,11 @@ class BaseRVM(BaseEstimator):
         super().set_params(**params)
         self.__dict__.pop("_settings", None)
         self.__dict__.pop("_predictor_obj", None)  # chosen again from the new parameters
+        idata = self.__dict__.get("_idata")
+        if idata is not None and idata.attrs.get("method") == "type2":
+            # A type-II tree is drawn from the fit under the parameters (the predictive it
+            # describes, the seed): built again on first use. A sampled one is the fit itself.
+            self._idata = None
         return self
 
     def _start_fit(self, sample_kwargs: Mapping | None = None) -> None:
