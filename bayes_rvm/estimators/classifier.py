@@ -446,6 +446,7 @@ default="evidence_shared"
             basis.n_basis_,
             chunk_rows=step,
             cache_bytes=min(CACHE_BYTES, memory_limit()[0] or CACHE_BYTES),
+            progress=True if self.verbose else "auto",
         )
         problem = dataclasses.replace(problem, design=design, norms=design.norms)
         fit_n = fit_problem(problem, engine)
@@ -469,6 +470,7 @@ default="evidence_shared"
             max_iter=int(self.max_iter),
             threshold_alpha=float(self._cfg.threshold_alpha),
             free_bias=self.bias == "free",
+            progress=True if self.verbose else "auto",
         )
 
     def make_model(self, *, offset=None):

@@ -628,7 +628,7 @@ array-like or Prior, default="evidence_shared"
             tol=self.tol,
             max_iter=self.max_iter,
             **({"threshold_alpha": self._threshold_alpha()} if mackay else {}),
-            progress=bool(self.verbose),
+            progress=True if self.verbose else "auto",
             noise_nu=self._cfg.noise_nu if self.likelihood == "student_t" else None,
             free_bias=self.bias == "free",
         )
