@@ -185,7 +185,9 @@ default="evidence_shared"
     random_state : int, RandomState or None, default=None
         Seed of the candidate subsets, of the type-II DataTree's draws and of sampling.
     verbose : bool, default=False
-        Progress bars while sampling.
+        Progress on stderr: sampling's bars, and the width search, the engine's steps and a
+        chunked fit's rounds and passes once they run for 2 s (without it, only on a terminal
+        or in a notebook).
 
     Attributes
     ----------

@@ -191,7 +191,9 @@ array-like or Prior, default="evidence_shared"
     random_state : int, RandomState or None, default=None
         Seed of the randomised parts of a fit (subsets of centres or rows, sampling).
     verbose : bool, default=False
-        Progress bars (without it, sampling shows one only in a terminal or a notebook).
+        Progress on stderr: sampling's bars, and the width search, the engine's steps and the
+        passes over row blocks once they run for 2 s (without it, only on a terminal or in a
+        notebook).
 
     Attributes
     ----------
