@@ -92,6 +92,9 @@ class Progress:
         :func:`progress_wanted`'s argument.
     stream : file, optional
         Default ``sys.stderr`` (at the time of each write, so that redirections apply).
+    transient : bool, default=False
+        On a terminal, erase the line at the end (a pass within a longer fit, whose own line
+        is drawn there next); elsewhere the lines stay.
 
     Examples
     --------
@@ -101,8 +104,17 @@ class Progress:
     >>> bar.close()
     """
 
-    def __init__(self, what: str, total: int | None, unit: str, *, enabled=False, stream=None):
-        self.what, self.unit = what, unit
+    def __init__(
+        self,
+        what: str,
+        total: int | None,
+        unit: str,
+        *,
+        enabled=False,
+        stream=None,
+        transient: bool = False,
+    ):
+        self.what, self.unit, self.transient = what, unit, transient
         self.total = None if total is None else int(total)
         self.enabled = progress_wanted(enabled)
         self._stream = stream
@@ -160,7 +172,8 @@ class Progress:
         self._shown = True
 
     def close(self) -> None:
-        """End the pass: the line stays (on a terminal, the cursor moves to the next line).
+        """End the pass: the line stays (on a terminal, the cursor moves to the next line, or
+        the line is erased if ``transient``).
 
         An open-ended pass that outlasted :data:`QUIET_SECONDS` writes its last state first.
         """
@@ -168,7 +181,7 @@ class Progress:
         if self._pending is not None and self.total is None and now - self._start >= QUIET_SECONDS:
             self._show(now, *self._pending)
         if self._shown and self._tty():
-            self.stream.write("\n")
+            self.stream.write("\r\x1b[K" if self.transient else "\n")
             self.stream.flush()
 
     def __enter__(self) -> Progress:

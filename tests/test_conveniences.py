@@ -153,6 +153,10 @@ def test_progress_waits_out_short_passes_and_redraws_in_place_on_a_terminal(monk
     text = term.getvalue()
     assert text.count("\r") == 2 and text.endswith("\n") and text.count("\n") == 1
     assert "bayes_rvm: pass: 100% (10 of 10 rows, block 2 of 2)" in text
+    inner = Terminal()  # a pass within a fit: erased at its end, the fit's line drawn there next
+    with progress.Progress("pass", 10, "rows", enabled=True, stream=inner, transient=True) as bar:
+        bar.update(10)
+    assert inner.getvalue().endswith("rows), 0 s\x1b[K\r\x1b[K") and "\n" not in inner.getvalue()
     with pytest.raises(ValueError, match="progress must be"):
         progress.Progress("pass", 1, "rows", enabled="yes")
 

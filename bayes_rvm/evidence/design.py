@@ -213,7 +213,9 @@ class ChunkedDesign:
     def _progress(self) -> Progress:
         """The progress of the pass just counted (its number: every pass so far)."""
         passes = sum(dataclasses.astuple(self.counter)) - self.counter.cache_fills
-        return Progress(f"pass {passes} over the rows", self.n_rows, "rows", enabled=self.progress)
+        what = f"pass {passes} over the rows"
+        # Transient on a terminal: the fit's own line (its rounds or steps) is drawn there next.
+        return Progress(what, self.n_rows, "rows", enabled=self.progress, transient=True)
 
     def rows(self, index: np.ndarray) -> np.ndarray:
         """The normalised design's rows ``index`` (all columns of this view) in memory."""
