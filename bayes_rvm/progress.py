@@ -92,9 +92,10 @@ class Progress:
         :func:`progress_wanted`'s argument.
     stream : file, optional
         Default ``sys.stderr`` (at the time of each write, so that redirections apply).
-    transient : bool, default=False
-        On a terminal, erase the line at the end (a pass within a longer fit, whose own line
-        is drawn there next); elsewhere the lines stay.
+    terminal : {"redraw", "erase", "lines"}, default="redraw"
+        On a terminal: one line redrawn in place that stays at the end; the same, erased at the
+        end (a pass within a longer fit, whose own line is drawn there next); or a line each
+        time (the few rounds of a fit, each a milestone). Elsewhere a line each time.
 
     Examples
     --------
@@ -112,9 +113,11 @@ class Progress:
         *,
         enabled=False,
         stream=None,
-        transient: bool = False,
+        terminal: str = "redraw",
     ):
-        self.what, self.unit, self.transient = what, unit, transient
+        if terminal not in ("redraw", "erase", "lines"):
+            raise ValueError(f'terminal must be "redraw", "erase" or "lines", got {terminal!r}.')
+        self.what, self.unit, self.terminal = what, unit, terminal
         self.total = None if total is None else int(total)
         self.enabled = progress_wanted(enabled)
         self._stream = stream
@@ -165,7 +168,7 @@ class Progress:
 
     def _write(self, line: str) -> None:
         if self._tty():
-            self.stream.write("\r" + line + "\x1b[K")
+            self.stream.write("\r" + line + ("\x1b[K\n" if self.terminal == "lines" else "\x1b[K"))
         else:
             self.stream.write(line + "\n")
         self.stream.flush()
@@ -173,15 +176,15 @@ class Progress:
 
     def close(self) -> None:
         """End the pass: the line stays (on a terminal, the cursor moves to the next line, or
-        the line is erased if ``transient``).
+        the line is erased: ``terminal="erase"``).
 
         An open-ended pass that outlasted :data:`QUIET_SECONDS` writes its last state first.
         """
         now = time.perf_counter()
         if self._pending is not None and self.total is None and now - self._start >= QUIET_SECONDS:
             self._show(now, *self._pending)
-        if self._shown and self._tty():
-            self.stream.write("\r\x1b[K" if self.transient else "\n")
+        if self._shown and self._tty() and self.terminal != "lines":
+            self.stream.write("\r\x1b[K" if self.terminal == "erase" else "\n")
             self.stream.flush()
 
     def __enter__(self) -> Progress:

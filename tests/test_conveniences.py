@@ -154,11 +154,21 @@ def test_progress_waits_out_short_passes_and_redraws_in_place_on_a_terminal(monk
     assert text.count("\r") == 2 and text.endswith("\n") and text.count("\n") == 1
     assert "bayes_rvm: pass: 100% (10 of 10 rows, block 2 of 2)" in text
     inner = Terminal()  # a pass within a fit: erased at its end, the fit's line drawn there next
-    with progress.Progress("pass", 10, "rows", enabled=True, stream=inner, transient=True) as bar:
+    with progress.Progress("pass", 10, "rows", enabled=True, stream=inner, terminal="erase") as bar:
         bar.update(10)
     assert inner.getvalue().endswith("rows), 0 s\x1b[K\r\x1b[K") and "\n" not in inner.getvalue()
+    rounds = Terminal()  # the rounds of a fit: a line each, none added at the end
+    with progress.Progress(
+        "fit", None, "rounds", enabled=True, stream=rounds, terminal="lines"
+    ) as bar:
+        bar.update(1, detail=lambda: "3 relevance vectors")
+        bar.update(2, detail=lambda: "2 relevance vectors")
+    assert rounds.getvalue().count("\n") == 2 and rounds.getvalue().endswith("\x1b[K\n")
+    assert "bayes_rvm: fit: 2 rounds, 2 relevance vectors, 0 s" in rounds.getvalue()
     with pytest.raises(ValueError, match="progress must be"):
         progress.Progress("pass", 1, "rows", enabled="yes")
+    with pytest.raises(ValueError, match="terminal must be"):
+        progress.Progress("pass", 1, "rows", terminal="bar")
 
 
 def test_a_dask_pass_on_the_local_scheduler_reports_its_blocks(immediate_progress, capsys):

@@ -273,6 +273,8 @@ def _fit_rounds(problem: ProblemView) -> EvidenceFit:
         "max_iter": opt.max_iter,
         "fixed_beta": True,
         "beta_init": 1.0,
+        # A Gaussian fit that crawls along a ridge until max_iter takes most of a round.
+        "progress": opt.progress,
     }
     best = None
     converged, reason = False, f"reached {MAX_ROUNDS} rounds"
@@ -280,7 +282,7 @@ def _fit_rounds(problem: ProblemView) -> EvidenceFit:
     # Gaussian fits on M x M statistics keep to one, fit_sequential's own guard).
     with (
         all_blas_threads(),
-        Recorder("fit_laplace_chunked", opt.callback, opt.progress, "rounds") as rec,
+        Recorder("fit_laplace_chunked", opt.callback, opt.progress, "rounds", "lines") as rec,
     ):
         rec.start("init")
         for k in range(1, MAX_ROUNDS + 1):

@@ -215,7 +215,7 @@ class ChunkedDesign:
         passes = sum(dataclasses.astuple(self.counter)) - self.counter.cache_fills
         what = f"pass {passes} over the rows"
         # Transient on a terminal: the fit's own line (its rounds or steps) is drawn there next.
-        return Progress(what, self.n_rows, "rows", enabled=self.progress, transient=True)
+        return Progress(what, self.n_rows, "rows", enabled=self.progress, terminal="erase")
 
     def rows(self, index: np.ndarray) -> np.ndarray:
         """The normalised design's rows ``index`` (all columns of this view) in memory."""

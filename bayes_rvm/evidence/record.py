@@ -30,6 +30,9 @@ class Recorder:
         (:func:`bayes_rvm.progress.progress_wanted`).
     unit : str, default="steps"
         What the engine counts (``"rounds"``).
+    terminal : {"redraw", "lines"}, default="redraw"
+        On a terminal, one line redrawn in place, or a line per step (the few rounds of a
+        chunked fit), as :class:`bayes_rvm.progress.Progress` takes it.
 
     Use as a context manager so that the last line is written however the fit ends.
     """
@@ -40,11 +43,12 @@ class Recorder:
         callback: Callable[[dict[str, Any]], Any] | None,
         progress: bool | str,
         unit: str = "steps",
+        terminal: str = "redraw",
     ):
         self.trace: list[float] = []
         self.actions: list[str] = []
         self.callback = callback
-        self._bar = Progress(name, None, unit, enabled=progress)
+        self._bar = Progress(name, None, unit, enabled=progress, terminal=terminal)
         self._steps = 0  # objectives recorded: a step undone and redone counts twice
         if not self._bar.enabled:
             self._bar = None
