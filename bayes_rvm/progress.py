@@ -14,11 +14,13 @@ import contextlib
 import contextvars
 import sys
 import time
+from collections.abc import Callable
 
 __all__ = [
     "LOG_SECONDS",
     "QUIET_SECONDS",
     "Progress",
+    "check_progress",
     "interactive",
     "no_auto_progress",
     "progress_wanted",
@@ -58,31 +60,42 @@ def no_auto_progress():
         _AUTO_OFF.reset(token)
 
 
+def check_progress(progress) -> None:
+    """A ValueError naming ``progress`` unless it is True, False (or 0, 1, None) or ``"auto"``."""
+    if isinstance(progress, str) and progress != "auto":
+        raise ValueError(f'progress must be True, False or "auto", got {progress!r}.')
+
+
 def progress_wanted(progress) -> bool:
     """``progress`` resolved: True or False as given, ``"auto"`` where stderr is a terminal
     (or a Jupyter kernel), as the MCMC progress bars are."""
+    check_progress(progress)
     if isinstance(progress, str):
-        if progress != "auto":
-            raise ValueError(f'progress must be True, False or "auto", got {progress!r}.')
         return not _AUTO_OFF.get() and interactive()
     return bool(progress)
 
 
 class Progress:
-    """Reports ``done`` of ``total`` units of one pass, e.g. rows of a statistics pass.
+    """Reports ``done`` of ``total`` units of one pass, e.g. rows of a statistics pass, or the
+    rounds of an iteration whose end is not known in advance (``total=None``).
 
     Parameters
     ----------
     what : str
         The pass, as the line names it (``"sufficient statistics"``).
-    total : int
-        The units of the whole pass.
+    total : int or None
+        The units of the whole pass; None for an open-ended one (the steps of an engine), whose
+        last state is written when it closes.
     unit : str
         Their name, plural (``"rows"``).
     enabled : bool or "auto"
         :func:`progress_wanted`'s argument.
     stream : file, optional
         Default ``sys.stderr`` (at the time of each write, so that redirections apply).
+    terminal : {"redraw", "erase", "lines"}, default="redraw"
+        On a terminal: one line redrawn in place that stays at the end; the same, erased at the
+        end (a pass within a longer fit, whose own line is drawn there next); or a line each
+        time (the few rounds of a fit, each a milestone). Elsewhere a line each time.
 
     Examples
     --------
@@ -92,14 +105,27 @@ class Progress:
     >>> bar.close()
     """
 
-    def __init__(self, what: str, total: int, unit: str, *, enabled=False, stream=None):
-        self.what, self.total, self.unit = what, int(total), unit
+    def __init__(
+        self,
+        what: str,
+        total: int | None,
+        unit: str,
+        *,
+        enabled=False,
+        stream=None,
+        terminal: str = "redraw",
+    ):
+        if terminal not in ("redraw", "erase", "lines"):
+            raise ValueError(f'terminal must be "redraw", "erase" or "lines", got {terminal!r}.')
+        self.what, self.unit, self.terminal = what, unit, terminal
+        self.total = None if total is None else int(total)
         self.enabled = progress_wanted(enabled)
         self._stream = stream
         self._start = time.perf_counter()
         self._last = -float("inf")
         self._shown = False
         self._line = ""
+        self._pending = None
 
     @property
     def stream(self):
@@ -108,35 +134,57 @@ class Progress:
     def _tty(self) -> bool:
         return bool(getattr(self.stream, "isatty", lambda: False)())
 
-    def update(self, done: int, *, blocks: tuple[int, int] | None = None) -> None:
-        """Record ``done`` units (of ``total``); ``blocks`` is ``(finished, all)`` where known."""
+    def update(
+        self,
+        done: int,
+        *,
+        blocks: tuple[int, int] | None = None,
+        detail: Callable[[], str] | None = None,
+    ) -> None:
+        """Record ``done`` units (of ``total``); ``blocks`` is ``(finished, all)`` where known;
+        ``detail()`` is the state after them, called only when a line is written."""
         if not self.enabled:
             return
         now = time.perf_counter()
-        elapsed = now - self._start
+        finished = self.total is not None and done >= self.total
         wait = _REDRAW_SECONDS if self._tty() else LOG_SECONDS
-        if elapsed < QUIET_SECONDS or (now - self._last < wait and done < self.total):
+        if now - self._start < QUIET_SECONDS or (now - self._last < wait and not finished):
+            self._pending = (done, blocks, detail)
             return
-        self._last = now
-        share = 100.0 * done / self.total if self.total else 100.0
-        parts = f"{done:,} of {self.total:,} {self.unit}"
-        if blocks is not None:
-            parts += f", block {blocks[0]} of {blocks[1]}"
-        self._line = f"bayes_rvm: {self.what}: {share:3.0f}% ({parts}), {elapsed:.0f} s"
+        self._show(now, done, blocks, detail)
+
+    def _show(self, now: float, done: int, blocks, detail) -> None:
+        self._last, self._pending = now, None
+        if self.total is None:
+            text = f"{done:,} {self.unit}"
+        else:
+            share = 100.0 * done / self.total if self.total else 100.0
+            text = f"{share:3.0f}% ({done:,} of {self.total:,} {self.unit}"
+            text += ")" if blocks is None else f", block {blocks[0]} of {blocks[1]})"
+        if detail is not None:
+            text += f", {detail()}"
+        self._line = f"bayes_rvm: {self.what}: {text}, {now - self._start:.0f} s"
         self._write(self._line)
 
     def _write(self, line: str) -> None:
         if self._tty():
-            self.stream.write("\r" + line + "\x1b[K")
+            self.stream.write("\r" + line + ("\x1b[K\n" if self.terminal == "lines" else "\x1b[K"))
         else:
             self.stream.write(line + "\n")
         self.stream.flush()
         self._shown = True
 
     def close(self) -> None:
-        """End the pass: the line stays (on a terminal, the cursor moves to the next line)."""
-        if self._shown and self._tty():
-            self.stream.write("\n")
+        """End the pass: the line stays (on a terminal, the cursor moves to the next line, or
+        the line is erased: ``terminal="erase"``).
+
+        An open-ended pass that outlasted :data:`QUIET_SECONDS` writes its last state first.
+        """
+        now = time.perf_counter()
+        if self._pending is not None and self.total is None and now - self._start >= QUIET_SECONDS:
+            self._show(now, *self._pending)
+        if self._shown and self._tty() and self.terminal != "lines":
+            self.stream.write("\r\x1b[K" if self.terminal == "erase" else "\n")
             self.stream.flush()
 
     def __enter__(self) -> Progress:

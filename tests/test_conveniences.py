@@ -153,8 +153,22 @@ def test_progress_waits_out_short_passes_and_redraws_in_place_on_a_terminal(monk
     text = term.getvalue()
     assert text.count("\r") == 2 and text.endswith("\n") and text.count("\n") == 1
     assert "bayes_rvm: pass: 100% (10 of 10 rows, block 2 of 2)" in text
+    inner = Terminal()  # a pass within a fit: erased at its end, the fit's line drawn there next
+    with progress.Progress("pass", 10, "rows", enabled=True, stream=inner, terminal="erase") as bar:
+        bar.update(10)
+    assert inner.getvalue().endswith("rows), 0 s\x1b[K\r\x1b[K") and "\n" not in inner.getvalue()
+    rounds = Terminal()  # the rounds of a fit: a line each, none added at the end
+    with progress.Progress(
+        "fit", None, "rounds", enabled=True, stream=rounds, terminal="lines"
+    ) as bar:
+        bar.update(1, detail=lambda: "3 relevance vectors")
+        bar.update(2, detail=lambda: "2 relevance vectors")
+    assert rounds.getvalue().count("\n") == 2 and rounds.getvalue().endswith("\x1b[K\n")
+    assert "bayes_rvm: fit: 2 rounds, 2 relevance vectors, 0 s" in rounds.getvalue()
     with pytest.raises(ValueError, match="progress must be"):
         progress.Progress("pass", 1, "rows", enabled="yes")
+    with pytest.raises(ValueError, match="terminal must be"):
+        progress.Progress("pass", 1, "rows", terminal="bar")
 
 
 def test_a_dask_pass_on_the_local_scheduler_reports_its_blocks(immediate_progress, capsys):
@@ -188,3 +202,83 @@ def test_auto_progress_follows_the_terminal_and_quiet_turns_it_off(monkeypatch):
     assert progress_wanted("auto")
     monkeypatch.setattr(progress, "interactive", lambda: False)
     assert not progress_wanted("auto")
+
+
+def _numbers(pattern: str, err: str) -> list[tuple]:
+    """The groups of ``pattern`` in every line of ``err``, as numbers."""
+    import re
+
+    return [tuple(float(g.replace(",", "")) for g in m) for m in re.findall(pattern, err)]
+
+
+def test_a_chunked_rvc_reports_every_round_and_every_pass_with_verbose_only(
+    immediate_progress, capsys
+):
+    """RVC(chunk_rows=...): a line per round (rounds 1..n_iter_, each with the log evidence of
+    the fit's trace and, last, the relevance vectors kept) and each pass over the rows ends at
+    100% (as many as ``chunked_passes_`` counts); without verbose (stderr not a terminal)
+    nothing, and the same fit."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(2000, 2))
+    y = (X[:, 0] * X[:, 1] + 0.3 * rng.normal(size=2000) > 0).astype(int)
+    kwargs = {"gamma": 0.5, "centres": ("random", 40), "chunk_rows": 500, "random_state": 0}
+    loud = RVC(verbose=True, **kwargs).fit(X, y)
+    err = capsys.readouterr().err
+    rounds = _numbers(
+        r"fit_laplace_chunked: (\d+) rounds, (\d+) relevance vectors, "
+        r"log evidence (\S+), ",
+        err,
+    )
+    assert [r[0] for r in rounds] == list(range(1, loud.n_iter_ + 1))
+    np.testing.assert_allclose([r[2] for r in rounds], loud.fit_.trace, rtol=1e-7)
+    assert rounds[-1][1] == loud.active_.size
+    passes = _numbers(r"pass (\d+) over the rows: 100% \(([\d,]+) of", err)
+    counted = loud.chunked_passes_
+    n_passes = counted["full"] + counted["columns"] + counted["cached"]
+    assert passes == [(k, 2000) for k in range(1, n_passes + 1)] and n_passes > loud.n_iter_
+    quiet = RVC(**kwargs).fit(X, y)
+    assert capsys.readouterr().err == ""
+    np.testing.assert_array_equal(loud.predict_proba(X[:20]), quiet.predict_proba(X[:20]))
+
+
+def test_an_engine_reports_steps_relevance_vectors_and_log_evidence(monkeypatch, capsys):
+    """Throttled (a line per 10 s off a terminal), a fit that ends within them writes its first
+    step and, at the end, its last state: the fit's step count, active columns and log
+    evidence; unthrottled, one line per recorded objective; "auto" off a terminal: nothing."""
+    import bayes_rvm.progress as progress
+    from bayes_rvm.evidence import EvidenceOptions, fit_sequential
+
+    rng = np.random.default_rng(3)
+    X = np.sort(rng.uniform(-5, 5, 120))
+    Phi = np.exp(-0.5 * (X[:, None] - X[None, ::3]) ** 2)
+    t = np.sinc(X / np.pi) + 0.1 * rng.normal(size=X.size)
+    pattern = r"fit_sequential: ([\d,]+) steps, (\d+) relevance vectors, log evidence (\S+), "
+    monkeypatch.setattr(progress, "QUIET_SECONDS", 0.0)
+    fit = fit_sequential(Phi, t, progress=True)
+    lines = _numbers(pattern, capsys.readouterr().err)
+    steps = len(fit.trace) - 1  # the first objective is the start's
+    assert lines[0][0] == 1 and len(lines) == 2
+    assert lines[-1][:2] == (steps, fit.active.size)
+    np.testing.assert_allclose(lines[-1][2], fit.trace[-1], rtol=1e-7)
+    monkeypatch.setattr(progress, "LOG_SECONDS", 0.0)
+    fit_sequential(Phi, t, progress=True)
+    assert [n for n, _, _ in _numbers(pattern, capsys.readouterr().err)] == list(
+        range(1, steps + 1)
+    )
+    fit_sequential(Phi, t, progress="auto")
+    assert capsys.readouterr().err == ""
+    with pytest.raises(ValueError, match="progress must be"):
+        EvidenceOptions(progress="yes")
+
+
+def test_the_default_width_search_reports_the_widths_it_tries(immediate_progress, capsys):
+    """RVR(verbose=True): a line per width the default rule evaluates, the widths of
+    ``width_path_``; silent without verbose."""
+    X, y = make_sinc(200, noise=0.1, random_state=0)
+    loud = RVR(verbose=True).fit(X, y)
+    tried = _numbers(r"width search: (\d+) widths, length scale (\S+), ", capsys.readouterr().err)
+    path = loud.width_path_.length_scale
+    assert [n for n, _ in tried] == list(range(1, path.size + 1))
+    np.testing.assert_allclose(sorted(ls for _, ls in tried), np.sort(path), rtol=5e-3)
+    RVR().fit(X, y)
+    assert capsys.readouterr().err == ""

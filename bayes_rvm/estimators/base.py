@@ -479,6 +479,7 @@ class BaseRVM(BaseEstimator):
             random_state=self.random_state,
             owner=type(self).__name__,
             squares=self._square_matrices(),
+            progress=True if self.verbose else "auto",
         )
 
     def _select_width(self, X, problem, engine, **options):

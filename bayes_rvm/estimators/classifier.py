@@ -185,7 +185,9 @@ default="evidence_shared"
     random_state : int, RandomState or None, default=None
         Seed of the candidate subsets, of the type-II DataTree's draws and of sampling.
     verbose : bool, default=False
-        Progress bars while sampling.
+        Progress on stderr: sampling's bars, and the width search, the engine's steps and a
+        chunked fit's rounds and passes once they run for 2 s (without it, only on a terminal
+        or in a notebook).
 
     Attributes
     ----------
@@ -446,6 +448,7 @@ default="evidence_shared"
             basis.n_basis_,
             chunk_rows=step,
             cache_bytes=min(CACHE_BYTES, memory_limit()[0] or CACHE_BYTES),
+            progress=True if self.verbose else "auto",
         )
         problem = dataclasses.replace(problem, design=design, norms=design.norms)
         fit_n = fit_problem(problem, engine)
@@ -469,6 +472,7 @@ default="evidence_shared"
             max_iter=int(self.max_iter),
             threshold_alpha=float(self._cfg.threshold_alpha),
             free_bias=self.bias == "free",
+            progress=True if self.verbose else "auto",
         )
 
     def make_model(self, *, offset=None):

@@ -191,7 +191,9 @@ array-like or Prior, default="evidence_shared"
     random_state : int, RandomState or None, default=None
         Seed of the randomised parts of a fit (subsets of centres or rows, sampling).
     verbose : bool, default=False
-        Progress bars (without it, sampling shows one only in a terminal or a notebook).
+        Progress on stderr: sampling's bars, and the width search, the engine's steps and the
+        passes over row blocks once they run for 2 s (without it, only on a terminal or in a
+        notebook).
 
     Attributes
     ----------
@@ -628,7 +630,7 @@ array-like or Prior, default="evidence_shared"
             tol=self.tol,
             max_iter=self.max_iter,
             **({"threshold_alpha": self._threshold_alpha()} if mackay else {}),
-            progress=bool(self.verbose),
+            progress=True if self.verbose else "auto",
             noise_nu=self._cfg.noise_nu if self.likelihood == "student_t" else None,
             free_bias=self.bias == "free",
         )

@@ -29,6 +29,7 @@ from bayes_rvm.evidence import (
     select_width_shared,
 )
 from bayes_rvm.memory import check_fit_memory
+from bayes_rvm.progress import Progress
 
 __all__ = [
     "CLASSIFIER_STOP_DROP",
@@ -110,6 +111,9 @@ class WidthSearch:
         The estimator's name, for the memory check.
     squares : int
         Basis-by-basis matrices the fit holds beside the design (the memory check).
+    progress : bool or "auto"
+        Report the widths tried on stderr (:class:`bayes_rvm.progress.Progress`: nothing for a
+        search that ends within 2 s).
     """
 
     rule: WidthRule
@@ -120,6 +124,7 @@ class WidthSearch:
     random_state: object = None
     owner: str = "RVR"
     squares: int = 0
+    progress: bool | str = False
 
     def design(self, X: np.ndarray, centres: np.ndarray | None):
         """``design(l, columns=None)``: the unit-norm design at length scale(s) ``l``."""
@@ -135,6 +140,27 @@ class WidthSearch:
             return Phi
 
         return design
+
+    def progress_bar(self) -> Progress:
+        """The progress line of one search: widths tried (:meth:`counted` designs)."""
+        return Progress("width search", None, "widths", enabled=self.progress)
+
+    @staticmethod
+    def counted(design, bar: Progress):
+        """``design`` reporting on ``bar`` each width it is asked for over all columns (itself
+        when ``bar`` is silent: no cost)."""
+        if not bar.enabled:
+            return design
+        tried = [0]
+
+        def counted_design(length_scale, columns=None):
+            if columns is None:  # a subset of columns: a gradient at a width already counted
+                tried[0] += 1
+                ls = ", ".join(f"{v:.3g}" for v in np.ravel(length_scale))
+                bar.update(tried[0], detail=lambda: f"length scale {ls}")
+            return design(length_scale, columns)
+
+        return counted_design
 
     def basis_at(self, X: np.ndarray, centres, length_scale: np.ndarray) -> KernelBasis:
         """The basis on ``centres`` at the chosen length scale(s)."""
@@ -216,16 +242,17 @@ class WidthSearch:
             log_scale *= rows.size / X.shape[0]  # the curve's evidence is over these rows
             wf = WidthFit(ls, fit, Phi, path, n_fits=1, seconds=time.perf_counter() - start)
         else:
-            wf = maximise_width(
-                self.design(X, centres),
-                engine,
-                X,
-                problem,
-                centres=centres,
-                kernel=self.kernel,
-                bias=self.bias,
-                refine="gradient" if gradient else "bounded",
-            )
+            with self.progress_bar() as bar:
+                wf = maximise_width(
+                    self.counted(self.design(X, centres), bar),
+                    engine,
+                    X,
+                    problem,
+                    centres=centres,
+                    kernel=self.kernel,
+                    bias=self.bias,
+                    refine="gradient" if gradient else "bounded",
+                )
         basis = self.basis_at(X, centres, wf.length_scale)
         path = dataclasses.replace(wf.path, log_evidence=wf.path.log_evidence - log_scale)
         return WidthFound(basis, problem.with_design(basis.transform(X)), wf.fit, path, wf)
@@ -259,21 +286,28 @@ class WidthSearch:
             # Only the per-feature search's start: its parabolic steps saved nothing after it
             # (Friedman #2 and #3, 10 data sets: 3 of 33 evaluations fewer, the same MSE).
             options = {**options, "xtol": 0.3}
-        ls, path, _ = select_width_shared(
-            lambda u: design(u * unit), X[rows] / unit, lambda Phi: criterion(Phi, rows), **options
-        )
-        if targets is not None:
-            ls = self._refine_per_feature(X, rows, centres, targets, ls, unit, beta)
+        with self.progress_bar() as bar:
+            design = self.counted(design, bar)
+            ls, path, _ = select_width_shared(
+                lambda u: design(u * unit),
+                X[rows] / unit,
+                lambda Phi: criterion(Phi, rows),
+                **options,
+            )
+            if targets is not None:
+                ls = self._refine_per_feature(X, rows, centres, targets, ls, unit, beta, bar)
         return ls, path, rows
 
-    def _refine_per_feature(self, X, rows, centres, targets, ls, unit, beta) -> np.ndarray:
+    def _refine_per_feature(
+        self, X, rows, centres, targets, ls, unit, beta, bar: Progress
+    ) -> np.ndarray:
         # Each of its 20-30 evaluations decomposes a Gram matrix of the rows: at most
         # SHARED_ARD_MAX_SAMPLES of them, evenly spaced in the subset.
         sub = rows
         if rows.size > SHARED_ARD_MAX_SAMPLES:
             keep = np.linspace(0, rows.size - 1, SHARED_ARD_MAX_SAMPLES).round().astype(int)
             sub = rows[keep]
-        design = self.design(X[sub], centres)
+        design = self.counted(self.design(X[sub], centres), bar)
         # In units of each feature's spread too: only then is a feature rescaled by 1e12
         # searched with the same floating-point steps (1% apart in the length scales else).
         u, _, _ = maximise_width_shared_ard(

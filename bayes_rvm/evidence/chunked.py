@@ -126,15 +126,21 @@ def column_norms(design_blocks) -> np.ndarray:
 
 
 def chunked_design(
-    block: Callable, n_rows: int, n_columns: int, *, chunk_rows: int, cache_bytes=CACHE_BYTES
+    block: Callable,
+    n_rows: int,
+    n_columns: int,
+    *,
+    chunk_rows: int,
+    cache_bytes=CACHE_BYTES,
+    progress=False,
 ) -> ChunkedDesign:
     """The unit-norm :class:`~bayes_rvm.evidence.design.ChunkedDesign` of ``block(rows,
-    columns)`` (the design's rows in its own units, see there): one pass finds the norms."""
-    raw = ChunkedDesign(
-        block, n_rows, np.ones(n_columns), chunk_rows=chunk_rows, cache_bytes=cache_bytes
-    )
+    columns)`` (the design's rows in its own units, see there): one pass finds the norms.
+    ``progress`` (True, False or "auto") reports the rows of each pass on stderr."""
+    kw = {"chunk_rows": chunk_rows, "cache_bytes": cache_bytes, "progress": progress}
+    raw = ChunkedDesign(block, n_rows, np.ones(n_columns), **kw)
     norms = column_norms(raw.blocks())
-    design = ChunkedDesign(block, n_rows, norms, chunk_rows=chunk_rows, cache_bytes=cache_bytes)
+    design = ChunkedDesign(block, n_rows, norms, **kw)
     design.counter = raw.counter
     if "blocks" in raw.store:
         # The norms pass kept the blocks: normalised in place, they serve every later pass.
@@ -203,7 +209,8 @@ def fit_laplace_chunked(
         converge to ``tol``), ``evidence_tol`` (also converged when the Laplace log evidence
         moves by less than this, relative, in a round), ``max_iter`` (steps of each Gaussian
         fit; one that reaches it is a partial step, not a warning), ``inner_mode_tol``,
-        ``mode_tol``, ``mode_max_iter``, ``callback`` (after each round) and ``progress``; the
+        ``mode_tol``, ``mode_max_iter``, ``callback`` (after each round) and ``progress`` (a
+        line per round, beside the design's own lines per pass, see :func:`chunked_design`); the
         softmax path starts from an ``alpha_init`` given here instead of the subset fit.
 
     Returns
@@ -266,12 +273,17 @@ def _fit_rounds(problem: ProblemView) -> EvidenceFit:
         "max_iter": opt.max_iter,
         "fixed_beta": True,
         "beta_init": 1.0,
+        # A Gaussian fit that crawls along a ridge until max_iter takes most of a round.
+        "progress": opt.progress,
     }
     best = None
     converged, reason = False, f"reached {MAX_ROUNDS} rounds"
     # The passes and the Newton steps on N rows are BLAS-3 on large blocks: every thread (the
     # Gaussian fits on M x M statistics keep to one, fit_sequential's own guard).
-    with all_blas_threads(), Recorder("fit_laplace_chunked", opt.callback, opt.progress) as rec:
+    with (
+        all_blas_threads(),
+        Recorder("fit_laplace_chunked", opt.callback, opt.progress, "rounds", "lines") as rec,
+    ):
         rec.start("init")
         for k in range(1, MAX_ROUNDS + 1):
             W = np.zeros((active.size, 1)) if post is None else post.mean

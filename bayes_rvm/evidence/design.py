@@ -16,12 +16,14 @@ Both give the same numbers up to the order of the row sums.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
 
 from bayes_rvm.families import Family
+from bayes_rvm.progress import Progress
 from bayes_rvm.threads import all_blas_threads
 
 __all__ = [
@@ -153,9 +155,14 @@ class ChunkedDesign:
         (N floats each); 0 keeps nothing. Either way the memory held is bounded by it, not by N.
     columns : ndarray of int, optional
         The columns of this view (default all); views share the cache and the counter.
+    progress : bool or "auto", default=False
+        Report the rows of each pass on stderr (:class:`bayes_rvm.progress.Progress`: nothing
+        for a pass that ends within 2 s).
     """
 
-    def __init__(self, block, n_rows, norms, *, chunk_rows, cache_bytes, columns=None) -> None:
+    def __init__(
+        self, block, n_rows, norms, *, chunk_rows, cache_bytes, columns=None, progress=False
+    ) -> None:
         self._block: Callable = block
         self.norms = np.asarray(norms, dtype=np.float64)
         self.n_rows = int(n_rows)
@@ -168,6 +175,7 @@ class ChunkedDesign:
         #: ``"blocks"``: the normalised row blocks over every column, once a pass stored them.
         self.store: dict = {}
         self.counter = PassCounter()
+        self.progress = progress
 
     # -- blocks ------------------------------------------------------------------------------
     def blocks(self, columns: np.ndarray | None = None) -> Iterator[tuple[slice, np.ndarray]]:
@@ -177,8 +185,10 @@ class ChunkedDesign:
         stored = self.store.get("blocks")
         if stored is not None:
             counter.cached += 1
-            for rows, P in stored:
-                yield rows, (P if cols is None else P[:, cols])
+            with self._progress() as bar:
+                for i, (rows, P) in enumerate(stored, 1):
+                    yield rows, (P if cols is None else P[:, cols])
+                    bar.update(rows.stop, blocks=(i, len(stored)))
             return
         whole = cols is None or cols.size == self.norms.size
         if whole:
@@ -187,15 +197,25 @@ class ChunkedDesign:
             counter.columns += 1
         keep = [] if whole and 8.0 * self.n_rows * self.norms.size <= self.cache_bytes else None
         scale = self.norms if cols is None else self.norms[cols]
-        for start in range(0, self.n_rows, self.chunk_rows):
-            rows = slice(start, min(start + self.chunk_rows, self.n_rows))
-            P = self._block(rows, cols)
-            P /= scale
-            if keep is not None:
-                keep.append((rows, P))
-            yield rows, P
+        n_blocks = -(-self.n_rows // self.chunk_rows)
+        with self._progress() as bar:
+            for i, start in enumerate(range(0, self.n_rows, self.chunk_rows), 1):
+                rows = slice(start, min(start + self.chunk_rows, self.n_rows))
+                P = self._block(rows, cols)
+                P /= scale
+                if keep is not None:
+                    keep.append((rows, P))
+                yield rows, P
+                bar.update(rows.stop, blocks=(i, n_blocks))
         if keep is not None and cols is None:
             self.store["blocks"] = keep
+
+    def _progress(self) -> Progress:
+        """The progress of the pass just counted (its number: every pass so far)."""
+        passes = sum(dataclasses.astuple(self.counter)) - self.counter.cache_fills
+        what = f"pass {passes} over the rows"
+        # Transient on a terminal: the fit's own line (its rounds or steps) is drawn there next.
+        return Progress(what, self.n_rows, "rows", enabled=self.progress, terminal="erase")
 
     def rows(self, index: np.ndarray) -> np.ndarray:
         """The normalised design's rows ``index`` (all columns of this view) in memory."""

@@ -21,6 +21,8 @@ from typing import Any, Literal
 import numpy as np
 from sklearn.utils import check_scalar
 
+from bayes_rvm.progress import check_progress
+
 __all__ = [
     "ENGINE_NAMES",
     "LIKELIHOODS",
@@ -220,8 +222,10 @@ class EvidenceOptions:
     callback : callable, optional
         Called after every step with a dict (``step``, ``action``, ``objective``, ``gain``,
         ``n_active``, ``beta``, ``active``, ``alpha``); returning True stops the fit.
-    progress : bool, default=False
-        Show a progress bar (rich, as PyMC's) with the number of active columns and the objective.
+    progress : bool or "auto", default=False
+        Report the steps (rounds of a chunked fit), the relevance vectors and the log evidence on
+        stderr (:class:`bayes_rvm.progress.Progress`: nothing for a fit that ends within 2 s;
+        ``"auto"`` where stderr is a terminal).
     gram : ndarray of shape (M, M), optional
         Gaussian MacKay: a precomputed ``Phi^T Phi`` (fitting many targets on one design).
     solver : {"sequential", "mackay"}, default="sequential"
@@ -265,7 +269,7 @@ class EvidenceOptions:
     inner_mode_tol: float = 1e-6
     mode_max_iter: int = 100
     callback: Callable[[dict[str, Any]], Any] | None = None
-    progress: bool = False
+    progress: bool | str = False
     gram: np.ndarray | None = field(default=None, compare=False, repr=False)
     solver: Literal["sequential", "mackay"] = "sequential"
     free_bias: bool = False
@@ -284,6 +288,7 @@ class EvidenceOptions:
         for name in ("fixed_beta", "batch_reestimate", "probe_deletions", "free_bias"):
             if not isinstance(getattr(self, name), bool | np.bool_):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}.")
+        check_progress(self.progress)
         for name in ("max_iter", "beta_update_every", "mode_max_iter", "em_max_iter"):
             _positive(name, getattr(self, name), integer=True)
         for name in ("tol", "gain_tol", "threshold_alpha", "mode_tol", "inner_mode_tol", "em_tol"):
