@@ -41,6 +41,7 @@ from bayes_rvm.estimators.base import (
 )
 from bayes_rvm.estimators.large_data import reads_row_blocks
 from bayes_rvm.estimators.persistence import Fail, SavedStateMixin
+from bayes_rvm.estimators.width_selection import SHARED_INTERCEPT_SCALE
 from bayes_rvm.evidence import (
     FREE_LATENT_SD,
     SEARCH_RANK_TOL,
@@ -375,7 +376,7 @@ default="evidence_shared"
                 problem,
                 engine,
                 criterion=lambda Phi, rows: shared_laplace_evidence(
-                    Phi, labels[rows], rank_tol=SEARCH_RANK_TOL
+                    self._broad_intercept(Phi), labels[rows], rank_tol=SEARCH_RANK_TOL
                 ),
                 gradient=False,
             )
@@ -400,6 +401,16 @@ default="evidence_shared"
         self._finish_fit(X, training, fit_n)
         self._predictor_obj = self._make_predictor()
         return self
+
+    def _broad_intercept(self, Phi: np.ndarray) -> np.ndarray:
+        """The default width rule's design: the bias column scaled by
+        :data:`SHARED_INTERCEPT_SCALE`, so that the shared-precision evidence, like the RVM with
+        its own ``alpha`` for the bias, pays little for a class's base rate."""
+        if not self.bias:
+            return Phi
+        Phi = Phi.copy()
+        Phi[:, -1] *= SHARED_INTERCEPT_SCALE
+        return Phi
 
     def _check_chunked(self) -> None:
         """What a chunked fit cannot give: it keeps no N x K training design."""
@@ -435,7 +446,9 @@ default="evidence_shared"
             onehot = (yi[:, None] == np.arange(self.classes_.size)).astype(np.float64)
             labels = onehot[:, 1] if self.classes_.size == 2 else onehot
             ls, path, _ = self._width_search().shared(
-                X, centres, lambda Phi, rows: shared_laplace_evidence(Phi, labels[rows])
+                X,
+                centres,
+                lambda Phi, rows: shared_laplace_evidence(self._broad_intercept(Phi), labels[rows]),
             )
             g = self._width_rule().kernel.gamma(ls)
             basis = self._fit_basis(X, centres, gamma=float(g[0]) if ls.size == 1 else g)
