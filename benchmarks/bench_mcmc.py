@@ -392,21 +392,11 @@ def section_fresh(a) -> list[dict]:
         env = dict(
             os.environ, PYTHONPATH=os.pathsep.join(sys.path), BENCH_LAUNCHED=repr(time.time())
         )
-        t0 = time.perf_counter()
-        proc = subprocess.run(
-            [sys.executable, __file__, "--child-fresh", str(n)]
-            + ([] if a.gamma is None else ["--gamma", a.gamma]),
-            capture_output=True,
-            text=True,
-            env=env,
-            check=False,
-        )
-        wall = time.perf_counter() - t0
-        lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
-        if proc.returncode or not lines:
-            rows.append({"case": f"fresh N={n}", "error": (proc.stderr or proc.stdout)[-300:]})
+        gamma = [] if a.gamma is None else ["--gamma", a.gamma]
+        res, wall = _run_child(["--child-fresh", str(n), *gamma], env)
+        if "error" in res:
+            rows.append({"case": f"fresh N={n}", "error": res["error"]})
             continue
-        res = json.loads(lines[-1][7:])
         results.append(res)
         for k, fit in enumerate(res["fits"]):
             row = {"case": f"process {run}, {('first', 'second')[k]} fit, sinc N={n}"}
@@ -902,6 +892,20 @@ COMPILE_FAMILIES = {
 }
 
 
+def _run_child(args: list[str], env: dict) -> tuple[dict, float]:
+    """This script run again in a fresh process with ``args``: the JSON of its last ``RESULT``
+    line (or ``{"error": ...}``) and the process's wall time."""
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, __file__, *args], capture_output=True, text=True, env=env, check=False
+    )
+    wall = time.perf_counter() - t0
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    if proc.returncode or not lines:
+        return {"error": (proc.stderr or proc.stdout)[-300:]}, wall
+    return json.loads(lines[-1][7:]), wall
+
+
 def _count_files(folder: str) -> int:
     return sum(len(files) for _, _, files in os.walk(folder))
 
@@ -974,20 +978,10 @@ def _compile_run(folder: str, n: int, family: str, draws: str) -> dict:
         NUMBA_CACHE_DIR=nb_dir,
     )
     before = _count_files(pt_dir) + _count_files(nb_dir)
-    t0 = time.perf_counter()
     args = ["--child-compile", str(n), "--compile-family", family, "--compile-draws", draws]
-    proc = subprocess.run(
-        [sys.executable, __file__, *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=False,
-    )
-    wall = time.perf_counter() - t0
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
-    if proc.returncode or not lines:
-        return {"error": (proc.stderr or proc.stdout)[-300:]}
-    res = json.loads(lines[-1][7:])
+    res, wall = _run_child(args, env)
+    if "error" in res:
+        return res
     res["files_added"] = _count_files(pt_dir) + _count_files(nb_dir) - before
     res["process_s"] = wall
     return res
