@@ -71,13 +71,13 @@ def test_refit_loo_is_brute_force_loo(solver):
     N = 30
     X, y = make_sinc(N, random=True, random_state=3, shuffle=False)
     est = RVR(gamma=0.25, solver=solver).fit(X, y)
-    # Brute force: the estimator itself fitted without row n, on the same basis functions (the
-    # centres given, so the one on x_n stays, as the rows of a fixed design), scored by its own
-    # predictive at x_n. Its normalisation is of the N - 1 rows: equal optima up to tolerances.
+    # Brute force: the estimator itself fitted without row n, on its own basis (no kernel on
+    # x_n), scored by its own predictive at x_n. Its normalisation is of the N - 1 rows: equal
+    # optima up to tolerances.
     expected = np.empty(N)
     for n in range(N):
         keep = np.delete(np.arange(N), n)
-        one = RVR(gamma=0.25, solver=solver, centres=X).fit(X[keep], y[keep])
+        one = RVR(gamma=0.25, solver=solver).fit(X[keep], y[keep])
         mean, sd = one.predict(X[n : n + 1], return_std=True)
         expected[n] = stats.norm.logpdf(y[n], mean[0], sd[0])
     res = est.refit_loo()

@@ -815,9 +815,10 @@ array-like or Prior, default="evidence_shared"
 
         Each left-out row (or fold) is predicted by the engine's fit on the other rows, run
         cold with this estimator's settings, as the full fit was: brute-force leave-one-out of
-        the type-II procedure (:func:`bayes_rvm.evidence.loo.refit_loo`). The kernel width and
-        the basis columns stay those of the full fit (a learned width is not re-chosen per
-        refit); the rows are the observations, as in PSIS-LOO on the same model.
+        the type-II procedure (:func:`bayes_rvm.evidence.loo.refit_loo`). The kernel width stays
+        that of the full fit (a learned width is not re-chosen per refit). With the default
+        centres each refit loses the left-out rows' own kernel columns, as a fit on the other
+        rows alone would; given centres stay.
 
         Parameters
         ----------
@@ -850,6 +851,12 @@ array-like or Prior, default="evidence_shared"
                 problem.with_design(P, normalised=True, targets=Tr), engine
             )
 
+        basis = self.basis_
+        # Kernel columns centred on the training rows (the default centres): a refit without a
+        # row has no basis function on it, as a fit on the other rows alone would not.
+        own = basis.n_centres_ == problem.design.shape[0] and (
+            basis.centres_ is None or np.array_equal(basis.centres_, train.inputs)
+        )
         res = refit_loo(
             fold(engine),
             problem.design,
@@ -857,6 +864,7 @@ array-like or Prior, default="evidence_shared"
             n_folds=n_folds,
             random_state=random_state,
             fallback=fold(backup),
+            own_columns=own,
         )
         # Densities of T / scale -> densities of T: the Jacobian of the scaling, per output.
         d = problem.targets.shape[1]

@@ -94,6 +94,7 @@ def refit_loo(
     log_predictive: Callable | None = None,
     stratify: bool = False,
     exact_max: int = LOO_EXACT_MAX,
+    own_columns: bool = False,
 ) -> RefitLOO:
     """Leave-one-out (or K-fold) log predictive densities by refitting the hyperparameters.
 
@@ -103,8 +104,8 @@ def refit_loo(
         ``fit_rows(Phi_train, T_train) -> EvidenceFit``: the type-II fit as it was made on the
         full data (same engine and settings), on a subset of the rows.
     Phi : ndarray of shape (N, M)
-        The design (its columns stay: the rows are the observations left out, as in PSIS-LOO
-        on the same model).
+        The design. Its columns stay, the rows are the observations left out, unless
+        ``own_columns``.
     T : ndarray of shape (N, D)
     n_folds : int, optional
         Default: N (exact leave-one-out) up to ``exact_max`` rows, 10 beyond.
@@ -121,6 +122,11 @@ def refit_loo(
     stratify : bool, default=False
         K-fold folds stratified by ``T[:, 0]`` (class labels).
     exact_max : int, default=LOO_EXACT_MAX
+    own_columns : bool, default=False
+        Column ``n`` of ``Phi`` is row ``n``'s own basis function (a kernel centred on the
+        training input): a refit then loses the left-out rows' columns with the rows, as a fit
+        on the other rows alone would have no basis function there. (Keeping them moved the
+        total elpd by 0.1 to 1.2 nats, either way, on five sinc sets of 50 rows.)
 
     Returns
     -------
@@ -143,18 +149,19 @@ def refit_loo(
     unconverged = failed = 0
     start = time.perf_counter()
     for train, test in splits:
+        cols = np.delete(np.arange(Phi.shape[1]), test) if own_columns else slice(None)
         with warnings.catch_warnings():
             # Counted and reported once below rather than once per refit.
             warnings.simplefilter("ignore", ConvergenceWarning)
             try:
-                fit = fit_rows(Phi[train], T[train])
+                fit = fit_rows(Phi[train][:, cols], T[train])
             except np.linalg.LinAlgError:
                 if fallback is None:
                     raise
                 failed += 1
-                fit = fallback(Phi[train], T[train])
+                fit = fallback(Phi[train][:, cols], T[train])
         unconverged += not getattr(fit, "converged", getattr(fit, "converged_", True))
-        out[test] = log_predictive(fit, Phi[test], T[test])
+        out[test] = log_predictive(fit, Phi[test][:, cols], T[test])
     if unconverged:
         warnings.warn(
             f"{unconverged} of {n_folds} cross-validation refits reached the iteration cap; "
