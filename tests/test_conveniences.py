@@ -1,5 +1,6 @@
 """What a scikit-learn or PyMC user expects on first contact: shuffled generators, sample_weight
-refused by name, float32 kept, and optional engines that name the extra installing them."""
+refused by name, float32 kept (regression and class probabilities), and optional engines that
+name the extra installing them."""
 
 import sys
 
@@ -61,6 +62,18 @@ def test_float32_inputs_give_float32_predictions():
     _, cov32 = model.predict(X[:5].astype(np.float32), return_cov=True)
     assert cov32.dtype == np.float32
     check_estimators_dtypes("RVR", RVR())
+
+
+def test_float32_inputs_give_float32_class_probabilities():
+    X, y = make_sinc(60, noise=0.1, random_state=0)
+    labels = (y > 0.2).astype(int)
+    clf = RVC(gamma=0.5).fit(X, labels)
+    p64, p32 = clf.predict_proba(X), clf.predict_proba(X.astype(np.float32))
+    assert p64.dtype == np.float64 and p32.dtype == np.float32
+    np.testing.assert_allclose(p32, p64, rtol=1e-6, atol=1e-7)
+    assert clf.decision_function(X.astype(np.float32)).dtype == np.float32
+    # the labels come from the float64 scores: the same as for float64 inputs
+    np.testing.assert_array_equal(clf.predict(X.astype(np.float32)), clf.predict(X))
 
 
 def test_a_missing_optional_package_names_its_extra(monkeypatch):

@@ -35,6 +35,7 @@ from bayes_rvm.estimators.base import (
     ParamGroup,
     memory_limit,
     new_inputs,
+    output_dtype,
     path_from_json,
     path_to_json,
     training_data,
@@ -846,7 +847,11 @@ default="evidence_shared"
         Returns
         -------
         scores : ndarray of shape (n_samples,) for two classes, else (n_samples, n_classes)
+            float32 for float32 inputs, float64 otherwise (computed in float64).
         """
+        return self._scores(X).astype(output_dtype(X), copy=False)
+
+    def _scores(self, X) -> np.ndarray:
         check_is_fitted(self, "fit_")
         score = self._predictor().scores(self._rows(new_inputs(self, X)))
         return score[:, 0] if score.shape[1] == 1 else score
@@ -862,10 +867,12 @@ default="evidence_shared"
         Returns
         -------
         proba : ndarray of shape (n_samples, n_classes)
-            Columns in the order of ``classes_``; rows sum to one.
+            Columns in the order of ``classes_``; rows sum to one. float32 for float32 inputs,
+            float64 otherwise (computed in float64).
         """
         check_is_fitted(self, "fit_")
-        return self._predictor().proba(self._rows(new_inputs(self, X)))
+        proba = self._predictor().proba(self._rows(new_inputs(self, X)))
+        return proba.astype(output_dtype(X), copy=False)
 
     @one_blas_thread
     def predict_log_proba(self, X) -> np.ndarray:
@@ -885,6 +892,6 @@ default="evidence_shared"
         -------
         y : ndarray of shape (n_samples,)
         """
-        score = self.decision_function(X)
+        score = self._scores(X)  # float64 even for float32 inputs: a tiny score keeps its sign
         idx = (score > 0).astype(np.intp) if score.ndim == 1 else np.argmax(score, axis=1)
         return self.classes_[idx]
