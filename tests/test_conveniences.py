@@ -249,9 +249,32 @@ def test_a_chunked_rvc_reports_every_round_and_every_pass_with_verbose_only(
     counted = loud.chunked_passes_
     n_passes = counted["full"] + counted["columns"] + counted["cached"]
     assert passes == [(k, 2000) for k in range(1, n_passes + 1)] and n_passes > loud.n_iter_
+    # the Newton searches of the mode inside each round report their steps too
+    assert _numbers(r"posterior mode: (\d+) Newton steps", err)
     quiet = RVC(**kwargs).fit(X, y)
     assert capsys.readouterr().err == ""
     np.testing.assert_array_equal(loud.predict_proba(X[:20]), quiet.predict_proba(X[:20]))
+
+
+def test_the_newton_mode_search_reports_each_step(immediate_progress, capsys):
+    """A line per Newton step, numbered 1..n_iter, with the largest gradient entry before the
+    step: falling, and above the converged one; nothing without progress."""
+    from bayes_rvm.evidence.mode import newton_mode
+
+    rng = np.random.default_rng(1)
+    Phi = rng.normal(size=(300, 6))
+    t = (Phi @ rng.normal(size=6) + rng.logistic(size=300) > 0).astype(float)[:, None]
+    args = (Phi, t, np.full(6, 1e-2), np.zeros((6, 1)), "bernoulli", 1e-10, 50)
+    post = newton_mode(*args, progress=True)
+    lines = _numbers(
+        r"posterior mode: (\d+) Newton steps, largest gradient (\S+), ", capsys.readouterr().err
+    )
+    assert post.converged and [n for n, _ in lines] == list(range(1, post.n_iter + 1))
+    grads = [g for _, g in lines]
+    assert grads[-1] < grads[0] and grads[-1] > post.grad_norm
+    quiet = newton_mode(*args)
+    assert capsys.readouterr().err == ""
+    np.testing.assert_array_equal(quiet.mean, post.mean)
 
 
 def test_an_engine_reports_steps_relevance_vectors_and_log_evidence(monkeypatch, capsys):

@@ -153,6 +153,7 @@ def active_mode(problem, active, alpha: np.ndarray, W: np.ndarray, tol: float, s
         tol,
         opt.mode_max_iter,
         None if start is None else start(design),
+        progress=opt.progress,
     )
 
 

@@ -38,6 +38,7 @@ from bayes_rvm.evidence.design import as_design, data_hessian
 from bayes_rvm.evidence.log_evidence import WARN_SKIP, cholesky, laplace_log_evidence
 from bayes_rvm.evidence.problem import check_targets
 from bayes_rvm.families import Family, family
+from bayes_rvm.progress import Progress
 
 __all__ = [
     "LaplacePosterior",
@@ -134,6 +135,8 @@ def newton_mode(
     tol: float,
     max_iter: int,
     start: tuple[np.ndarray, bool] | None = None,
+    *,
+    progress=False,
 ) -> LaplacePosterior:
     """Newton's method with step halving on the log posterior, from ``W0`` (not modified).
 
@@ -148,7 +151,12 @@ def newton_mode(
     O(N K C), instead of the O(N (K C)^2) softmax Hessian); it is formed anew where a step did
     not halve the largest gradient entry. ``exact`` says ``H0`` is the Hessian at ``W0`` itself.
     The Hessian at the mode, behind the evidence, is always the one formed there.
+
+    ``progress`` (True, False or "auto") reports the steps and the largest gradient entry on
+    stderr when the search outlasts :data:`bayes_rvm.progress.QUIET_SECONDS` (on 10^5 rows and
+    more a step is a few passes over the design).
     """
+    bar = Progress("posterior mode", None, "Newton steps", enabled=progress, terminal="erase")
     fam = family(likelihood)
     design = as_design(Phi_a)
     N, K = design.shape
@@ -189,6 +197,7 @@ def newton_mode(
             break
         g_last = gmax
         it += 1
+        bar.update(it, detail=lambda g=gmax: f"largest gradient {g:.2g}")
         d = d.reshape(C, K).T
         step = 1.0
         while True:
@@ -215,6 +224,7 @@ def newton_mode(
             decrement = 0.5 * float(G.T.ravel() @ d)
             converged = gmax <= max(tol, 1e-10) or decrement <= 1e-13 * (1.0 + abs(psi))
             break
+    bar.close()
     if not exact:
         # A chord run ends where no Hessian was formed: the evidence needs the one at the mode.
         H = _add_prior(design.curvature(np.zeros((N, 0)), Y, fam)[1], alpha)
