@@ -100,7 +100,7 @@ def test_poisson_fit_of_the_built_in_counts(tmp_path, capsys):
     """``--likelihood poisson`` with no data: counts of rate exp(1 + sin x); the prediction is
     the rate, scored by the Poisson deviance explained."""
     out = tmp_path / "p"
-    argv = ["fit", "--likelihood", "poisson", "--n-samples", "200", "--output", str(out)]
+    argv = ["fit", "--likelihood", "poisson", "--n-samples", "100", "--output", str(out)]
     assert main(argv) == 0
     summary = (out / "summary.txt").read_text()
     assert "likelihood=poisson" in summary and "noise sd" not in summary
