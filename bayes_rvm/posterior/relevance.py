@@ -232,35 +232,33 @@ def set_counts(passes: np.ndarray, members: np.ndarray) -> np.ndarray:
     return passes.astype(np.int64) @ members.T.astype(np.int64)
 
 
-def _membership(sets, labels: xr.DataArray) -> xr.DataArray:
-    """``sets`` as a boolean ``(set, basis)`` array over a tree's basis labels."""
+def _membership(sets, labels: xr.DataArray) -> tuple[xr.DataArray, xr.DataArray]:
+    """``sets`` as a boolean ``(set, basis)`` array over a tree's basis labels, and their sizes."""
     if isinstance(sets, Mapping):
         names = list(sets)
-        lists = [np.atleast_1d(np.asarray(sets[k])) for k in names]
+        lists = [np.unique(np.atleast_1d(np.asarray(sets[k]))) for k in names]
+        empty = [k for k, m in zip(names, lists, strict=True) if m.size == 0]
+        if empty or not names:
+            raise ValueError(f"every set must name at least one basis label; empty: {empty}.")
         members = np.array([np.isin(labels.values, m) for m in lists], dtype=bool)
         members = xr.DataArray(
             members.reshape(len(names), labels.size),
             dims=(SET, BASIS),
             coords={SET: names, BASIS: labels.values},
         )
-        unknown = [k for k, m in zip(names, lists, strict=True) if not np.isin(m, labels).all()]
-    elif isinstance(sets, xr.DataArray) and set(sets.dims) == {SET, BASIS}:
+        size = xr.DataArray([m.size for m in lists], dims=SET, coords={SET: names})
+        return members, size
+    if isinstance(sets, xr.DataArray) and set(sets.dims) == {SET, BASIS}:
         if sets.dtype != bool:
             raise ValueError(f"sets must be boolean membership, got dtype {sets.dtype}.")
         members = sets.transpose(SET, BASIS)
-        unknown = []
-    else:
-        raise TypeError(
-            f"sets must be a mapping of set names to basis labels, or a boolean DataArray over "
-            f"({SET}, {BASIS}) (correlated_sets, neighbourhood_sets); got {type(sets).__name__}."
-        )
-    if unknown:
-        raise ValueError(
-            f"sets {unknown} name basis labels the fit does not have (its basis: "
-            f"{labels.values.tolist()[:10]}{'...' if labels.size > 10 else ''})."
-        )
-    # A column outside the fit (pruned by type-II, or not sampled) has weight 0: it never passes.
-    return members.reindex({BASIS: labels.values}, fill_value=False)
+        # A column outside the fit (pruned by type-II, or not sampled) has weight 0: it never
+        # passes.
+        return members.reindex({BASIS: labels.values}, fill_value=False), members.sum(BASIS)
+    raise TypeError(
+        f"sets must be a mapping of set names to basis labels, or a boolean DataArray over "
+        f"({SET}, {BASIS}) (correlated_sets, neighbourhood_sets); got {type(sets).__name__}."
+    )
 
 
 def set_relevance(
@@ -279,8 +277,8 @@ def set_relevance(
         A fit with draws of ``w`` (see :func:`relative_effects`).
     sets : mapping of name to basis labels, or xarray.DataArray of bool over (set, basis)
         The sets, which may overlap (:func:`correlated_sets`, :func:`neighbourhood_sets`). A
-        column of a set that the fit does not hold (pruned by type-II, or not sampled) has a
-        zero weight and never counts.
+        column of a set that the fit does not hold (pruned by type-II, or not sampled over) has
+        a zero weight and never counts: the same sets suit a type-II fit and a sampled one.
     delta : float, default=0.1
         The effect size of :func:`column_relevance`.
     group : str, default="posterior"
@@ -297,7 +295,8 @@ def set_relevance(
         counted in each draw jointly over the members), ``p_column_max`` (the largest of the
         members' own probabilities, which ``p_any`` can exceed by far where neighbours share
         one signal), ``expected_count`` (the expected number of relevant members), ``size``
-        and, with ``prior``, ``p_any_prior``. Attribute ``delta``.
+        (the set's columns), ``size_in_fit`` (those the fit holds) and, with ``prior``,
+        ``p_any_prior``. Attribute ``delta``.
     """
     delta = _check_delta(delta)
     out = _set_probabilities(dt, sets, delta, group)
@@ -309,7 +308,7 @@ def set_relevance(
 def _set_probabilities(dt: xr.DataTree, sets, delta: float, group: str) -> xr.Dataset:
     """:func:`set_relevance` of one group."""
     effect = relative_effects(dt, group=group)
-    members = _membership(sets, effect[BASIS])
+    members, size = _membership(sets, effect[BASIS])
     passes = (effect > delta).stack(__sample=_SAMPLE).transpose("__sample", BASIS)
     counts = set_counts(passes.values, members.values)
     p_column = passes.mean("__sample")
@@ -318,7 +317,8 @@ def _set_probabilities(dt: xr.DataTree, sets, delta: float, group: str) -> xr.Da
             "p_any": (SET, (counts > 0).mean(axis=0)),
             "p_column_max": p_column.where(members).max(BASIS).fillna(0.0),
             "expected_count": (SET, counts.mean(axis=0)),
-            "size": members.sum(BASIS),
+            "size": size,
+            "size_in_fit": members.sum(BASIS),
         },
         coords={SET: members[SET].values},
         attrs={"delta": delta, "group": group},
