@@ -1,4 +1,5 @@
-"""ArviZ helpers for RVM fits: an honest elpd comparison and relevance summaries.
+"""ArviZ helpers for RVM fits: an honest elpd comparison, and the deprecated relevance summary
+(its successors are in :mod:`bayes_rvm.posterior.relevance`).
 
 What each fit's elpd is, by engine (:func:`elpd`, and the ``method`` column of :func:`compare`):
 
@@ -487,7 +488,16 @@ def relevance_summary(
     threshold: float = 10.0,
     type2: xr.DataTree | None = None,
 ) -> pd.DataFrame:
-    """Per basis function: how probable it is that its ``alpha`` is small enough to matter.
+    """Per basis function: how probable it is that its ``alpha`` is below a threshold.
+
+    .. deprecated:: 0.1.0
+        ``p_relevant``, the probability of ``alpha < threshold`` on unit-norm columns, has a
+        prior probability that grows with the number of rows, so it means something different
+        at every ``N``, and it does not tell irrelevant columns from relevant ones well.
+        Use :func:`bayes_rvm.posterior.relevance.column_relevance` (the probability that a
+        column's term in the function exceeds a fraction of the targets' root-mean-square) and,
+        on a basis of near-duplicate columns such as kernel centres,
+        :func:`bayes_rvm.posterior.relevance.set_relevance`. This function will be removed.
 
     Parameters
     ----------
@@ -518,6 +528,14 @@ def relevance_summary(
         ``w_sd`` (units of ``y`` per unit of the column) and, with ``type2``, ``type2_relevant``
         and ``type2_w``; sorted by ``p_relevant``, most relevant first.
     """
+    warnings.warn(
+        "relevance_summary is deprecated and will be removed: its p_relevant (alpha below a "
+        "threshold on unit-norm columns) has a prior probability that grows with the number of "
+        "rows. Use bayes_rvm.posterior.relevance.column_relevance (effect sizes on the scale of "
+        "the targets) and, for near-duplicate columns such as kernel centres, set_relevance.",
+        FutureWarning,
+        stacklevel=2,
+    )
     post = dt["posterior"].dataset
     alpha = _normalised_alpha(dt)
     sample = ("chain", "draw")
