@@ -95,6 +95,23 @@ def test_set_probability_is_the_count_of_draws_where_some_member_passes():
     np.testing.assert_array_equal(counts[:, 3], [1, 2, 1, 0, 0, 4])
 
 
+def test_several_outputs_take_the_largest_effect():
+    # two outputs: the column passes in a draw where either output's term is large enough
+    w = np.array([[[0.05, 0.3], [0.2, 0.0]], [[0.0, 0.0], [0.0, 0.09]]])[None]  # (1, 2, 2, 2)
+    post = xr.Dataset(
+        {
+            "w": (("chain", "draw", BASIS, "output"), w),
+            "alpha": (("chain", "draw", BASIS), np.broadcast_to([1.0, 4.0], (1, 2, 2))),
+            "alpha_rel": (("chain", "draw", BASIS), np.ones((1, 2, 2))),
+        },
+        coords={BASIS: [0, 1]},
+    )
+    dt = xr.DataTree.from_dict({"posterior": post})
+    # scales sqrt(alpha / alpha_rel) = 1, 2: effects max(|w|) x scale per draw and column
+    np.testing.assert_allclose(relative_effects(dt).values[0], [[0.3, 0.4], [0.0, 0.18]])
+    np.testing.assert_allclose(column_relevance(dt)["p_effect"].values, [0.5, 1.0])
+
+
 def test_columns_the_fit_does_not_hold_never_count():
     # a type-II tree keeps its relevance vectors only: a set of pruned columns has p_any 0
     w = np.full((1, 4, 2), 1.0)

@@ -114,11 +114,11 @@ def relative_effects(dt: xr.DataTree, *, group: str = "posterior") -> xr.DataArr
     -------
     xarray.DataArray
         ``effect[chain, draw, basis] = |w_j| rms(phi_j) / rms(y)``: the root-mean-square over the
-        training rows of the column's term ``w_j phi_j(x)``, as a fraction of the targets' (of the
-        latent function's unit scale for classifiers and count models). With several outputs or
-        classes, the largest over them. ``rms(phi_j) / rms(y)`` is the models' own normalisation,
-        ``sqrt(alpha / alpha_rel)`` (a model built without ``phi_scale`` and ``y_scale`` has
-        none, and its effects are ``|w|``).
+        training rows of the column's term ``w_j phi_j(x)``, as a fraction of the targets' (all
+        outputs' together; of the latent function's unit scale for classifiers and count
+        models). With several outputs or classes, the largest over them. ``rms(phi_j) / rms(y)``
+        is the models' own normalisation, ``sqrt(alpha / alpha_rel)`` (a model built without
+        ``phi_scale`` and ``y_scale`` has none, and its effects are ``|w|``).
     """
     ds = _group(dt, group)
     effect = abs(ds["w"] * _relative_scale(dt, ds))
@@ -200,9 +200,10 @@ def column_relevance(
         t2 = _group(type2, "posterior")
         labels = out[BASIS].values
         # type-II keeps its relevance vectors only; a pruned one would have alpha = inf
-        alpha2 = t2["alpha"].isel(chain=0, draw=0) if "alpha" in t2 else xr.zeros_like(t2[BASIS])
-        alpha2 = alpha2.reindex({BASIS: labels}, fill_value=np.inf)
-        out["type2_relevant"] = np.isfinite(alpha2.astype(np.float64))
+        if "alpha" not in t2:
+            raise ValueError("type2 must be a type-II fit's tree, with alpha in its posterior.")
+        alpha2 = t2["alpha"].isel(chain=0, draw=0).reindex({BASIS: labels}, fill_value=np.inf)
+        out["type2_relevant"] = np.isfinite(alpha2)
         out["type2_w"] = _rms_over_extra(t2["w"].mean(_SAMPLE)).reindex({BASIS: labels})
     return out
 
@@ -229,7 +230,8 @@ def set_counts(passes: np.ndarray, members: np.ndarray) -> np.ndarray:
             f"passes (draws, columns) and members (sets, columns) must share their columns, got "
             f"shapes {passes.shape} and {members.shape}."
         )
-    return passes.astype(np.int64) @ members.T.astype(np.int64)
+    # a floating-point product runs on BLAS, and counts up to 2^53 are exact in it
+    return np.rint(passes.astype(np.float64) @ members.T.astype(np.float64)).astype(np.int64)
 
 
 def _membership(sets, labels: xr.DataArray) -> tuple[xr.DataArray, xr.DataArray]:
