@@ -50,6 +50,7 @@ import xarray as xr
 from scipy.special import logsumexp
 
 from bayes_rvm.dims import BASIS, OBS
+from bayes_rvm.posterior.relevance import rms_over_outputs, type2_columns
 
 __all__ = ["compare", "elpd", "relevance_summary"]
 
@@ -549,25 +550,13 @@ def relevance_summary(
         index=pd.Index(alpha.coords[BASIS].values, name=BASIS),
     )
     if "w" in post:
-        w = post["w"]
-        extra = [d for d in w.dims if d not in (*sample, BASIS)]
-        # With several outputs, report the root mean square over outputs.
-        w_mean = w.mean(sample)
-        w_sd = w.std(sample)
-        if extra:
-            w_mean = np.sqrt((w_mean**2).mean(extra))
-            w_sd = np.sqrt((w_sd**2).mean(extra))
-        out["w_mean"] = w_mean.values
-        out["w_sd"] = w_sd.values
+        # With several outputs, the root mean square over outputs.
+        out["w_mean"] = rms_over_outputs(post["w"].mean(sample)).values
+        out["w_sd"] = rms_over_outputs(post["w"].std(sample)).values
     if type2 is not None:
-        t2 = type2["posterior"].dataset
-        a2 = t2["alpha"].isel(chain=0, draw=0).to_series()
-        out["type2_relevant"] = np.isfinite(a2.reindex(out.index).values)
-        w2 = t2["w"].mean(sample)
-        extra = [d for d in w2.dims if d != BASIS]
-        if extra:
-            w2 = np.sqrt((w2**2).mean(extra))
-        out["type2_w"] = w2.to_series().reindex(out.index).values
+        t2 = type2_columns(type2, out.index.values)
+        out["type2_relevant"] = t2["type2_relevant"].values
+        out["type2_w"] = t2["type2_w"].values
     return out.sort_values("p_relevant", ascending=False, kind="stable")
 
 

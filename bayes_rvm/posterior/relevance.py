@@ -39,6 +39,7 @@ __all__ = [
     "relative_effects",
     "set_counts",
     "set_relevance",
+    "type2_columns",
 ]
 
 #: Default effect size: a column counts as relevant where its term in the function has a root-
@@ -129,7 +130,7 @@ def relative_effects(dt: xr.DataTree, *, group: str = "posterior") -> xr.DataArr
     return effect.fillna(0.0).transpose(*_SAMPLE, BASIS).rename("effect")
 
 
-def _rms_over_extra(x: xr.DataArray) -> xr.DataArray:
+def rms_over_outputs(x: xr.DataArray) -> xr.DataArray:
     """A per-column statistic, root-mean-square over outputs or classes where there are several."""
     extra = [d for d in x.dims if d != BASIS]
     return np.sqrt((x**2).mean(extra)) if extra else x
@@ -185,8 +186,8 @@ def column_relevance(
         {
             "p_effect": (effect > delta).mean(_SAMPLE),
             "effect_median": effect.median(_SAMPLE),
-            "w_mean": _rms_over_extra(ds["w"].mean(_SAMPLE)),
-            "w_sd": _rms_over_extra(ds["w"].std(_SAMPLE)),
+            "w_mean": rms_over_outputs(ds["w"].mean(_SAMPLE)),
+            "w_sd": rms_over_outputs(ds["w"].std(_SAMPLE)),
         },
         attrs={"delta": delta, "group": group},
     )
@@ -197,15 +198,31 @@ def column_relevance(
         p_prior = (relative_effects(prior, group="prior") > delta).mean(_SAMPLE)
         out["p_effect_prior"] = p_prior.reindex({BASIS: out[BASIS].values})
     if type2 is not None:
-        t2 = _group(type2, "posterior")
-        labels = out[BASIS].values
-        # type-II keeps its relevance vectors only; a pruned one would have alpha = inf
-        if "alpha" not in t2:
-            raise ValueError("type2 must be a type-II fit's tree, with alpha in its posterior.")
-        alpha2 = t2["alpha"].isel(chain=0, draw=0).reindex({BASIS: labels}, fill_value=np.inf)
-        out["type2_relevant"] = np.isfinite(alpha2)
-        out["type2_w"] = _rms_over_extra(t2["w"].mean(_SAMPLE)).reindex({BASIS: labels})
+        out.update(type2_columns(type2, out[BASIS].values))
     return out
+
+
+def type2_columns(type2: xr.DataTree, labels: Sequence) -> xr.Dataset:
+    """Which of the columns ``labels`` a type-II fit kept, and their mean weights.
+
+    Returns
+    -------
+    xarray.Dataset
+        Over ``basis`` (``labels``): ``type2_relevant`` (kept: a finite ``alpha``; a tree of the
+        relevance vectors only leaves the others out) and ``type2_w`` (the weights' mean,
+        root-mean-square over outputs or classes; NaN for a column the tree leaves out).
+    """
+    t2 = _group(type2, "posterior")
+    if "alpha" not in t2:
+        raise ValueError("type2 must be a type-II fit's tree, with alpha in its posterior.")
+    labels = np.asarray(labels)
+    alpha = t2["alpha"].isel(chain=0, draw=0).reindex({BASIS: labels}, fill_value=np.inf)
+    return xr.Dataset(
+        {
+            "type2_relevant": np.isfinite(alpha).drop_vars(["chain", "draw"], errors="ignore"),
+            "type2_w": rms_over_outputs(t2["w"].mean(_SAMPLE)).reindex({BASIS: labels}),
+        }
+    )
 
 
 def set_counts(passes: np.ndarray, members: np.ndarray) -> np.ndarray:
