@@ -27,7 +27,8 @@ BASIS = "basis"
 OUTPUT = "output"
 #: Classes of a multiclass classifier.
 CLASS = "class"
-#: Sets of basis functions whose relevance is summarised jointly (:mod:`bayes_rvm.posterior.relevance`).
+#: Sets of basis functions whose relevance is summarised together
+#: (:mod:`bayes_rvm.posterior.relevance`).
 SET = "set"
 #: Input features (columns of ``X``), where a model keeps its inputs (a sampled kernel width).
 FEATURE = "feature"
