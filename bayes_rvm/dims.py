@@ -14,6 +14,7 @@ __all__ = [
     "ITERATION",
     "OBS",
     "OUTPUT",
+    "SET",
     "UNCONSTRAINED",
     "variable_dims",
 ]
@@ -26,6 +27,9 @@ BASIS = "basis"
 OUTPUT = "output"
 #: Classes of a multiclass classifier.
 CLASS = "class"
+#: Sets of basis functions whose relevance is summarised together
+#: (:mod:`bayes_rvm.posterior.relevance`).
+SET = "set"
 #: Input features (columns of ``X``), where a model keeps its inputs (a sampled kernel width).
 FEATURE = "feature"
 #: Kernel centres of a sampled-width model (the basis functions other than the bias).

@@ -1,7 +1,8 @@
 """Plots of fitted RVMs (matplotlib): the predictive band with the relevance vectors marked, the
 elpd of a model comparison study, and calibration on held-out data (coverage against nominal
 level, PIT histograms, reliability diagrams; the numbers come from
-:mod:`bayes_rvm.posterior.calibration`)."""
+:mod:`bayes_rvm.posterior.calibration`), and relevance along a 1-D input (the numbers come from
+:mod:`bayes_rvm.posterior.relevance`)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ __all__ = [
     "plot_coverage",
     "plot_pit",
     "plot_regression",
+    "plot_relevance",
     "plot_reliability",
     "plot_study",
     "plot_width_path",
@@ -90,6 +92,92 @@ def plot_regression(
     )
     ax.set_xlabel("x")
     ax.set_ylabel("y")
+    ax.legend(loc="best", fontsize="small")
+    return ax
+
+
+def plot_relevance(sets, centres, *, columns=None, relevance_vectors=None, ax=None):
+    """Relevance along a 1-D input: of each centre's neighbourhood, of each column, and type-II's.
+
+    Parameters
+    ----------
+    sets : xarray.Dataset
+        :func:`bayes_rvm.posterior.relevance.set_relevance` of sets seeded one per column
+        (:func:`~bayes_rvm.posterior.relevance.neighbourhood_sets`,
+        :func:`~bayes_rvm.posterior.relevance.correlated_sets`), whose ``set`` labels are basis
+        labels; ``p_any`` is drawn at each seed's centre, ``p_any_prior`` too where present.
+    centres : array-like of shape (K,) or (K, 1)
+        The centre of basis label ``i`` is ``centres[i]`` (an estimator's ``basis_.centres_``);
+        labels from ``K`` on (the bias) have none and are left out.
+    columns : xarray.Dataset, optional
+        :func:`bayes_rvm.posterior.relevance.column_relevance`: each column's ``p_effect`` as a
+        point.
+    relevance_vectors : array-like, optional
+        Positions of a type-II fit's relevance vectors (``relevance_vectors_``), marked on the
+        axis.
+    ax : matplotlib Axes, optional
+
+    Returns
+    -------
+    ax : matplotlib Axes
+    """
+    import matplotlib.pyplot as plt
+
+    C = np.asarray(centres, dtype=np.float64)
+    if C.ndim == 2 and C.shape[1] == 1:
+        C = C[:, 0]
+    if C.ndim != 1:
+        raise ValueError(f"plot_relevance draws 1-D centres; centres have shape {C.shape}.")
+    if "p_any" not in sets or "set" not in sets.dims:
+        raise ValueError("sets must be the Dataset of set_relevance (p_any over set).")
+    if ax is None:
+        _, ax = plt.subplots(figsize=(8, 3.5))
+
+    def _along(table, dim):
+        labels = np.asarray(table[dim].values)
+        keep = np.array([np.issubdtype(type(v), np.integer) and 0 <= v < C.size for v in labels])
+        if not keep.any():
+            raise ValueError(f"no {dim} label of the table names one of the {C.size} centres.")
+        x = C[labels[keep].astype(np.intp)]
+        order = np.argsort(x, kind="stable")
+        return x[order], keep, order
+
+    x, keep, order = _along(sets, "set")
+    delta = sets.attrs.get("delta")
+    what = f"effect > {delta:g} rms(y)" if delta is not None else "relevant"
+    ax.plot(
+        x, sets["p_any"].values[keep][order], "-", color="C0", label=f"P(some neighbour: {what})"
+    )
+    if "p_any_prior" in sets:
+        ax.plot(
+            x, sets["p_any_prior"].values[keep][order], "--", color="C0", lw=1, label="its prior"
+        )
+    if columns is not None:
+        xc, keep_c, order_c = _along(columns, "basis")
+        ax.plot(
+            xc,
+            columns["p_effect"].values[keep_c][order_c],
+            ".",
+            color="C1",
+            ms=5,
+            label="P(column: effect)",
+        )
+    if relevance_vectors is not None:
+        rv = np.asarray(relevance_vectors, dtype=np.float64).reshape(-1)
+        ax.plot(
+            rv,
+            np.full(rv.size, -0.04),
+            "^",
+            color="C3",
+            ms=8,
+            clip_on=False,
+            label=f"type-II relevance vectors ({rv.size})",
+        )
+        for r in rv:
+            ax.axvline(r, color="C3", lw=0.6, alpha=0.4)
+    ax.set_ylim(-0.06, 1.04)
+    ax.set_xlabel("centre")
+    ax.set_ylabel("posterior probability")
     ax.legend(loc="best", fontsize="small")
     return ax
 

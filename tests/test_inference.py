@@ -240,7 +240,8 @@ def test_compare_four_fits_table(mcmc_ard, mcmc_student, sinc60):
 
 def test_relevance_summary_lists_type2_relevance_vectors(mcmc_ard, sinc60):
     t2 = type2_datatree(sinc60["fit"], sinc60["Phi"], sinc60["t"], n_draws=4000, random_seed=0)
-    table = relevance_summary(mcmc_ard, type2=t2)
+    with pytest.warns(FutureWarning, match="deprecated"):
+        table = relevance_summary(mcmc_ard, type2=t2)
     assert table.index.name == BASIS and len(table) == sinc60["Phi"].shape[1]
     assert table["type2_relevant"].sum() == sinc60["fit"].active.size
     assert table["p_relevant"].is_monotonic_decreasing

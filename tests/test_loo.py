@@ -1,5 +1,5 @@
 """Honest elpd: the exact LOO terms of the Gaussian marginal against dense conditioning, the type-II
-refit LOO against brute-force refits, relevance_summary's units, and PyMC's own calls."""
+refit LOO against brute-force refits, the relevance summaries' units, and PyMC's own calls."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from bayes_rvm.evidence import fit_evidence
 from bayes_rvm.inference import gaussian_loo_terms, pointwise_log_likelihood, type2_datatree
 from bayes_rvm.models.marginal import loo_terms_lowrank, thin_svd
 from bayes_rvm.posterior.comparison import PSIS, PSIS_FIXED, compare, elpd, relevance_summary
+from bayes_rvm.posterior.relevance import column_relevance
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -122,12 +123,14 @@ def test_compare_uses_refits_and_labels_rows():
     assert table.loc["bare", "elpd"] > a.refit_loo().elpd_i.sum()
 
 
-def test_relevance_summary_is_unit_free():
+def test_relevance_summary_is_unit_free_and_deprecated():
     X, y = make_sinc(40, random=True, random_state=6, shuffle=False)
     a = RVR(gamma=0.25).fit(X, y)
     b = RVR(gamma=0.25).fit(1.0 * X, 1000.0 * y)
-    ta = relevance_summary(a.idata_)
-    tb = relevance_summary(b.idata_)
+    with pytest.warns(FutureWarning, match="relevance_summary is deprecated"):
+        ta = relevance_summary(a.idata_)
+    with pytest.warns(FutureWarning, match="column_relevance"):
+        tb = relevance_summary(b.idata_)
     np.testing.assert_allclose(tb["log10_alpha_median"], ta["log10_alpha_median"], atol=1e-6)
     # the normalised alphas are those the engine fitted: unit-norm columns, unit-RMS targets
     Phi = a.basis_.transform(X)[:, a.active_]
@@ -246,9 +249,9 @@ def test_pareto_k_at_width_1():
     assert res.elpd == pytest.approx(res_cond.elpd, abs=2.0)
 
 
-def test_relevance_summary_is_free_of_the_column_units():
-    # The same fit on a design whose columns are rescaled, one factor per column: the alphas in
-    # those units move by the factors squared, the normalised ones do not.
+def test_column_relevance_is_free_of_the_column_units():
+    # The same fit on a design whose columns are rescaled, one factor per column: the weights in
+    # those units move by the factors, the columns' contributions to the function do not.
     X, y = make_sinc(40, random=True, random_state=9, shuffle=False)
     Phi = np.exp(-0.25 * (X - X.T) ** 2)
     d = np.exp(np.random.default_rng(0).uniform(-3, 3, Phi.shape[1]))
@@ -257,9 +260,9 @@ def test_relevance_summary_is_free_of_the_column_units():
         type2_datatree(f, P, y, random_seed=0) for f, P in zip(fits, (Phi, Phi * d), strict=True)
     ]
     np.testing.assert_array_equal(fits[0].active, fits[1].active)
-    a, b = (relevance_summary(t).sort_index() for t in trees)
-    np.testing.assert_allclose(b["log10_alpha_median"], a["log10_alpha_median"], atol=1e-3)
-    np.testing.assert_array_equal(b["p_relevant"], a["p_relevant"])
+    a, b = (column_relevance(t) for t in trees)
+    np.testing.assert_allclose(b["effect_median"], a["effect_median"], rtol=1e-3, atol=1e-9)
+    np.testing.assert_array_equal(b["p_effect"], a["p_effect"])
 
 
 @pytest.mark.parametrize("classes", [2, pytest.param(3, marks=pytest.mark.slow)])

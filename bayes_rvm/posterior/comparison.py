@@ -1,4 +1,5 @@
-"""ArviZ helpers for RVM fits: an honest elpd comparison and relevance summaries.
+"""ArviZ helpers for RVM fits: an honest elpd comparison, and the deprecated relevance summary
+(its successors are in :mod:`bayes_rvm.posterior.relevance`).
 
 What each fit's elpd is, by engine (:func:`elpd`, and the ``method`` column of :func:`compare`):
 
@@ -49,6 +50,7 @@ import xarray as xr
 from scipy.special import logsumexp
 
 from bayes_rvm.dims import BASIS, OBS
+from bayes_rvm.posterior.relevance import rms_over_outputs, type2_columns
 
 __all__ = ["compare", "elpd", "relevance_summary"]
 
@@ -487,7 +489,16 @@ def relevance_summary(
     threshold: float = 10.0,
     type2: xr.DataTree | None = None,
 ) -> pd.DataFrame:
-    """Per basis function: how probable it is that its ``alpha`` is small enough to matter.
+    """Per basis function: how probable it is that its ``alpha`` is below a threshold.
+
+    .. deprecated:: 0.1.0
+        ``p_relevant``, the probability of ``alpha < threshold`` on unit-norm columns, has a
+        prior probability that grows with the number of rows, so it means something different
+        at every ``N``, and it does not tell irrelevant columns from relevant ones well.
+        Use :func:`bayes_rvm.posterior.relevance.column_relevance` (the probability that a
+        column's term in the function exceeds a fraction of the targets' root-mean-square) and,
+        on a basis of near-duplicate columns such as kernel centres,
+        :func:`bayes_rvm.posterior.relevance.set_relevance`. This function will be removed.
 
     Parameters
     ----------
@@ -518,6 +529,14 @@ def relevance_summary(
         ``w_sd`` (units of ``y`` per unit of the column) and, with ``type2``, ``type2_relevant``
         and ``type2_w``; sorted by ``p_relevant``, most relevant first.
     """
+    warnings.warn(
+        "relevance_summary is deprecated and will be removed: its p_relevant (alpha below a "
+        "threshold on unit-norm columns) has a prior probability that grows with the number of "
+        "rows. Use bayes_rvm.posterior.relevance.column_relevance (effect sizes on the scale of "
+        "the targets) and, for near-duplicate columns such as kernel centres, set_relevance.",
+        FutureWarning,
+        stacklevel=2,
+    )
     post = dt["posterior"].dataset
     alpha = _normalised_alpha(dt)
     sample = ("chain", "draw")
@@ -531,25 +550,13 @@ def relevance_summary(
         index=pd.Index(alpha.coords[BASIS].values, name=BASIS),
     )
     if "w" in post:
-        w = post["w"]
-        extra = [d for d in w.dims if d not in (*sample, BASIS)]
-        # With several outputs, report the root mean square over outputs.
-        w_mean = w.mean(sample)
-        w_sd = w.std(sample)
-        if extra:
-            w_mean = np.sqrt((w_mean**2).mean(extra))
-            w_sd = np.sqrt((w_sd**2).mean(extra))
-        out["w_mean"] = w_mean.values
-        out["w_sd"] = w_sd.values
+        # With several outputs, the root mean square over outputs.
+        out["w_mean"] = rms_over_outputs(post["w"].mean(sample)).values
+        out["w_sd"] = rms_over_outputs(post["w"].std(sample)).values
     if type2 is not None:
-        t2 = type2["posterior"].dataset
-        a2 = t2["alpha"].isel(chain=0, draw=0).to_series()
-        out["type2_relevant"] = np.isfinite(a2.reindex(out.index).values)
-        w2 = t2["w"].mean(sample)
-        extra = [d for d in w2.dims if d != BASIS]
-        if extra:
-            w2 = np.sqrt((w2**2).mean(extra))
-        out["type2_w"] = w2.to_series().reindex(out.index).values
+        t2 = type2_columns(type2, out.index.values)
+        out["type2_relevant"] = t2["type2_relevant"].values
+        out["type2_w"] = t2["type2_w"].values
     return out.sort_values("p_relevant", ascending=False, kind="stable")
 
 
