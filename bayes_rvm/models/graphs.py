@@ -152,14 +152,14 @@ def _weight_precision(prior, alpha_prior, nu, s, phi_scale, y_scale):
     return alpha, pm.Deterministic("log_alpha", pt.log(alpha), dims=BASIS)
 
 
-def _resolve_priors(prior, alpha_prior, nu, s):
+def _resolve_priors(prior, alpha_prior, nu, s, default="ard"):
     """The ARD hyperprior (None under Student-t) and the Student-t scale (None under ARD) that a
     model is built with; warns where a fixed ``nu`` makes ``Gamma(nu/2, nu s^2/2)`` a prior NUTS
     cannot sample: with a shape of ``nu / 2`` the probability of ``alpha_rel < x`` is about
     ``x^(nu/2)``, so at the type-II default ``nu = 1e-4`` most of the mass lies below 1e-300,
-    beyond float64."""
+    beyond float64. ``default`` names the ARD hyperprior used when none is given."""
     if prior == "ard":
-        return alpha_prior or default_alpha_prior("ard"), None
+        return alpha_prior or default_alpha_prior(default), None
     if not isinstance(nu, Prior):
         from scipy.special import gammainc
 
@@ -819,7 +819,8 @@ def rvm_classification_model(
             f"likelihood must be 'auto', 'bernoulli', 'softmax' or 'poisson', got {likelihood!r}."
         )
     alpha_prior = _check_priors(prior, "joint", alpha_prior, nu, s, forms=("joint",))
-    alpha_prior, s = _resolve_priors(prior, alpha_prior, nu, s)
+    # R-squared has no meaning for a latent without noise: the per-column half-Cauchy.
+    alpha_prior, s = _resolve_priors(prior, alpha_prior, nu, s, default="halfcauchy")
     for name, value in (("slab", slab), ("intercept_sd", intercept_sd)):
         if value is not None and not (np.isfinite(value) and value > 0):
             raise ValueError(f"{name} must be a positive number or None, got {value!r}.")

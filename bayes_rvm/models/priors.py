@@ -123,13 +123,17 @@ __all__ = [
     "DEFAULT_MCMC_NU",
     "DEFAULT_NOISE_PRIOR",  # noqa: F822
     "DEFAULT_NU",
+    "DEFAULT_R2D2",
+    "DEFAULT_REGRESSION_ALPHA_PRIOR",
     "DEFAULT_WEIGHT_SCALE",
+    "NAMED_ALPHA_PRIORS",
     "Prior",
     "as_prior",
     "decode_params",
     "default_alpha_prior",
     "encode_params",
     "halfcauchy_precision",
+    "r2d2_precision",
     "regularised_horseshoe_precision",
     "sparse_alpha_prior",
 ]
@@ -143,6 +147,14 @@ DEFAULT_MCMC_NU = 1.0
 #: Prior scale of a relative weight on a unit-RMS column (the default ARD half-Cauchy's and the
 #: Student-t prior's ``s``): a basis function contributes about a tenth of the targets' RMS.
 DEFAULT_WEIGHT_SCALE = 0.1
+
+#: The ARD hyperprior that the Gaussian regression models sample by default ("r2d2" or
+#: "halfcauchy", :func:`default_alpha_prior`); the classifiers and counts keep "halfcauchy".
+DEFAULT_REGRESSION_ALPHA_PRIOR = "halfcauchy"
+
+#: The R2-D2 default's parameters (:func:`r2d2_precision`): R^2 ~ Beta(1, 1) and a Dirichlet of
+#: concentration 0.5 per column.
+DEFAULT_R2D2 = {"r2_a": 1.0, "r2_b": 1.0, "concentration": 0.5}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -321,6 +333,209 @@ def _horseshoe_parts() -> dict:
     }
 
 
+# ---------------------------------------------------------------------------------------------
+# R2-D2 (Zhang et al. 2022): a prior on the explained variance, shared among the columns
+# ---------------------------------------------------------------------------------------------
+def _r2d2_parts(alpha):
+    """``log v`` (``v = 1 / alpha``, a column's share of the targets' mean square) and ``R^2``
+    (their sum) of precisions ``alpha`` along the last axis."""
+    import pytensor.tensor as pt
+
+    log_v = -pt.log(alpha)
+    return log_v, pt.sum(pt.exp(log_v), axis=-1)
+
+
+def _r2d2_logp(value, r2_a, r2_b, concentration):
+    import pytensor.tensor as pt
+    from pymc.distributions.dist_math import check_parameters
+
+    # R2 ~ Beta(a, b) and phi ~ Dirichlet(c) give v = R2 phi the density
+    # Beta(R2; a, b) Dir(v / R2; c) / R2^(M - 1) on {v > 0, sum v < 1}, and alpha = 1 / v the
+    # Jacobian prod v^2 (see r2d2_precision).
+    c = concentration
+    log_v, r2 = _r2d2_parts(value)
+    c_sum = pt.sum(c, axis=-1)
+    log_norm = (
+        pt.gammaln(r2_a + r2_b)
+        - pt.gammaln(r2_a)
+        - pt.gammaln(r2_b)
+        + pt.gammaln(c_sum)
+        - pt.sum(pt.gammaln(c), axis=-1)
+    )
+    logp = (
+        log_norm
+        + pt.sum((c + 1.0) * log_v, axis=-1)
+        + (r2_b - 1.0) * pt.log1p(-pt.minimum(r2, 1.0))
+        + (r2_a - c_sum) * pt.log(r2)
+    )
+    logp = pt.switch(r2 < 1.0, logp, -np.inf)
+    return check_parameters(
+        logp, r2_a > 0, r2_b > 0, pt.all(c > 0), msg="r2_a > 0, r2_b > 0, concentration > 0"
+    )
+
+
+def _r2d2_support_point(rv, size, r2_a, r2_b, concentration):
+    import pytensor.tensor as pt
+    from pymc.distributions.shape_utils import rv_size_is_none
+
+    # Each column's mean share: E[R2] c_i / sum(c).
+    share = r2_a / (r2_a + r2_b) * concentration / pt.sum(concentration, axis=-1, keepdims=True)
+    out = 1.0 / share
+    if rv_size_is_none(size):
+        return out
+    return pt.broadcast_to(out, pt.concatenate([size, out.shape[-1:]]))
+
+
+def _r2d2_graph(r2_a, r2_b, concentration, size):
+    import pymc as pm
+
+    r2 = pm.Beta.dist(r2_a, r2_b, size=size)
+    phi = pm.Dirichlet.dist(concentration, size=size)
+    return 1.0 / (r2[..., None] * phi)
+
+
+def _r2d2_transform():
+    """NUTS's coordinates of R2-D2 precisions: ``x_i = log(v_i / (1 - R^2))``, ``v_i = 1/alpha_i``.
+
+    The additive log-ratio of the point ``(v_1, ..., v_M, 1 - R^2)`` of the simplex, with the
+    unexplained share as the reference: unconstrained, one coordinate per column, and each
+    column's the same (no column is the reference). ``alpha_i = (1 + sum_j e^x_j) / e^x_i``.
+    """
+    import pytensor.tensor as pt
+    from pymc.distributions.transforms import LogTransform
+
+    class R2D2Log(LogTransform):
+        # A LogTransform, so that Prior.has_positive_support knows it for a positive one.
+        name = "r2d2_log"
+
+        def forward(self, value, *inputs):
+            # Used for starting values only: a start whose shares sum to 1 or more (a type-II
+            # fit with large weights) is scaled down to explain 90% of the targets.
+            log_v, r2 = _r2d2_parts(value)
+            shrink = pt.log(pt.minimum(1.0, 0.9 / r2))
+            return log_v + shrink[..., None] - pt.log1p(-r2 * pt.exp(shrink))[..., None]
+
+        def backward(self, value, *inputs):
+            return pt.exp(self._log_total(value) - value)
+
+        def log_jac_det(self, value, *inputs):
+            # log |d alpha / d x| = log |d v / d x| + sum log alpha^2, where the first is the
+            # simplex's sum log v + log(1 - R^2).
+            m = value.shape[-1]
+            return (m - 1.0) * self._log_total(value)[..., 0] - pt.sum(value, axis=-1)
+
+        @staticmethod
+        def _log_total(value):
+            # log(1 + sum e^x) = -log(1 - R^2), kept as a trailing axis of one.
+            return pt.logaddexp(0.0, pt.logsumexp(value, axis=-1, keepdims=True))
+
+    return R2D2Log()
+
+
+def _r2d2_concentration(concentration, dims, kwargs) -> Any:
+    """The Dirichlet concentration as a vector of the columns' length (the model's dimension)."""
+    import pymc as pm
+    import pytensor.tensor as pt
+
+    conc = pt.as_tensor_variable(concentration)
+    if conc.ndim > 0:
+        return conc
+    if "shape" in kwargs:
+        length = np.atleast_1d(kwargs["shape"])[-1]
+    elif dims is not None:
+        dims = (dims,) if isinstance(dims, str) else tuple(dims)
+        length = pm.modelcontext(None).dim_lengths[dims[-1]]
+    else:
+        raise ValueError(
+            "Prior('R2D2Precision') is a vector over the columns: create it with dims or shape."
+        )
+    return pt.full((length,), conc)
+
+
+def _r2d2_parameters(r2_a, r2_b, concentration) -> None:
+    for key, value in (("r2_a", r2_a), ("r2_b", r2_b), ("concentration", concentration)):
+        arr = np.asarray(value, dtype=np.float64) if not isinstance(value, Prior) else None
+        if (
+            arr is None
+            or not np.all(np.isfinite(arr) & (arr > 0))
+            or (key != "concentration" and arr.ndim)
+        ):
+            raise ValueError(
+                f"Prior('R2D2Precision'): parameter {key} must be a positive number"
+                f"{' or a vector of them, one per column' if key == 'concentration' else ''}, "
+                f"got {value!r}."
+            )
+
+
+def r2d2_precision(name: str, r2_a=1.0, r2_b=1.0, concentration=0.5, *, dims=None, **kwargs):
+    """Precisions whose weights share a Beta-distributed explained variance (the R2-D2 prior).
+
+    Zhang, Naughton, Bondell and Reich (2022, J. Am. Stat. Assoc. 117: 862-874) put the prior on
+    the model's fit: ``R^2 ~ Beta(r2_a, r2_b)``, shared among the M columns by
+    ``phi ~ Dirichlet(concentration)``. On unit-RMS columns and targets (the normalised problem
+    of :mod:`bayes_rvm.models.priors`) column ``i``'s weight has prior variance
+    ``1 / alpha_i = R^2 phi_i``, so the function ``Phi w`` has prior mean square ``R^2`` (times
+    the targets' mean square) whatever M: as in pymc-extras' ``R2D2M2CP``, the explained
+    variance is stated against the targets' scale, and the noise keeps its own prior. Given the
+    precisions the weights are ``N(0, 1 / alpha_i)``, as under every ARD hyperprior.
+
+    The vector ``(1 / alpha, 1 - R^2)`` lies on the simplex; when ``r2_a = M concentration`` it is
+    ``Dirichlet(concentration, ..., r2_b)``, and in general its density carries the factor
+    ``R^(2 (r2_a - sum concentration))``. NUTS samples ``x_i = log(v_i / (1 - R^2))``
+    (:func:`_r2d2_transform`), in which an unneeded column's left tail falls as
+    ``exp(concentration x_i)``.
+
+    Parameters
+    ----------
+    name : str
+    r2_a, r2_b : float, default=1.0
+        The Beta prior of ``R^2``.
+    concentration : float or array of shape (M,), default=0.5
+        The Dirichlet's concentration per column (a number for all). Must be called inside a
+        model context, with ``dims`` (or ``shape``) naming the columns.
+    dims : str or sequence of str, optional
+    **kwargs
+        Passed to :class:`pymc.CustomDist` (``shape``, ``initval``, ...).
+    """
+    import pymc as pm
+
+    _r2d2_parameters(r2_a, r2_b, concentration)
+    conc = _r2d2_concentration(concentration, dims, kwargs)
+    return pm.CustomDist(
+        name,
+        float(r2_a),
+        float(r2_b),
+        conc,
+        **_r2d2_dist_parts(),
+        transform=_r2d2_transform(),
+        dims=dims,
+        **kwargs,
+    )
+
+
+def _r2d2_precision_dist(r2_a=1.0, r2_b=1.0, concentration=0.5):
+    import pymc as pm
+
+    _r2d2_parameters(r2_a, r2_b, concentration)
+    # Unnamed (Prior's own checks): two columns when the concentration is one number.
+    conc = (
+        np.broadcast_to(np.asarray(concentration, dtype=np.float64), (2,))
+        if np.ndim(concentration) == 0
+        else np.asarray(concentration, dtype=np.float64)
+    )
+    return pm.CustomDist.dist(float(r2_a), float(r2_b), conc, **_r2d2_dist_parts())
+
+
+def _r2d2_dist_parts() -> dict:
+    return {
+        "logp": _r2d2_logp,
+        "dist": _r2d2_graph,
+        "support_point": _r2d2_support_point,
+        "signature": "(),(),(m)->(m)",
+        "class_name": "R2D2Precision",
+    }
+
+
 #: Distributions known by name besides PyMC's own: name -> (factory, parameter names, the
 #: factory of an unnamed variable).
 _EXTRA_DISTRIBUTIONS = {
@@ -330,7 +545,16 @@ _EXTRA_DISTRIBUTIONS = {
         ("beta", "c"),
         _regularised_horseshoe_dist,
     ),
+    "R2D2Precision": (
+        r2d2_precision,
+        ("r2_a", "r2_b", "concentration"),
+        _r2d2_precision_dist,
+    ),
 }
+
+
+#: Those of them whose variable is a vector over the columns (created with ``dims`` or ``shape``).
+_VECTOR_DISTRIBUTIONS = frozenset({"R2D2Precision"})
 
 
 def _pymc_parameters(dist: str) -> set[str] | None:
@@ -561,8 +785,10 @@ class Prior:
         """Whether the distribution lives on the positive reals (PyMC samples it in logs)."""
         import pymc as pm
 
+        # A vector over the columns (R2D2Precision) needs their number: two will do.
+        size = {"shape": (2,)} if self.distribution in _VECTOR_DISTRIBUTIONS else {}
         with pm.Model() as model:
-            var = self.create_variable("x")
+            var = self.create_variable("x", **size)
         transform = model.rvs_to_transforms.get(var)
         return isinstance(transform, pm.distributions.transforms.LogTransform)
 
@@ -685,17 +911,30 @@ def sparse_alpha_prior(n_basis: int, n_samples: int) -> Prior:
     return Prior("HalfCauchyPrecision", beta=1.0 / (max(n_basis - 1, 1) * np.sqrt(n_samples)))
 
 
+#: The hyperpriors that ``alpha_prior`` may name (estimators' ``prior_params``, the models).
+NAMED_ALPHA_PRIORS = ("halfcauchy", "r2d2")
+
+
 def default_alpha_prior(
     prior: str = "ard", nu: float | Prior = DEFAULT_NU, s: float = DEFAULT_WEIGHT_SCALE
 ):
     """The default hyperprior of the relative precisions ``alpha_rel`` for a weight prior.
 
-    ``"ard"``: :func:`halfcauchy_precision` of scale :data:`DEFAULT_WEIGHT_SCALE`.
+    ``"ard"``: the Gaussian regression models' default, the hyperprior that
+    :data:`DEFAULT_REGRESSION_ALPHA_PRIOR` names.
+    ``"halfcauchy"``: :func:`halfcauchy_precision` of scale :data:`DEFAULT_WEIGHT_SCALE` per
+    column (the classifiers' and the count model's default).
+    ``"r2d2"``: :func:`r2d2_precision` with :data:`DEFAULT_R2D2`, a prior on the share of the
+    targets' mean square that the columns together explain.
     ``"student_t"``: ``Gamma(nu/2, nu s^2/2)`` (returns None when ``nu`` is itself a
     :class:`Prior`: the model builds that Gamma from the ``nu`` variable).
     """
     if prior == "ard":
+        prior = DEFAULT_REGRESSION_ALPHA_PRIOR
+    if prior == "halfcauchy":
         return Prior("HalfCauchyPrecision", beta=DEFAULT_WEIGHT_SCALE)
+    if prior == "r2d2":
+        return Prior("R2D2Precision", **DEFAULT_R2D2)
     if prior == "student_t":
         if isinstance(nu, Prior):
             return None
@@ -709,7 +948,9 @@ def default_alpha_prior(
                     f"{' or a Prior' if name == 'nu' else ''}, got {value!r}."
                 )
         return Prior("Gamma", alpha=float(nu) / 2.0, beta=float(nu) * float(s) ** 2 / 2.0)
-    raise ValueError(f"prior must be 'ard' or 'student_t', got {prior!r}.")
+    raise ValueError(
+        f"prior must be 'ard', 'student_t' or one of {NAMED_ALPHA_PRIORS}, got {prior!r}."
+    )
 
 
 #: The default priors built on first use (PEP 562): a Prior of a PyMC distribution checks its
@@ -733,9 +974,18 @@ def __getattr__(name: str) -> Prior:
 def as_prior(value, name: str, *, positive: bool = False) -> Prior | None:
     """Accept None, a :class:`Prior` or its dict form; anything else is a clear error.
 
+    An ``alpha_prior`` may also be a name of :data:`NAMED_ALPHA_PRIORS` (``"r2d2"``,
+    ``"halfcauchy"``): :func:`default_alpha_prior` of it.
+
     ``positive=True``: the prior of a scale or a precision, which must live on the positive reals
     (a ``Normal`` there would give NaN densities at every negative draw).
     """
+    if isinstance(value, str) and name == "alpha_prior":
+        if value not in NAMED_ALPHA_PRIORS:
+            raise ValueError(
+                f"alpha_prior names one of {NAMED_ALPHA_PRIORS} (or give a Prior), got {value!r}."
+            )
+        value = default_alpha_prior(value)
     if value is not None and not isinstance(value, Prior):
         if not isinstance(value, Mapping):
             raise TypeError(
