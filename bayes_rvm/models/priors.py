@@ -152,9 +152,9 @@ DEFAULT_WEIGHT_SCALE = 0.1
 #: "halfcauchy", :func:`default_alpha_prior`); the classifiers and counts keep "halfcauchy".
 DEFAULT_REGRESSION_ALPHA_PRIOR = "halfcauchy"
 
-#: The R2-D2 default's parameters (:func:`r2d2_precision`): R^2 ~ Beta(1, 1) and a Dirichlet of
-#: concentration 0.5 per column.
-DEFAULT_R2D2 = {"r2_a": 1.0, "r2_b": 1.0, "concentration": 0.5}
+#: The R2-D2 default's parameters (:func:`r2d2_precision`): R^2 ~ Beta(1/2, 1/2), the function's
+#: RMS half-Cauchy(1) in units of the targets', shared by a Dirichlet of concentration 1/2.
+DEFAULT_R2D2 = {"r2_a": 0.5, "r2_b": 0.5, "concentration": 0.5}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -334,26 +334,18 @@ def _horseshoe_parts() -> dict:
 
 
 # ---------------------------------------------------------------------------------------------
-# R2-D2 (Zhang et al. 2022): a prior on the explained variance, shared among the columns
+# R2-D2 (Zhang et al. 2022): a prior on the function's total variance, shared among the columns
 # ---------------------------------------------------------------------------------------------
-def _r2d2_parts(alpha):
-    """``log v`` (``v = 1 / alpha``, a column's share of the targets' mean square) and ``R^2``
-    (their sum) of precisions ``alpha`` along the last axis."""
-    import pytensor.tensor as pt
-
-    log_v = -pt.log(alpha)
-    return log_v, pt.sum(pt.exp(log_v), axis=-1)
-
-
 def _r2d2_logp(value, r2_a, r2_b, concentration):
     import pytensor.tensor as pt
     from pymc.distributions.dist_math import check_parameters
 
-    # R2 ~ Beta(a, b) and phi ~ Dirichlet(c) give v = R2 phi the density
-    # Beta(R2; a, b) Dir(v / R2; c) / R2^(M - 1) on {v > 0, sum v < 1}, and alpha = 1 / v the
-    # Jacobian prod v^2 (see r2d2_precision).
+    # omega ~ BetaPrime(a, b) and phi ~ Dirichlet(c) give v = omega phi (v = 1 / alpha) the
+    # density BetaPrime(omega; a, b) Dir(v / omega; c) / omega^(M - 1), and alpha the Jacobian
+    # prod v^2: the logp below (r2d2_precision).
     c = concentration
-    log_v, r2 = _r2d2_parts(value)
+    log_v = -pt.log(value)
+    omega = pt.sum(pt.exp(log_v), axis=-1)
     c_sum = pt.sum(c, axis=-1)
     log_norm = (
         pt.gammaln(r2_a + r2_b)
@@ -365,10 +357,9 @@ def _r2d2_logp(value, r2_a, r2_b, concentration):
     logp = (
         log_norm
         + pt.sum((c + 1.0) * log_v, axis=-1)
-        + (r2_b - 1.0) * pt.log1p(-pt.minimum(r2, 1.0))
-        + (r2_a - c_sum) * pt.log(r2)
+        + (r2_a - c_sum) * pt.log(omega)
+        - (r2_a + r2_b) * pt.log1p(omega)
     )
-    logp = pt.switch(r2 < 1.0, logp, -np.inf)
     return check_parameters(
         logp, r2_a > 0, r2_b > 0, pt.all(c > 0), msg="r2_a > 0, r2_b > 0, concentration > 0"
     )
@@ -378,8 +369,8 @@ def _r2d2_support_point(rv, size, r2_a, r2_b, concentration):
     import pytensor.tensor as pt
     from pymc.distributions.shape_utils import rv_size_is_none
 
-    # Each column's mean share: E[R2] c_i / sum(c).
-    share = r2_a / (r2_a + r2_b) * concentration / pt.sum(concentration, axis=-1, keepdims=True)
+    # Each column's share c_i / sum(c) of omega = a / b (the median of omega when a = b).
+    share = r2_a / r2_b * concentration / pt.sum(concentration, axis=-1, keepdims=True)
     out = 1.0 / share
     if rv_size_is_none(size):
         return out
@@ -389,47 +380,10 @@ def _r2d2_support_point(rv, size, r2_a, r2_b, concentration):
 def _r2d2_graph(r2_a, r2_b, concentration, size):
     import pymc as pm
 
-    r2 = pm.Beta.dist(r2_a, r2_b, size=size)
+    # omega = G_a / G_b, a BetaPrime(a, b), without the rounding of R^2 / (1 - R^2) near R^2 = 1
+    omega = pm.Gamma.dist(r2_a, 1.0, size=size) / pm.Gamma.dist(r2_b, 1.0, size=size)
     phi = pm.Dirichlet.dist(concentration, size=size)
-    return 1.0 / (r2[..., None] * phi)
-
-
-def _r2d2_transform():
-    """NUTS's coordinates of R2-D2 precisions: ``x_i = log(v_i / (1 - R^2))``, ``v_i = 1/alpha_i``.
-
-    The additive log-ratio of the point ``(v_1, ..., v_M, 1 - R^2)`` of the simplex, with the
-    unexplained share as the reference: unconstrained, one coordinate per column, and each
-    column's the same (no column is the reference). ``alpha_i = (1 + sum_j e^x_j) / e^x_i``.
-    """
-    import pytensor.tensor as pt
-    from pymc.distributions.transforms import LogTransform
-
-    class R2D2Log(LogTransform):
-        # A LogTransform, so that Prior.has_positive_support knows it for a positive one.
-        name = "r2d2_log"
-
-        def forward(self, value, *inputs):
-            # Used for starting values only: a start whose shares sum to 1 or more (a type-II
-            # fit with large weights) is scaled down to explain 90% of the targets.
-            log_v, r2 = _r2d2_parts(value)
-            shrink = pt.log(pt.minimum(1.0, 0.9 / r2))
-            return log_v + shrink[..., None] - pt.log1p(-r2 * pt.exp(shrink))[..., None]
-
-        def backward(self, value, *inputs):
-            return pt.exp(self._log_total(value) - value)
-
-        def log_jac_det(self, value, *inputs):
-            # log |d alpha / d x| = log |d v / d x| + sum log alpha^2, where the first is the
-            # simplex's sum log v + log(1 - R^2).
-            m = value.shape[-1]
-            return (m - 1.0) * self._log_total(value)[..., 0] - pt.sum(value, axis=-1)
-
-        @staticmethod
-        def _log_total(value):
-            # log(1 + sum e^x) = -log(1 - R^2), kept as a trailing axis of one.
-            return pt.logaddexp(0.0, pt.logsumexp(value, axis=-1, keepdims=True))
-
-    return R2D2Log()
+    return 1.0 / (omega[..., None] * phi)
 
 
 def _r2d2_concentration(concentration, dims, kwargs) -> Any:
@@ -437,7 +391,7 @@ def _r2d2_concentration(concentration, dims, kwargs) -> Any:
     import pymc as pm
     import pytensor.tensor as pt
 
-    conc = pt.as_tensor_variable(concentration)
+    conc = pt.as_tensor_variable(np.asarray(concentration, dtype=np.float64))
     if conc.ndim > 0:
         return conc
     if "shape" in kwargs:
@@ -453,47 +407,53 @@ def _r2d2_concentration(concentration, dims, kwargs) -> Any:
 
 
 def _r2d2_parameters(r2_a, r2_b, concentration) -> None:
+    """Refuse, by name, parameters that are not positive numbers (a vector for concentration)."""
     for key, value in (("r2_a", r2_a), ("r2_b", r2_b), ("concentration", concentration)):
-        arr = np.asarray(value, dtype=np.float64) if not isinstance(value, Prior) else None
-        if (
-            arr is None
-            or not np.all(np.isfinite(arr) & (arr > 0))
-            or (key != "concentration" and arr.ndim)
-        ):
+        try:
+            arr = np.asarray(value, dtype=np.float64)
+        except (TypeError, ValueError):
+            arr = None
+        vector = key == "concentration"
+        ok = arr is not None and arr.ndim <= int(vector) and arr.size > 0
+        if not (ok and np.all(np.isfinite(arr) & (arr > 0))):
             raise ValueError(
                 f"Prior('R2D2Precision'): parameter {key} must be a positive number"
-                f"{' or a vector of them, one per column' if key == 'concentration' else ''}, "
-                f"got {value!r}."
+                f"{' or a vector of them, one per column' if vector else ''}, got {value!r}."
             )
 
 
-def r2d2_precision(name: str, r2_a=1.0, r2_b=1.0, concentration=0.5, *, dims=None, **kwargs):
-    """Precisions whose weights share a Beta-distributed explained variance (the R2-D2 prior).
+def r2d2_precision(name: str, r2_a=0.5, r2_b=0.5, concentration=0.5, *, dims=None, **kwargs):
+    """Precisions whose weights share one prior variance of the function (the R2-D2 prior).
 
     Zhang, Naughton, Bondell and Reich (2022, J. Am. Stat. Assoc. 117: 862-874) put the prior on
-    the model's fit: ``R^2 ~ Beta(r2_a, r2_b)``, shared among the M columns by
+    the fit: ``R^2 ~ Beta(r2_a, r2_b)``, so that ``omega = R^2 / (1 - R^2)`` is
+    ``BetaPrime(r2_a, r2_b)``, and share ``omega`` among the M columns by
     ``phi ~ Dirichlet(concentration)``. On unit-RMS columns and targets (the normalised problem
-    of :mod:`bayes_rvm.models.priors`) column ``i``'s weight has prior variance
-    ``1 / alpha_i = R^2 phi_i``, so the function ``Phi w`` has prior mean square ``R^2`` (times
-    the targets' mean square) whatever M: as in pymc-extras' ``R2D2M2CP``, the explained
-    variance is stated against the targets' scale, and the noise keeps its own prior. Given the
-    precisions the weights are ``N(0, 1 / alpha_i)``, as under every ARD hyperprior.
+    of :mod:`bayes_rvm.models.priors`) column ``i``'s relative weight has prior variance
+    ``1 / alpha_i = omega phi_i``, so the function ``Phi w`` has prior mean square ``omega``
+    times the targets' whatever M (``E ||Phi w||^2 / N = sum_i 1 / alpha_i`` on unit-RMS
+    columns, however they correlate). The targets' mean square stands where Zhang et al. have
+    the noise variance, as pymc-extras' ``R2D2M2CP`` states the explained variance against the
+    targets' scale; the noise keeps its own prior. ``r2_a = r2_b = 1/2`` makes the function's
+    RMS ``sqrt(omega)`` half-Cauchy(1) (Gelman 2006's prior of a scale, on the whole function
+    rather than on each column). Given the precisions the weights are ``N(0, 1 / alpha_i)``, as
+    under every ARD hyperprior.
 
-    The vector ``(1 / alpha, 1 - R^2)`` lies on the simplex; when ``r2_a = M concentration`` it is
-    ``Dirichlet(concentration, ..., r2_b)``, and in general its density carries the factor
-    ``R^(2 (r2_a - sum concentration))``. NUTS samples ``x_i = log(v_i / (1 - R^2))``
-    (:func:`_r2d2_transform`), in which an unneeded column's left tail falls as
-    ``exp(concentration x_i)``.
+    NUTS samples ``log alpha``. An unneeded column's density falls as
+    ``alpha^(-concentration)`` in ``log alpha`` (the half-Cauchy's rate at ``concentration =
+    1/2``); a column the data need is limited by the heavy tail of ``omega``
+    (``P(omega > t) ~ t^(-r2_b)``), not by its share.
 
     Parameters
     ----------
     name : str
-    r2_a, r2_b : float, default=1.0
-        The Beta prior of ``R^2``.
+    r2_a, r2_b : float, default=0.5
+        The Beta prior of ``R^2 = omega / (1 + omega)``.
     concentration : float or array of shape (M,), default=0.5
-        The Dirichlet's concentration per column (a number for all). Must be called inside a
-        model context, with ``dims`` (or ``shape``) naming the columns.
+        The Dirichlet's concentration per column (a number for all).
     dims : str or sequence of str, optional
+        The columns' dimension: the variable is a vector over them (``dims`` or ``shape`` is
+        required). Must be called inside a model context.
     **kwargs
         Passed to :class:`pymc.CustomDist` (``shape``, ``initval``, ...).
     """
@@ -507,22 +467,19 @@ def r2d2_precision(name: str, r2_a=1.0, r2_b=1.0, concentration=0.5, *, dims=Non
         float(r2_b),
         conc,
         **_r2d2_dist_parts(),
-        transform=_r2d2_transform(),
+        transform=pm.distributions.transforms.log,
         dims=dims,
         **kwargs,
     )
 
 
-def _r2d2_precision_dist(r2_a=1.0, r2_b=1.0, concentration=0.5):
+def _r2d2_precision_dist(r2_a=0.5, r2_b=0.5, concentration=0.5):
     import pymc as pm
 
     _r2d2_parameters(r2_a, r2_b, concentration)
     # Unnamed (Prior's own checks): two columns when the concentration is one number.
-    conc = (
-        np.broadcast_to(np.asarray(concentration, dtype=np.float64), (2,))
-        if np.ndim(concentration) == 0
-        else np.asarray(concentration, dtype=np.float64)
-    )
+    conc = np.asarray(concentration, dtype=np.float64)
+    conc = np.full(2, float(conc)) if conc.ndim == 0 else conc
     return pm.CustomDist.dist(float(r2_a), float(r2_b), conc, **_r2d2_dist_parts())
 
 
