@@ -422,6 +422,23 @@ def _r2d2_parameters(r2_a, r2_b, concentration) -> None:
             )
 
 
+def _vector_log_transform():
+    """``log alpha`` for a vector variable: the Jacobian summed over its last axis (PyMC refuses
+    an elementwise one on a multivariate distribution)."""
+    import pytensor.tensor as pt
+    from pymc.distributions.transforms import LogTransform
+
+    class VectorLog(LogTransform):
+        # A LogTransform, so that Prior.has_positive_support knows it for a positive one.
+        name = "vector_log"
+        ndim_supp = 1
+
+        def log_jac_det(self, value, *inputs):
+            return pt.sum(value, axis=-1)
+
+    return VectorLog()
+
+
 def r2d2_precision(name: str, r2_a=0.5, r2_b=0.5, concentration=0.5, *, dims=None, **kwargs):
     """Precisions whose weights share one prior variance of the function (the R2-D2 prior).
 
@@ -467,7 +484,7 @@ def r2d2_precision(name: str, r2_a=0.5, r2_b=0.5, concentration=0.5, *, dims=Non
         float(r2_b),
         conc,
         **_r2d2_dist_parts(),
-        transform=pm.distributions.transforms.log,
+        transform=_vector_log_transform(),
         dims=dims,
         **kwargs,
     )
