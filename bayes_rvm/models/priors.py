@@ -45,23 +45,27 @@ Defaults
     P(alpha_rel < 10) is 0.66 against 0.87; on sinc (N = 100, width 2) PSIS-LOO elpd 78.0 against
     75.4 (se 5.8); at N = 10^6 the chains agree under both (max R-hat 1.011-1.020 against
     1.011-1.014 on three data sets, 2 x 500 unthinned draws; docs/theory.md).
-``default_alpha_prior("ard")``
+``default_alpha_prior("halfcauchy")``
     ``Prior("HalfCauchyPrecision", beta=0.1)``: a half-Cauchy of scale :data:`DEFAULT_WEIGHT_SCALE`
     on the relative weight scale ``alpha_rel^(-1/2)`` (Gelman 2006), sampled in ``log alpha``; the
-    regression's and the classifiers' default (their latent function in its own units, on unit-RMS
-    columns). What it does: a proper, weakly informative prior that NUTS samples without
-    divergences, whose posterior predicts well, and which determines relevance where the data do: on
-    20 independent features, 3 informative (N = 100, 2 x 500 draws), the irrelevant columns'
-    posterior median log10 alpha_rel lies 1.75 above the informative ones', and P(alpha_rel < 10),
-    0.805 under the prior, goes to 0.975 and 0.66 (``tests/test_relevance.py`` checks each column
-    against its one-dimensional posterior). What it does not do: make the posterior sparse. On a
-    redundant kernel basis (sinc, width 2: neighbouring columns correlate at 0.998, 18 of 100
-    singular values above 1e-3 of the largest) the data fix combinations of weights, not which
-    column carries them; the posterior spreads over many columns (12.2 effective parameters where
-    type-II has 6.5; 8.0 on 30 added columns of an unrelated input) and each column's ``alpha_rel``
-    stays near its prior (median log10 0.13 for type-II's relevance vectors and for the pruned
-    alike). ``benchmarks/bench_relevance.py`` and ``docs/theory.md`` ("Hyperpriors under MCMC") have
-    the comparison with the alternatives.
+    classifiers' and the count model's default (their latent function in its own units, on unit-RMS
+    columns), and the regression's while :data:`DEFAULT_REGRESSION_ALPHA_PRIOR` names it
+    (``alpha_prior="halfcauchy"`` asks for it by name). It is a prior per column, so the prior on
+    the function grows with the number of columns M: the prior predictive's median ``|y|`` is about
+    4 times the targets' RMS at N = 100 on a kernel basis (M = 101) and about 40 times at N = 1000
+    (a sum of M half-Cauchy variances, whose median grows as M^2). What it does: a proper, weakly
+    informative prior that NUTS samples without divergences, whose posterior predicts well, and
+    which determines relevance where the data do: on 20 independent features, 3 informative (N =
+    100, 2 x 500 draws), the irrelevant columns' posterior median log10 alpha_rel lies 1.75 above
+    the informative ones', and P(alpha_rel < 10), 0.805 under the prior, goes to 0.975 and 0.66
+    (``tests/test_relevance.py`` checks each column against its one-dimensional posterior). What it
+    does not do: make the posterior sparse. On a redundant kernel basis (sinc, width 2: neighbouring
+    columns correlate at 0.998, 18 of 100 singular values above 1e-3 of the largest) the data fix
+    combinations of weights, not which column carries them; the posterior spreads over many columns
+    (12.2 effective parameters where type-II has 6.5; 8.0 on 30 added columns of an unrelated input)
+    and each column's ``alpha_rel`` stays near its prior (median log10 0.13 for type-II's relevance
+    vectors and for the pruned alike). ``benchmarks/bench_relevance.py`` and ``docs/theory.md``
+    ("Hyperpriors under MCMC") have the comparison with the alternatives.
 :func:`sparse_alpha_prior` ``(M, N)``
     ``HalfCauchyPrecision(beta=1 / ((M - 1) sqrt(N)))``, the horseshoe's global scale of Piironen
     and Vehtari (2017, Electron. J. Stat. 11: 5018-5051) fixed at their ``tau0``. What it does: a
@@ -90,6 +94,27 @@ Defaults
     sinc, 3.5 effective parameters on the unrelated columns; the global scale grows until irrelevant
     features' P(alpha_rel < 10) exceeds its prior's, and on sinc its per-region figures are the
     default's. Not the default: not clearly better, and its global scale depends on M and N.
+``default_alpha_prior("r2d2")``
+    ``Prior("R2D2Precision", r2_a=0.5, r2_b=0.5, concentration=0.5)`` (:func:`r2d2_precision`,
+    :data:`DEFAULT_R2D2`): the R2-D2 prior of Zhang et al. (2022), a prior on the function rather
+    than on each column. The function's mean square ``omega = sum_i 1 / alpha_rel_i`` (in units of
+    the targets' mean square) is ``BetaPrime(1/2, 1/2)``, its RMS half-Cauchy(1), and a
+    ``Dirichlet(1/2, ..., 1/2)`` shares it among the columns; the weights stay ``N(0, 1 / alpha_i)``
+    given the precisions. What it does: the prior predictive no longer depends on M (median ``|y|``
+    0.95 and 0.96 of the targets' RMS on sinc at N = 100 and 1000, against the half-Cauchy's 4.5 and
+    44; on Friedman #2 0.95 and 0.96 against 8.1 and 79; 2000 draws), and on the problems measured
+    it predicts as well as the half-Cauchy (RVR defaults, 4 x 1000 draws, PSIS-LOO elpd, N = 100:
+    sinc 85.9 / 92.5 / 76.3 against 85.3 / 91.8 / 76.0 on three seeds, dse 0.3-0.5; Friedman #2,
+    noise 125, 4 standardised inputs, -620.7 / -637.4 against -620.7 / -636.5, dse 0.5-0.7), with no
+    divergences and max R-hat 1.005-1.008 under both. What it costs: a lower bulk ESS per draw on
+    sinc (min 1550-1750 of 4000 against about 4200). Stating ``R^2`` itself against the targets'
+    scale (``1 / alpha_i = R^2 phi_i``, as pymc-extras' ``R2D2M2CP`` does, so that the function's
+    mean square is below the targets') cost 16-22 nats on Friedman #2, where the kernel columns'
+    weights must exceed the function's RMS: the BetaPrime's tail on ``omega`` allows them.
+``DEFAULT_REGRESSION_ALPHA_PRIOR``
+    The name (``"halfcauchy"`` or ``"r2d2"``) of the ARD hyperprior the Gaussian regression models
+    (:func:`bayes_rvm.models.graphs.rvm_regression_model`, ``rvm_width_model``, RVR's MCMC and
+    VI) use when none is given: ``default_alpha_prior("ard")``.
 ``default_alpha_prior("student_t", nu, s)``
     ``alpha_rel ~ Gamma(nu / 2, nu s^2 / 2)``, whose marginal is ``w ~ StudentT(nu, 0, s)``.
 ``DEFAULT_NOISE_PRIOR``
