@@ -106,11 +106,13 @@ Defaults
     it predicts as well as the half-Cauchy (RVR defaults, 4 x 1000 draws, PSIS-LOO elpd, N = 100:
     sinc 85.9 / 92.5 / 76.3 against 85.3 / 91.8 / 76.0 on three seeds, dse 0.3-0.5; Friedman #2,
     noise 125, 4 standardised inputs, -620.7 / -637.4 against -620.7 / -636.5, dse 0.5-0.7), with no
-    divergences and max R-hat 1.005-1.008 under both. What it costs: a lower bulk ESS per draw on
-    sinc (min 1550-1750 of 4000 against about 4200). Stating ``R^2`` itself against the targets'
-    scale (``1 / alpha_i = R^2 phi_i``, as pymc-extras' ``R2D2M2CP`` does, so that the function's
-    mean square is below the targets') cost 16-22 nats on Friedman #2, where the kernel columns'
-    weights must exceed the function's RMS: the BetaPrime's tail on ``omega`` allows them.
+    divergences and max R-hat 1.005-1.008 under both. What it costs: slower mixing on sinc, min bulk
+    ESS 1550-1750 of 4000 draws against about 4200, 27 against 88 per 1000 gradient evaluations (N =
+    300: 13 against 108, elpd 267.6 against 266.4), where on Friedman #2 it mixed better (21 against
+    12). Stating ``R^2`` itself against the targets' scale (``1 / alpha_i = R^2 phi_i``, as
+    pymc-extras' ``R2D2M2CP`` does, so that the function's mean square is below the targets') cost
+    16-22 nats on Friedman #2, where the kernel columns' weights must exceed the function's RMS: the
+    BetaPrime's tail on ``omega`` allows them.
 ``DEFAULT_REGRESSION_ALPHA_PRIOR``
     The name (``"halfcauchy"`` or ``"r2d2"``) of the ARD hyperprior the Gaussian regression models
     (:func:`bayes_rvm.models.graphs.rvm_regression_model`, ``rvm_width_model``, RVR's MCMC and
