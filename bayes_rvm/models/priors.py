@@ -111,7 +111,7 @@ Defaults
     300: 13 against 108, elpd 267.6 against 266.4), where on Friedman #2 it mixed better (21 against
     12). Stating ``R^2`` itself against the targets' scale (``1 / alpha_i = R^2 phi_i``, as
     pymc-extras' ``R2D2M2CP`` does, so that the function's mean square is below the targets') cost
-    16-22 nats on Friedman #2, where the kernel columns' weights must exceed the function's RMS: the
+    16-23 nats on Friedman #2, where the kernel columns' weights must exceed the function's RMS: the
     BetaPrime's tail on ``omega`` allows them.
 ``DEFAULT_REGRESSION_ALPHA_PRIOR``
     The name (``"halfcauchy"`` or ``"r2d2"``) of the ARD hyperprior the Gaussian regression models
