@@ -52,6 +52,7 @@ from bayes_rvm.models.priors import (
     DEFAULT_MCMC_NU,
     DEFAULT_NU,
     DEFAULT_WEIGHT_SCALE,
+    NAMED_ALPHA_PRIORS,
     Prior,
     as_prior,
 )
@@ -219,7 +220,7 @@ KERNEL_PARAMS = ParamGroup(
 #: Constraints of the keys of ``prior_params`` and ``sampler_config`` that both estimators take.
 PRIOR_CONSTRAINTS = {
     "nu": [POSITIVE, Prior, StrOptions({"auto"})],
-    "alpha_prior": [Prior, dict, None],
+    "alpha_prior": [Prior, dict, StrOptions(set(NAMED_ALPHA_PRIORS)), None],
 }
 SAMPLER_CONSTRAINTS = {
     "draws": [Interval(Integral, 1, None, closed="left")],

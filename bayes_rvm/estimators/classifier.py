@@ -152,8 +152,9 @@ default="evidence_shared"
     prior_params : dict, optional
         ``nu`` (float, Prior or "auto"): the Student-t prior's degrees of freedom, as in
         :class:`~bayes_rvm.RVR` (``"auto"``: 1e-4 for the type-II fit, 1 under MCMC).
-        ``alpha_prior`` (Prior): MCMC hyperprior of the relative precisions under ``"ard"``,
-        default a half-Cauchy of scale 0.1 on ``alpha_rel^-1/2`` (:mod:`bayes_rvm.models.priors`).
+        ``alpha_prior`` (Prior, or ``"halfcauchy"`` / ``"r2d2"``): MCMC hyperprior of the
+        relative precisions under ``"ard"``, default a half-Cauchy of scale 0.1 on
+        ``alpha_rel^-1/2`` (:mod:`bayes_rvm.models.priors`).
         ``threshold_alpha`` (float, default 1e9): the largest ``alpha`` (on the unit-norm scale)
         still taken as finite.
     solver : {"sequential", "mackay"}, default="sequential"

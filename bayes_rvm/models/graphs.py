@@ -39,7 +39,11 @@ Priors on the weights:
     relevance: with a redundant basis each alpha's posterior stays near its prior (see
     :mod:`bayes_rvm.models.priors`, which also offers
     :func:`bayes_rvm.models.priors.sparse_alpha_prior`, and
-    what it costs). A Gamma hyperprior on ``alpha`` (Tipping's choice) with small
+    what it costs). Per column, it makes the prior on the function grow with the number of
+    columns; the R2-D2 prior (``alpha_prior="r2d2"``,
+    :func:`bayes_rvm.models.priors.r2d2_precision`) states it for the function instead, and
+    :data:`bayes_rvm.models.priors.DEFAULT_REGRESSION_ALPHA_PRIOR` names the regression
+    models' default. A Gamma hyperprior on ``alpha`` (Tipping's choice) with small
     shape and rate is available through ``alpha_prior``; NUTS wanders over its flat ``log alpha``.
 ``prior="student_t"``
     ``alpha_rel_i ~ Gamma(nu/2, nu s^2 / 2)``, which integrates to relative weights
@@ -152,14 +156,14 @@ def _weight_precision(prior, alpha_prior, nu, s, phi_scale, y_scale):
     return alpha, pm.Deterministic("log_alpha", pt.log(alpha), dims=BASIS)
 
 
-def _resolve_priors(prior, alpha_prior, nu, s):
+def _resolve_priors(prior, alpha_prior, nu, s, default="ard"):
     """The ARD hyperprior (None under Student-t) and the Student-t scale (None under ARD) that a
     model is built with; warns where a fixed ``nu`` makes ``Gamma(nu/2, nu s^2/2)`` a prior NUTS
     cannot sample: with a shape of ``nu / 2`` the probability of ``alpha_rel < x`` is about
     ``x^(nu/2)``, so at the type-II default ``nu = 1e-4`` most of the mass lies below 1e-300,
-    beyond float64."""
+    beyond float64. ``default`` names the ARD hyperprior used when none is given."""
     if prior == "ard":
-        return alpha_prior or default_alpha_prior("ard"), None
+        return alpha_prior or default_alpha_prior(default), None
     if not isinstance(nu, Prior):
         from scipy.special import gammainc
 
@@ -552,9 +556,11 @@ def rvm_regression_model(
         ``"marginal"``: ``w`` integrated out (fast, NUTS-friendly; ``w`` is drawn back by
         :func:`bayes_rvm.inference.complete_posterior`). ``"joint"``: non-centred
         ``w = z / sqrt(alpha)`` with a ``pm.Normal`` likelihood (or ``centred``).
-    alpha_prior : Prior, optional
-        Hyperprior of ``alpha_rel`` under ``prior="ard"``; default
-        :func:`bayes_rvm.models.priors.default_alpha_prior` (half-Cauchy on ``alpha_rel^-1/2``).
+    alpha_prior : Prior or {"halfcauchy", "r2d2"}, optional
+        Hyperprior of ``alpha_rel`` under ``prior="ard"``, or its name; default
+        :func:`bayes_rvm.models.priors.default_alpha_prior` ``("ard")``, the one
+        :data:`~bayes_rvm.models.priors.DEFAULT_REGRESSION_ALPHA_PRIOR` names (a half-Cauchy on
+        ``alpha_rel^-1/2`` per column, or the R2-D2 prior on the function).
     nu : float or Prior, default=1e-4
         Degrees of freedom of the Student-t prior, fixed or sampled (a :class:`Prior`, created as
         the variable ``nu``).
@@ -819,7 +825,8 @@ def rvm_classification_model(
             f"likelihood must be 'auto', 'bernoulli', 'softmax' or 'poisson', got {likelihood!r}."
         )
     alpha_prior = _check_priors(prior, "joint", alpha_prior, nu, s, forms=("joint",))
-    alpha_prior, s = _resolve_priors(prior, alpha_prior, nu, s)
+    # R-squared has no meaning for a latent without noise: the per-column half-Cauchy.
+    alpha_prior, s = _resolve_priors(prior, alpha_prior, nu, s, default="halfcauchy")
     for name, value in (("slab", slab), ("intercept_sd", intercept_sd)):
         if value is not None and not (np.isfinite(value) and value > 0):
             raise ValueError(f"{name} must be a positive number or None, got {value!r}.")
@@ -1019,8 +1026,8 @@ def rvm_width_model(
         samples ``log gamma_rel``); default :data:`bayes_rvm.models.priors.DEFAULT_GAMMA_PRIOR`.
     gamma_ref : float, optional
         The reference coefficient; default :func:`bayes_rvm.basis.kernels.reference_gamma` of ``X``.
-    alpha_prior : Prior, optional
-        Hyperprior of ``alpha_rel``; default a half-Cauchy of scale 0.1 on ``alpha_rel^-1/2``.
+    alpha_prior : Prior or {"halfcauchy", "r2d2"}, optional
+        Hyperprior of ``alpha_rel``; default that of :func:`rvm_regression_model`.
     noise_prior : Prior, optional
         Prior of ``sigma_rel``; default ``HalfNormal(1)``.
     noise_sd : float, optional

@@ -45,23 +45,27 @@ Defaults
     P(alpha_rel < 10) is 0.66 against 0.87; on sinc (N = 100, width 2) PSIS-LOO elpd 78.0 against
     75.4 (se 5.8); at N = 10^6 the chains agree under both (max R-hat 1.011-1.020 against
     1.011-1.014 on three data sets, 2 x 500 unthinned draws; docs/theory.md).
-``default_alpha_prior("ard")``
+``default_alpha_prior("halfcauchy")``
     ``Prior("HalfCauchyPrecision", beta=0.1)``: a half-Cauchy of scale :data:`DEFAULT_WEIGHT_SCALE`
     on the relative weight scale ``alpha_rel^(-1/2)`` (Gelman 2006), sampled in ``log alpha``; the
-    regression's and the classifiers' default (their latent function in its own units, on unit-RMS
-    columns). What it does: a proper, weakly informative prior that NUTS samples without
-    divergences, whose posterior predicts well, and which determines relevance where the data do: on
-    20 independent features, 3 informative (N = 100, 2 x 500 draws), the irrelevant columns'
-    posterior median log10 alpha_rel lies 1.75 above the informative ones', and P(alpha_rel < 10),
-    0.805 under the prior, goes to 0.975 and 0.66 (``tests/test_relevance.py`` checks each column
-    against its one-dimensional posterior). What it does not do: make the posterior sparse. On a
-    redundant kernel basis (sinc, width 2: neighbouring columns correlate at 0.998, 18 of 100
-    singular values above 1e-3 of the largest) the data fix combinations of weights, not which
-    column carries them; the posterior spreads over many columns (12.2 effective parameters where
-    type-II has 6.5; 8.0 on 30 added columns of an unrelated input) and each column's ``alpha_rel``
-    stays near its prior (median log10 0.13 for type-II's relevance vectors and for the pruned
-    alike). ``benchmarks/bench_relevance.py`` and ``docs/theory.md`` ("Hyperpriors under MCMC") have
-    the comparison with the alternatives.
+    classifiers' and the count model's default (their latent function in its own units, on unit-RMS
+    columns), and the regression's while :data:`DEFAULT_REGRESSION_ALPHA_PRIOR` names it
+    (``alpha_prior="halfcauchy"`` asks for it by name). It is a prior per column, so the prior on
+    the function grows with the number of columns M: the prior predictive's median ``|y|`` is about
+    4 times the targets' RMS at N = 100 on a kernel basis (M = 101) and about 40 times at N = 1000
+    (a sum of M half-Cauchy variances, whose median grows as M^2). What it does: a proper, weakly
+    informative prior that NUTS samples without divergences, whose posterior predicts well, and
+    which determines relevance where the data do: on 20 independent features, 3 informative (N =
+    100, 2 x 500 draws), the irrelevant columns' posterior median log10 alpha_rel lies 1.75 above
+    the informative ones', and P(alpha_rel < 10), 0.805 under the prior, goes to 0.975 and 0.66
+    (``tests/test_relevance.py`` checks each column against its one-dimensional posterior). What it
+    does not do: make the posterior sparse. On a redundant kernel basis (sinc, width 2: neighbouring
+    columns correlate at 0.998, 18 of 100 singular values above 1e-3 of the largest) the data fix
+    combinations of weights, not which column carries them; the posterior spreads over many columns
+    (12.2 effective parameters where type-II has 6.5; 8.0 on 30 added columns of an unrelated input)
+    and each column's ``alpha_rel`` stays near its prior (median log10 0.13 for type-II's relevance
+    vectors and for the pruned alike). ``benchmarks/bench_relevance.py`` and ``docs/theory.md``
+    ("Hyperpriors under MCMC") have the comparison with the alternatives.
 :func:`sparse_alpha_prior` ``(M, N)``
     ``HalfCauchyPrecision(beta=1 / ((M - 1) sqrt(N)))``, the horseshoe's global scale of Piironen
     and Vehtari (2017, Electron. J. Stat. 11: 5018-5051) fixed at their ``tau0``. What it does: a
@@ -90,6 +94,29 @@ Defaults
     sinc, 3.5 effective parameters on the unrelated columns; the global scale grows until irrelevant
     features' P(alpha_rel < 10) exceeds its prior's, and on sinc its per-region figures are the
     default's. Not the default: not clearly better, and its global scale depends on M and N.
+``default_alpha_prior("r2d2")``
+    ``Prior("R2D2Precision", r2_a=0.5, r2_b=0.5, concentration=0.5)`` (:func:`r2d2_precision`,
+    :data:`DEFAULT_R2D2`): the R2-D2 prior of Zhang et al. (2022), a prior on the function rather
+    than on each column. The function's mean square ``omega = sum_i 1 / alpha_rel_i`` (in units of
+    the targets' mean square) is ``BetaPrime(1/2, 1/2)``, its RMS half-Cauchy(1), and a
+    ``Dirichlet(1/2, ..., 1/2)`` shares it among the columns; the weights stay ``N(0, 1 / alpha_i)``
+    given the precisions. What it does: the prior predictive no longer depends on M (median ``|y|``
+    0.95 and 0.96 of the targets' RMS on sinc at N = 100 and 1000, against the half-Cauchy's 4.5 and
+    44; on Friedman #2 0.95 and 0.96 against 8.1 and 79; 2000 draws), and on the problems measured
+    it predicts as well as the half-Cauchy (RVR defaults, 4 x 1000 draws, PSIS-LOO elpd, N = 100:
+    sinc 85.9 / 92.5 / 76.3 against 85.3 / 91.8 / 76.0 on three seeds, dse 0.3-0.5; Friedman #2,
+    noise 125, 4 standardised inputs, -620.7 / -637.4 against -620.7 / -636.5, dse 0.5-0.7), with no
+    divergences and max R-hat 1.005-1.008 under both. What it costs: slower mixing on sinc, min bulk
+    ESS 1550-1750 of 4000 draws against about 4200, 27 against 88 per 1000 gradient evaluations (N =
+    300: 13 against 108, elpd 267.6 against 266.4), where on Friedman #2 it mixed better (21 against
+    12). Stating ``R^2`` itself against the targets' scale (``1 / alpha_i = R^2 phi_i``, as
+    pymc-extras' ``R2D2M2CP`` does, so that the function's mean square is below the targets') cost
+    16-23 nats on Friedman #2, where the kernel columns' weights must exceed the function's RMS: the
+    BetaPrime's tail on ``omega`` allows them.
+``DEFAULT_REGRESSION_ALPHA_PRIOR``
+    The name (``"halfcauchy"`` or ``"r2d2"``) of the ARD hyperprior the Gaussian regression models
+    (:func:`bayes_rvm.models.graphs.rvm_regression_model`, ``rvm_width_model``, RVR's MCMC and
+    VI) use when none is given: ``default_alpha_prior("ard")``.
 ``default_alpha_prior("student_t", nu, s)``
     ``alpha_rel ~ Gamma(nu / 2, nu s^2 / 2)``, whose marginal is ``w ~ StudentT(nu, 0, s)``.
 ``DEFAULT_NOISE_PRIOR``
@@ -123,13 +150,17 @@ __all__ = [
     "DEFAULT_MCMC_NU",
     "DEFAULT_NOISE_PRIOR",  # noqa: F822
     "DEFAULT_NU",
+    "DEFAULT_R2D2",
+    "DEFAULT_REGRESSION_ALPHA_PRIOR",
     "DEFAULT_WEIGHT_SCALE",
+    "NAMED_ALPHA_PRIORS",
     "Prior",
     "as_prior",
     "decode_params",
     "default_alpha_prior",
     "encode_params",
     "halfcauchy_precision",
+    "r2d2_precision",
     "regularised_horseshoe_precision",
     "sparse_alpha_prior",
 ]
@@ -143,6 +174,14 @@ DEFAULT_MCMC_NU = 1.0
 #: Prior scale of a relative weight on a unit-RMS column (the default ARD half-Cauchy's and the
 #: Student-t prior's ``s``): a basis function contributes about a tenth of the targets' RMS.
 DEFAULT_WEIGHT_SCALE = 0.1
+
+#: The ARD hyperprior that the Gaussian regression models sample by default ("r2d2" or
+#: "halfcauchy", :func:`default_alpha_prior`); the classifiers and counts keep "halfcauchy".
+DEFAULT_REGRESSION_ALPHA_PRIOR = "halfcauchy"
+
+#: The R2-D2 default's parameters (:func:`r2d2_precision`): R^2 ~ Beta(1/2, 1/2), the function's
+#: RMS half-Cauchy(1) in units of the targets', shared by a Dirichlet of concentration 1/2.
+DEFAULT_R2D2 = {"r2_a": 0.5, "r2_b": 0.5, "concentration": 0.5}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -321,6 +360,183 @@ def _horseshoe_parts() -> dict:
     }
 
 
+# ---------------------------------------------------------------------------------------------
+# R2-D2 (Zhang et al. 2022): a prior on the function's total variance, shared among the columns
+# ---------------------------------------------------------------------------------------------
+def _r2d2_logp(value, r2_a, r2_b, concentration):
+    import pytensor.tensor as pt
+    from pymc.distributions.dist_math import check_parameters
+
+    # omega ~ BetaPrime(a, b) and phi ~ Dirichlet(c) give v = omega phi (v = 1 / alpha) the
+    # density BetaPrime(omega; a, b) Dir(v / omega; c) / omega^(M - 1), and alpha the Jacobian
+    # prod v^2: the logp below (r2d2_precision).
+    c = concentration
+    log_v = -pt.log(value)
+    omega = pt.sum(pt.exp(log_v), axis=-1)
+    c_sum = pt.sum(c, axis=-1)
+    log_norm = (
+        pt.gammaln(r2_a + r2_b)
+        - pt.gammaln(r2_a)
+        - pt.gammaln(r2_b)
+        + pt.gammaln(c_sum)
+        - pt.sum(pt.gammaln(c), axis=-1)
+    )
+    logp = (
+        log_norm
+        + pt.sum((c + 1.0) * log_v, axis=-1)
+        + (r2_a - c_sum) * pt.log(omega)
+        - (r2_a + r2_b) * pt.log1p(omega)
+    )
+    return check_parameters(
+        logp, r2_a > 0, r2_b > 0, pt.all(c > 0), msg="r2_a > 0, r2_b > 0, concentration > 0"
+    )
+
+
+def _r2d2_support_point(rv, size, r2_a, r2_b, concentration):
+    import pytensor.tensor as pt
+    from pymc.distributions.shape_utils import rv_size_is_none
+
+    # Each column's share c_i / sum(c) of omega = a / b (the median of omega when a = b).
+    share = r2_a / r2_b * concentration / pt.sum(concentration, axis=-1, keepdims=True)
+    out = 1.0 / share
+    if rv_size_is_none(size):
+        return out
+    return pt.broadcast_to(out, pt.concatenate([size, out.shape[-1:]]))
+
+
+def _r2d2_graph(r2_a, r2_b, concentration, size):
+    import pymc as pm
+
+    # omega = G_a / G_b, a BetaPrime(a, b), without the rounding of R^2 / (1 - R^2) near R^2 = 1
+    omega = pm.Gamma.dist(r2_a, 1.0, size=size) / pm.Gamma.dist(r2_b, 1.0, size=size)
+    phi = pm.Dirichlet.dist(concentration, size=size)
+    return 1.0 / (omega[..., None] * phi)
+
+
+def _r2d2_concentration(concentration, dims, kwargs) -> Any:
+    """The Dirichlet concentration as a vector of the columns' length (the model's dimension)."""
+    import pymc as pm
+    import pytensor.tensor as pt
+
+    conc = pt.as_tensor_variable(np.asarray(concentration, dtype=np.float64))
+    if conc.ndim > 0:
+        return conc
+    if "shape" in kwargs:
+        length = np.atleast_1d(kwargs["shape"])[-1]
+    elif dims is not None:
+        dims = (dims,) if isinstance(dims, str) else tuple(dims)
+        length = pm.modelcontext(None).dim_lengths[dims[-1]]
+    else:
+        raise ValueError(
+            "Prior('R2D2Precision') is a vector over the columns: create it with dims or shape."
+        )
+    return pt.full((length,), conc)
+
+
+def _r2d2_parameters(r2_a, r2_b, concentration) -> None:
+    """Refuse, by name, parameters that are not positive numbers (a vector for concentration)."""
+    for key, value in (("r2_a", r2_a), ("r2_b", r2_b), ("concentration", concentration)):
+        try:
+            arr = np.asarray(value, dtype=np.float64)
+        except (TypeError, ValueError):
+            arr = None
+        vector = key == "concentration"
+        ok = arr is not None and arr.ndim <= int(vector) and arr.size > 0
+        if not (ok and np.all(np.isfinite(arr) & (arr > 0))):
+            raise ValueError(
+                f"Prior('R2D2Precision'): parameter {key} must be a positive number"
+                f"{' or a vector of them, one per column' if vector else ''}, got {value!r}."
+            )
+
+
+def _vector_log_transform():
+    """``log alpha`` for a vector variable: the Jacobian summed over its last axis (PyMC refuses
+    an elementwise one on a multivariate distribution)."""
+    import pytensor.tensor as pt
+    from pymc.distributions.transforms import LogTransform
+
+    class VectorLog(LogTransform):
+        # A LogTransform, so that Prior.has_positive_support knows it for a positive one.
+        name = "vector_log"
+        ndim_supp = 1
+
+        def log_jac_det(self, value, *inputs):
+            return pt.sum(value, axis=-1)
+
+    return VectorLog()
+
+
+def r2d2_precision(name: str, r2_a=0.5, r2_b=0.5, concentration=0.5, *, dims=None, **kwargs):
+    """Precisions whose weights share one prior variance of the function (the R2-D2 prior).
+
+    Zhang, Naughton, Bondell and Reich (2022, J. Am. Stat. Assoc. 117: 862-874) put the prior on
+    the fit: ``R^2 ~ Beta(r2_a, r2_b)``, so that ``omega = R^2 / (1 - R^2)`` is
+    ``BetaPrime(r2_a, r2_b)``, and share ``omega`` among the M columns by
+    ``phi ~ Dirichlet(concentration)``. On unit-RMS columns and targets (the normalised problem
+    of :mod:`bayes_rvm.models.priors`) column ``i``'s relative weight has prior variance
+    ``1 / alpha_i = omega phi_i``, so the function ``Phi w`` has prior mean square ``omega``
+    times the targets' whatever M (``E ||Phi w||^2 / N = sum_i 1 / alpha_i`` on unit-RMS
+    columns, however they correlate). The targets' mean square stands where Zhang et al. have
+    the noise variance, as pymc-extras' ``R2D2M2CP`` states the explained variance against the
+    targets' scale; the noise keeps its own prior. ``r2_a = r2_b = 1/2`` makes the function's
+    RMS ``sqrt(omega)`` half-Cauchy(1) (Gelman 2006's prior of a scale, on the whole function
+    rather than on each column). Given the precisions the weights are ``N(0, 1 / alpha_i)``, as
+    under every ARD hyperprior.
+
+    NUTS samples ``log alpha``. An unneeded column's density falls as
+    ``alpha^(-concentration)`` in ``log alpha`` (the half-Cauchy's rate at ``concentration =
+    1/2``); a column the data need is limited by the heavy tail of ``omega``
+    (``P(omega > t) ~ t^(-r2_b)``), not by its share.
+
+    Parameters
+    ----------
+    name : str
+    r2_a, r2_b : float, default=0.5
+        The Beta prior of ``R^2 = omega / (1 + omega)``.
+    concentration : float or array of shape (M,), default=0.5
+        The Dirichlet's concentration per column (a number for all).
+    dims : str or sequence of str, optional
+        The columns' dimension: the variable is a vector over them (``dims`` or ``shape`` is
+        required). Must be called inside a model context.
+    **kwargs
+        Passed to :class:`pymc.CustomDist` (``shape``, ``initval``, ...).
+    """
+    import pymc as pm
+
+    _r2d2_parameters(r2_a, r2_b, concentration)
+    conc = _r2d2_concentration(concentration, dims, kwargs)
+    return pm.CustomDist(
+        name,
+        float(r2_a),
+        float(r2_b),
+        conc,
+        **_r2d2_dist_parts(),
+        transform=_vector_log_transform(),
+        dims=dims,
+        **kwargs,
+    )
+
+
+def _r2d2_precision_dist(r2_a=0.5, r2_b=0.5, concentration=0.5):
+    import pymc as pm
+
+    _r2d2_parameters(r2_a, r2_b, concentration)
+    # Unnamed (Prior's own checks): two columns when the concentration is one number.
+    conc = np.asarray(concentration, dtype=np.float64)
+    conc = np.full(2, float(conc)) if conc.ndim == 0 else conc
+    return pm.CustomDist.dist(float(r2_a), float(r2_b), conc, **_r2d2_dist_parts())
+
+
+def _r2d2_dist_parts() -> dict:
+    return {
+        "logp": _r2d2_logp,
+        "dist": _r2d2_graph,
+        "support_point": _r2d2_support_point,
+        "signature": "(),(),(m)->(m)",
+        "class_name": "R2D2Precision",
+    }
+
+
 #: Distributions known by name besides PyMC's own: name -> (factory, parameter names, the
 #: factory of an unnamed variable).
 _EXTRA_DISTRIBUTIONS = {
@@ -330,7 +546,16 @@ _EXTRA_DISTRIBUTIONS = {
         ("beta", "c"),
         _regularised_horseshoe_dist,
     ),
+    "R2D2Precision": (
+        r2d2_precision,
+        ("r2_a", "r2_b", "concentration"),
+        _r2d2_precision_dist,
+    ),
 }
+
+
+#: Those of them whose variable is a vector over the columns (created with ``dims`` or ``shape``).
+_VECTOR_DISTRIBUTIONS = frozenset({"R2D2Precision"})
 
 
 def _pymc_parameters(dist: str) -> set[str] | None:
@@ -561,8 +786,10 @@ class Prior:
         """Whether the distribution lives on the positive reals (PyMC samples it in logs)."""
         import pymc as pm
 
+        # A vector over the columns (R2D2Precision) needs their number: two will do.
+        size = {"shape": (2,)} if self.distribution in _VECTOR_DISTRIBUTIONS else {}
         with pm.Model() as model:
-            var = self.create_variable("x")
+            var = self.create_variable("x", **size)
         transform = model.rvs_to_transforms.get(var)
         return isinstance(transform, pm.distributions.transforms.LogTransform)
 
@@ -685,17 +912,30 @@ def sparse_alpha_prior(n_basis: int, n_samples: int) -> Prior:
     return Prior("HalfCauchyPrecision", beta=1.0 / (max(n_basis - 1, 1) * np.sqrt(n_samples)))
 
 
+#: The hyperpriors that ``alpha_prior`` may name (estimators' ``prior_params``, the models).
+NAMED_ALPHA_PRIORS = ("halfcauchy", "r2d2")
+
+
 def default_alpha_prior(
     prior: str = "ard", nu: float | Prior = DEFAULT_NU, s: float = DEFAULT_WEIGHT_SCALE
 ):
     """The default hyperprior of the relative precisions ``alpha_rel`` for a weight prior.
 
-    ``"ard"``: :func:`halfcauchy_precision` of scale :data:`DEFAULT_WEIGHT_SCALE`.
+    ``"ard"``: the Gaussian regression models' default, the hyperprior that
+    :data:`DEFAULT_REGRESSION_ALPHA_PRIOR` names.
+    ``"halfcauchy"``: :func:`halfcauchy_precision` of scale :data:`DEFAULT_WEIGHT_SCALE` per
+    column (the classifiers' and the count model's default).
+    ``"r2d2"``: :func:`r2d2_precision` with :data:`DEFAULT_R2D2`, a prior on the share of the
+    targets' mean square that the columns together explain.
     ``"student_t"``: ``Gamma(nu/2, nu s^2/2)`` (returns None when ``nu`` is itself a
     :class:`Prior`: the model builds that Gamma from the ``nu`` variable).
     """
     if prior == "ard":
+        prior = DEFAULT_REGRESSION_ALPHA_PRIOR
+    if prior == "halfcauchy":
         return Prior("HalfCauchyPrecision", beta=DEFAULT_WEIGHT_SCALE)
+    if prior == "r2d2":
+        return Prior("R2D2Precision", **DEFAULT_R2D2)
     if prior == "student_t":
         if isinstance(nu, Prior):
             return None
@@ -709,7 +949,9 @@ def default_alpha_prior(
                     f"{' or a Prior' if name == 'nu' else ''}, got {value!r}."
                 )
         return Prior("Gamma", alpha=float(nu) / 2.0, beta=float(nu) * float(s) ** 2 / 2.0)
-    raise ValueError(f"prior must be 'ard' or 'student_t', got {prior!r}.")
+    raise ValueError(
+        f"prior must be 'ard', 'student_t' or one of {NAMED_ALPHA_PRIORS}, got {prior!r}."
+    )
 
 
 #: The default priors built on first use (PEP 562): a Prior of a PyMC distribution checks its
@@ -733,9 +975,18 @@ def __getattr__(name: str) -> Prior:
 def as_prior(value, name: str, *, positive: bool = False) -> Prior | None:
     """Accept None, a :class:`Prior` or its dict form; anything else is a clear error.
 
+    An ``alpha_prior`` may also be a name of :data:`NAMED_ALPHA_PRIORS` (``"r2d2"``,
+    ``"halfcauchy"``): :func:`default_alpha_prior` of it.
+
     ``positive=True``: the prior of a scale or a precision, which must live on the positive reals
     (a ``Normal`` there would give NaN densities at every negative draw).
     """
+    if isinstance(value, str) and name == "alpha_prior":
+        if value not in NAMED_ALPHA_PRIORS:
+            raise ValueError(
+                f"alpha_prior names one of {NAMED_ALPHA_PRIORS} (or give a Prior), got {value!r}."
+            )
+        value = default_alpha_prior(value)
     if value is not None and not isinstance(value, Prior):
         if not isinstance(value, Mapping):
             raise TypeError(
