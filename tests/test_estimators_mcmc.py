@@ -1,9 +1,11 @@
 """RVR with inference="mcmc" and the DataTree of a type-II fit, in the units of the data."""
 
 import pickle
+import warnings
 
 import numpy as np
 import pytest
+from scipy import stats
 
 from bayes_rvm import load_model, save_model
 from bayes_rvm.datasets import make_sinc
@@ -216,18 +218,23 @@ def test_a_student_t_prior_below_float64_warns():
         rvm_regression_model(Phi, Phi[:, 0], prior="student_t", nu=1e-4)
 
 
+def _sinc_rvr(n: int, **kwargs) -> tuple:
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-10, 10, (n, 1))
+    y = 3.0 * np.sinc(X[:, 0] / np.pi) + 0.1 * rng.standard_normal(n)
+    est = RVR(gamma=0.25, centres=np.linspace(-9, 9, 7)[:, None], **kwargs).fit(X, y)
+    return X, y, est
+
+
 @pytest.mark.parametrize("n", [50, 800])
-def test_default_hyperprior_means_the_same_per_row_at_every_n(n):
+def test_halfcauchy_hyperprior_means_the_same_per_row_at_every_n(n):
     # At the prior's median alpha_rel (beta^-2 for HalfCauchyPrecision(beta)) a basis function
     # adds DEFAULT_WEIGHT_SCALE (0.1) of the targets' RMS to each row, per unit of its column's
     # RMS, whatever N: its prior sd in the user's units is alpha^-1/2 = 0.1 rms(y) / rms(phi).
     # Stated for unit-norm columns it was 0.1 rms(y) / rms(phi) sqrt(100 / N), shrinking with N.
     from bayes_rvm.models.priors import DEFAULT_WEIGHT_SCALE
 
-    rng = np.random.default_rng(0)
-    X = rng.uniform(-10, 10, (n, 1))
-    y = 3.0 * np.sinc(X[:, 0] / np.pi) + 0.1 * rng.standard_normal(n)
-    est = RVR(gamma=0.25, centres=np.linspace(-9, 9, 7)[:, None]).fit(X, y)
+    X, y, est = _sinc_rvr(n, prior_params={"alpha_prior": "halfcauchy"})
     model = est.make_model()
     prior = model.rvm_spec.alpha_prior
     assert prior == Prior("HalfCauchyPrecision", beta=DEFAULT_WEIGHT_SCALE)
@@ -236,3 +243,29 @@ def test_default_hyperprior_means_the_same_per_row_at_every_n(n):
     Phi = est.basis_.transform(X)
     per_row = alpha**-0.5 * np.sqrt(np.mean(Phi**2, axis=0)) / np.sqrt(np.mean(y**2))
     np.testing.assert_allclose(per_row, DEFAULT_WEIGHT_SCALE, rtol=1e-12)
+
+
+@pytest.mark.parametrize("n", [50, 800])
+def test_default_hyperprior_gives_the_function_the_same_prior_at_every_n(n):
+    # The default R2-D2 prior states the function's mean square over the training rows,
+    # E ||Phi w||^2 / N = sum_i rms(phi_i)^2 / alpha_i, in units of the targets' mean square:
+    # omega = sum_i 1 / alpha_rel_i ~ BetaPrime(a, b), whatever N (and whatever the columns).
+    import pymc as pm
+
+    from bayes_rvm.models.priors import DEFAULT_R2D2
+
+    X, y, est = _sinc_rvr(n)
+    model = est.make_model()
+    assert model.rvm_spec.alpha_prior == Prior("R2D2Precision", **DEFAULT_R2D2)
+    Phi = est.basis_.transform(X)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Numba will use object mode")
+        alpha = pm.draw(model["alpha"], draws=3000, random_seed=n)
+    omega = (np.mean(Phi**2, axis=0) / alpha).sum(axis=1) / np.mean(y**2)
+    a, b = DEFAULT_R2D2["r2_a"], DEFAULT_R2D2["r2_b"]
+    assert stats.kstest(omega, stats.betaprime(a, b).cdf).pvalue > 1e-3
+    # draw by draw: the function's mean square is the relative variances' sum, exactly
+    v = np.array([0.3, 0.1, 0.05, 0.2, 0.01, 0.04, 0.1, 0.2])
+    alpha = model["alpha"].eval({model["alpha_rel"]: 1.0 / v})
+    ms = np.sum(np.mean(Phi**2, axis=0) / alpha) / np.mean(y**2)
+    assert ms == pytest.approx(v.sum(), rel=1e-12)

@@ -12,7 +12,7 @@ from bayes_rvm import RVC, RVR, summary
 from bayes_rvm.datasets import make_sinc
 from bayes_rvm.inference import sample_prior_predictive
 from bayes_rvm.models.graphs import rvm_regression_model
-from bayes_rvm.models.priors import DEFAULT_WEIGHT_SCALE
+from bayes_rvm.models.priors import DEFAULT_R2D2, DEFAULT_WEIGHT_SCALE
 
 N = 40
 
@@ -63,12 +63,20 @@ def test_estimator_adds_prior_groups_on_the_posteriors_columns(sinc):
     np.testing.assert_array_equal(est.idata_["prior_predictive"]["y"].values, kept)
 
 
-def test_hyperprior_draws_are_the_half_cauchy_on_the_relative_scale(full_prior):
+def test_hyperprior_draws_are_the_r2d2_on_the_relative_scale(full_prior):
     _, dt = full_prior
-    alpha_rel = dt["prior"]["alpha_rel"].values.ravel()
-    # alpha_rel^(-1/2) ~ HalfCauchy(0.1), the default (models.priors.DEFAULT_WEIGHT_SCALE)
-    ks = stats.kstest(alpha_rel**-0.5, stats.halfcauchy(scale=DEFAULT_WEIGHT_SCALE).cdf)
-    assert ks.pvalue > 1e-3
+    alpha_rel = dt["prior"]["alpha_rel"].values[0]
+    a, b, c = (DEFAULT_R2D2[k] for k in ("r2_a", "r2_b", "concentration"))
+    # The default (models.priors.DEFAULT_R2D2): the relative variances 1 / alpha_rel sum to
+    # omega ~ BetaPrime(a, b), and a column's share of it is Beta(c, (M - 1) c), the Dirichlet's
+    # marginal
+    v = 1.0 / alpha_rel
+    omega = v.sum(axis=1)
+    assert stats.kstest(omega, stats.betaprime(a, b).cdf).pvalue > 1e-3
+    M = v.shape[1]
+    for i in (0, M - 1):
+        ks = stats.kstest(v[:, i] / omega, stats.beta(c, (M - 1) * c).cdf)
+        assert ks.pvalue > 1e-3, i
 
 
 def test_prior_weights_and_targets_given_the_hyperparameters(full_prior):
@@ -99,8 +107,12 @@ def test_prior_predictive_spread_matches_a_numpy_simulation_of_the_prior(full_pr
     y_scale = float(model["y_scale"].get_value())
     rng = np.random.default_rng(5)
     S = 4000
-    # The model written out again: alpha_rel^-1/2 ~ HalfCauchy(0.1), sigma_rel ~ HalfNormal(1)
-    scale_rel = DEFAULT_WEIGHT_SCALE * np.abs(rng.standard_cauchy((S, Phi.shape[1])))
+    # The model written out again: 1 / alpha_rel = omega phi with omega = G_a / G_b ~ BetaPrime(a,
+    # b) and phi ~ Dirichlet(c, ..., c) (DEFAULT_R2D2); sigma_rel ~ HalfNormal(1)
+    a, b, c = (DEFAULT_R2D2[k] for k in ("r2_a", "r2_b", "concentration"))
+    omega = rng.standard_gamma(a, S) / rng.standard_gamma(b, S)
+    phi = rng.dirichlet(np.full(Phi.shape[1], c), S)
+    scale_rel = np.sqrt(omega[:, None] * phi)
     w = rng.standard_normal(scale_rel.shape) * scale_rel * y_scale / phi_scale
     sigma = y_scale * np.abs(rng.standard_normal((S, 1)))
     y_sim = w @ Phi.T + sigma * rng.standard_normal((S, N))
@@ -184,7 +196,7 @@ def test_model_graph_names_its_nodes_and_leaves_no_data_unused(marginal):
     Phi = rng.normal(size=(30, 4)) @ rng.normal(size=(4, 12))  # rank 4: the low-rank form fits
     model = rvm_regression_model(Phi, rng.normal(size=30), marginal=marginal)
     assert ("Phi_U" in model.named_vars) == (marginal == "lowrank")
-    assert type(model["alpha_rel"].owner.op).__name__ == "HalfCauchyPrecision"
+    assert type(model["alpha_rel"].owner.op).__name__ == "R2D2Precision"
     assert type(model["y"].owner.op).__name__ == "MarginalNormal"
     parents = ModelGraph(model).make_compute_graph()
     used = set().union(*parents.values())

@@ -74,14 +74,14 @@ def _prior_draws(prior: Prior, n: int = 100_000) -> np.ndarray:
         return pm.draw(var, random_seed=0)
 
 
-@pytest.fixture(scope="module")
-def default_posterior():
+def _posterior(alpha_prior=None):
     X, y = _problem()
     model = rvm_regression_model(
         X,
         y,
         phi_scale=prior_column_scale(np.linalg.norm(X, axis=0), N),
         y_scale=float(np.sqrt(np.mean(y**2))),
+        alpha_prior=alpha_prior,
     )
     dt = sample_mcmc(
         model, draws=400, tune=300, chains=2, random_seed=1, progressbar=False, warn=False
@@ -89,10 +89,20 @@ def default_posterior():
     return X, y, model, dt
 
 
-def test_default_hyperprior_quantiles_are_the_half_cauchy_ones(default_posterior):
-    *_, model, _ = default_posterior
+@pytest.fixture(scope="module")
+def halfcauchy_posterior():
+    return _posterior("halfcauchy")
+
+
+@pytest.fixture(scope="module")
+def default_posterior():
+    return _posterior()
+
+
+def test_halfcauchy_hyperprior_quantiles_are_the_closed_form_ones(halfcauchy_posterior):
+    *_, model, _ = halfcauchy_posterior
     prior = model.rvm_spec.alpha_prior
-    assert prior == default_alpha_prior("ard") == Prior("HalfCauchyPrecision", beta=0.1)
+    assert prior == default_alpha_prior("halfcauchy") == Prior("HalfCauchyPrecision", beta=0.1)
     draws = _prior_draws(prior)
     for q in (0.1, 0.5, 0.9):
         # the closed form's quantile: alpha_q = tan(pi/2 (1 - q))^-2 / beta^2
@@ -102,8 +112,8 @@ def test_default_hyperprior_quantiles_are_the_half_cauchy_ones(default_posterior
     assert np.mean(draws / UNIT_NORM < THRESHOLD) == pytest.approx(prior_p, abs=4e-3)
 
 
-def test_default_posterior_determines_relevance_of_independent_features(default_posterior):
-    X, y, _, dt = default_posterior
+def test_halfcauchy_posterior_determines_relevance_of_independent_features(halfcauchy_posterior):
+    X, y, _, dt = halfcauchy_posterior
     assert int(dt["sample_stats"]["diverging"].sum()) <= 2
     alpha = dt["posterior"].dataset["alpha_rel"].transpose("chain", "draw", "basis").values
     alpha = alpha / UNIT_NORM
@@ -125,6 +135,45 @@ def test_default_posterior_determines_relevance_of_independent_features(default_
     # (Monte Carlo error of 800 draws: about 0.05 in the median, 0.03 in the probability).
     np.testing.assert_allclose(median, truth_median, atol=0.3)
     np.testing.assert_allclose(p_below, truth_p, atol=0.12)
+
+
+def test_default_posterior_determines_relevance_of_independent_features(default_posterior):
+    # The default R2-D2 prior ties the columns together (they share omega), so no column has a
+    # one-dimensional posterior of its own; the truths are the prior's, by simulation, and the
+    # separation of the informative columns from the irrelevant ones.
+    from bayes_rvm.inference import sample_prior_predictive
+    from bayes_rvm.models.priors import DEFAULT_R2D2
+    from bayes_rvm.posterior.relevance import column_relevance
+
+    *_, model, dt = default_posterior
+    assert model.rvm_spec.alpha_prior == default_alpha_prior("ard")
+    assert model.rvm_spec.alpha_prior == Prior("R2D2Precision", **DEFAULT_R2D2)
+    assert int(dt["sample_stats"]["diverging"].sum()) <= 2
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Numba will use object mode")
+        prior = sample_prior_predictive(model, 2000, random_seed=0)
+    table = column_relevance(dt, prior=prior)
+    p, p_prior = table["p_effect"].values, table["p_effect_prior"].values
+    # The prior's P(|w_rel| > 0.1), w_rel = z sqrt(omega phi_i), phi_i ~ Beta(c, (D - 1) c):
+    # 0.442 by simulation; the model's 2000 draws share omega across the columns, so their mean
+    # has Monte Carlo sd 0.0065 (the half-Cauchy(0.1)'s 0.3725 lies 10 sd away)
+    rng = np.random.default_rng(3)
+    a, b, c = (DEFAULT_R2D2[k] for k in ("r2_a", "r2_b", "concentration"))
+    n_sim = 1_000_000
+    omega = rng.standard_gamma(a, n_sim) / rng.standard_gamma(b, n_sim)
+    w_rel = rng.standard_normal(n_sim) * np.sqrt(omega * rng.beta(c, (D - 1) * c, n_sim))
+    truth_prior = np.mean(np.abs(w_rel) > 0.1)
+    assert p_prior.mean() == pytest.approx(truth_prior, abs=0.02)
+    # The two strong features (relative weights 0.81 and -0.44) certainly matter; the weak one
+    # (0.12 +- 0.05 by least squares) perhaps; the irrelevant ones fall well below the prior.
+    assert p[:2].min() > 0.99
+    assert 0.2 < p[2] < 0.8
+    assert p[INFORMATIVE:].mean() < 0.08 and p[INFORMATIVE:].max() < 0.25
+    # The issue's criterion: irrelevant columns' median log10 alpha lies at least 1 above the
+    # informative ones'.
+    alpha = dt["posterior"].dataset["alpha_rel"].transpose("chain", "draw", "basis").values
+    median = np.median(np.log10(alpha.reshape(-1, D) / UNIT_NORM), axis=0)
+    assert np.median(median[INFORMATIVE:]) - np.median(median[:INFORMATIVE]) >= 1.0
 
 
 def test_regularised_horseshoe_is_the_horseshoe_plus_the_slab_floor():

@@ -177,7 +177,7 @@ DEFAULT_WEIGHT_SCALE = 0.1
 
 #: The ARD hyperprior that the Gaussian regression models sample by default ("r2d2" or
 #: "halfcauchy", :func:`default_alpha_prior`); the classifiers and counts keep "halfcauchy".
-DEFAULT_REGRESSION_ALPHA_PRIOR = "halfcauchy"
+DEFAULT_REGRESSION_ALPHA_PRIOR = "r2d2"
 
 #: The R2-D2 default's parameters (:func:`r2d2_precision`): R^2 ~ Beta(1/2, 1/2), the function's
 #: RMS half-Cauchy(1) in units of the targets', shared by a Dirichlet of concentration 1/2.
