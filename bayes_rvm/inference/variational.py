@@ -53,8 +53,9 @@ same run (``benchmarks/bench_vi.py``, notebook 10):
 
 Pathfinder is not in PyMC 6.4 itself (it lives in pymc-extras, which is not a dependency); the
 closed-form variational RVM of Bishop & Tipping (2000) needs Gamma hyperpriors on ``alpha`` and
-``beta``, not the package's default half-Cauchy on the weight scales, so ADVI on the model itself
-is the one method that fits every regression model :mod:`bayes_rvm.models.graphs` builds.
+``beta``, not the package's default hyperpriors (the R2-D2 prior, the half-Cauchy), so ADVI on
+the model itself is the one method that fits every regression model
+:mod:`bayes_rvm.models.graphs` builds.
 
 **Convergence.** Every 100 iterations the mean loss over the last ``window`` iterations is
 compared with the mean over the ``window`` before: the fit stops once their relative change,

@@ -32,7 +32,11 @@ Two forms of the same posterior over ``(alpha, sigma)``:
 Priors on the weights:
 
 ``prior="ard"``
-    ``w_i | alpha_i ~ N(0, 1/alpha_i)``. The default hyperprior puts a half-Cauchy(0.1) on the
+    ``w_i | alpha_i ~ N(0, 1/alpha_i)``. The default hyperprior is the R2-D2 prior
+    (``alpha_prior="r2d2"``, :func:`bayes_rvm.models.priors.r2d2_precision`), which states the
+    prior for the function, so that it does not grow with the number of columns;
+    :data:`bayes_rvm.models.priors.DEFAULT_REGRESSION_ALPHA_PRIOR` names it. The half-Cauchy
+    (``alpha_prior="halfcauchy"``, the classifiers' default) puts a half-Cauchy(0.1) on the
     relative prior *scale* ``alpha_rel_i^(-1/2)`` (Gelman 2006; the horseshoe's local scale). In
     ``log alpha`` its density is a hyperbolic secant with exponential tails
     ``exp(-|log alpha|/2)``, smooth enough that NUTS meets no walls. It does not determine
@@ -40,10 +44,7 @@ Priors on the weights:
     :mod:`bayes_rvm.models.priors`, which also offers
     :func:`bayes_rvm.models.priors.sparse_alpha_prior`, and
     what it costs). Per column, it makes the prior on the function grow with the number of
-    columns; the R2-D2 prior (``alpha_prior="r2d2"``,
-    :func:`bayes_rvm.models.priors.r2d2_precision`) states it for the function instead, and
-    :data:`bayes_rvm.models.priors.DEFAULT_REGRESSION_ALPHA_PRIOR` names the regression
-    models' default. A Gamma hyperprior on ``alpha`` (Tipping's choice) with small
+    columns. A Gamma hyperprior on ``alpha`` (Tipping's choice) with small
     shape and rate is available through ``alpha_prior``; NUTS wanders over its flat ``log alpha``.
 ``prior="student_t"``
     ``alpha_rel_i ~ Gamma(nu/2, nu s^2 / 2)``, which integrates to relative weights
@@ -559,8 +560,9 @@ def rvm_regression_model(
     alpha_prior : Prior or {"halfcauchy", "r2d2"}, optional
         Hyperprior of ``alpha_rel`` under ``prior="ard"``, or its name; default
         :func:`bayes_rvm.models.priors.default_alpha_prior` ``("ard")``, the one
-        :data:`~bayes_rvm.models.priors.DEFAULT_REGRESSION_ALPHA_PRIOR` names (a half-Cauchy on
-        ``alpha_rel^-1/2`` per column, or the R2-D2 prior on the function).
+        :data:`~bayes_rvm.models.priors.DEFAULT_REGRESSION_ALPHA_PRIOR` names (``"r2d2"``, the
+        R2-D2 prior on the function; ``"halfcauchy"`` is a half-Cauchy on ``alpha_rel^-1/2`` per
+        column).
     nu : float or Prior, default=1e-4
         Degrees of freedom of the Student-t prior, fixed or sampled (a :class:`Prior`, created as
         the variable ``nu``).

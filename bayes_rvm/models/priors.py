@@ -49,8 +49,8 @@ Defaults
     ``Prior("HalfCauchyPrecision", beta=0.1)``: a half-Cauchy of scale :data:`DEFAULT_WEIGHT_SCALE`
     on the relative weight scale ``alpha_rel^(-1/2)`` (Gelman 2006), sampled in ``log alpha``; the
     classifiers' and the count model's default (their latent function in its own units, on unit-RMS
-    columns), and the regression's while :data:`DEFAULT_REGRESSION_ALPHA_PRIOR` names it
-    (``alpha_prior="halfcauchy"`` asks for it by name). It is a prior per column, so the prior on
+    columns), and the regression's before the R2-D2 prior (``alpha_prior="halfcauchy"`` asks for
+    it by name). It is a prior per column, so the prior on
     the function grows with the number of columns M: the prior predictive's median ``|y|`` is about
     4 times the targets' RMS at N = 100 on a kernel basis (M = 101) and about 40 times at N = 1000
     (a sum of M half-Cauchy variances, whose median grows as M^2). What it does: a proper, weakly
@@ -116,7 +116,10 @@ Defaults
 ``DEFAULT_REGRESSION_ALPHA_PRIOR``
     The name (``"halfcauchy"`` or ``"r2d2"``) of the ARD hyperprior the Gaussian regression models
     (:func:`bayes_rvm.models.graphs.rvm_regression_model`, ``rvm_width_model``, RVR's MCMC and
-    VI) use when none is given: ``default_alpha_prior("ard")``.
+    VI) use when none is given: ``default_alpha_prior("ard")``. It is ``"r2d2"``: the
+    prior on the function, which does not grow with the number of columns; the half-Cauchy mixes
+    faster on kernel bases (sinc, N = 1000, full basis, RVR's defaults, 4 x 1000 draws: 15
+    gradient evaluations per draw against 31, least bulk ESS 3500 against 1150).
 ``default_alpha_prior("student_t", nu, s)``
     ``alpha_rel ~ Gamma(nu / 2, nu s^2 / 2)``, whose marginal is ``w ~ StudentT(nu, 0, s)``.
 ``DEFAULT_NOISE_PRIOR``
