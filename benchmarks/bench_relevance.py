@@ -70,7 +70,7 @@ def candidates(n_basis: int) -> dict[str, Prior]:
     """The hyperpriors compared (on unit-RMS columns), for a design of ``n_basis`` columns."""
     tau0 = 1.0 / (max(n_basis - 1, 1) * np.sqrt(N_ROWS))
     return {
-        "half-Cauchy(0.1) (default)": default_alpha_prior("ard"),
+        "half-Cauchy(0.1)": default_alpha_prior("halfcauchy"),
         "sparse_alpha_prior(M, N)": sparse_alpha_prior(n_basis, N_ROWS),
         # Piironen & Vehtari (2017): global scale ~ HalfCauchy(tau0), slab c = 2 on
         # standardised (unit-RMS) columns.

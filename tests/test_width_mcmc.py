@@ -16,7 +16,7 @@ from bayes_rvm.estimators.classifier import RVC
 from bayes_rvm.estimators.regressor import RVR
 from bayes_rvm.inference import SamplingDiagnosticsWarning
 from bayes_rvm.models.graphs import rvm_width_model
-from bayes_rvm.models.priors import DEFAULT_GAMMA_PRIOR, Prior
+from bayes_rvm.models.priors import DEFAULT_GAMMA_PRIOR, DEFAULT_R2D2, Prior
 
 SMALL = {"draws": 150, "tune": 250, "chains": 2}
 
@@ -27,15 +27,31 @@ def _halfcauchy_precision_logpdf(alpha, beta=1.0):
     return stats.halfcauchy(scale=beta).logpdf(s) + np.log(0.5 * alpha**-1.5)
 
 
+def _r2d2_precision_logpdf(alpha, r2_a, r2_b, concentration):
+    # v = 1 / alpha = omega phi, omega ~ BetaPrime(a, b), phi ~ Dirichlet(c): the density of v is
+    # BetaPrime(omega) Dir(v / omega) / omega^(M - 1), and alpha's has the Jacobian prod v^2.
+    v = 1.0 / alpha
+    omega = v.sum()
+    dirichlet = stats.dirichlet(np.full(v.size, concentration)).logpdf(v / omega)
+    return (
+        stats.betaprime(r2_a, r2_b).logpdf(omega)
+        + dirichlet
+        - (v.size - 1) * np.log(omega)
+        + 2.0 * np.log(v).sum()
+    )
+
+
 @pytest.mark.parametrize(
-    ("kernel", "ref_kernel", "multi", "bias"),
+    ("kernel", "ref_kernel", "multi", "bias", "alpha_prior"),
     [
-        ("rbf", rbf_kernel, False, True),
-        ("laplacian", laplacian_kernel, False, True),
-        ("rbf", rbf_kernel, True, False),
+        ("rbf", rbf_kernel, False, True, None),
+        ("laplacian", laplacian_kernel, False, True, "halfcauchy"),
+        ("rbf", rbf_kernel, True, False, None),
     ],
 )
-def test_width_model_log_density_equals_dense_reference(kernel, ref_kernel, multi, bias):
+def test_width_model_log_density_equals_dense_reference(
+    kernel, ref_kernel, multi, bias, alpha_prior
+):
     """The whole log density (priors included, in the sampled coordinates' units) at random points
     against a dense NumPy / SciPy computation: the design built by scikit-learn's kernel at that
     width, ln N(y | 0, sigma^2 I + Phi A^-1 Phi^T) by scipy, the priors by scipy.stats."""
@@ -44,8 +60,12 @@ def test_width_model_log_density_equals_dense_reference(kernel, ref_kernel, mult
     Y = rng.normal(size=(40, 2) if multi else 40) * 5.0
     centres = X[[1, 7, 19, 30]]
     y_scale = 4.0
-    model = rvm_width_model(X, Y, centres, kernel=kernel, bias=bias, y_scale=y_scale)
+    model = rvm_width_model(
+        X, Y, centres, kernel=kernel, bias=bias, y_scale=y_scale, alpha_prior=alpha_prior
+    )
     logp = model.compile_logp(jacobian=False)
+    # the default hyperprior is the R2-D2 prior, sampled in log alpha like the half-Cauchy
+    alpha_value = model.rvs_to_values[model["alpha_rel"]].name
     g0 = reference_gamma(X, kernel)
     for _ in range(3):
         g_rel = np.exp(rng.normal())
@@ -53,7 +73,7 @@ def test_width_model_log_density_equals_dense_reference(kernel, ref_kernel, mult
         s_rel = np.exp(rng.normal() - 1)
         point = {
             "gamma_rel_log__": np.log(g_rel),
-            "alpha_rel_log__": np.log(a_rel),
+            alpha_value: np.log(a_rel),
             "sigma_rel_log__": np.log(s_rel),
         }
         Phi = ref_kernel(X, centres, gamma=g_rel * g0)
@@ -65,9 +85,13 @@ def test_width_model_log_density_equals_dense_reference(kernel, ref_kernel, mult
         T = Y.reshape(40, -1)
         ref = sum(stats.multivariate_normal(np.zeros(40), cov).logpdf(t) for t in T.T)
         ref += stats.lognorm(s=2.0).logpdf(g_rel)  # DEFAULT_GAMMA_PRIOR
-        ref += _halfcauchy_precision_logpdf(a_rel, beta=0.1).sum()  # the default
+        if alpha_prior == "halfcauchy":
+            ref += _halfcauchy_precision_logpdf(a_rel, beta=0.1).sum()
+        else:
+            ref += _r2d2_precision_logpdf(a_rel, **DEFAULT_R2D2)
         ref += stats.halfnorm().logpdf(s_rel)
-        assert logp(point) == pytest.approx(ref, rel=0, abs=1e-8)
+        # (the R2-D2's gammaln and sums in float64 against scipy's: about 2e-10 relative)
+        assert logp(point) == pytest.approx(ref, rel=1e-9, abs=1e-8)
 
 
 def test_width_model_checks_its_input():
