@@ -82,17 +82,18 @@ def test_model_is_in_the_users_units(sinc):
     # The likelihood in user units: dense N(0, sigma^2 I + Phi A^-1 Phi^T) on the raw targets.
     point = model.initial_point()
     la_rel = np.linspace(-1.0, 6.0, Phi.shape[1])
-    point["alpha_rel_log__"] = la_rel
+    point[model.rvs_to_values[model["alpha_rel"]].name] = la_rel
     point["sigma_rel_log__"] = np.array(np.log(0.05))
     alpha = np.exp(la_rel) * norms**2 / rms**2
     sigma = 0.05 * rms
     C = sigma**2 * np.eye(len(y)) + (Phi / alpha) @ Phi.T
     dense = stats.multivariate_normal(np.zeros(len(y)), C).logpdf(y)
     assert model.point_logps(point, round_vals=12)["y"] == pytest.approx(dense, rel=1e-9)
-    # The prior of a weight's scale, read in user units: alpha^-1/2 ~ HalfCauchy(0.1 rms / rms_i),
-    # a tenth of the targets' RMS per unit of the column's.
-    draws = pm.draw(model["alpha"], draws=3000, random_seed=1)[:, 7] ** -0.5
-    assert stats.kstest(draws, stats.halfcauchy(scale=0.1 * rms / norms[7]).cdf).pvalue > 1e-3
+    # The default R2-D2 prior read in user units: the function's mean square over the rows,
+    # sum_i rms_i^2 / alpha_i, is rms^2 times omega ~ BetaPrime(1/2, 1/2).
+    draws = pm.draw(model["alpha"], draws=3000, random_seed=1)
+    omega = (norms**2 / draws).sum(axis=1) / rms**2
+    assert stats.kstest(omega, stats.betaprime(0.5, 0.5).cdf).pvalue > 1e-3
     assert model_cache_key(model) is not None
 
 
@@ -295,7 +296,8 @@ def test_fixed_offset_shifts_the_marginal_likelihood(sinc):
     s_plain = float(plain["y_scale"].get_value())
     p2 = dict(point)
     p2["sigma_rel_log__"] = point["sigma_rel_log__"] + np.log(s_plain / s_shift)
-    p2["alpha_rel_log__"] = point["alpha_rel_log__"] + 2 * np.log(s_shift / s_plain)
+    la = plain.rvs_to_values[plain["alpha_rel"]].name  # log alpha_rel under every default
+    p2[la] = point[la] + 2 * np.log(s_shift / s_plain)
     assert lp(p2) == pytest.approx(lp_plain(point), rel=1e-9)
 
 

@@ -53,15 +53,21 @@ def test_student_t_prior_integrates_to_student_t(nu, s):
     assert stats.kstest(w, stats.t(df=nu, scale=s).cdf).pvalue > 1e-3
 
 
+def _alpha_value(model) -> str:
+    """The name of ``alpha_rel``'s sampled coordinate, ``log alpha_rel`` under every default (a
+    vector transform's name under the R2-D2 prior)."""
+    return model.rvs_to_values[model["alpha_rel"]].name
+
+
 def test_marginal_model_logp_is_priors_plus_dense_mvnormal():
     Phi, Y, _, _ = _problem(N=20, M=21)
     y = Y[:, 0]
     model = rvm_regression_model(Phi, y)
     point = model.initial_point()
-    point["alpha_rel_log__"] = np.linspace(-2, 8, 21)
+    point[_alpha_value(model)] = np.linspace(-2, 8, 21)
     point["sigma_rel_log__"] = np.array(-0.4)
     logps = model.point_logps(point, round_vals=12)
-    alpha, sigma = np.exp(point["alpha_rel_log__"]), np.exp(point["sigma_rel_log__"])
+    alpha, sigma = np.exp(point[_alpha_value(model)]), np.exp(point["sigma_rel_log__"])
     dense = _dense_logp(np.log(alpha), -2 * np.log(sigma), Phi, Y)
     assert abs(logps["y"] - dense) < 1e-8
     expected_sigma = stats.halfnorm(scale=1.0).logpdf(sigma) + np.log(sigma)  # + log-Jacobian
@@ -108,7 +114,7 @@ def test_multi_output_marginal_model_and_prior_predictive():
     model = rvm_regression_model(Phi, Y)
     point = model.initial_point()
     la = np.log(
-        model.rvs_to_transforms[model["alpha_rel"]].backward(point["alpha_rel_log__"]).eval()
+        model.rvs_to_transforms[model["alpha_rel"]].backward(point[_alpha_value(model)]).eval()
     )
     dense = _dense_logp(la, -2 * point["sigma_rel_log__"], Phi, Y)
     assert abs(model.point_logps(point, round_vals=12)["y"] - dense) < 1e-8
@@ -181,8 +187,10 @@ def test_set_model_data_keeps_gram_consistent():
     set_model_data(model, Phi2, Y2[:, 0])
     np.testing.assert_allclose(model["gram"].get_value(), Phi2.T @ Phi2)
     point = model.initial_point()
-    la = point["alpha_rel_log__"]  # the prior's median, 0.1^-2: no phi_scale, so alpha = alpha_rel
-    assert np.allclose(la, np.log(100.0))
+    # The default R2-D2 prior's start: each of the 16 columns holds 1/16 of omega = a / b = 1, so
+    # alpha_rel = 16 (no phi_scale, so alpha = alpha_rel)
+    la = point[_alpha_value(model)]
+    assert np.allclose(la, np.log(16.0))
     assert (
         abs(
             model.point_logps(point, round_vals=12)["y"]
