@@ -259,7 +259,9 @@ def test_make_model_after_a_dask_fit_has_the_in_memory_model_density(client):
     phi_scale, y_scale = want["phi_scale"].get_value(), want["y_scale"].get_value()
     np.testing.assert_allclose(got["phi_scale"].get_value(), phi_scale, rtol=1e-10)
     point = {
-        "alpha_rel_log__": np.log(dask_fit.alpha_ * y_scale**2 / phi_scale**2),
+        want.rvs_to_values[want["alpha_rel"]].name: np.log(
+            dask_fit.alpha_ * y_scale**2 / phi_scale**2
+        ),
         "sigma_rel_log__": np.log(np.sqrt(dask_fit.noise_variance_) / y_scale),
     }
     logp = want.compile_logp()(point)

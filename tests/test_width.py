@@ -279,7 +279,7 @@ def test_width_model_density_equals_type2_evidence():
     # (bayes_rvm.evidence.problem.prior_column_scale): N times larger.
     point = {
         "gamma_rel_log__": np.log(width_to_gamma(r, "rbf") / reference_gamma(X, "rbf")),
-        "alpha_rel_log__": np.log(fit.alpha[act] * X.shape[0]),
+        pm_model.rvs_to_values[pm_model["alpha_rel"]].name: np.log(fit.alpha[act] * X.shape[0]),
         "sigma_rel_log__": -0.5 * np.log(fit.beta),
     }
     loglik = pm_model.compile_logp(vars=[pm_model["y"]], jacobian=False)(point)
