@@ -82,6 +82,7 @@ from bayes_rvm.models.priors import (
     as_prior,
     default_alpha_prior,
 )
+from bayes_rvm.models.whitening import whitened_gaussian_weights
 from bayes_rvm.models.spec import (
     MARGINAL_NORMAL,
     RVMSpec,
@@ -670,6 +671,9 @@ def rvm_regression_model(
             lowrank = _marginal_y(
                 Phi, marginal, (log_alpha, log_beta, Phi_data, off), y_data, y_dims, count
             )
+        elif t_spec is None and not centred:
+            w = whitened_gaussian_weights(log_alpha, log_beta, Phi_data, y_data - off, w_dims)
+            observed_noise("y", Phi_data @ w + off, sigma, y_data, y_dims)
         else:
             w = joint_weights(log_alpha, w_dims, centred=centred)
             observed_noise("y", Phi_data @ w + off, sigma, y_data, y_dims, t_spec)
