@@ -82,7 +82,6 @@ from bayes_rvm.models.priors import (
     as_prior,
     default_alpha_prior,
 )
-from bayes_rvm.models.whitening import whitened_gaussian_weights
 from bayes_rvm.models.spec import (
     MARGINAL_NORMAL,
     RVMSpec,
@@ -90,6 +89,7 @@ from bayes_rvm.models.spec import (
     model_spec,
     record_spec,
 )
+from bayes_rvm.models.whitening import whitened_gaussian_weights
 
 __all__ = [
     "NOISE_NU_PRIOR",

@@ -3,7 +3,9 @@
 Given the precisions ``alpha``, the noise precision ``beta`` and the rest of the mean (the user's
 terms, ``offset``), the weights of the Gaussian RVM have a Gaussian posterior::
 
-    w | alpha, beta, t ~ N(m, Sigma),   Sigma = (A + beta Phi^T Phi)^-1,   m = beta Sigma Phi^T (t - offset)
+    w | alpha, beta, t ~ N(m, Sigma),  Sigma = (A + beta Phi^T Phi)^-1,  m = beta Sigma Phi^T r
+
+with ``r = t - offset``.
 
 The joint form samples ``w`` through the change of variables ``w = m + Sigma^(1/2) u`` (the
 Cholesky factor of ``Sigma^-1``, computed at every point from the current ``alpha``, ``beta`` and
