@@ -647,6 +647,9 @@ array-like or Prior, default="evidence_shared"
         Parameters
         ----------
         form : {"marginal", "joint"}, default="marginal"
+            ``"joint"`` samples the weights, whitened by their Gaussian posterior given the
+            hyperparameters and your terms (:mod:`bayes_rvm.models.whitening`): the form to
+            extend, which ``pm.sample`` samples as it does the marginal one.
             ``likelihood="student_t"``: the weights have no closed-form marginal under t noise;
             they are sampled, centred over the relevance vectors (``mcmc_basis="relevant"``,
             the default there), non-centred over all columns, whatever ``form`` says.
