@@ -72,3 +72,43 @@ def test_whitened_weights_keep_their_prior():
     assert model.rvm_spec.form == "joint"
     centred = rvm_regression_model(Phi, y, form="joint", centred=True)
     assert centred.rvm_spec.form == "centred" and "w" in {v.name for v in centred.free_RVs}
+
+
+@pytest.mark.slow
+def test_a_users_slope_in_the_joint_form_is_recovered_without_divergences():
+    # The recipe of notebook 06 in the joint form: sinc plus 0.3 times an unrelated covariate,
+    # the covariate's slope a term of the user's own, sampled by pm.sample at its defaults.
+    from bayes_rvm import RVR, Prior
+    from bayes_rvm.datasets import make_sinc
+
+    rng = np.random.default_rng(5)
+    X, f = make_sinc(80, noise=0.0, random_state=0, shuffle=False)
+    z = rng.normal(size=80)
+    y = f + 0.3 * z + 0.1 * rng.normal(size=80)
+    est = RVR(gamma=1 / 9, sampler_config={"mcmc_basis": "relevant"}, random_state=0).fit(X, y)
+
+    def covariate(model):
+        z_data = pm.Data("covariate", z, dims="obs")
+        return Prior("Normal", mu=0.0, sigma=1.0).create_variable("slope") * z_data
+
+    model = est.make_model(form="joint", offset=covariate)
+    trace = pm.sample(model=model, chains=2, draws=500, tune=500, random_seed=1, progressbar=False)
+    assert int(trace.sample_stats["diverging"].sum()) == 0
+    lo, hi = np.quantile(trace.posterior["slope"].values, [0.05, 0.95])
+    assert lo < 0.3 < hi and hi - lo < 0.1
+
+
+def test_divergence_advice_of_the_whitened_joint_form_is_not_the_funnels():
+    import dataclasses
+
+    from bayes_rvm.inference.diagnostics import divergence_advice
+    from bayes_rvm.models.spec import model_spec
+
+    Phi, y, _ = _problem(n=8, m=3)
+    spec = model_spec(rvm_regression_model(Phi, y))
+    joint = divergence_advice("model", dataclasses.replace(spec, form="joint"))
+    assert "whitened" in joint and "funnel" not in joint and "target_accept" in joint
+    counts = divergence_advice(
+        "model", dataclasses.replace(spec, form="joint", likelihood="poisson")
+    )
+    assert "funnel" in counts and "whitened" not in counts
