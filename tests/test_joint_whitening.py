@@ -112,3 +112,5 @@ def test_divergence_advice_of_the_whitened_joint_form_is_not_the_funnels():
         "model", dataclasses.replace(spec, form="joint", likelihood="poisson")
     )
     assert "funnel" in counts and "whitened" not in counts
+    centred = divergence_advice("model", dataclasses.replace(spec, form="centred"))
+    assert "funnel" in centred and "centred=True" in centred

@@ -32,7 +32,8 @@ Two forms of the same posterior over ``(alpha, sigma)``:
     the offset (:mod:`bayes_rvm.models.whitening`), in which the joint posterior is the marginal
     one times ``N(u | 0, I)``: NUTS samples it as it samples the marginal form (sinc N = 60 on
     the full basis, 4 x 1000 draws: no divergence, where the non-centred ``z = w sqrt(alpha)``
-    had 903 and R-hat 1.48). Under Student-t noise: centred or non-centred (``centred``).
+    had 903 and R-hat 1.48). Under Student-t noise the same transform, at the noise precision
+    of the t's Fisher information, ``beta (nu + 1) / (nu + 3)``. ``centred`` samples ``w`` as it is.
 
 Priors on the weights:
 
@@ -76,7 +77,13 @@ from bayes_rvm.models.marginal import (
     thin_svd,
     use_lowrank,
 )
-from bayes_rvm.models.noise import NOISE_NU_PRIOR, joint_weights, noise_nu_spec, observed_noise
+from bayes_rvm.models.noise import (
+    NOISE_NU_PRIOR,
+    joint_weights,
+    noise_nu_spec,
+    noise_nu_variable,
+    observed_noise,
+)
 from bayes_rvm.models.priors import (
     DEFAULT_GAMMA_PRIOR,
     DEFAULT_MCMC_NU,
@@ -559,7 +566,8 @@ def rvm_regression_model(
         :func:`bayes_rvm.inference.complete_posterior`). ``"joint"``: ``w`` sampled, with a
         ``pm.Normal`` likelihood; under Gaussian noise through its whitening by the conditional
         posterior (:mod:`bayes_rvm.models.whitening`; the value variable ``w_whitened__``),
-        under Student-t noise non-centred, ``w = z / sqrt(alpha)`` (or ``centred``).
+        under Student-t noise by the same transform at the t's Fisher information (or
+        ``centred``).
     alpha_prior : Prior, optional
         Hyperprior of ``alpha_rel`` under ``prior="ard"``; default
         :func:`bayes_rvm.models.priors.default_alpha_prior` (half-Cauchy on ``alpha_rel^-1/2``).
@@ -601,11 +609,10 @@ def rvm_regression_model(
         SVD of ``Phi``. ``"auto"`` takes the low-rank form when the rank r is at most half of M
         (:mod:`bayes_rvm.models.marginal.lowrank`, which also states the tolerance).
     centred : bool, default=False
-        Joint form: ``w ~ N(0, 1/alpha)`` sampled directly instead of whitened (Gaussian noise)
-        or ``w = z / sqrt(alpha)`` (Student-t noise),
-        the better geometry where the data pin every weight (the relevance vectors under
-        Student-t noise: on outlier sinc, R-hat 1.005 and bulk ESS 540 against 1.12 and 14
-        non-centred, 2 x 500 draws). Recorded as the form ``"centred"``.
+        Joint form: ``w ~ N(0, 1/alpha)`` sampled directly instead of whitened. Where the data
+        leave a weight loose it makes a funnel (on outlier sinc under Student-t noise, over the
+        relevance vectors, 4 x 1000 draws: 107 divergences where the whitened weights had
+        none). Recorded as the form ``"centred"``.
     likelihood : {"gaussian", "student_t"}, default="gaussian"
         The noise. ``"student_t"``: ``t_nd ~ StudentT(nu, phi_n^T w_d + offset_nd, sigma)``,
         robust to outliers; the weights have no closed-form marginal under it, so it takes
@@ -625,10 +632,9 @@ def rvm_regression_model(
     pymc.Model
         Data ``Phi``, ``y_obs``, ``phi_scale``, ``y_scale`` and, in the marginal form, ``gram``
         (``Phi^T Phi``) or ``Phi_U`` and ``Phi_VS`` (its thin SVD); free variables ``alpha_rel``
-        (and ``nu`` if random), ``sigma_rel`` and, in the joint form, ``w`` (``z`` under
-        Student-t noise, not centred); deterministics ``alpha = alpha_rel phi_scale^2 /
-        y_scale^2``, ``sigma = sigma_rel y_scale``, ``beta = sigma^-2`` (and ``w`` where ``z``
-        is sampled); the
+        (and ``nu`` if random), ``sigma_rel`` and, in the joint form, ``w``; deterministics
+        ``alpha = alpha_rel phi_scale^2 / y_scale^2``, ``sigma = sigma_rel y_scale``,
+        ``beta = sigma^-2``; the
         observed ``y``. ``model.rvm_spec`` (:class:`RVMSpec`) records the choices.
 
     Notes
@@ -680,12 +686,16 @@ def rvm_regression_model(
             lowrank = _marginal_y(
                 Phi, marginal, (log_alpha, log_beta, Phi_data, off), y_data, y_dims, count
             )
-        elif t_spec is None and not centred:
-            w = whitened_gaussian_weights(log_alpha, log_beta, Phi_data, y_data - off, w_dims)
-            observed_noise("y", Phi_data @ w + off, sigma, y_data, y_dims)
         else:
-            w = joint_weights(log_alpha, w_dims, centred=centred)
-            observed_noise("y", Phi_data @ w + off, sigma, y_data, y_dims, t_spec)
+            t_nu = None if t_spec is None else noise_nu_variable(t_spec)
+            if centred:
+                w = joint_weights(log_alpha, w_dims, centred=True)
+            else:
+                # Whitened by the Gaussian posterior of w; under t noise with the noise
+                # precision of its Fisher information per row, beta (nu + 1) / (nu + 3).
+                info = log_beta if t_nu is None else log_beta + pt.log((t_nu + 1) / (t_nu + 3))
+                w = whitened_gaussian_weights(log_alpha, info, Phi_data, y_data - off, w_dims)
+            observed_noise("y", Phi_data @ w + off, sigma, y_data, y_dims, t_nu)
 
     spec = _gaussian_spec(
         y,
