@@ -114,3 +114,26 @@ def test_divergence_advice_of_the_whitened_joint_form_is_not_the_funnels():
     assert "funnel" in counts and "whitened" not in counts
     centred = divergence_advice("model", dataclasses.replace(spec, form="centred"))
     assert "funnel" in centred and "centred=True" in centred
+
+
+def test_student_t_joint_density_is_the_centred_one_with_the_jacobian():
+    # Under t noise the whitening is an exact change of variables (not a factorisation): the
+    # density at u is the centred model's at w(u) plus ln|det dw/du| = -ln det(H)/2, with
+    # H = A + beta (nu + 1) / (nu + 3) Phi^T Phi, by dense NumPy.
+    Phi, y, rng = _problem(seed=3)
+    kw = {"form": "joint", "likelihood": "student_t"}
+    whitened = rvm_regression_model(Phi, y, **kw)
+    centred = rvm_regression_model(Phi, y, centred=True, **kw)
+    [w_of_values] = [v for v in whitened.unobserved_value_vars if v.name == "w"]
+    weights = whitened.compile_fn(w_of_values, inputs=whitened.value_vars, on_unused_input="ignore")
+    lw, lc = whitened.compile_logp(), centred.compile_logp()
+    start = whitened.initial_point()
+    for _ in range(3):
+        point = {k: v + rng.normal(size=np.shape(v)) for k, v in start.items()}
+        alpha = np.exp(point["alpha_rel_log__"])
+        beta = np.exp(-2.0 * point["sigma_rel_log__"])
+        nu = np.exp(point["noise_nu_log__"])
+        H = np.diag(alpha) + beta * (nu + 1) / (nu + 3) * Phi.T @ Phi
+        at_w = {k: v for k, v in point.items() if k != "w_whitened__"} | {"w": weights(point)}
+        expected = lc(at_w) - 0.5 * np.linalg.slogdet(H)[1]
+        np.testing.assert_allclose(lw(point), expected, rtol=1e-9)
