@@ -1123,7 +1123,7 @@ def section_pymc(a) -> list[dict]:
 
     shrink = {100: 30, 173: 43, 1000: 200}
     rows = []
-    for sampler in PYMC_SAMPLERS:
+    for sampler in a.pymc_samplers.split(","):
         with tempfile.TemporaryDirectory(prefix="bench_pymc_") as folder:
             env = dict(
                 os.environ,
@@ -1184,6 +1184,11 @@ def main(argv=None) -> int:
     p.add_argument("--child-pymc", default="", help=argparse.SUPPRESS)
     p.add_argument("--pymc-n", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--pymc-sampler", default="package", help=argparse.SUPPRESS)
+    p.add_argument(
+        "--pymc-samplers",
+        default=",".join(PYMC_SAMPLERS),
+        help="pymc section: the fits compared (package, pm.sample nutpie, pm.sample pymc)",
+    )
     p.add_argument(
         "--compile-families",
         default="",
