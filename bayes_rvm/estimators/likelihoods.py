@@ -170,14 +170,15 @@ class StudentTNoise(GaussianNoise):
         return "relevant"
 
     def model(self, Phi, y, *, centred: bool, form: str, **options):
-        """The joint form whatever ``form`` says (no closed-form marginal): the weights centred
-        over the relevance vectors, which the data pin (non-centred there: R-hat 1.12 against
-        1.005 on outlier sinc), non-centred over all columns."""
+        """The joint form whatever ``form`` says (no closed-form marginal), the weights whitened
+        by their Gaussian posterior at the t noise's Fisher information
+        (:mod:`bayes_rvm.models.whitening`). On outlier sinc (N = 100, 10 outliers, the
+        relevance vectors, 4 x 1000 draws, a busy machine): no divergence, max R-hat 1.004, min
+        bulk ESS 617, where the centred weights had 107 divergences, 1.027 and 314 (15
+        divergences at a target acceptance of 0.95) and the non-centred ones an R-hat of 1.12."""
         from bayes_rvm.models.graphs import rvm_regression_model
 
-        return rvm_regression_model(
-            Phi, y, form="joint", likelihood=self.name, centred=centred, **options
-        )
+        return rvm_regression_model(Phi, y, form="joint", likelihood=self.name, **options)
 
 
 @dataclass(frozen=True)

@@ -412,7 +412,27 @@ def divergence_advice(advice: str, spec: RVMSpec | None) -> str:
             f"The Student-t prior's Gamma(nu/2, nu/2) on alpha puts a wall in log alpha when nu "
             f"is small: a larger nu ({nu}) or prior='ard' samples well."
         )
-    if spec is not None and spec.form == "joint":
+    regression = spec is not None and spec.likelihood in ("gaussian", "student_t")
+    if regression and spec.form == "centred":
+        said.append(
+            "The weights are sampled centred, a funnel where the data leave a weight loose: "
+            "the joint form without centred=True samples them whitened by their Gaussian "
+            "posterior given the hyperparameters, which removes it."
+        )
+    elif regression and spec.form == "joint":
+        accept = (
+            "fit(X, y, nuts={'target_accept': 0.95})"
+            if advice == "estimator"
+            else "sample_mcmc(..., nuts={'target_accept': 0.95})"
+        )
+        said.append(
+            "The weights are sampled whitened by their Gaussian posterior given the "
+            "hyperparameters, which leaves NUTS the geometry of the weight-marginalised model: "
+            "divergences come from the hyperparameters or from terms of your own (give those "
+            f"priors on the scale of the data), and a higher target acceptance ({accept}) takes "
+            "smaller steps there."
+        )
+    elif spec is not None and spec.form == "joint":
         said.append(
             "The weights are sampled with their precisions (no closed-form marginal for this "
             "likelihood), a funnel where the data say little: a target acceptance nearer 1 "

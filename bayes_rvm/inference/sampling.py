@@ -28,6 +28,7 @@ from bayes_rvm.posterior.draws import (
     width_designs,
 )
 from bayes_rvm.progress import interactive
+from bayes_rvm.threads import one_blas_thread
 
 __all__ = [
     "SAMPLERS",
@@ -162,6 +163,7 @@ def _sample_nutpie_cached(model, *, draws, tune, chains, cores, seed, progressba
     return dt
 
 
+@one_blas_thread
 def sample_mcmc(
     model,
     *,
