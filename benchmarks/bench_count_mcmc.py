@@ -17,8 +17,9 @@ training inputs where the 90% interval of the rate's draws holds the true rate.
     nutpie from the type-II fit: ``nc`` non-centred weights ``w = z / sqrt(alpha)``; ``hyb``
     centred over the type-II relevance vectors, non-centred elsewhere; ``hybw`` as ``hyb`` with
     the relevance vectors' weights ``w_S = m_S + C u`` (``C`` the Cholesky factor of the type-II
-    Laplace covariance, a fixed linear map that whitens the directions the counts pin); ``rel``
-    and ``relw`` the same over the relevance vectors alone. ``--kinds``, ``--target-accept``,
+    Laplace covariance, a fixed linear map that whitens the directions the counts pin); ``rel``,
+    ``relnc`` and ``relw`` the same over the relevance vectors alone. Each seed is a replicate
+    set and the sampler's seed (0: the README's counts). ``--kinds``, ``--target-accept``,
     ``--tune``, ``--low-rank`` (nutpie's low-rank mass matrix adaptation).
 
 Timings on a shared machine measure the neighbours too.
@@ -109,7 +110,7 @@ def param_model(kind: str, X: np.ndarray, y: np.ndarray):
     with pm.Model(coords={"basis": np.arange(M), "obs": np.arange(N)}) as model:
         alpha_rel = default_alpha_prior("ard").create_variable("alpha_rel", dims="basis")
         sd = (alpha_rel * scale**2) ** -0.5
-        if kind == "nc":
+        if kind in ("nc", "relnc"):
             w = pm.Normal("z", 0.0, 1.0, dims="basis") * sd
             init["z"] = m * np.sqrt(alpha_rel0 * scale**2)
         else:
@@ -140,7 +141,7 @@ def param_run(kind: str, seed: int, target_accept: float, tune: int, low_rank: b
 
     from bayes_rvm.inference.nutpie_backend import compile_nutpie, with_initial_points
 
-    X, y, rate = counts(0)
+    X, y, rate = counts(seed)
     model, init, Phi = param_model(kind, X, y)
     compiled = with_initial_points(compile_nutpie(model), model, init)
     t0 = time.perf_counter()
@@ -164,22 +165,29 @@ def main() -> None:
     parser.add_argument("--sections", default="readme,coverage")
     parser.add_argument("--seeds", default="0,1,2,3")
     parser.add_argument("--kinds", default="nc,hyb,hybw,rel,relw")
-    parser.add_argument("--target-accept", type=float, default=0.95)
+    parser.add_argument(
+        "--target-accept", type=float, help="param: default 0.95; estimator: its own default"
+    )
     parser.add_argument("--tune", type=int, default=300)
     parser.add_argument("--low-rank", action="store_true")
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
+    ta = args.target_accept
+    fit_kwargs = {} if ta is None else {"nuts": {"target_accept": ta}}
     sections = args.sections.split(",")
     if "readme" in sections:
         for s in seeds:
-            estimator_run({"section": "readme", "random_state": s}, 0, s)
+            estimator_run({"section": "readme", "random_state": s, "ta": ta}, 0, s, **fit_kwargs)
     if "coverage" in sections:
-        covs = [estimator_run({"section": "coverage", "set": s}, s, s)["cov"] for s in seeds]
+        covs = [
+            estimator_run({"section": "coverage", "set": s, "ta": ta}, s, s, **fit_kwargs)["cov"]
+            for s in seeds
+        ]
         print(json.dumps({"section": "coverage", "mean_cov": round(float(np.mean(covs)), 3)}))
     if "param" in sections:
         for kind in args.kinds.split(","):
             for s in seeds:
-                param_run(kind, s, args.target_accept, args.tune, args.low_rank)
+                param_run(kind, s, ta or 0.95, args.tune, args.low_rank)
 
 
 if __name__ == "__main__":
