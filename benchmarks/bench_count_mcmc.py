@@ -17,7 +17,10 @@ training inputs where the 90% interval of the rate's draws holds the true rate.
     nutpie from the type-II fit: ``nc`` non-centred weights ``w = z / sqrt(alpha)``; ``hyb``
     centred over the type-II relevance vectors, non-centred elsewhere; ``hybw`` as ``hyb`` with
     the relevance vectors' weights ``w_S = m_S + C u`` (``C`` the Cholesky factor of the type-II
-    Laplace covariance, a fixed linear map that whitens the directions the counts pin); ``rel``,
+    Laplace covariance, a fixed linear map that whitens the directions the counts pin); ``pc``
+    partly centred, ``w = sd^(1 - c) v`` with ``v ~ N(0, sd^c)``, ``c`` per column the type-II
+    fit's determinedness ``1 - alpha Sigma_ii`` (1: centred where the counts pin the weight, 0:
+    non-centred where they leave it to its prior; 0 off the relevance vectors); ``rel``, ``relpc``,
     ``relnc`` and ``relw`` the same over the relevance vectors alone. Each seed is a replicate
     set and the sampler's seed (0: the README's counts). ``--kinds``, ``--target-accept``,
     ``--tune``, ``--low-rank`` (nutpie's low-rank mass matrix adaptation).
@@ -110,7 +113,15 @@ def param_model(kind: str, X: np.ndarray, y: np.ndarray):
     with pm.Model(coords={"basis": np.arange(M), "obs": np.arange(N)}) as model:
         alpha_rel = default_alpha_prior("ard").create_variable("alpha_rel", dims="basis")
         sd = (alpha_rel * scale**2) ** -0.5
-        if kind in ("nc", "relnc"):
+        if kind in ("pc", "relpc"):  # partly centred by the type-II fit's determinedness
+            b = np.exp(Phi @ m)
+            H = Phi[:, S].T @ (b[:, None] * Phi[:, S]) + np.diag(alpha0[S])
+            c = np.zeros(M)
+            c[S] = np.clip(1.0 - alpha0[S] * np.diag(np.linalg.inv(H)), 0.0, 1.0)
+            v = pm.Normal("v", 0.0, sd**c, dims="basis")
+            w = v * sd ** (1.0 - c)
+            init["v"] = m / np.sqrt(alpha_rel0 * scale**2) ** (-(1.0 - c))
+        elif kind in ("nc", "relnc"):
             w = pm.Normal("z", 0.0, 1.0, dims="basis") * sd
             init["z"] = m * np.sqrt(alpha_rel0 * scale**2)
         else:
@@ -164,7 +175,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sections", default="readme,coverage")
     parser.add_argument("--seeds", default="0,1,2,3")
-    parser.add_argument("--kinds", default="nc,hyb,hybw,rel,relw")
+    parser.add_argument("--kinds", default="nc,hyb,hybw,pc,rel,relnc,relw,relpc")
     parser.add_argument(
         "--target-accept", type=float, help="param: default 0.95; estimator: its own default"
     )
