@@ -228,10 +228,11 @@ class Counts(GaussianNoise):
         # Counts sample every weight with its alpha (no marginal): over all 301 columns of the
         # 300-count test problem the default 4 x 1000 draws did not finish in 15 minutes on a
         # busy 2-core machine, against 21 s over the type-II relevance vectors. Over all 101
-        # columns of the README's 100 counts every parametrisation tried diverged in 5-10% of
+        # columns of the README's 100 counts every parametrisation tried diverged in 2-10% of
         # the draws (non-centred, centred on the relevance vectors, those whitened by the
-        # Laplace covariance, a low-rank mass matrix; benchmarks/bench_count_mcmc.py), against
-        # none over the relevance vectors at target_accept 0.99: convergence first.
+        # Laplace covariance, partly centred, a low-rank mass matrix; 80-400 s;
+        # benchmarks/bench_count_mcmc.py), against 0-1 over the relevance vectors in 5-8 s:
+        # convergence first (the intervals then under-cover: docs/estimators.md).
         return "relevant"
 
     def y_scale(self, y: np.ndarray) -> float:
