@@ -689,8 +689,9 @@ def type2_centring(fit: EvidenceFit, basis: Sequence[int] | None = None) -> np.n
     (``v ~ N(0, sd^c)``, ``w = sd^(1 - c) v``). Measured on counts of log rate ``1 + sin x``
     (100 rows, the relevance vectors, 4 x 1000 draws at target acceptance 0.99; loaded 2-core
     machine, ``benchmarks/bench_count_mcmc.py``): 50 divergences in all over six replicate sets
-    against 136 over five of them for the centred form; through the estimator 73 against 91 over
-    four sets, with one set worse (64 against 33).
+    against 136 over five of them for the centred form; through the estimator 159 against 206
+    over eight sets, at most 0.5% of the draws on six of them against three (two sets still
+    diverge in 1.6-1.7%).
 
     Parameters
     ----------
