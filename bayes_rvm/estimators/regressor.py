@@ -695,7 +695,7 @@ array-like or Prior, default="evidence_shared"
             Phi,
             y,
             form=form,
-            centred=self._mcmc_basis() == "relevant",
+            centred=likelihood.centring(self.fit_, cols, self._mcmc_basis() == "relevant"),
             phi_scale=norms,
             y_scale=likelihood.y_scale(y),
             offset=offset,

@@ -768,7 +768,7 @@ def rvm_classification_model(
     s: float = DEFAULT_WEIGHT_SCALE,
     phi_scale: np.ndarray | None = None,
     offset: np.ndarray | Callable[[pm.Model], pt.TensorVariable] | None = None,
-    centred: bool = False,
+    centred: bool | np.ndarray = False,
     slab: float | None = None,
     intercept_sd: float | None = None,
     basis: Sequence[int] | np.ndarray | None = None,
@@ -796,11 +796,15 @@ def rvm_classification_model(
     offset : ndarray or callable, optional
         Terms of your own added to the latent function(s) ``Phi w``, as in
         :func:`rvm_regression_model`: shape (N,) for two classes, (N, C) for the softmax.
-    centred : bool, default=False
+    centred : bool or ndarray of shape (M,), default=False
         ``w ~ N(0, 1/alpha)`` sampled directly instead of ``w = z / sqrt(alpha)``. The centred
         form suits weights the likelihood pins; a weight it leaves loose (a bias the labels
         barely need) makes a funnel of it, where NUTS diverges, so :class:`~bayes_rvm.RVC`
-        samples the non-centred form.
+        samples the non-centred form. An array ``c`` of values in [0, 1], one per column of
+        the basis, centres each weight partly (Papaspiliopoulos, Roberts and Skold 2007):
+        ``v ~ N(0, sd^c)``, ``w = sd^(1 - c) v`` with ``sd = 1 / sqrt(alpha)``; 1 is the centred
+        form, 0 the non-centred one (:func:`bayes_rvm.inference.type2_centring`: a type-II
+        fit's).
     slab : float, optional
         Slab scale ``c`` of the regularised ARD prior (Piironen & Vehtari 2017):
         ``w_i | alpha_i ~ N(0, 1 / (alpha_i + r_i^2 / c^2))`` with ``r_i`` the root-mean-square
@@ -853,6 +857,14 @@ def rvm_classification_model(
     for name, value in (("slab", slab), ("intercept_sd", intercept_sd)):
         if value is not None and not (np.isfinite(value) and value > 0):
             raise ValueError(f"{name} must be a positive number or None, got {value!r}.")
+    partly = not isinstance(centred, bool | np.bool_)
+    if partly:
+        centring = np.asarray(centred, dtype=np.float64)
+        if centring.shape != (len(cols),) or not np.all((centring >= 0) & (centring <= 1)):
+            raise ValueError(
+                f"centred must be True, False or one value in [0, 1] per column ({len(cols)}); "
+                f"got an array of shape {centring.shape}."
+            )
     all_coords = {OBS: np.arange(N), BASIS: names}
     if likelihood == "softmax":
         all_coords[CLASS] = list(range(C)) if class_names is None else list(class_names)
@@ -870,7 +882,11 @@ def rvm_classification_model(
             alpha = alpha + pt.mean(Phi_data**2, axis=0) / slab**2  # r_i^2 / c^2
         scale = pt.exp(-0.5 * pt.log(alpha))
         scale = scale[:, None] if likelihood == "softmax" else scale
-        if centred:
+        if partly:
+            c = centring[:, None] if likelihood == "softmax" else centring
+            v = pm.Normal("v", 0.0, scale**c, dims=w_dims)
+            w = pm.Deterministic("w", v * scale ** (1.0 - c), dims=w_dims)
+        elif centred:
             w = pm.Normal("w", 0.0, scale, dims=w_dims)
         else:
             z = pm.Normal("z", 0.0, 1.0, dims=w_dims)
@@ -889,7 +905,7 @@ def rvm_classification_model(
     spec = RVMSpec(
         likelihood=likelihood,
         prior=prior,
-        form="centred" if centred else "joint",
+        form="partly centred" if partly else "centred" if centred else "joint",
         alpha_prior=alpha_prior,
         nu=(nu if isinstance(nu, Prior) else float(nu)) if prior == "student_t" else None,
         s=s,
