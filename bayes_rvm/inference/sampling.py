@@ -220,7 +220,7 @@ def sample_mcmc(
     keep_warmup : bool, default=False
         Keep the sampler's warmup groups (they hold as many draws as the posterior; saved fits
         are several times smaller without them).
-    advice : {"model", "estimator"}, default="model"
+    advice : {"model", "estimator", "estimator_relevant"}, default="model"
         Wording of the diagnostics' remedies (see :func:`diagnose`).
     thin : int or "auto", default="auto"
         Run ``draws * thin`` iterations per chain after tuning and keep every ``thin``-th:
