@@ -45,6 +45,17 @@ One run prints, in this order (``--sections`` picks some of them):
 ``forms`` (not in the default set)
     The weight-marginalised against the joint (non-centred) and centred forms, as before.
 
+``pymc`` (not in the default set)
+    The package's fit against PyMC's own ``pm.sample`` on the same model (the estimator's
+    ``make_model()`` after its type-II fit, at the estimator's draws, tune and chains and
+    ``pm.sample``'s other defaults): ``nuts_sampler="nutpie"`` and PyMC's default NUTS, each
+    in fresh processes: the cold fit (empty compile caches), a new shape on the caches it left
+    (N = 173), the warm first fit (N = 100 again); then, each in a fresh process on warm caches,
+    N = 1000 on the full basis, Ripley's RVC and the README's Poisson example. ``fit_s`` is the
+    package's whole fit; for ``pm.sample`` it is the type-II fit, the model and ``pm.sample``
+    (``sample_s``: ``pm.sample`` alone, its compilation included). ``--quick`` shrinks every
+    case (N = 30 and 43, 2 x 100 draws; N = 200 for the full basis, 60 Ripley rows).
+
 ``compile`` (not in the default set)
     When the sampler compiles: fresh processes with their own compile caches
     (``PYTENSOR_FLAGS=base_compiledir=...``, ``NUMBA_CACHE_DIR``, both empty at the start): a cold
@@ -1028,7 +1039,118 @@ def section_compile(a) -> list[dict]:
     return []
 
 
+#: The cases of the ``pymc`` section: (label, what is fitted, N (None: the data's own)).
+PYMC_CASES = {
+    "cold": ("sinc", 100),
+    "new shape": ("sinc", 173),
+    "warm first": ("sinc", 100),
+    "N=1000 full basis": ("full", 1000),
+    "Ripley RVC": ("ripley", None),
+    "Poisson (README)": ("poisson", 100),
+}
+PYMC_SAMPLERS = ("package", "pm.sample nutpie", "pm.sample pymc")
+
+
+def _pymc_estimator(kind: str, n: int | None, quick: bool):
+    """The estimator (MCMC) and data of a case of the ``pymc`` section."""
+    from bayes_rvm import RVC, RVR
+    from bayes_rvm.datasets import load_ripley
+
+    config = {"draws": 100, "tune": 100, "chains": 2} if quick else {}
+    if kind == "ripley":
+        X, y, _, _ = load_ripley()
+        if quick:
+            X, y = X[::4], y[::4]
+        return RVC(inference="mcmc", sampler_config=config or None, random_state=0), X, y
+    X, y = make_sinc(n, noise=0.1, random_state=0)
+    if kind == "poisson":
+        y = np.random.default_rng(0).poisson(np.exp(1 + np.sin(X[:, 0])))
+        kw = {"likelihood": "poisson"}
+    elif kind == "full":
+        kw = {"gamma": 1.0 / 9.0, "sampler_config": {"mcmc_basis": "all", **config}}
+        config = {}
+    else:
+        kw = {}
+    if config:
+        kw["sampler_config"] = config
+    return RVR(inference="mcmc", random_state=0, **kw), X, y
+
+
+def child_pymc(kind: str, n: int, sampler: str, quick: bool) -> None:
+    """Run in a fresh process: one case of the ``pymc`` section, printed as JSON."""
+    from bayes_rvm.inference import diagnose
+
+    est, X, y = _pymc_estimator(kind, n or None, quick)
+    c0 = _cpu()
+    t0 = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if sampler == "package":
+            est.fit(X, y)
+            dt, sample_s = est.idata_, float(est.idata_.attrs.get("wall_time", float("nan")))
+        else:
+            cfg = est._cfg
+            est.set_params(inference="type2").fit(X, y)
+            model = est.make_model()
+            t1 = time.perf_counter()
+            dt = pm.sample(
+                draws=cfg.draws,
+                tune=cfg.tune,
+                chains=cfg.chains,
+                model=model,
+                nuts_sampler=sampler.split()[-1],
+                random_seed=0,
+                progressbar=False,
+                compute_convergence_checks=False,
+            )
+            sample_s = time.perf_counter() - t1
+        diag = diagnose(dt, warn=False)
+    out = {
+        "fit_s": time.perf_counter() - t0,
+        "sample_s": sample_s,
+        "cpu_s": _cpu() - c0,
+        "div": diag["divergences"],
+        "rhat": diag["max_rhat"],
+        "ess_bulk": diag["min_ess_bulk"],
+        "load": os.getloadavg()[0],
+    }
+    print("RESULT " + json.dumps(out), flush=True)
+
+
+def section_pymc(a) -> list[dict]:
+    """The package's fit against ``pm.sample`` (nutpie, PyMC's NUTS) on the same model."""
+    import tempfile
+
+    shrink = {100: 30, 173: 43, 1000: 200}
+    rows = []
+    for sampler in a.pymc_samplers.split(","):
+        with tempfile.TemporaryDirectory(prefix="bench_pymc_") as folder:
+            env = dict(
+                os.environ,
+                PYTHONPATH=os.pathsep.join(sys.path),
+                PYTENSOR_FLAGS=f"base_compiledir={os.path.join(folder, 'pytensor')}",
+                NUMBA_CACHE_DIR=os.path.join(folder, "numba"),
+            )
+            for case, (kind, n) in PYMC_CASES.items():
+                n = shrink.get(n, n) if a.quick and n else n
+                args = ["--child-pymc", kind, "--pymc-n", str(n or 0), "--pymc-sampler", sampler]
+                res, wall = _run_child(args + (["--quick"] if a.quick else []), env)
+                row = {"case": case, "N": n or "data", "sampler": sampler, **res}
+                row["process_s"] = wall
+                rows.append(row)
+                print(
+                    "  "
+                    + "  ".join(
+                        f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                        for k, v in row.items()
+                    ),
+                    flush=True,
+                )
+    return rows
+
+
 SECTIONS = {
+    "pymc": section_pymc,
     "compile": section_compile,
     "fresh": section_fresh,
     "scale": section_scale,
@@ -1059,6 +1181,14 @@ def main(argv=None) -> int:
     p.add_argument("--child-fresh", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--child-compile", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--compile-family", default="rvr", help=argparse.SUPPRESS)
+    p.add_argument("--child-pymc", default="", help=argparse.SUPPRESS)
+    p.add_argument("--pymc-n", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--pymc-sampler", default="package", help=argparse.SUPPRESS)
+    p.add_argument(
+        "--pymc-samplers",
+        default=",".join(PYMC_SAMPLERS),
+        help="pymc section: the fits compared (package, pm.sample nutpie, pm.sample pymc)",
+    )
     p.add_argument(
         "--compile-families",
         default="",
@@ -1103,6 +1233,9 @@ def main(argv=None) -> int:
         return 0
     if a.child_compile:
         child_compile(a.child_compile, a.compile_family, a.compile_draws)
+        return 0
+    if a.child_pymc:
+        child_pymc(a.child_pymc, a.pymc_n, a.pymc_sampler, a.quick)
         return 0
     if a.quick:
         a.n, a.draws, a.tune, a.chains = 30, 100, 100, 2

@@ -143,3 +143,30 @@ def test_divergence_warning_names_the_remedy_of_the_sampled_model(
     assert ("prior_params={'nu'" in text) is names_nu
     assert ("target_accept" in text) is names_accept
     assert "mcmc_basis" in text
+
+
+def test_count_divergences_advise_a_higher_acceptance_not_the_basis_already_sampled():
+    # A count fit samples the type-II relevance vectors, partly centred, at target_accept 0.99:
+    # the advice names 0.995 and a longer warm-up, never mcmc_basis='relevant' again.
+    import dataclasses
+
+    from bayes_rvm.inference import SamplingDiagnosticsWarning, diagnose
+    from bayes_rvm.models.graphs import rvm_regression_model
+    from bayes_rvm.models.spec import model_spec
+
+    rng = np.random.default_rng(1)
+    spec = model_spec(rvm_regression_model(rng.normal(size=(6, 3)), rng.normal(size=6)))
+    spec = dataclasses.replace(spec, likelihood="poisson", form="partly centred")
+    dt = xr.DataTree.from_dict(
+        {
+            "posterior": xr.Dataset(
+                {"alpha": (("chain", "draw", "basis"), np.exp(rng.normal(size=(2, 100, 3))))}
+            ),
+            "sample_stats": xr.Dataset({"diverging": (("chain", "draw"), np.eye(2, 100) > 0)}),
+        }
+    )
+    with pytest.warns(SamplingDiagnosticsWarning, match="2 of 200 draws diverged") as said:
+        diagnose(dt, advice="estimator_relevant", spec=spec)
+    text = " ".join(str(w.message) for w in said if "diverged" in str(w.message))
+    assert "'target_accept': 0.995" in text and "tune" in text
+    assert "mcmc_basis" not in text

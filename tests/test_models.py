@@ -77,13 +77,12 @@ def test_marginal_model_logp_is_priors_plus_dense_mvnormal():
 def test_joint_model_logp_is_gaussian_likelihood():
     Phi, Y, _, _ = _problem(N=20, M=21)
     y = Y[:, 0]
-    model = rvm_regression_model(Phi, y, form="joint", prior="student_t", nu=3.0)
+    model = rvm_regression_model(Phi, y, form="joint", prior="student_t", nu=3.0, centred=True)
     rng = np.random.default_rng(4)
     point = model.initial_point()
-    point["z"] = rng.normal(size=21)
     point["alpha_rel_log__"] = rng.normal(size=21)
     point["sigma_rel_log__"] = np.array(-1.0)
-    w = point["z"] * np.exp(-0.5 * point["alpha_rel_log__"])
+    w = point["w"] = rng.normal(size=21) * np.exp(-0.5 * point["alpha_rel_log__"])
     sigma = np.exp(-1.0)
     logps = model.point_logps(point, round_vals=12)
     assert abs(logps["y"] - stats.norm(Phi @ w, sigma).logpdf(y).sum()) < 1e-8
@@ -102,7 +101,7 @@ def test_model_structure_dims_and_subset_basis():
     assert model.named_vars_to_dims["w"] == (BASIS, OUTPUT)
     assert model.named_vars_to_dims["y"] == (OBS, OUTPUT)
     assert model["Phi"].get_value().shape == (15, 3)
-    assert {v.name for v in model.free_RVs} == {"alpha_rel", "sigma_rel", "z"}
+    assert {v.name for v in model.free_RVs} == {"alpha_rel", "sigma_rel", "w"}
     marg = rvm_regression_model(Phi, Y, basis=[2, 5, 15])
     assert {v.name for v in marg.free_RVs} == {"alpha_rel", "sigma_rel"}
     assert marg.rvm_spec.basis == (2, 5, 15)

@@ -798,7 +798,9 @@ class BaseRVM(BaseEstimator):
         from bayes_rvm.inference import sample_mcmc
 
         free = {rv.name for rv in model.free_RVs}
-        options = {"progressbar": True if self.verbose else "auto", "advice": "estimator"}
+        relevant = getattr(self, "_mcmc_basis", lambda: "all")() == "relevant"
+        advice = "estimator_relevant" if relevant else "estimator"
+        options = {"progressbar": True if self.verbose else "auto", "advice": advice}
         options |= getattr(self, "_sample_kwargs", {})
         nuts = options.get("nuts")
         if self._target_accept() is not None and (nuts is None or isinstance(nuts, Mapping)):

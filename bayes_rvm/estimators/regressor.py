@@ -651,9 +651,12 @@ array-like or Prior, default="evidence_shared"
         Parameters
         ----------
         form : {"marginal", "joint"}, default="marginal"
+            ``"joint"`` samples the weights, whitened by their Gaussian posterior given the
+            hyperparameters and your terms (:mod:`bayes_rvm.models.whitening`): the form to
+            extend, which ``pm.sample`` samples as it does the marginal one.
             ``likelihood="student_t"``: the weights have no closed-form marginal under t noise;
-            they are sampled, centred over the relevance vectors (``mcmc_basis="relevant"``,
-            the default there), non-centred over all columns, whatever ``form`` says.
+            they are sampled, whitened in the same way at the t noise's Fisher information,
+            whatever ``form`` says.
         offset : ndarray or callable, optional
             Terms of your own in the mean (a fixed array, or ``offset(model) -> tensor`` that
             may create variables with their own priors). Sample the result with ``pm.sample``
@@ -693,7 +696,7 @@ array-like or Prior, default="evidence_shared"
             Phi,
             y,
             form=form,
-            centred=self._mcmc_basis() == "relevant",
+            centred=likelihood.centring(self.fit_, cols, self._mcmc_basis() == "relevant"),
             phi_scale=norms,
             y_scale=likelihood.y_scale(y),
             offset=offset,

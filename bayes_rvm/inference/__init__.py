@@ -23,6 +23,7 @@ from bayes_rvm.inference.sampling import (
     complete_posterior,
     sample_mcmc,
     sample_prior_predictive,
+    type2_centring,
     type2_initvals,
 )
 from bayes_rvm.posterior.datatree import sample_posterior_predictive, type2_datatree
@@ -49,6 +50,7 @@ __all__ = [
     "sample_mcmc",
     "sample_posterior_predictive",
     "sample_prior_predictive",
+    "type2_centring",
     "type2_datatree",
     "type2_initvals",
 ]

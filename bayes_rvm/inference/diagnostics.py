@@ -320,8 +320,9 @@ def diagnose(
     warn : bool, default=True
         Emit a :class:`SamplingDiagnosticsWarning` for each problem found, at the caller's line
         outside this package.
-    advice : {"model", "estimator"}, default="model"
-        Word the remedies for a user's own model or for the RVR / RVC estimators.
+    advice : {"model", "estimator", "estimator_relevant"}, default="model"
+        Word the remedies for a user's own model, for the RVR / RVC estimators, or for an
+        estimator that already samples only the type-II relevance vectors.
     spec : RVMSpec, optional
         The sampled model's spec (:func:`bayes_rvm.models.spec.model_spec`): the divergence
         remedies named are those of its prior and form.
@@ -407,17 +408,40 @@ def divergence_advice(advice: str, spec: RVMSpec | None) -> str:
     """The divergence remedies that depend on the sampled model: its prior and its form."""
     said = []
     if spec is not None and spec.prior == "student_t":
-        nu = "prior_params={'nu': ...}" if advice == "estimator" else "nu"
+        nu = "prior_params={'nu': ...}" if advice.startswith("estimator") else "nu"
         said.append(
             f"The Student-t prior's Gamma(nu/2, nu/2) on alpha puts a wall in log alpha when nu "
             f"is small: a larger nu ({nu}) or prior='ard' samples well."
         )
-    if spec is not None and spec.form == "joint":
+    regression = spec is not None and spec.likelihood in ("gaussian", "student_t")
+    if regression and spec.form == "centred":
+        said.append(
+            "The weights are sampled centred, a funnel where the data leave a weight loose: "
+            "the joint form without centred=True samples them whitened by their Gaussian "
+            "posterior given the hyperparameters, which removes it."
+        )
+    elif regression and spec.form == "joint":
+        accept = (
+            "fit(X, y, nuts={'target_accept': 0.95})"
+            if advice.startswith("estimator")
+            else "sample_mcmc(..., nuts={'target_accept': 0.95})"
+        )
+        said.append(
+            "The weights are sampled whitened by their Gaussian posterior given the "
+            "hyperparameters, which leaves NUTS the geometry of the weight-marginalised model: "
+            "divergences come from the hyperparameters or from terms of your own (give those "
+            f"priors on the scale of the data), and a higher target acceptance ({accept}) takes "
+            "smaller steps there."
+        )
+    elif spec is not None and spec.form in ("joint", "centred", "partly centred"):
+        # The count models already sample at 0.99.
+        accept = 0.995 if spec.likelihood == "poisson" else 0.99
         said.append(
             "The weights are sampled with their precisions (no closed-form marginal for this "
             "likelihood), a funnel where the data say little: a target acceptance nearer 1 "
-            "(fit(X, y, nuts={'target_accept': 0.99}) on an estimator, sample_mcmc(..., "
-            "nuts={'target_accept': 0.99}) on a model) takes smaller steps into its neck."
+            f"(fit(X, y, nuts={{'target_accept': {accept}}}) on an estimator, sample_mcmc(..., "
+            f"nuts={{'target_accept': {accept}}}) on a model) takes smaller steps into its neck, "
+            "and a longer warm-up (more tune) adapts the step size better."
         )
     return "".join(f"{s} " for s in said)
 
@@ -443,6 +467,14 @@ _ADVICE = {
         "above 1.01 with a bulk ESS of a few hundred, the largest of many R-hats is within the "
         "noise of the finite draws (NUTS on an iid Gaussian of 45 parameters exceeds 1.01 in "
         "every run of 2 x 500 draws): raise draws, or thin (fit(X, y, thin=4)).",
+        "ess": "Raise draws (or chains).",
+    },
+    # An estimator that already samples only the type-II relevance vectors.
+    "estimator_relevant": {
+        "divergences": "Raise tune (sampler_config={'tune': 1000}).",
+        "rhat": "Raise tune and draws. Just above 1.01 with a bulk ESS of a few hundred, the "
+        "largest of many R-hats is within the noise of the finite draws: raise draws, or thin "
+        "(fit(X, y, thin=4)).",
         "ess": "Raise draws (or chains).",
     },
 }

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
+from pytensor.graph.basic import Variable
 
 from bayes_rvm.models.priors import Prior
 
@@ -33,8 +34,12 @@ def joint_weights(log_alpha, w_dims: tuple, *, centred: bool = False):
 
 
 def observed_noise(name: str, mu, sigma, y_data, y_dims: tuple, noise_nu=None):
-    """The observed targets: ``N(mu, sigma)``, or Student-t with ``noise_nu`` (a spec) if given."""
-    t_noise = {} if noise_nu is None else {"nu": noise_nu_variable(noise_nu)}
+    """The observed targets: ``N(mu, sigma)``, or Student-t with ``noise_nu`` if given (a spec,
+    or the variable :func:`noise_nu_variable` made of one)."""
+    if noise_nu is None or isinstance(noise_nu, Variable):
+        t_noise = {} if noise_nu is None else {"nu": noise_nu}
+    else:
+        t_noise = {"nu": noise_nu_variable(noise_nu)}
     return (pm.StudentT if t_noise else pm.Normal)(
         name, mu=mu, sigma=sigma, observed=y_data, shape=y_data.shape, dims=y_dims, **t_noise
     )
