@@ -319,3 +319,55 @@ def test_mcmc_predicts_as_the_laplace_fit_it_samples_the_model_of():
     mc.fit(X, y, progressbar=False)
     assert mc.idata_["posterior"].sizes["basis"] == 251
     assert abs(log_loss(yt, mc.predict_proba(Xt)) - log_loss(yt, laplace.predict_proba(Xt))) < 0.008
+
+
+def _value_functions(model):
+    """The model's log density (Jacobians included) and its weights ``w`` as functions of the
+    free variables' values (``alpha_rel_log__``, ``z``), compiled quickly."""
+    from pymc.pytensorf import compile as compile_fn
+
+    outs = model.replace_rvs_by_values([model.logp(), model["w"]])
+    fns = [
+        compile_fn(model.value_vars, [out], on_unused_input="ignore", mode="FAST_COMPILE")
+        for out in outs
+    ]
+    return [lambda *values, fn=fn: fn(*values)[0] for fn in fns]
+
+
+@pytest.mark.parametrize("classes", [2, 3])
+def test_information_changes_the_parametrisation_not_the_posterior(classes):
+    """The information-scaled weights ``w = z / sqrt(alpha + h)``, ``z ~ N(0, 1 + h / alpha)``
+    are the plain non-centred ``w = z0 / sqrt(alpha)``, ``z0 ~ N(0, 1)``, through the change of
+    variables ``z0 = z sqrt(alpha / (alpha + h))``: the log densities differ by its log Jacobian
+    ``sum 0.5 ln(alpha / (alpha + h))`` at every point, and the weights are the same."""
+    from bayes_rvm.models.graphs import rvm_classification_model
+
+    rng = np.random.default_rng(4)
+    N, M = 30, 6
+    Phi = rng.normal(size=(N, M))
+    y = rng.integers(0, classes, size=N)
+    shape = (M,) if classes == 2 else (M, classes)
+    h = rng.uniform(0.0, 50.0, size=shape)
+    plain = rvm_classification_model(Phi, y, phi_scale=np.full(M, 2.0))
+    scaled = rvm_classification_model(Phi, y, phi_scale=np.full(M, 2.0), information=h)
+    logp_plain, w_plain = _value_functions(plain)
+    logp_scaled, w_scaled = _value_functions(scaled)
+    for _ in range(5):
+        log_alpha_rel = rng.normal(0.0, 4.0, size=M)  # the heavy tail's spread, both ways
+        alpha = np.exp(log_alpha_rel) * 4.0
+        alpha = alpha if classes == 2 else alpha[:, None]
+        z = rng.normal(size=shape) * np.sqrt(1.0 + h / alpha)
+        z0 = z * np.sqrt(alpha / (alpha + h))
+        jacobian = 0.5 * np.sum(np.log(alpha / (alpha + h)))
+        np.testing.assert_allclose(
+            logp_scaled(log_alpha_rel, z), logp_plain(log_alpha_rel, z0) + jacobian, rtol=1e-10
+        )
+        np.testing.assert_allclose(
+            w_scaled(log_alpha_rel, z), w_plain(log_alpha_rel, z0), rtol=1e-12
+        )
+    with pytest.raises(ValueError, match="information must have shape"):
+        rvm_classification_model(Phi, y, information=np.ones(M + 1))
+    with pytest.raises(ValueError, match="not for centred"):
+        rvm_classification_model(Phi, y, information=h, centred=True)
+    with pytest.raises(ValueError, match=">= 0"):
+        rvm_classification_model(Phi, y, information=-np.ones(shape))

@@ -532,9 +532,44 @@ default="evidence_shared"
             # -21.8 +- 5.4 under Laplace, -14.3 +- 3.5 with the slab).
             centred=False,
             intercept_sd=FREE_LATENT_SD if self.bias == "free" else None,
+            information=self._information(Phi),
             basis_names=cols,
             class_names=None if self.classes_.size == 2 else list(self.classes_),
         )
+
+    def _information(self, Phi: np.ndarray) -> np.ndarray:
+        """What the labels tell each weight of the MCMC design ``Phi`` beyond its neighbours:
+        the scale of the non-centred weights
+        (:func:`~bayes_rvm.models.graphs.rvm_classification_model`'s ``information``).
+
+        ``h_i = 1 / [(G + A0)^-1]_ii - a0_i``, with ``G = Phi^T diag(b) Phi`` the likelihood's
+        curvature at the type-II mode (``b = p (1 - p)``; per class for the softmax) and
+        ``A0`` the prior precisions at the default hyperprior's median (a weight scale of
+        :data:`~bayes_rvm.models.priors.DEFAULT_WEIGHT_SCALE` per unit-RMS column): the
+        posterior precision of ``w_i`` with the other weights free, less its prior's. Any value
+        gives the same posterior; this one samples best. Measured on Ripley's data at the
+        default width (seed 0, 4 x 1000 draws, one process on a contended machine): plain
+        non-centred weights, 32 divergences, 510 leapfrog steps a draw; ``h`` the diagonal
+        ``G_ii`` (the curvature with the neighbours held fixed: collinear neighbours share
+        what the labels say, so it overstates each weight's share), no divergence but 63 steps
+        and R-hat 1.026 (bulk ESS 116); this ``h``, no divergence, 127 steps, R-hat 1.008.
+        """
+        from scipy.special import expit, softmax
+
+        from bayes_rvm.models.priors import DEFAULT_WEIGHT_SCALE
+
+        train = self.training_
+        latent = self.basis_.transform(train.inputs, columns=self.active_) @ self.fit_.mean
+        p = expit(latent) if latent.shape[1] == 1 else softmax(latent, axis=1)
+        b = p * (1.0 - p)
+        a0 = np.mean(Phi**2, axis=0) / DEFAULT_WEIGHT_SCALE**2
+        a0[a0 == 0.0] = 1.0  # a column of zeros: the labels say nothing of its weight
+        h = np.empty((Phi.shape[1], b.shape[1]))
+        for c in range(b.shape[1]):
+            precision = Phi.T @ (Phi * b[:, c : c + 1]) + np.diag(a0)
+            h[:, c] = 1.0 / np.diag(np.linalg.inv(precision)) - a0
+        h = np.maximum(h, 0.0)  # rounding
+        return h[:, 0] if self.classes_.size == 2 else h
 
     def _mcmc_columns(self) -> np.ndarray:
         cols = super()._mcmc_columns()

@@ -728,6 +728,21 @@ def set_model_data(model: pm.Model, Phi: np.ndarray, y: np.ndarray) -> None:
 # and 1.26 centred): what broke the chains was the weights' heavy tail (|w| up to 600), which
 # the slab removes, and the relevance of nearly collinear basis functions switching on and off.
 # ---------------------------------------------------------------------------------------------
+def _check_information(information, centred: bool, shape: tuple, likelihood: str):
+    """``information`` of :func:`rvm_classification_model` as a float array, checked."""
+    if information is None:
+        return None
+    if centred:
+        raise ValueError("information scales the non-centred weights; it is not for centred=True.")
+    value = np.asarray(information, dtype=np.float64)
+    want = shape if likelihood == "softmax" else shape[:1]
+    if value.shape != want:
+        raise ValueError(f"information must have shape {want} (the weights'), got {value.shape}.")
+    if not (np.all(np.isfinite(value)) and np.all(value >= 0)):
+        raise ValueError("information must hold finite numbers >= 0.")
+    return value
+
+
 def rvm_classification_model(
     Phi: np.ndarray,
     y: np.ndarray,
@@ -742,6 +757,7 @@ def rvm_classification_model(
     centred: bool = False,
     slab: float | None = None,
     intercept_sd: float | None = None,
+    information: np.ndarray | None = None,
     basis: Sequence[int] | np.ndarray | None = None,
     basis_names: Sequence | None = None,
     class_names: Sequence | None = None,
@@ -790,6 +806,17 @@ def rvm_classification_model(
         logits, one per class for the softmax (``RVC(bias="free")`` passes
         :data:`bayes_rvm.evidence.options.FREE_LATENT_SD` and leaves the bias column out of
         ``Phi``). Default none.
+    information : ndarray of shape (M,) or (M, C), optional
+        The likelihood's curvature along each weight at a reference fit, ``h_i = sum_n b_n
+        Phi_ni^2`` with ``b_n`` the latent's Fisher information there (``p_n (1 - p_n)`` for
+        Bernoulli-logit, ``p_nc (1 - p_nc)`` per class for the softmax, the rate for Poisson),
+        over the kept columns. It changes the parametrisation only, never the posterior: the
+        non-centred weights become ``w_i = z_i / sqrt(alpha_i + h_i)`` with ``z_i ~ N(0, 1 +
+        h_i / alpha_i)``, so that ``z_i`` is scaled by the weight's conditional posterior sd
+        under a diagonal Laplace approximation. Where the prior dominates (``h_i << alpha_i``)
+        this is the non-centred form; where the data do (a heavy-tailed ``alpha_i`` small
+        against ``h_i``) it is the centred one, with no funnel either way. Default none (plain
+        ``z ~ N(0, 1)``); not with ``centred``. :class:`~bayes_rvm.RVC` passes it.
     basis : sequence of int, optional
         Columns of ``Phi`` to keep; default all.
     basis_names, class_names : sequence, optional
@@ -823,6 +850,7 @@ def rvm_classification_model(
     for name, value in (("slab", slab), ("intercept_sd", intercept_sd)):
         if value is not None and not (np.isfinite(value) and value > 0):
             raise ValueError(f"{name} must be a positive number or None, got {value!r}.")
+    information = _check_information(information, centred, (len(names), C), likelihood)
     all_coords = {OBS: np.arange(N), BASIS: names}
     if likelihood == "softmax":
         all_coords[CLASS] = list(range(C)) if class_names is None else list(class_names)
@@ -838,13 +866,18 @@ def rvm_classification_model(
         alpha, _ = _weight_precision(prior, alpha_prior, nu, s, scale_data, 1.0)
         if slab is not None:
             alpha = alpha + pt.mean(Phi_data**2, axis=0) / slab**2  # r_i^2 / c^2
-        scale = pt.exp(-0.5 * pt.log(alpha))
-        scale = scale[:, None] if likelihood == "softmax" else scale
+        alpha = alpha[:, None] if likelihood == "softmax" else alpha
         if centred:
-            w = pm.Normal("w", 0.0, scale, dims=w_dims)
-        else:
+            w = pm.Normal("w", 0.0, pt.exp(-0.5 * pt.log(alpha)), dims=w_dims)
+        elif information is None:
             z = pm.Normal("z", 0.0, 1.0, dims=w_dims)
-            w = pm.Deterministic("w", z * scale, dims=w_dims)
+            w = pm.Deterministic("w", z * pt.exp(-0.5 * pt.log(alpha)), dims=w_dims)
+        else:
+            # w = z / sqrt(alpha + h), z ~ N(0, 1 + h / alpha): w ~ N(0, 1 / alpha) as before,
+            # scaled by its conditional sd under a diagonal Laplace approximation.
+            h = pm.Data("information", information, dims=w_dims)
+            z = pm.Normal("z", 0.0, pt.sqrt(1.0 + h / alpha), dims=w_dims)
+            w = pm.Deterministic("w", z * pt.exp(-0.5 * pt.log(alpha + h)), dims=w_dims)
         off, off_kind = _offset_term(offset, eta_dims, eta_shape)
         eta = Phi_data @ w + off
         if intercept_sd is not None:
