@@ -453,6 +453,10 @@ class BaseRVM(BaseEstimator):
         """
         return 0.95 if self._samples_width() else None
 
+    def _mcmc_thin(self) -> int | str:
+        """``thin`` of :func:`~bayes_rvm.inference.sample_mcmc` unless ``fit`` is given one."""
+        return "auto"
+
     def _learns_width(self) -> bool:
         # A sampled width is learned too: the type-II fit that seeds the sampler (and chooses its
         # basis) learns it. The default rule on a kernel without a width resolves to "scale".
@@ -798,7 +802,7 @@ class BaseRVM(BaseEstimator):
 
         free = {rv.name for rv in model.free_RVs}
         options = {"progressbar": True if self.verbose else "auto", "advice": "estimator"}
-        options |= getattr(self, "_sample_kwargs", {})
+        options |= {"thin": self._mcmc_thin()} | getattr(self, "_sample_kwargs", {})
         nuts = options.get("nuts")
         if self._target_accept() is not None and (nuts is None or isinstance(nuts, Mapping)):
             # A target_accept in fit(X, y, nuts={...}) overrides it; other NUTS settings join
