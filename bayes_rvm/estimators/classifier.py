@@ -544,8 +544,8 @@ default="evidence_shared"
         (:func:`~bayes_rvm.models.graphs.rvm_classification_model`'s ``information``).
 
         ``h_i = 1 / [(G + A0)^-1]_ii - a0_i``, with ``G = Phi^T diag(b) Phi`` the likelihood's
-        curvature at the type-II mode (``b = p (1 - p)``) and
-        ``A0`` the prior precisions at the default hyperprior's median (a weight scale of
+        curvature at the type-II mode (``b = p (1 - p)``) and ``A0`` the prior precisions at the
+        default hyperprior's median (a weight scale of
         :data:`~bayes_rvm.models.priors.DEFAULT_WEIGHT_SCALE` per unit-RMS column): the
         posterior precision of ``w_i`` with the other weights free, less its prior's. Any value
         gives the same posterior; this one samples best. Measured on Ripley's data at the
@@ -553,12 +553,13 @@ default="evidence_shared"
         non-centred weights, 32 divergences, 510 leapfrog steps a draw; ``h`` the diagonal
         ``G_ii`` (the curvature with the neighbours held fixed: collinear neighbours share
         what the labels say, so it overstates each weight's share), no divergence but 63 steps
-        and R-hat 1.026 (bulk ESS 116); this ``h``, no divergence, 127 steps, R-hat 1.008.
+        and R-hat 1.026 (bulk ESS 116); ``G_ii / 4``, R-hat 1.039; this ``h``, no divergence,
+        127 steps, R-hat 1.008.
 
-        Not for the softmax: the same per class (``b = p_c (1 - p_c)``) on the three-class
-        Ripley problem of the tests gave no divergence but R-hat 1.12 and a bulk ESS of 22,
-        where the plain form gives 1.0075. Each weight's scale then centres the direction the
-        softmax leaves to the prior alone (the same vector added to every class's weights).
+        Not for the softmax, which samples the plain form: the same per class (``b = p_c (1 -
+        p_c)``) on the three-class Ripley problem of the tests gave no divergence but R-hat
+        1.12 and a bulk ESS of 22 (plain: 1.0075), and per orthonormal contrast of the classes
+        (the direction they share left non-centred) R-hat 1.25 on iris.
         """
         from scipy.special import expit
 
@@ -571,33 +572,6 @@ default="evidence_shared"
         a0[a0 == 0.0] = 1.0  # a column of zeros: the labels say nothing of its weight
         precision = Phi.T @ (Phi * (p * (1.0 - p))[:, None]) + np.diag(a0)
         return np.maximum(1.0 / np.diag(np.linalg.inv(precision)) - a0, 0.0)  # >= 0: rounding
-
-    def _mcmc_columns(self) -> np.ndarray:
-        cols = super()._mcmc_columns()
-        if self.bias != "free":
-            return cols
-        # A free bias is the model's ``intercept``, outside the ARD columns.
-        cols = cols[cols != self.basis_.n_centres_]
-        if cols.size == 0:
-            raise ValueError(
-                "the type-II fit kept no basis function besides the free intercept, and "
-                "sampler_config mcmc_basis='relevant' samples only what it kept: the labels show "
-                "no signal the basis can carry at this width. mcmc_basis='all' samples every "
-                "basis function."
-            )
-        return cols
-
-    def _mcmc_initvals(self, fit_n) -> dict:
-        init = super()._mcmc_initvals(fit_n)
-        if self.bias == "free":
-            init["intercept"] = np.asarray(self.intercept_, dtype=np.float64)
-        return init
-
-    def _target_accept(self) -> float:
-        # The logistic likelihood curves the weights' posterior more than a Gaussian one: on
-        # Ripley's data at the default width the sampler's default 0.8 left 20-30 divergences
-        # in 4000 draws, 0.95 none or one (binary and three-class, over seeds).
-        return 0.95
 
     def _mcmc_thin(self) -> int | str:
         # Every second draw of 2 x draws per chain: the max R-hat over the 251 prior-dominated

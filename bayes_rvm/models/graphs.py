@@ -728,6 +728,20 @@ def set_model_data(model: pm.Model, Phi: np.ndarray, y: np.ndarray) -> None:
 # and 1.26 centred): what broke the chains was the weights' heavy tail (|w| up to 600), which
 # the slab removes, and the relevance of nearly collinear basis functions switching on and off.
 # ---------------------------------------------------------------------------------------------
+def class_contrasts(n_classes: int) -> np.ndarray:
+    """An orthonormal basis of ``n_classes`` dimensions whose first vector is the classes'
+    common direction ``1 / sqrt(C)`` (the one the softmax likelihood does not see), the others
+    Helmert contrasts: column ``k`` holds ``1`` on classes ``0 .. k-1``, ``-k`` on class ``k``,
+    normalised."""
+    Q = np.zeros((n_classes, n_classes))
+    Q[:, 0] = 1.0 / np.sqrt(n_classes)
+    for k in range(1, n_classes):
+        Q[:k, k] = 1.0
+        Q[k, k] = -float(k)
+        Q[:, k] /= np.sqrt(k * (k + 1.0))
+    return Q
+
+
 def _check_information(information, centred: bool, shape: tuple, likelihood: str):
     """``information`` of :func:`rvm_classification_model` as a float array, checked."""
     if information is None:
@@ -815,8 +829,12 @@ def rvm_classification_model(
         h_i / alpha_i)``, so that ``z_i`` is scaled by the weight's conditional posterior sd
         under a diagonal Laplace approximation. Where the prior dominates (``h_i << alpha_i``)
         this is the non-centred form; where the data do (a heavy-tailed ``alpha_i`` small
-        against ``h_i``) it is the centred one, with no funnel either way. Default none (plain
-        ``z ~ N(0, 1)``); not with ``centred``. :class:`~bayes_rvm.RVC` passes it.
+        against ``h_i``) it is the centred one, with no funnel either way. For the softmax,
+        ``z``'s columns (and ``information``'s) are the classes' orthonormal contrasts of
+        :func:`class_contrasts`, ``w_i = Q (z_i / sqrt(alpha_i + h_i))``: the first is the
+        direction every class shares, which the likelihood does not see (its ``h`` is 0), so
+        that it stays non-centred. Default none (plain ``z ~ N(0, 1)``); not with ``centred``.
+        :class:`~bayes_rvm.RVC` passes it.
     basis : sequence of int, optional
         Columns of ``Phi`` to keep; default all.
     basis_names, class_names : sequence, optional
@@ -877,7 +895,12 @@ def rvm_classification_model(
             # scaled by its conditional sd under a diagonal Laplace approximation.
             h = pm.Data("information", information, dims=w_dims)
             z = pm.Normal("z", 0.0, pt.sqrt(1.0 + h / alpha), dims=w_dims)
-            w = pm.Deterministic("w", z * pt.exp(-0.5 * pt.log(alpha + h)), dims=w_dims)
+            w = z * pt.exp(-0.5 * pt.log(alpha + h))
+            if likelihood == "softmax":
+                # z's columns are the classes' orthonormal contrasts (class_contrasts): a
+                # rotation, under which the prior N(0, I / alpha_i) of each row is the same.
+                w = w @ pt.as_tensor_variable(class_contrasts(C)).T
+            w = pm.Deterministic("w", w, dims=w_dims)
         off, off_kind = _offset_term(offset, eta_dims, eta_shape)
         eta = Phi_data @ w + off
         if intercept_sd is not None:
