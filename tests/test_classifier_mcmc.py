@@ -29,9 +29,9 @@ GAMMA = {"binary": 4.0}  # Tipping's Gaussian kernel of width 0.5
 MCMC = {"chains": 4}
 # Per problem: the run (over the defaults), the largest R-hat and the divergences allowed in it.
 # - binary, defaults (weights scaled by their information, every second of 2 x 1000 draws per
-#   chain kept): measured on the 2-core machine under a load of about 10, seeds 1 and 2 (see the
-#   CHANGELOG), no divergence, max R-hat 1.0068 and below 1.01, test error 9.9%; before the
-#   scaling, 32-39 divergences at seeds 0-2. Bounds: R-hat 1.01 (the fit's own warning
+#   chain kept): measured on the 2-core machine, seeds 0 / 1 / 2, no divergence, max R-hat
+#   1.0097 / 1.0068 / 1.0047, test error 9.9%, 103-109 s of CPU; before the scaling, 32-39
+#   divergences at seeds 0-2 and 250 s of CPU. Bounds: R-hat 1.01 (the fit's own warning
 #   threshold) and 0.5% of the 4000 draws diverging.
 # - three-class, 4 x 500 after 500: max R-hat 1.017 / 1.015 / 1.018 (its 251 prior-dominated,
 #   heavy-tailed alphas; bound 1.03 as at the defaults), 13 / 12 / 8 divergences in 2000 (1%
