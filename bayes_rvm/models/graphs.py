@@ -93,6 +93,7 @@ from bayes_rvm.models.spec import (
 __all__ = [
     "NOISE_NU_PRIOR",
     "RVMSpec",
+    "class_contrasts",
     "model_cache_key",
     "model_spec",
     "prior_draw",
