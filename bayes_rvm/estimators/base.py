@@ -454,6 +454,10 @@ class BaseRVM(BaseEstimator):
         """
         return 0.95 if self._samples_width() else None
 
+    def _mcmc_thin(self) -> int | str:
+        """``thin`` of :func:`~bayes_rvm.inference.sample_mcmc` unless ``fit`` is given one."""
+        return "auto"
+
     def _learns_width(self) -> bool:
         # A sampled width is learned too: the type-II fit that seeds the sampler (and chooses its
         # basis) learns it. The default rule on a kernel without a width resolves to "scale".
@@ -801,7 +805,7 @@ class BaseRVM(BaseEstimator):
         relevant = getattr(self, "_mcmc_basis", lambda: "all")() == "relevant"
         advice = "estimator_relevant" if relevant else "estimator"
         options = {"progressbar": True if self.verbose else "auto", "advice": advice}
-        options |= getattr(self, "_sample_kwargs", {})
+        options |= {"thin": self._mcmc_thin()} | getattr(self, "_sample_kwargs", {})
         nuts = options.get("nuts")
         if self._target_accept() is not None and (nuts is None or isinstance(nuts, Mapping)):
             # A target_accept in fit(X, y, nuts={...}) overrides it; other NUTS settings join

@@ -111,6 +111,7 @@ from bayes_rvm.models.whitening import whitened_gaussian_weights
 __all__ = [
     "NOISE_NU_PRIOR",
     "RVMSpec",
+    "class_contrasts",
     "model_cache_key",
     "model_spec",
     "prior_draw",
@@ -759,6 +760,35 @@ def set_model_data(model: pm.Model, Phi: np.ndarray, y: np.ndarray) -> None:
 # and 1.26 centred): what broke the chains was the weights' heavy tail (|w| up to 600), which
 # the slab removes, and the relevance of nearly collinear basis functions switching on and off.
 # ---------------------------------------------------------------------------------------------
+def class_contrasts(n_classes: int) -> np.ndarray:
+    """An orthonormal basis of ``n_classes`` dimensions whose first vector is the classes'
+    common direction ``1 / sqrt(C)`` (the one the softmax likelihood does not see), the others
+    Helmert contrasts: column ``k`` holds ``1`` on classes ``0 .. k-1``, ``-k`` on class ``k``,
+    normalised."""
+    Q = np.zeros((n_classes, n_classes))
+    Q[:, 0] = 1.0 / np.sqrt(n_classes)
+    for k in range(1, n_classes):
+        Q[:k, k] = 1.0
+        Q[k, k] = -float(k)
+        Q[:, k] /= np.sqrt(k * (k + 1.0))
+    return Q
+
+
+def _check_information(information, centred: bool, shape: tuple, likelihood: str):
+    """``information`` of :func:`rvm_classification_model` as a float array, checked."""
+    if information is None:
+        return None
+    if centred:
+        raise ValueError("information scales the non-centred weights; it is not for centred=True.")
+    value = np.asarray(information, dtype=np.float64)
+    want = shape if likelihood == "softmax" else shape[:1]
+    if value.shape != want:
+        raise ValueError(f"information must have shape {want} (the weights'), got {value.shape}.")
+    if not (np.all(np.isfinite(value)) and np.all(value >= 0)):
+        raise ValueError("information must hold finite numbers >= 0.")
+    return value
+
+
 def rvm_classification_model(
     Phi: np.ndarray,
     y: np.ndarray,
@@ -773,6 +803,7 @@ def rvm_classification_model(
     centred: bool | np.ndarray = False,
     slab: float | None = None,
     intercept_sd: float | None = None,
+    information: np.ndarray | None = None,
     basis: Sequence[int] | np.ndarray | None = None,
     basis_names: Sequence | None = None,
     class_names: Sequence | None = None,
@@ -825,6 +856,21 @@ def rvm_classification_model(
         logits, one per class for the softmax (``RVC(bias="free")`` passes
         :data:`bayes_rvm.evidence.options.FREE_LATENT_SD` and leaves the bias column out of
         ``Phi``). Default none.
+    information : ndarray of shape (M,) or (M, C), optional
+        The likelihood's curvature along each weight at a reference fit, ``h_i = sum_n b_n
+        Phi_ni^2`` with ``b_n`` the latent's Fisher information there (``p_n (1 - p_n)`` for
+        Bernoulli-logit, ``p_nc (1 - p_nc)`` per class for the softmax, the rate for Poisson),
+        over the kept columns. It changes the parametrisation only, never the posterior: the
+        non-centred weights become ``w_i = z_i / sqrt(alpha_i + h_i)`` with ``z_i ~ N(0, 1 +
+        h_i / alpha_i)``, so that ``z_i`` is scaled by the weight's conditional posterior sd
+        under a diagonal Laplace approximation. Where the prior dominates (``h_i << alpha_i``)
+        this is the non-centred form; where the data do (a heavy-tailed ``alpha_i`` small
+        against ``h_i``) it is the centred one, with no funnel either way. For the softmax,
+        ``z``'s columns (and ``information``'s) are the classes' orthonormal contrasts of
+        :func:`class_contrasts`, ``w_i = Q (z_i / sqrt(alpha_i + h_i))``: the first is the
+        direction every class shares, which the likelihood does not see (its ``h`` is 0), so
+        that it stays non-centred. Default none (plain ``z ~ N(0, 1)``); not with ``centred``.
+        :class:`~bayes_rvm.RVC` passes it.
     basis : sequence of int, optional
         Columns of ``Phi`` to keep; default all.
     basis_names, class_names : sequence, optional
@@ -867,6 +913,9 @@ def rvm_classification_model(
                 f"centred must be True, False or one value in [0, 1] per column ({len(cols)}); "
                 f"got an array of shape {centring.shape}."
             )
+    information = _check_information(
+        information, partly or bool(centred), (len(names), C), likelihood
+    )
     all_coords = {OBS: np.arange(N), BASIS: names}
     if likelihood == "softmax":
         all_coords[CLASS] = list(range(C)) if class_names is None else list(class_names)
@@ -882,17 +931,28 @@ def rvm_classification_model(
         alpha, _ = _weight_precision(prior, alpha_prior, nu, s, scale_data, 1.0)
         if slab is not None:
             alpha = alpha + pt.mean(Phi_data**2, axis=0) / slab**2  # r_i^2 / c^2
+        alpha = alpha[:, None] if likelihood == "softmax" else alpha
         scale = pt.exp(-0.5 * pt.log(alpha))
-        scale = scale[:, None] if likelihood == "softmax" else scale
         if partly:
             c = centring[:, None] if likelihood == "softmax" else centring
             v = pm.Normal("v", 0.0, scale**c, dims=w_dims)
             w = pm.Deterministic("w", v * scale ** (1.0 - c), dims=w_dims)
         elif centred:
             w = pm.Normal("w", 0.0, scale, dims=w_dims)
-        else:
+        elif information is None:
             z = pm.Normal("z", 0.0, 1.0, dims=w_dims)
             w = pm.Deterministic("w", z * scale, dims=w_dims)
+        else:
+            # w = z / sqrt(alpha + h), z ~ N(0, 1 + h / alpha): w ~ N(0, 1 / alpha) as before,
+            # scaled by its conditional sd under a diagonal Laplace approximation.
+            h = pm.Data("information", information, dims=w_dims)
+            z = pm.Normal("z", 0.0, pt.sqrt(1.0 + h / alpha), dims=w_dims)
+            w = z * pt.exp(-0.5 * pt.log(alpha + h))
+            if likelihood == "softmax":
+                # z's columns are the classes' orthonormal contrasts (class_contrasts): a
+                # rotation, under which the prior N(0, I / alpha_i) of each row is the same.
+                w = w @ pt.as_tensor_variable(class_contrasts(C)).T
+            w = pm.Deterministic("w", w, dims=w_dims)
         off, off_kind = _offset_term(offset, eta_dims, eta_shape)
         eta = Phi_data @ w + off
         if intercept_sd is not None:
