@@ -789,6 +789,35 @@ def _check_information(information, centred: bool, shape: tuple, likelihood: str
     return value
 
 
+def _latent_weights(alpha, w_dims: tuple, n_classes: int, centred, information):
+    """The weights ``w ~ N(0, 1 / alpha)`` of a latent-function model, in the parametrisation
+    asked for: ``centred`` True (``w`` itself), False (``z = w sqrt(alpha)``), or an array of
+    ``c`` in [0, 1] per column (``v ~ N(0, sd^c)``, ``w = sd^(1 - c) v``, partly centred);
+    ``information`` (non-centred only) scales each ``z`` by its conditional sd."""
+    softmax = len(w_dims) == 2
+    alpha = alpha[:, None] if softmax else alpha
+    scale = pt.exp(-0.5 * pt.log(alpha))
+    if not isinstance(centred, bool | np.bool_):
+        c = centred[:, None] if softmax else centred
+        v = pm.Normal("v", 0.0, scale**c, dims=w_dims)
+        return pm.Deterministic("w", v * scale ** (1.0 - c), dims=w_dims)
+    if centred:
+        return pm.Normal("w", 0.0, scale, dims=w_dims)
+    if information is None:
+        z = pm.Normal("z", 0.0, 1.0, dims=w_dims)
+        return pm.Deterministic("w", z * scale, dims=w_dims)
+    # w = z / sqrt(alpha + h), z ~ N(0, 1 + h / alpha): w ~ N(0, 1 / alpha) as before, scaled
+    # by its conditional sd under a diagonal Laplace approximation.
+    h = pm.Data("information", information, dims=w_dims)
+    z = pm.Normal("z", 0.0, pt.sqrt(1.0 + h / alpha), dims=w_dims)
+    w = z * pt.exp(-0.5 * pt.log(alpha + h))
+    if softmax:
+        # z's columns are the classes' orthonormal contrasts (class_contrasts): a rotation,
+        # under which the prior N(0, I / alpha_i) of each row is the same.
+        w = w @ pt.as_tensor_variable(class_contrasts(n_classes)).T
+    return pm.Deterministic("w", w, dims=w_dims)
+
+
 def rvm_classification_model(
     Phi: np.ndarray,
     y: np.ndarray,
@@ -931,28 +960,7 @@ def rvm_classification_model(
         alpha, _ = _weight_precision(prior, alpha_prior, nu, s, scale_data, 1.0)
         if slab is not None:
             alpha = alpha + pt.mean(Phi_data**2, axis=0) / slab**2  # r_i^2 / c^2
-        alpha = alpha[:, None] if likelihood == "softmax" else alpha
-        scale = pt.exp(-0.5 * pt.log(alpha))
-        if partly:
-            c = centring[:, None] if likelihood == "softmax" else centring
-            v = pm.Normal("v", 0.0, scale**c, dims=w_dims)
-            w = pm.Deterministic("w", v * scale ** (1.0 - c), dims=w_dims)
-        elif centred:
-            w = pm.Normal("w", 0.0, scale, dims=w_dims)
-        elif information is None:
-            z = pm.Normal("z", 0.0, 1.0, dims=w_dims)
-            w = pm.Deterministic("w", z * scale, dims=w_dims)
-        else:
-            # w = z / sqrt(alpha + h), z ~ N(0, 1 + h / alpha): w ~ N(0, 1 / alpha) as before,
-            # scaled by its conditional sd under a diagonal Laplace approximation.
-            h = pm.Data("information", information, dims=w_dims)
-            z = pm.Normal("z", 0.0, pt.sqrt(1.0 + h / alpha), dims=w_dims)
-            w = z * pt.exp(-0.5 * pt.log(alpha + h))
-            if likelihood == "softmax":
-                # z's columns are the classes' orthonormal contrasts (class_contrasts): a
-                # rotation, under which the prior N(0, I / alpha_i) of each row is the same.
-                w = w @ pt.as_tensor_variable(class_contrasts(C)).T
-            w = pm.Deterministic("w", w, dims=w_dims)
+        w = _latent_weights(alpha, w_dims, C, centring if partly else centred, information)
         off, off_kind = _offset_term(offset, eta_dims, eta_shape)
         eta = Phi_data @ w + off
         if intercept_sd is not None:
