@@ -16,16 +16,19 @@ Each size runs in its own subprocess so that memory peaks do not mix.
     python benchmarks/bench_sequential.py --quick    # smoke run (seconds)
 
 ``--estimators`` runs another table instead, the estimators end to end (kernel, normalisation,
-engine, results), both in this process and interleaved (ours, fastrvm, fastrvm, ours, ...: a
-machine shared with other work slows both alike): ``RVR(kernel="rbf", gamma=1/9)`` against
+engine, results), both in this process: ``RVR(kernel="rbf", gamma=1/9)`` against
 ``fastrvm.RVR(kernel="rbf", gamma=1/9, fit_intercept=True)`` (the same model: an rbf column per
-training point and a bias) on ``make_sinc`` at each ``--est-sizes`` N, medians of ``--repeats``,
-then ``RVR`` alone at ``--est-big`` rows (its time and peak resident memory, in a subprocess of
-its own; fastrvm's N x N kernel and copies do not fit there). Each row also gives the time of
-the engine's shared-precision check (``restart_from_shared_bound``) within our fit, and the ratio
-of the two fits' CPU times (the process's, every thread counted: on a machine shared with other
-work it moves less than the wall-time ratio); the load average of the machine is printed before
-and after.
+training point and a bias) on ``make_sinc(N, noise=0.1, random=True, random_state=0)`` at each
+``--est-sizes`` N, as ``benchmarks/speed_check.py`` measures them: BLAS on one thread, CPU
+seconds of the process (every thread counted, so that other work on a shared machine moves them
+less than wall time), in ``--pairs`` interleaved pairs of samples (ours then fastrvm, then the
+other way round; a sample is the mean of enough fits to last ~0.1 s), the median of each and the
+median of the pairs' ratios. Then both alone at ``--est-big`` rows, each in a subprocess of its
+own: CPU and wall seconds and peak resident memory (fastrvm's N x N kernel and its copies: it is
+skipped where they would not fit in the memory available). Each row also gives the time of the
+engine's shared-precision check (``restart_from_shared_bound``) and of the design (kernel and
+column normalisation) within our fit; the load average of the machine is printed before and
+after.
 
     python benchmarks/bench_sequential.py --estimators
 """
@@ -170,25 +173,25 @@ def _load() -> str:
 
 
 def _guard_timer() -> list[float]:
-    """Times of the sequential engine's shared-precision check, appended as fits run."""
+    """CPU times of the sequential engine's shared-precision check, appended as fits run."""
     from bayes_rvm.evidence import sequential
 
     spent: list[float] = []
     check = sequential._Sequential.restart_from_shared_bound
 
     def timed(self):
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         try:
             return check(self)
         finally:
-            spent.append(time.perf_counter() - t0)
+            spent.append(time.process_time() - t0)
 
     sequential._Sequential.restart_from_shared_bound = timed
     return spent
 
 
 def _design_timer() -> list[float]:
-    """Times of the design's build (``KernelBasis.transform``) and column normalisation."""
+    """CPU times of the design's build (``KernelBasis.transform``) and column normalisation."""
     from bayes_rvm.basis.kernels import KernelBasis
     from bayes_rvm.evidence import problem
 
@@ -196,11 +199,11 @@ def _design_timer() -> list[float]:
 
     def timed(fn):
         def run(*args, **kwargs):
-            t0 = time.perf_counter()
+            t0 = time.process_time()
             try:
                 return fn(*args, **kwargs)
             finally:
-                spent.append(time.perf_counter() - t0)
+                spent.append(time.process_time() - t0)
 
         return run
 
@@ -209,96 +212,158 @@ def _design_timer() -> list[float]:
     return spent
 
 
-def estimator_worker(n: int) -> dict:
-    """``RVR(kernel="rbf", gamma=1/9)`` on ``make_sinc(n)``: time and peak memory of one fit."""
-    from bayes_rvm.datasets import make_sinc
-    from bayes_rvm.estimators.regressor import RVR
-
-    X, y = make_sinc(n, noise=0.1, random=True, random_state=n, shuffle=False)
-    RVR(kernel="rbf", gamma=GAMMA).fit(
-        *make_sinc(3000, noise=0.1, random_state=0, shuffle=False)
-    )  # warm-up
-    guard = _guard_timer()
-    _reset_peak()
-    t0, c0 = time.perf_counter(), time.process_time()
-    model = RVR(kernel="rbf", gamma=GAMMA).fit(X, y)
-    seconds = time.perf_counter() - t0
-    return {
-        "n": n,
-        "time": seconds,
-        "cpu": time.process_time() - c0,
-        "peak_gb": _peak_gb(),
-        "guard": sum(guard),
-        "n_rv": int(model.n_relevance_vectors_),
-    }
+def _cpu() -> float:
+    """CPU seconds of this process, every thread and any child counted."""
+    own, kids = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
-def estimator_table(sizes, repeats: int, big_n: int) -> None:
-    """Our estimator against fastrvm's, interleaved in one process (see the module docstring)."""
+def _estimator_fits():
+    """The two estimators' fits of ``(X, y)``, by name."""
     import fastrvm
 
-    from bayes_rvm.datasets import make_sinc
     from bayes_rvm.estimators.regressor import RVR
 
-    print(f"load average before: {_load()}")
-    guard = _guard_timer()
-    design = _design_timer()
-    fits = {
+    return {
         "ours": lambda X, y: RVR(kernel="rbf", gamma=GAMMA).fit(X, y),
         "fastrvm": lambda X, y: fastrvm.RVR(kernel="rbf", gamma=GAMMA, fit_intercept=True).fit(
             X, y
         ),
     }
+
+
+def _sinc(n: int):
+    from bayes_rvm.datasets import make_sinc
+
+    return make_sinc(n, noise=0.1, random=True, random_state=0)
+
+
+def _available_gb() -> float:
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) / 1e6
+    except OSError:
+        pass
+    return float("inf")
+
+
+#: fastrvm holds the N x N kernel and about three copies of it at its peak (measured: 4 x 8 N^2
+#: bytes, bench_scale.PEER_COPIES).
+FASTRVM_COPIES = 4
+
+
+def estimator_worker(n: int, which: str) -> dict:
+    """One fit of ``which`` ("ours" or "fastrvm") on ``make_sinc(n)``: CPU and wall seconds,
+    peak resident memory (BLAS on one thread)."""
+    from threadpoolctl import threadpool_limits
+
+    fit = _estimator_fits()[which]
+    X, y = _sinc(n)
+    with threadpool_limits(1):
+        fit(*_sinc(500))  # imports and lazily built tables, in neither figure
+        guard = _guard_timer() if which == "ours" else []
+        _reset_peak()
+        t0, c0 = time.perf_counter(), _cpu()
+        model = fit(X, y)
+        seconds, cpu = time.perf_counter() - t0, _cpu() - c0
+    n_rv = model.n_relevance_vectors_ if which == "ours" else model.n_relevance_
+    return {
+        "n": n,
+        "which": which,
+        "time": seconds,
+        "cpu": cpu,
+        "peak_gb": _peak_gb(),
+        "guard": sum(guard),
+        "n_rv": int(n_rv),
+    }
+
+
+def _big_fit(n: int, which: str) -> dict | None:
+    if which == "fastrvm" and FASTRVM_COPIES * 8e-9 * n * n > 0.8 * _available_gb():
+        print(
+            f"  fastrvm at N={n} skipped: its {FASTRVM_COPIES} N x N matrices "
+            f"({FASTRVM_COPIES * 8e-9 * n * n:.1f} GB) would not fit in the "
+            f"{_available_gb():.1f} GB available"
+        )
+        return None
+    proc = subprocess.run(
+        [sys.executable, __file__, "--estimator-worker", str(n), which],
+        capture_output=True,
+        text=True,
+    )
+    if proc.returncode != 0:
+        print(f"  ! {which} at N={n} failed:\n{proc.stderr[-2000:]}", file=sys.stderr)
+        return None
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def estimator_table(sizes, pairs: int, big_n: int) -> None:
+    """Our estimator against fastrvm's, interleaved in one process (see the module docstring)."""
+    import statistics
+
+    from threadpoolctl import threadpool_limits
+
+    print(f"load average before: {_load()}")
+    fits = _estimator_fits()
+    guard = _guard_timer()
+    design = _design_timer()
     head = (
-        f"{'N':>6} {'bayes_rvm s':>12} {'fastrvm s':>10} {'ratio':>6} {'CPU ratio':>9} "
-        f"{'guard ms':>9} {'design ms':>10} {'#RV ours':>8} {'#RV fastrvm':>11}"
+        f"{'N':>6} {'ours CPU s':>11} {'fastrvm CPU s':>13} {'ratio':>6} {'pair ratio':>10} "
+        f"{'ours wall s':>11} {'guard ms':>9} {'design ms':>10} {'#RV ours':>8} "
+        f"{'#RV fastrvm':>11}"
     )
     print(head)
     print("-" * len(head))
-    for n in sizes:
-        X, y = make_sinc(n, noise=0.1, random=True, random_state=n, shuffle=False)
-        models = {name: fit(X, y) for name, fit in fits.items()}  # warm-up
-        times: dict[str, list[float]] = {name: [] for name in fits}
-        cpu: dict[str, list[float]] = {name: [] for name in fits}
-        guard.clear()
-        design.clear()
-        for i in range(repeats):
-            for name in ("ours", "fastrvm") if i % 2 == 0 else ("fastrvm", "ours"):
-                time.sleep(0.2)  # let BLAS threads left spinning by the other go idle
-                t0, c0 = time.perf_counter(), time.process_time()
-                fits[name](X, y)
-                times[name].append(time.perf_counter() - t0)
-                cpu[name].append(time.process_time() - c0)
-        ours, fast = float(np.median(times["ours"])), float(np.median(times["fastrvm"]))
-        cpu_ratio = float(np.median(cpu["ours"]) / np.median(cpu["fastrvm"]))
-        print(
-            f"{n:>6} {ours:>12.4f} {fast:>10.4f} {ours / fast:>6.2f} {cpu_ratio:>9.2f} "
-            f"{1e3 * float(np.median(guard)):>9.1f} {1e3 * sum(design) / repeats:>10.1f} "
-            f"{models['ours'].n_relevance_vectors_:>8} "
-            f"{models['fastrvm'].n_relevance_:>11}",
-            flush=True,
-        )
+    with threadpool_limits(1):  # one core each, so that CPU time is the work done
+        for n in sizes:
+            X, y = _sinc(n)
+            models = {name: fit(X, y) for name, fit in fits.items()}  # warm-up
+            t0 = time.perf_counter()
+            fits["ours"](X, y)
+            repeat = max(1, int(0.1 / max(time.perf_counter() - t0, 1e-3)))
+            cpu: dict[str, list[float]] = {name: [] for name in fits}
+            wall: dict[str, list[float]] = {name: [] for name in fits}
+            guard.clear()
+            design.clear()
+            for i in range(pairs):
+                for name in ("ours", "fastrvm") if i % 2 == 0 else ("fastrvm", "ours"):
+                    t0, c0 = time.perf_counter(), _cpu()
+                    for _ in range(repeat):
+                        fits[name](X, y)
+                    wall[name].append((time.perf_counter() - t0) / repeat)
+                    cpu[name].append((_cpu() - c0) / repeat)
+            ours, fast = statistics.median(cpu["ours"]), statistics.median(cpu["fastrvm"])
+            pair = statistics.median(
+                a / b for a, b in zip(cpu["ours"], cpu["fastrvm"], strict=True)
+            )
+            n_fits = pairs * repeat
+            print(
+                f"{n:>6} {ours:>11.4f} {fast:>13.4f} {ours / fast:>6.2f} {pair:>10.2f} "
+                f"{statistics.median(wall['ours']):>11.4f} "
+                f"{1e3 * statistics.median(guard):>9.1f} {1e3 * sum(design) / n_fits:>10.1f} "
+                f"{models['ours'].n_relevance_vectors_:>8} {models['fastrvm'].n_relevance_:>11}",
+                flush=True,
+            )
     print(
-        "ratio = bayes_rvm time / fastrvm time (median of each); CPU ratio = the same of the "
-        "process's CPU time (all threads), steadier than wall time on a busy machine; guard = "
-        "shared-precision check; design = kernel design and column normalisation (mean per fit)"
+        f"CPU seconds per fit, median of {pairs} interleaved samples; ratio = ours / fastrvm of "
+        "the medians, pair ratio = median of the samples' ratios; guard = the engine's "
+        "shared-precision check, design = kernel design and column normalisation (per fit)"
     )
     if big_n > 0:
-        proc = subprocess.run(
-            [sys.executable, __file__, "--estimator-worker", str(big_n)],
-            capture_output=True,
-            text=True,
-        )
-        if proc.returncode != 0:
-            print(f"  ! N={big_n} failed:\n{proc.stderr[-2000:]}", file=sys.stderr)
-        else:
-            r = json.loads(proc.stdout.strip().splitlines()[-1])
-            print(
-                f"N={r['n']}: bayes_rvm {r['time']:.2f} s ({r['cpu']:.2f} s CPU), peak resident "
-                f"memory {r['peak_gb']:.2f} GB (the design alone: "
-                f"{8e-9 * r['n'] * (r['n'] + 1):.2f} GB), guard {1e3 * r['guard']:.0f} ms, "
-                f"{r['n_rv']} relevance vectors"
-            )
+        for which in ("ours", "fastrvm"):
+            r = _big_fit(big_n, which)
+            if r is not None:
+                print(
+                    f"N={r['n']} {which}: {r['cpu']:.2f} s CPU ({r['time']:.2f} s wall), peak "
+                    f"resident memory {r['peak_gb']:.2f} GB, {r['n_rv']} relevance vectors"
+                    + (f", guard {1e3 * r['guard']:.0f} ms" if which == "ours" else ""),
+                    flush=True,
+                )
     print(f"load average after: {_load()}")
 
 
@@ -380,18 +445,20 @@ def main(argv=None) -> None:
     ap.add_argument("--est-sizes", type=int, nargs="+", default=[1000, 2000, 4000])
     ap.add_argument("--est-big", type=int, default=20_000, help="N of RVR alone (0: skip it)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
-    ap.add_argument("--estimator-worker", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--pairs", type=int, default=7, help="interleaved pairs (--estimators)")
+    ap.add_argument("--estimator-worker", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
         print(json.dumps(worker(json.loads(args.worker))))
         return
     if args.estimator_worker:
-        print(json.dumps(estimator_worker(args.estimator_worker)))
+        n, which = args.estimator_worker
+        print(json.dumps(estimator_worker(int(n), which)))
         return
     if args.estimators:
         if args.quick:
-            args.est_sizes, args.est_big, args.repeats = [300, 600], 2000, 2
-        estimator_table(args.est_sizes, args.repeats, args.est_big)
+            args.est_sizes, args.est_big, args.pairs = [300, 600], 2000, 2
+        estimator_table(args.est_sizes, args.pairs, args.est_big)
         return
     if args.quick:
         args.sizes, args.big_n, args.big_m = [300, 600], 5000, 200
