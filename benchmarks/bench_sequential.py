@@ -24,11 +24,12 @@ seconds of the process (every thread counted, so that other work on a shared mac
 less than wall time), in ``--pairs`` interleaved pairs of samples (ours then fastrvm, then the
 other way round; a sample is the mean of enough fits to last ~0.1 s), the median of each and the
 median of the pairs' ratios. Then both alone at ``--est-big`` rows, each in a subprocess of its
-own: CPU and wall seconds and peak resident memory (fastrvm's N x N kernel and its copies: it is
-skipped where they would not fit in the memory available). Each row also gives the time of the
-engine's shared-precision check (``restart_from_shared_bound``) and of the design (kernel and
-column normalisation) within our fit; the load average of the machine is printed before and
-after.
+own and on the process's threads, as a user's fit runs: CPU seconds (and the part of them spent
+in the system, mostly the first touch of the design's fresh pages), wall seconds and peak
+resident memory (fastrvm's N x N kernel and its copies: it is skipped where they would not fit in
+the memory available). Each row also gives the CPU time of the engine's shared-precision check
+(``restart_from_shared_bound``) and of the design (kernel and column normalisation) within our
+fit; the load average of the machine is printed before and after.
 
     python benchmarks/bench_sequential.py --estimators
 """
@@ -221,6 +222,11 @@ def _cpu() -> float:
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
+def _system() -> float:
+    """System CPU seconds of this process: mostly the kernel's first touch of fresh pages."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_stime
+
+
 def _estimator_fits():
     """The two estimators' fits of ``(X, y)``, by name."""
     import fastrvm
@@ -258,25 +264,25 @@ FASTRVM_COPIES = 4
 
 
 def estimator_worker(n: int, which: str) -> dict:
-    """One fit of ``which`` ("ours" or "fastrvm") on ``make_sinc(n)``: CPU and wall seconds,
-    peak resident memory (BLAS on one thread)."""
-    from threadpoolctl import threadpool_limits
-
+    """One fit of ``which`` ("ours" or "fastrvm") on ``make_sinc(n)`` as a user's runs (the
+    process's threads): CPU, system and wall seconds, peak resident memory."""
     fit = _estimator_fits()[which]
     X, y = _sinc(n)
-    with threadpool_limits(1):
-        fit(*_sinc(500))  # imports and lazily built tables, in neither figure
-        guard = _guard_timer() if which == "ours" else []
-        _reset_peak()
-        t0, c0 = time.perf_counter(), _cpu()
-        model = fit(X, y)
-        seconds, cpu = time.perf_counter() - t0, _cpu() - c0
+    # Imports, compiled kernels (ours: numba's, from N = 2048) and lazily built tables, in
+    # neither figure.
+    fit(*_sinc(2100))
+    guard = _guard_timer() if which == "ours" else []
+    _reset_peak()
+    t0, c0, s0 = time.perf_counter(), _cpu(), _system()
+    model = fit(X, y)
+    seconds, cpu, system = time.perf_counter() - t0, _cpu() - c0, _system() - s0
     n_rv = model.n_relevance_vectors_ if which == "ours" else model.n_relevance_
     return {
         "n": n,
         "which": which,
         "time": seconds,
         "cpu": cpu,
+        "system": system,
         "peak_gb": _peak_gb(),
         "guard": sum(guard),
         "n_rv": int(n_rv),
@@ -291,10 +297,14 @@ def _big_fit(n: int, which: str) -> dict | None:
             f"{_available_gb():.1f} GB available"
         )
         return None
+    # Address space capped at what is available now (and 2 GB for the libraries' reservations),
+    # so that a peer that needs more fails here instead of pushing other work out of memory.
+    cap = int((_available_gb() + 2.0) * 1e9)
     proc = subprocess.run(
         [sys.executable, __file__, "--estimator-worker", str(n), which],
         capture_output=True,
         text=True,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (cap, cap)),
     )
     if proc.returncode != 0:
         print(f"  ! {which} at N={n} failed:\n{proc.stderr[-2000:]}", file=sys.stderr)
@@ -359,7 +369,8 @@ def estimator_table(sizes, pairs: int, big_n: int) -> None:
             r = _big_fit(big_n, which)
             if r is not None:
                 print(
-                    f"N={r['n']} {which}: {r['cpu']:.2f} s CPU ({r['time']:.2f} s wall), peak "
+                    f"N={r['n']} {which}: {r['cpu']:.2f} s CPU, of which {r['system']:.2f} s in "
+                    f"the system (page faults), {r['time']:.2f} s wall; peak "
                     f"resident memory {r['peak_gb']:.2f} GB, {r['n_rv']} relevance vectors"
                     + (f", guard {1e3 * r['guard']:.0f} ms" if which == "ours" else ""),
                     flush=True,
