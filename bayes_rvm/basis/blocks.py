@@ -15,7 +15,8 @@ runs four values at a time on AVX2: values within one unit in the last place of 
 about half the cost per value.
 
 Only :meth:`~bayes_rvm.basis.kernels.KernelBasis.transform` calls this, and only for blocks of at
-least :data:`~bayes_rvm.basis.kernels.FUSED_MIN_ENTRIES` (small fits never import numba).
+least :data:`~bayes_rvm.basis.kernels.FUSED_MIN_ENTRIES` (fits below N = 1000 never import
+numba).
 """
 
 from __future__ import annotations

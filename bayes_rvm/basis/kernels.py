@@ -46,10 +46,11 @@ _USES_DEGREE = {"poly", "polynomial"}
 _USES_COEF0 = {"poly", "polynomial", "sigmoid"}
 #: Blocks of a named stationary kernel with at least this many entries are built by the fused,
 #: multi-threaded loop of :mod:`~bayes_rvm.basis.blocks` (8x faster than scikit-learn's on 2-D
-#: inputs); smaller ones keep scikit-learn's values (:func:`rbf_block` for rbf), so small fits
-#: never import numba: its import and first call cost 0.8-1.3 s in a fresh process, more than
-#: it saves on a design of 2000 x 2000 (measured).
-FUSED_MIN_ENTRIES = 2**22
+#: inputs, 3x on 1-D: 2.9 against 8.7 ms of CPU for the 1000 x 1000 rbf design, a fifth of that
+#: fit); smaller ones keep scikit-learn's values (:func:`rbf_block` for rbf), so that fits below
+#: N = 1000 never import numba: its import and first call cost about 0.9 s of CPU (1.8 s wall
+#: on a busy machine) once per process, against 3 s of CPU for importing the estimators.
+FUSED_MIN_ENTRIES = 10**6
 #: Row blocks of the rbf design below :data:`FUSED_MIN_ENTRIES` hold about this many entries
 #: (256 KB): each block is clamped, scaled and exponentiated while it is in the core's cache.
 RBF_BLOCK_ENTRIES = 2**15
