@@ -9,6 +9,7 @@ relevance vectors) so that prediction costs O(n_relevant) kernel evaluations per
 from __future__ import annotations
 
 import itertools
+import math
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -589,7 +590,10 @@ class KernelBasis(TransformerMixin, BaseEstimator):
             and entries >= FUSED_MIN_ENTRIES
         )
 
-    def _fused_block(self, X: np.ndarray, C: np.ndarray, out: np.ndarray) -> None:
+    def _fused_block(self, X: np.ndarray, C: np.ndarray, out: np.ndarray) -> bool:
+        """The fused kernel into ``out``; whether its values are certainly finite (in [0, 1]:
+        no distance can overflow when no coordinate exceeds 1e100 and ``gamma`` is finite), so
+        that the caller can skip its check, a pass over the design."""
         from bayes_rvm.basis.blocks import stationary_block
 
         gamma = self.gamma_
@@ -598,6 +602,8 @@ class KernelBasis(TransformerMixin, BaseEstimator):
             s = STATIONARY_KERNELS[self.kernel].feature_scale(np.asarray(gamma, dtype=np.float64))
             X, C, gamma = X * s, C * s, 1.0
         stationary_block(X, C, gamma, self.kernel, out, threads=process_threads())
+        largest = max(float(np.abs(A).max(initial=0.0)) for A in (X, C))
+        return largest <= 1e100 and math.isfinite(gamma)
 
     def transform(
         self, X, columns=None, *, chunk_size: int | None = None, out: np.ndarray | None = None
@@ -651,7 +657,7 @@ class KernelBasis(TransformerMixin, BaseEstimator):
         if self.kernel == "precomputed":
             block_out[:, :k] = X[:, centre_cols]
         elif k and self._fused(X.shape[0] * k):
-            self._fused_block(X, self.centres_[centre_cols], block_out[:, :k])
+            finite = self._fused_block(X, self.centres_[centre_cols], block_out[:, :k])
         elif k and self.kernel == "rbf":
             # Straight into the design, in cache-sized row blocks, with scikit-learn's values
             # (no temporary of the block's size: chunks only shape products over features).
