@@ -147,6 +147,29 @@ def test_duplicated_inputs_and_zero_columns():
     assert 7 not in model.active_
 
 
+def test_distinct_rows_is_a_brute_force_search_for_repeats():
+    # Continuous inputs (the one-sort shortcut), equal first inputs that differ later (or in the
+    # target), true repeats, and a zero of either sign: the first row of each group, against a
+    # comparison of every pair of rows.
+    from bayes_rvm.estimators.regressor import distinct_rows
+
+    rng = np.random.default_rng(0)
+    X = rng.uniform(size=(40, 2))
+    T = rng.normal(size=(40, 1))
+    X[5, 0] = X[9, 0]  # same first input, another second one
+    X[12], T[12] = X[3], T[3] + 1.0  # same inputs, another target
+    X[20], T[20] = X[4], T[4]  # a repeat
+    X[30], T[30] = X[4], T[4]  # and another
+    X[33, 0], X[34] = 0.0, [-0.0, X[33, 1]]  # 0.0 and -0.0 are one value
+    T[34] = T[33]
+    A = np.hstack([X, T])
+    first = [i for i in range(40) if not any(np.array_equal(A[i], A[j]) for j in range(i))]
+    np.testing.assert_array_equal(distinct_rows(X, T), first)
+    assert len(first) == 37
+    Xc, Tc = rng.uniform(size=(40, 3)), rng.normal(size=(40, 1))
+    np.testing.assert_array_equal(distinct_rows(Xc, Tc), np.arange(40))
+
+
 def test_non_psd_kernel_still_fits():
     # The RVM needs no Mercer kernel: a sigmoid basis is not PSD and still gives a sound fit.
     X, y = make_sinc(100, random_state=6, shuffle=False)
