@@ -210,7 +210,8 @@ class Counts(GaussianNoise):
     # the weights partly centred (centring) 0-1 (random_state 1, 3, 4, 5, 8). On other sets of
     # 100 counts 0.99 halved the divergences (159 against 327 over five sets, centred).
     target_accept: float | None = 0.99
-    # The classifiers' start (measured there with the weights' divergences in view).
+    # Four, as the classifiers': the count model samples the weights, and its divergences
+    # above were measured from this start (not from one decade).
     init_alpha_decades: float = 4.0
     cv_scoring: str = "neg_mean_poisson_deviance"
 
