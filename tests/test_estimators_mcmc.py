@@ -269,3 +269,33 @@ def test_default_hyperprior_gives_the_function_the_same_prior_at_every_n(n):
     alpha = model["alpha"].eval({model["alpha_rel"]: 1.0 / v})
     ms = np.sum(np.mean(Phi**2, axis=0) / alpha) / np.mean(y**2)
     assert ms == pytest.approx(v.sum(), rel=1e-12)
+
+
+class _Started(Exception):
+    pass
+
+
+def test_mcmc_starts_pruned_precisions_a_decade_above_the_prior_median(data, monkeypatch):
+    # From four decades (1e6 here) the first tuning steps crawled at step sizes near 1e-3 with
+    # 1023 leapfrog steps each: half the fit's gradients (benchmarks/bench_mcmc.py, fresh).
+    from bayes_rvm.models.priors import DEFAULT_WEIGHT_SCALE
+
+    starts = {}
+
+    def started(self, model, initvals):
+        starts.update(initvals)
+        raise _Started
+
+    monkeypatch.setattr(RVR, "_sample_and_complete", started)
+    X, y = data
+    est = RVR(gamma=GAMMA, inference="mcmc")
+    with pytest.raises(_Started):
+        est.fit(X, y)
+    alpha = starts["alpha_rel"]
+    assert alpha.shape == (X.shape[0] + 1,)  # every column (the full basis)
+    median = DEFAULT_WEIGHT_SCALE**-2.0
+    pruned = np.setdiff1d(np.arange(alpha.size), est.active_)
+    assert pruned.size > 0.5 * alpha.size
+    np.testing.assert_allclose(alpha[pruned], 10.0 * median, rtol=1e-12)
+    kept = alpha[est.active_]
+    assert np.all((kept > 0.0) & (kept <= 10.0 * median)) and np.any(kept < median)

@@ -669,15 +669,16 @@ class BaseRVM(BaseEstimator):
             return np.asarray(self.active_, dtype=int)
         return np.arange(self.basis_.n_basis_)
 
-    def _mcmc_initvals(self, fit_n) -> dict:
-        """Where the sampler starts: the type-II fit ``fit_n`` of the normalised problem."""
+    def _mcmc_initvals(self, fit_n, decades: float = 4.0) -> dict:
+        """Where the sampler starts: the type-II fit ``fit_n`` of the normalised problem, its
+        pruned (and larger) precisions at ``decades`` above the default hyperprior's median."""
         from bayes_rvm.inference import type2_initvals
 
         # fit_n is stated for unit-norm columns, the hyperpriors for unit-RMS ones
         # (prior_column_scale): alpha_rel is N times larger in the latter.
-        # The cap sits 4 decades above the default hyperprior's median, as 1e4 did above 1.
+        # The cap sits `decades` above the default hyperprior's median, as 1e4 did above 1.
         n_rows = self.training_.inputs.shape[0]
-        alpha_max = 1e4 / DEFAULT_WEIGHT_SCALE**2
+        alpha_max = 10.0**decades / DEFAULT_WEIGHT_SCALE**2
         return type2_initvals(fit_n, basis=self._mcmc_columns(), factor=n_rows, alpha_max=alpha_max)
 
     def _posterior_draws(self) -> PosteriorDraws:

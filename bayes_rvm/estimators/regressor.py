@@ -595,7 +595,7 @@ array-like or Prior, default="evidence_shared"
         return self._likelihood().mcmc_basis(auto)
 
     def _mcmc_initvals(self, fit_n) -> dict:
-        init = super()._mcmc_initvals(fit_n)
+        init = super()._mcmc_initvals(fit_n, decades=self._likelihood().init_alpha_decades)
         return self._likelihood().initvals(
             init,
             fit=self.fit_,
