@@ -123,6 +123,10 @@ class GaussianNoise:
         type-II ``fit``; ``relevant``: the columns are its relevance vectors."""
         return relevant
 
+    def reference(self, fit, columns: np.ndarray) -> np.ndarray | None:
+        """Weights at which the model whitens the sampled ones (None: it does not)."""
+        return None
+
     def initvals(self, init: dict, **_) -> dict:
         """Where the sampler starts, beyond the hyperparameters' type-II values."""
         return init
@@ -228,51 +232,45 @@ class Counts(GaussianNoise):
         return lambda Phi, rows: shared_laplace_evidence(Phi, T[rows, 0], likelihood="poisson")
 
     def mcmc_basis(self, auto: str) -> str:
-        # Counts sample every weight with its alpha (no marginal): over all 301 columns of the
-        # 300-count test problem the default 4 x 1000 draws did not finish in 15 minutes on a
-        # busy 2-core machine, against 21 s over the type-II relevance vectors. Over all 101
-        # columns of the README's 100 counts every parametrisation tried diverged in 2-10% of
-        # the draws (non-centred, centred on the relevance vectors, those whitened by the
-        # Laplace covariance, partly centred, a low-rank mass matrix; 80-400 s;
-        # benchmarks/bench_count_mcmc.py), against 0-1 over the relevance vectors in 5-8 s:
-        # convergence first (the intervals then under-cover: docs/estimators.md).
-        return "relevant"
+        # Every basis function (at a fixed width, in memory): over the relevance vectors alone
+        # the 90% intervals of the rate under-cover, 0.60-0.71 of the true rate on average over
+        # replicate sets of 100 counts, against BENCH over all columns
+        # (benchmarks/bench_count_mcmc.py); the weights whitened (model) sample without the
+        # funnels that made every other parametrisation of all columns diverge.
+        return auto
 
     def y_scale(self, y: np.ndarray) -> float:
         return 1.0  # a log link has no target scale
 
-    def centring(self, fit, columns: np.ndarray, relevant: bool) -> np.ndarray:
-        # Each weight centred as far as the counts determine it (type2_centring): over the
-        # relevance vectors of 6 replicate sets (100 counts of log rate 1 + sin x, target
-        # acceptance 0.99) 2-14 divergences in 4000 draws, against 11-53 centred.
-        from bayes_rvm.inference import type2_centring
+    def centring(self, fit, columns: np.ndarray, relevant: bool) -> bool:
+        # The weights are whitened around the type-II mode (reference), neither centred nor not.
+        return False
 
-        return type2_centring(fit, columns)
+    def reference(self, fit, columns: np.ndarray) -> np.ndarray:
+        """The type-II fit's weights over ``columns`` (zero where it pruned): where the model
+        expands the log-likelihood to whiten the sampled weights."""
+        w = np.zeros(int(max(np.max(columns), np.max(fit.active))) + 1)
+        w[fit.active] = fit.mean[:, 0]
+        return w[np.asarray(columns, dtype=int)]
 
     def initvals(self, init: dict, *, fit, fit_n, columns, n_basis) -> dict:
         # The weights start at the Laplace mode (zero where pruned): from zero the log rate
-        # starts flat at 0, far from counts of another level. Non-centred: z = w sqrt(alpha),
-        # from the normalised fit (whose alphas stay in range); partly centred (centring):
-        # v = w alpha^((1 - c) / 2), in the model's units (alpha * Sigma_ii, so c, has none).
-        from bayes_rvm.inference import type2_centring
-
-        w, z, v = np.zeros(n_basis), np.zeros(n_basis), np.zeros(n_basis)
+        # starts flat at 0, far from counts of another level.
+        w = np.zeros(n_basis)
         w[fit.active] = fit.mean[:, 0]
-        z[fit_n.active] = fit_n.mean[:, 0] * np.sqrt(fit_n.alpha[fit_n.active])
-        c = type2_centring(fit)[fit.active]
-        v[fit.active] = fit.mean[:, 0] * fit.alpha[fit.active] ** ((1.0 - c) / 2.0)
-        return {**init, "w": w[columns], "z": z[columns], "v": v[columns]}
+        return {**init, "w": w[columns]}
 
-    def model(self, Phi, y, *, centred: bool, form: str, **options):
-        """:func:`bayes_rvm.models.graphs.rvm_poisson_model` (the joint form only).
+    def model(self, Phi, y, *, centred: bool, form: str, reference=None, **options):
+        """:func:`bayes_rvm.models.graphs.rvm_poisson_model` (the joint form only), the weights
+        whitened around ``reference`` (:meth:`reference`; ``centred`` is False).
 
-        ``centred`` is :meth:`centring`'s: each weight centred as far as the type-II fit says
-        the counts determine it. On the smooth log rate of the tests (300 counts, 4 x 1000
-        draws, seed 1) the centred form had no divergence, max R-hat 1.005 and min bulk ESS 769
-        where the non-centred one had 5 divergences, 1.015 and 323 (target acceptance 0.95
-        both), but on 100 counts a relevance vector the counts barely need (determinedness
-        0.1-0.4) made a funnel of it. Over every column the pruned ones are loose: non-centred
-        there, as RVC.
+        Over all 101 columns of 100 counts (log rate 1 + sin x) the non-centred weights, those
+        centred on the relevance vectors, those whitened by the type-II Laplace covariance at
+        fixed alphas, partly centred ones and a low-rank mass matrix all diverged in 2-10% of
+        4000 draws: where the counts pin a weight its non-centred form is a funnel in alpha,
+        where they leave it loose its centred form is one. Whitened by the Gaussian posterior
+        of the expanded log-likelihood at the current alpha, each weight is as centred as the
+        counts determine it at every point: BENCH.
         """
         from bayes_rvm.models.graphs import rvm_poisson_model
 
@@ -283,6 +281,7 @@ class Counts(GaussianNoise):
             Phi,
             y.astype(np.int64),
             centred=centred,
+            reference=reference,
             **{k: v for k, v in options.items() if k in keep},
         )
 

@@ -692,11 +692,13 @@ array-like or Prior, default="evidence_shared"
         Phi, norms, cols = self._mcmc_design()
         y = self.training_.y
         likelihood = self._likelihood()
+        reference = likelihood.reference(self.fit_, cols)
         return likelihood.model(
             Phi,
             y,
             form=form,
             centred=likelihood.centring(self.fit_, cols, self._mcmc_basis() == "relevant"),
+            **({} if reference is None else {"reference": reference}),
             phi_scale=norms,
             y_scale=likelihood.y_scale(y),
             offset=offset,
