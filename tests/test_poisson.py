@@ -295,9 +295,9 @@ def test_mcmc_recovers_the_log_rate(counts, tmp_path):
     np.testing.assert_array_equal(loaded.predict(x), est.predict(x))
 
 
-def test_mcmc_samples_counts_at_target_accept_099_unless_fit_says_otherwise(monkeypatch):
-    """The count model reaches the sampler with target_accept 0.99 (0.95 left up to 19
-    divergences in 4000 draws on the README's counts) and a fit's own nuts={...} wins."""
+def test_mcmc_samples_counts_at_target_accept_09_unless_fit_says_otherwise(monkeypatch):
+    """The count model reaches the sampler with target_accept 0.9 (the sampler's 0.8 took as
+    many steps without a margin) and a fit's own nuts={...} wins."""
     import bayes_rvm.inference as inference
 
     seen = []
@@ -309,7 +309,7 @@ def test_mcmc_samples_counts_at_target_accept_099_unless_fit_says_otherwise(monk
     monkeypatch.setattr(inference, "sample_mcmc", fake_sample_mcmc)
     x = np.linspace(-3.0, 3.0, 30)[:, None]
     y = np.random.default_rng(0).poisson(np.exp(1.0 + np.sin(x[:, 0])))
-    for nuts, expected in ((None, 0.99), ({"target_accept": 0.9}, 0.9)):
+    for nuts, expected in ((None, 0.9), ({"target_accept": 0.95}, 0.95)):
         est = RVR(likelihood="poisson", inference="mcmc")
         with pytest.raises(RuntimeError, match="stop before sampling"):
             est.fit(x, y, **({} if nuts is None else {"nuts": nuts}))
@@ -390,3 +390,55 @@ def test_type2_centring_is_the_laplace_determinedness(counts, fitted):
     np.testing.assert_allclose(c[fit.active], 1.0 - alpha * np.diag(np.linalg.inv(H)), atol=1e-8)
     assert np.all(np.delete(c, fit.active) == 0.0)
     assert np.all((c >= 0) & (c <= 1)) and c[fit.active].max() > 0.5
+
+
+def test_count_weights_whitened_around_a_reference_keep_the_posterior():
+    """``reference=w0`` samples ``u`` with ``w = m(alpha) + Sigma(alpha)^(1/2) u``, Gaussian
+    posterior of the log-likelihood expanded at ``w0``. Against truths computed here: at the
+    exact conditional mode of ``w`` given ``alpha`` (scipy's optimiser) as ``w0``, ``u = 0`` is
+    that mode and ``dw/du dw/du^T`` the inverse Hessian of the negative log posterior there (the
+    Laplace covariance, dense); at any point the log density is the centred model's at ``w``
+    plus ``log |det dw/du|`` (finite differences), so the posterior is unchanged."""
+    rng = np.random.default_rng(5)
+    Phi = rng.normal(size=(15, 4)) * 0.5
+    y = rng.poisson(np.exp(0.5 + Phi @ np.array([1.0, -0.5, 0.0, 0.3])))
+    alpha_rel = np.array([0.5, 3.0, 400.0, 0.05])
+    alpha = alpha_rel  # phi_scale ones: alpha = alpha_rel
+
+    def neg_log_post(w):
+        eta = Phi @ w
+        return np.sum(np.exp(eta) - y * eta) + 0.5 * np.sum(alpha * w**2)
+
+    w0 = optimize.minimize(neg_log_post, np.zeros(4), method="BFGS", options={"gtol": 1e-12}).x
+    model = rvm_poisson_model(Phi, y, reference=w0)
+    assert model_spec(model).form == "whitened"
+    value = model.rvs_to_values[model["w"]].name
+    point = {"alpha_rel_log__": np.log(alpha_rel)}
+    def weights(m):
+        [w_of_values] = [v for v in m.unobserved_value_vars if v.name == "w"]
+        return m.compile_fn(w_of_values, inputs=m.value_vars, on_unused_input="ignore")
+
+    w_of = weights(model)
+    mode = w_of(point | {value: np.zeros(4)})
+    np.testing.assert_allclose(mode, w0, atol=1e-8)
+    # w is affine in u: its Jacobian by unit steps, exactly.
+    J = np.column_stack([w_of(point | {value: e}) - mode for e in np.eye(4)])
+    H = Phi.T @ (np.exp(Phi @ w0)[:, None] * Phi) + np.diag(alpha)
+    np.testing.assert_allclose(J @ J.T, np.linalg.inv(H), rtol=1e-8, atol=1e-12)
+    # Any point, another reference: the centred density at w plus log |det dw/du|.
+    ref = rvm_poisson_model(Phi, y, reference=np.array([0.3, 0.1, -0.2, 0.0]))
+    u = rng.normal(size=4)
+    w_at = weights(ref)
+    w = w_at(point | {value: u})
+    step = 1e-6
+    J = np.column_stack([(w_at(point | {value: u + step * e}) - w) / step for e in np.eye(4)])
+    centred = rvm_poisson_model(Phi, y, centred=True).compile_logp()
+    np.testing.assert_allclose(
+        ref.compile_logp()(point | {value: u}),
+        centred(point | {"w": w}) + np.linalg.slogdet(J)[1],
+        rtol=1e-7,
+    )
+    with pytest.raises(ValueError, match="reference must hold 4 finite weights"):
+        rvm_poisson_model(Phi, y, reference=np.zeros(3))
+    with pytest.raises(ValueError, match="not for centred"):
+        rvm_poisson_model(Phi, y, reference=w0, centred=True)
