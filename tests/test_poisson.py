@@ -414,6 +414,7 @@ def test_count_weights_whitened_around_a_reference_keep_the_posterior():
     assert model_spec(model).form == "whitened"
     value = model.rvs_to_values[model["w"]].name
     point = {"alpha_rel_log__": np.log(alpha_rel)}
+
     def weights(m):
         [w_of_values] = [v for v in m.unobserved_value_vars if v.name == "w"]
         return m.compile_fn(w_of_values, inputs=m.value_vars, on_unused_input="ignore")
