@@ -1059,8 +1059,9 @@ def rvm_poisson_model(Phi: np.ndarray, y: np.ndarray, **options) -> pm.Model:
     The RVM prior of :func:`rvm_classification_model` (``w_i ~ N(0, 1 / alpha_i)``, ``alpha_i``
     from its hyperprior on the columns scaled by ``phi_scale``) with a Poisson likelihood and a
     log link. The weights have no closed-form marginal under it, so they are sampled jointly with
-    the hyperparameters (non-centred by default). The log rate has no target scale: the
-    hyperpriors are stated on unit-RMS columns and the latent in its own units.
+    the hyperparameters: non-centred by default, whitened around ``reference`` (a type-II fit's
+    mode; what :class:`~bayes_rvm.RVR` samples) when it is given. The log rate has no target
+    scale: the hyperpriors are stated on unit-RMS columns and the latent in its own units.
 
     Parameters
     ----------
@@ -1070,15 +1071,16 @@ def rvm_poisson_model(Phi: np.ndarray, y: np.ndarray, **options) -> pm.Model:
     **options
         ``prior``, ``alpha_prior``, ``nu``, ``s``, ``phi_scale``, ``offset`` (the log of an
         exposure, for example), ``centred``, ``slab``, ``intercept_sd`` (a free log-rate level
-        outside the ARD columns), ``basis``, ``basis_names``, ``coords``: as in
+        outside the ARD columns), ``reference``, ``basis``, ``basis_names``, ``coords``: as in
         :func:`rvm_classification_model`.
 
     Returns
     -------
     pymc.Model
-        Data ``Phi``, ``y_obs``, ``phi_scale``; free ``alpha_rel[basis]``, ``z``; deterministics
-        ``alpha``, ``w[basis]``; the observed ``y[obs]`` (its ``RVMSpec`` likelihood
-        ``"poisson"``).
+        Data ``Phi``, ``y_obs``, ``phi_scale`` (with ``reference``: ``rate_ref``, ``working``);
+        free ``alpha_rel[basis]`` and ``z`` (with ``reference``: ``w``, whose value the sampler
+        sees whitened, ``w_whitened__``); deterministics ``alpha``, ``w[basis]``; the observed
+        ``y[obs]`` (its ``RVMSpec`` likelihood ``"poisson"``).
     """
     return rvm_classification_model(Phi, y, likelihood="poisson", **options)
 
