@@ -586,7 +586,7 @@ array-like or Prior, default="evidence_shared"
         # of the time; benchmarks/bench_mcmc.py --sections large).
         statistics = getattr(self, "statistics_", None) is not None
         auto = "relevant" if self._samples_width() or statistics else "all"
-        return self._likelihood().mcmc_basis(auto)
+        return self._likelihood().mcmc_basis(auto, self.inference)
 
     def _mcmc_initvals(self, fit_n) -> dict:
         init = super()._mcmc_initvals(fit_n)
