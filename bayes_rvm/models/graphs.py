@@ -941,10 +941,10 @@ def rvm_classification_model(
         that it stays non-centred. Default none (plain ``z ~ N(0, 1)``); not with ``centred``.
         :class:`~bayes_rvm.RVC` passes it.
     reference : ndarray of shape (M,), optional
-        ``"poisson"`` only: weights (a type-II fit's mode, zero where it pruned) at which the
-        log-likelihood is expanded to second order, ``sum_n b_n (r_n - eta_n)^2 / 2`` with
-        ``b_n`` the rate there and ``r_n`` the working response of iteratively reweighted least
-        squares. The weights are then sampled whitened by the Gaussian posterior of that
+        ``"poisson"`` only: weights, one per column kept (``basis``), such as a type-II fit's
+        mode (zero where it pruned), at which the log-likelihood is expanded to second order,
+        ``-sum_n b_n (r_n - eta_n)^2 / 2`` with ``b_n`` the rate there and ``r_n`` the working
+        response of iteratively reweighted least squares. The weights are then sampled whitened by the Gaussian posterior of that
         expansion given the current ``alpha`` (:mod:`bayes_rvm.models.whitening`), ``w = m(alpha)
         + Sigma(alpha)^(1/2) u``: non-centred where the prior dominates a weight, centred (and
         decorrelated) where the counts do, at every ``alpha`` the sampler visits. It changes the
