@@ -450,9 +450,10 @@ def test_count_weights_whitened_around_a_reference_keep_the_posterior():
 def test_mcmc_rate_intervals_cover_the_true_rate_over_replicate_sets():
     """The README's inputs (100 points on [-10, 10]), counts of log rate ``1 + sin x`` drawn
     afresh nine times: the 90% intervals of the rate from ``RVR(likelihood="poisson",
-    inference="mcmc")`` at its defaults (4 x 500 draws here) hold the true rate at 0.85 of the
-    inputs or more on average over the sets (the type-II Laplace band: 0.61), with at most 0.5%
-    of all draws divergent and max R-hat <= 1.01 on every set."""
+    inference="mcmc")`` at its defaults hold the true rate at 0.85 of the inputs or more on
+    average over the sets (measured 0.89; the type-II Laplace band: 0.61), with at most 0.5% of
+    all draws divergent (measured none) and max R-hat <= 1.01 on every set (measured 1.004-1.006;
+    at 4 x 500 draws one set reached 1.0105)."""
     import arviz as az
 
     from bayes_rvm.datasets import make_sinc
@@ -462,12 +463,8 @@ def test_mcmc_rate_intervals_cover_the_true_rate_over_replicate_sets():
     coverage, divergent, draws = [], 0, 0
     for seed in range(9):
         y = np.random.default_rng(seed).poisson(rate)
-        est = RVR(
-            likelihood="poisson",
-            inference="mcmc",
-            sampler_config={"draws": 500},
-            random_state=seed,
-        ).fit(X, y, progressbar=False)
+        est = RVR(likelihood="poisson", inference="mcmc", random_state=seed)
+        est.fit(X, y, progressbar=False)
         post = est.idata_["posterior"].dataset
         W = post["w"].values.reshape(-1, post["w"].shape[-1])
         Phi = est.model_["Phi"].get_value()
