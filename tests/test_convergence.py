@@ -170,3 +170,22 @@ def test_count_divergences_advise_a_higher_acceptance_not_the_basis_already_samp
     text = " ".join(str(w.message) for w in said if "diverged" in str(w.message))
     assert "'target_accept': 0.995" in text and "tune" in text
     assert "mcmc_basis" not in text
+
+
+def test_whitened_count_divergences_name_the_expansion_and_a_higher_acceptance():
+    # The estimator's count model (weights whitened around the type-II mode, target_accept
+    # 0.9): the advice says where its divergences come from and names 0.99.
+    import dataclasses
+
+    from bayes_rvm.inference.diagnostics import divergence_advice
+    from bayes_rvm.models.graphs import rvm_poisson_model
+    from bayes_rvm.models.spec import model_spec
+
+    rng = np.random.default_rng(2)
+    Phi = rng.normal(size=(8, 3))
+    spec = model_spec(rvm_poisson_model(Phi, rng.poisson(2.0, size=8), reference=np.zeros(3)))
+    assert spec.form == "whitened"
+    text = divergence_advice("estimator", spec)
+    assert "expanded at the type-II mode" in text and "'target_accept': 0.99" in text
+    other = divergence_advice("estimator", dataclasses.replace(spec, form="joint"))
+    assert "expanded" not in other and "0.995" in other

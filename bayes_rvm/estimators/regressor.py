@@ -592,7 +592,7 @@ array-like or Prior, default="evidence_shared"
         # of the time; benchmarks/bench_mcmc.py --sections large).
         statistics = getattr(self, "statistics_", None) is not None
         auto = "relevant" if self._samples_width() or statistics else "all"
-        return self._likelihood().mcmc_basis(auto)
+        return self._likelihood().mcmc_basis(auto, self.inference)
 
     def _mcmc_initvals(self, fit_n) -> dict:
         init = super()._mcmc_initvals(fit_n, decades=self._likelihood().init_alpha_decades)
@@ -698,11 +698,13 @@ array-like or Prior, default="evidence_shared"
         Phi, norms, cols = self._mcmc_design()
         y = self.training_.y
         likelihood = self._likelihood()
+        reference = likelihood.reference(self.fit_, cols)
         return likelihood.model(
             Phi,
             y,
             form=form,
             centred=likelihood.centring(self.fit_, cols, self._mcmc_basis() == "relevant"),
+            **({} if reference is None else {"reference": reference}),
             phi_scale=norms,
             y_scale=likelihood.y_scale(y),
             offset=offset,

@@ -818,6 +818,45 @@ def _latent_weights(alpha, w_dims: tuple, n_classes: int, centred, information):
     return pm.Deterministic("w", w, dims=w_dims)
 
 
+def _check_reference(reference, other: bool, m: int, likelihood: str):
+    """``reference`` of :func:`rvm_classification_model` as a float array, checked."""
+    if reference is None:
+        return None
+    if likelihood != "poisson":
+        raise ValueError(f"reference whitens count models only, not likelihood={likelihood!r}.")
+    if other:
+        raise ValueError("reference is not for centred=... or information=...; give one of them.")
+    value = np.asarray(reference, dtype=np.float64)
+    if value.shape != (m,) or not np.all(np.isfinite(value)):
+        raise ValueError(
+            f"reference must hold {m} finite weights, one per column; got {value.shape}."
+        )
+    return value
+
+
+def _laplace_whitened_weights(alpha, Phi, Phi_data, y, reference, off, offset):
+    """Count weights ``w ~ N(0, 1 / alpha)`` whitened by the Gaussian posterior, given ``alpha``,
+    of the Poisson log-likelihood expanded at the weights ``reference`` (the working Gaussian of
+    iteratively reweighted least squares: rows of precision ``b = exp(eta_ref)`` and targets
+    ``r = eta_ref + (y - b) / b``), through :func:`whitened_gaussian_weights` at unit noise
+    precision with each row scaled by ``sqrt(b)``. ``off`` is the offset's term (a tensor where
+    it is random); a fixed ``offset`` array joins the expansion point. ``b`` and ``r`` enter as
+    data (``rate_ref``, ``working``), so that a new data set reuses the compiled sampler."""
+    eta_ref = Phi @ reference
+    if isinstance(offset, np.ndarray):
+        eta_ref = eta_ref + offset
+    b = np.exp(np.minimum(eta_ref, ETA_MAX))
+    root = pt.sqrt(pm.Data("rate_ref", b, dims=OBS))
+    working = pm.Data("working", eta_ref + (y - b) / b, dims=OBS)
+    return whitened_gaussian_weights(
+        pt.log(alpha),
+        pt.as_tensor_variable(np.float64(0.0)),
+        root[:, None] * Phi_data,
+        root * (working - off),
+        (BASIS,),
+    )
+
+
 def rvm_classification_model(
     Phi: np.ndarray,
     y: np.ndarray,
@@ -833,6 +872,7 @@ def rvm_classification_model(
     slab: float | None = None,
     intercept_sd: float | None = None,
     information: np.ndarray | None = None,
+    reference: np.ndarray | None = None,
     basis: Sequence[int] | np.ndarray | None = None,
     basis_names: Sequence | None = None,
     class_names: Sequence | None = None,
@@ -900,6 +940,15 @@ def rvm_classification_model(
         direction every class shares, which the likelihood does not see (its ``h`` is 0), so
         that it stays non-centred. Default none (plain ``z ~ N(0, 1)``); not with ``centred``.
         :class:`~bayes_rvm.RVC` passes it.
+    reference : ndarray of shape (M,), optional
+        ``"poisson"`` only: weights, one per column kept (``basis``), such as a type-II fit's
+        mode (zero where it pruned), at which the log-likelihood is expanded to second order,
+        ``-sum_n b_n (r_n - eta_n)^2 / 2`` with ``b_n`` the rate there and ``r_n`` the working
+        response of iteratively reweighted least squares. The weights are then sampled whitened by the Gaussian posterior of that
+        expansion given the current ``alpha`` (:mod:`bayes_rvm.models.whitening`), ``w = m(alpha)
+        + Sigma(alpha)^(1/2) u``: non-centred where the prior dominates a weight, centred (and
+        decorrelated) where the counts do, at every ``alpha`` the sampler visits. It changes the
+        parametrisation only, never the posterior. Not with ``centred`` or ``information``.
     basis : sequence of int, optional
         Columns of ``Phi`` to keep; default all.
     basis_names, class_names : sequence, optional
@@ -945,6 +994,9 @@ def rvm_classification_model(
     information = _check_information(
         information, partly or bool(centred), (len(names), C), likelihood
     )
+    reference = _check_reference(
+        reference, partly or bool(centred) or information is not None, len(names), likelihood
+    )
     all_coords = {OBS: np.arange(N), BASIS: names}
     if likelihood == "softmax":
         all_coords[CLASS] = list(range(C)) if class_names is None else list(class_names)
@@ -960,8 +1012,11 @@ def rvm_classification_model(
         alpha, _ = _weight_precision(prior, alpha_prior, nu, s, scale_data, 1.0)
         if slab is not None:
             alpha = alpha + pt.mean(Phi_data**2, axis=0) / slab**2  # r_i^2 / c^2
-        w = _latent_weights(alpha, w_dims, C, centring if partly else centred, information)
         off, off_kind = _offset_term(offset, eta_dims, eta_shape)
+        if reference is None:
+            w = _latent_weights(alpha, w_dims, C, centring if partly else centred, information)
+        else:
+            w = _laplace_whitened_weights(alpha, Phi, Phi_data, y, reference, off, offset)
         eta = Phi_data @ w + off
         if intercept_sd is not None:
             eta = eta + pm.Normal("intercept", 0.0, intercept_sd, dims=w_dims[1:] or None)
@@ -975,7 +1030,15 @@ def rvm_classification_model(
     spec = RVMSpec(
         likelihood=likelihood,
         prior=prior,
-        form="partly centred" if partly else "centred" if centred else "joint",
+        form=(
+            "partly centred"
+            if partly
+            else "centred"
+            if centred
+            else "whitened"
+            if reference is not None
+            else "joint"
+        ),
         alpha_prior=alpha_prior,
         nu=(nu if isinstance(nu, Prior) else float(nu)) if prior == "student_t" else None,
         s=s,
@@ -996,8 +1059,9 @@ def rvm_poisson_model(Phi: np.ndarray, y: np.ndarray, **options) -> pm.Model:
     The RVM prior of :func:`rvm_classification_model` (``w_i ~ N(0, 1 / alpha_i)``, ``alpha_i``
     from its hyperprior on the columns scaled by ``phi_scale``) with a Poisson likelihood and a
     log link. The weights have no closed-form marginal under it, so they are sampled jointly with
-    the hyperparameters (non-centred by default). The log rate has no target scale: the
-    hyperpriors are stated on unit-RMS columns and the latent in its own units.
+    the hyperparameters: non-centred by default, whitened around ``reference`` (a type-II fit's
+    mode; what :class:`~bayes_rvm.RVR` samples) when it is given. The log rate has no target
+    scale: the hyperpriors are stated on unit-RMS columns and the latent in its own units.
 
     Parameters
     ----------
@@ -1007,15 +1071,16 @@ def rvm_poisson_model(Phi: np.ndarray, y: np.ndarray, **options) -> pm.Model:
     **options
         ``prior``, ``alpha_prior``, ``nu``, ``s``, ``phi_scale``, ``offset`` (the log of an
         exposure, for example), ``centred``, ``slab``, ``intercept_sd`` (a free log-rate level
-        outside the ARD columns), ``basis``, ``basis_names``, ``coords``: as in
+        outside the ARD columns), ``reference``, ``basis``, ``basis_names``, ``coords``: as in
         :func:`rvm_classification_model`.
 
     Returns
     -------
     pymc.Model
-        Data ``Phi``, ``y_obs``, ``phi_scale``; free ``alpha_rel[basis]``, ``z``; deterministics
-        ``alpha``, ``w[basis]``; the observed ``y[obs]`` (its ``RVMSpec`` likelihood
-        ``"poisson"``).
+        Data ``Phi``, ``y_obs``, ``phi_scale`` (with ``reference``: ``rate_ref``, ``working``);
+        free ``alpha_rel[basis]`` and ``z`` (with ``reference``: ``w``, whose value the sampler
+        sees whitened, ``w_whitened__``); deterministics ``alpha``, ``w[basis]``; the observed
+        ``y[obs]`` (its ``RVMSpec`` likelihood ``"poisson"``).
     """
     return rvm_classification_model(Phi, y, likelihood="poisson", **options)
 
