@@ -53,7 +53,7 @@ target="."
 if cmp -s pyproject.toml "$stamp"; then
     echo "bootstrap: .venv is up to date with pyproject.toml ($target)" >&2
     site=$("$PY" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
-    if ! ls "$site"/numpy/__pycache__/*.pyc >/dev/null 2>&1; then
+    if [ -n "${PYTHONDONTWRITEBYTECODE:-}" ] && ! ls "$site"/numpy/__pycache__/*.pyc >/dev/null 2>&1; then
         # Installed by an earlier bootstrap without bytecode (see below): compile it once.
         echo "bootstrap: compiling the installed packages' bytecode" >&2
         "$PY" -m compileall -q -j 0 "$site" >/dev/null 2>&1 || true
@@ -61,12 +61,15 @@ if cmp -s pyproject.toml "$stamp"; then
 else
     # uv installs the same releases as pip in a third of the time (parallel downloads and
     # unpacking: 40 s against 110 s for the dev extras on 2 cores); pip is the fallback.
-    # --compile-bytecode writes the .pyc files as pip does: uv leaves them out, and where
-    # PYTHONDONTWRITEBYTECODE is set (or site-packages is read-only) every process then compiles
-    # each module it imports from source: 3x the import time of scikit-learn, PyMC and ArviZ,
-    # and 10-11 s of CPU for the first MCMC fit in a fresh process against 7.6-7.8 s.
+    # uv leaves the bytecode to Python, which writes each module's at its first import. Where
+    # PYTHONDONTWRITEBYTECODE forbids that, every process would compile each module it imports
+    # from source (3x the import time of scikit-learn, PyMC and ArviZ; 10-11 s of CPU for the
+    # first MCMC fit in a fresh process against 7.6-7.8 s): there --compile-bytecode writes all
+    # of it at install, as pip does (about 30 s for the dev extras on 2 cores).
+    compile=""
+    [ -z "${PYTHONDONTWRITEBYTECODE:-}" ] || compile="--compile-bytecode"
     echo "bootstrap: installing $target into .venv (the installer's progress follows)" >&2
-    if ! { "$PY" -m pip install --quiet uv >&2 && "$PY" -m uv pip install --compile-bytecode --python "$PY" -e "$target" >&2; }; then
+    if ! { "$PY" -m pip install --quiet uv >&2 && "$PY" -m uv pip install $compile --python "$PY" -e "$target" >&2; }; then
         echo "bootstrap: uv did not install it; installing with pip" >&2
         "$PY" -m pip install --quiet --upgrade pip >&2
         "$PY" -m pip install --progress-bar on -e "$target" >&2

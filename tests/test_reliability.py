@@ -241,7 +241,7 @@ def test_feature_names_survive_and_swapped_columns_still_raise(tmp_path, suffix)
 
 # -- property tests --------------------------------------------------------------------------------
 PROPERTY = settings(
-    max_examples=12,
+    max_examples=8,
     deadline=None,
     derandomize=True,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
@@ -290,7 +290,7 @@ def saved_files(tmp_path_factory, sinc_model):
     return {s: save_model(sinc_model, root / f"m{s}") for s in (".nc", ".zarr")}
 
 
-@settings(PROPERTY, max_examples=40)
+@settings(PROPERTY, max_examples=20)
 @given(
     suffix=st.sampled_from([".nc", ".zarr"]),
     which=st.integers(0, 10**6),
