@@ -78,15 +78,21 @@ def _reset_peak() -> bool:
         return False
 
 
-def _peak_gb() -> float:
+def _proc_gb(path: str, field: str) -> float | None:
+    """A field of a /proc status file, in GB (None where the file or field is missing)."""
     try:
-        with open("/proc/self/status") as fh:
+        with open(path) as fh:
             for line in fh:
-                if line.startswith("VmHWM:"):
+                if line.startswith(field + ":"):
                     return int(line.split()[1]) / 1e6
     except OSError:
         pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
+    return None
+
+
+def _peak_gb() -> float:
+    peak = _proc_gb("/proc/self/status", "VmHWM")
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6 if peak is None else peak
 
 
 def worker(cfg: dict) -> dict:
@@ -248,14 +254,8 @@ def _sinc(n: int):
 
 
 def _available_gb() -> float:
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) / 1e6
-    except OSError:
-        pass
-    return float("inf")
+    available = _proc_gb("/proc/meminfo", "MemAvailable")
+    return float("inf") if available is None else available
 
 
 #: fastrvm holds the N x N kernel and about three copies of it at its peak (measured: 4 x 8 N^2

@@ -944,11 +944,12 @@ def rvm_classification_model(
         ``"poisson"`` only: weights, one per column kept (``basis``), such as a type-II fit's
         mode (zero where it pruned), at which the log-likelihood is expanded to second order,
         ``-sum_n b_n (r_n - eta_n)^2 / 2`` with ``b_n`` the rate there and ``r_n`` the working
-        response of iteratively reweighted least squares. The weights are then sampled whitened by the Gaussian posterior of that
-        expansion given the current ``alpha`` (:mod:`bayes_rvm.models.whitening`), ``w = m(alpha)
-        + Sigma(alpha)^(1/2) u``: non-centred where the prior dominates a weight, centred (and
-        decorrelated) where the counts do, at every ``alpha`` the sampler visits. It changes the
-        parametrisation only, never the posterior. Not with ``centred`` or ``information``.
+        response of iteratively reweighted least squares. The weights are then sampled whitened
+        by the Gaussian posterior of that expansion given the current ``alpha``
+        (:mod:`bayes_rvm.models.whitening`), ``w = m(alpha) + Sigma(alpha)^(1/2) u``: non-centred
+        where the prior dominates a weight, centred (and decorrelated) where the counts do, at
+        every ``alpha`` the sampler visits. It changes the parametrisation only, never the
+        posterior. Not with ``centred`` or ``information``.
     basis : sequence of int, optional
         Columns of ``Phi`` to keep; default all.
     basis_names, class_names : sequence, optional
