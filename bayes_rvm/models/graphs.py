@@ -857,6 +857,32 @@ def _laplace_whitened_weights(alpha, Phi, Phi_data, y, reference, off, offset):
     )
 
 
+def _check_parametrisation(centred, information, reference, shape: tuple, likelihood: str):
+    """The weights' parametrisation of :func:`rvm_classification_model`, checked: ``centred``
+    (a bool, or one value in [0, 1] per column as an array), ``information``, ``reference`` and
+    the spec's name of the form. ``shape`` is (columns, classes)."""
+    partly = not isinstance(centred, bool | np.bool_)
+    if partly:
+        centred = np.asarray(centred, dtype=np.float64)
+        if centred.shape != shape[:1] or not np.all((centred >= 0) & (centred <= 1)):
+            raise ValueError(
+                f"centred must be True, False or one value in [0, 1] per column ({shape[0]}); "
+                f"got an array of shape {centred.shape}."
+            )
+    some_centring = partly or bool(centred)
+    information = _check_information(information, some_centring, shape, likelihood)
+    reference = _check_reference(
+        reference, some_centring or information is not None, shape[0], likelihood
+    )
+    if partly:
+        form = "partly centred"
+    elif centred:
+        form = "centred"
+    else:
+        form = "joint" if reference is None else "whitened"
+    return centred, information, reference, form
+
+
 def rvm_classification_model(
     Phi: np.ndarray,
     y: np.ndarray,
@@ -984,19 +1010,8 @@ def rvm_classification_model(
     for name, value in (("slab", slab), ("intercept_sd", intercept_sd)):
         if value is not None and not (np.isfinite(value) and value > 0):
             raise ValueError(f"{name} must be a positive number or None, got {value!r}.")
-    partly = not isinstance(centred, bool | np.bool_)
-    if partly:
-        centring = np.asarray(centred, dtype=np.float64)
-        if centring.shape != (len(cols),) or not np.all((centring >= 0) & (centring <= 1)):
-            raise ValueError(
-                f"centred must be True, False or one value in [0, 1] per column ({len(cols)}); "
-                f"got an array of shape {centring.shape}."
-            )
-    information = _check_information(
-        information, partly or bool(centred), (len(names), C), likelihood
-    )
-    reference = _check_reference(
-        reference, partly or bool(centred) or information is not None, len(names), likelihood
+    centred, information, reference, form = _check_parametrisation(
+        centred, information, reference, (len(names), C), likelihood
     )
     all_coords = {OBS: np.arange(N), BASIS: names}
     if likelihood == "softmax":
@@ -1015,7 +1030,7 @@ def rvm_classification_model(
             alpha = alpha + pt.mean(Phi_data**2, axis=0) / slab**2  # r_i^2 / c^2
         off, off_kind = _offset_term(offset, eta_dims, eta_shape)
         if reference is None:
-            w = _latent_weights(alpha, w_dims, C, centring if partly else centred, information)
+            w = _latent_weights(alpha, w_dims, C, centred, information)
         else:
             w = _laplace_whitened_weights(alpha, Phi, Phi_data, y, reference, off, offset)
         eta = Phi_data @ w + off
@@ -1031,15 +1046,7 @@ def rvm_classification_model(
     spec = RVMSpec(
         likelihood=likelihood,
         prior=prior,
-        form=(
-            "partly centred"
-            if partly
-            else "centred"
-            if centred
-            else "whitened"
-            if reference is not None
-            else "joint"
-        ),
+        form=form,
         alpha_prior=alpha_prior,
         nu=(nu if isinstance(nu, Prior) else float(nu)) if prior == "student_t" else None,
         s=s,
