@@ -16,7 +16,7 @@ from threadpoolctl import threadpool_limits
 
 from bayes_rvm import RVR, Prior, load_model, save_model
 from bayes_rvm.datasets import make_sinc
-from bayes_rvm.inference import SamplingDiagnosticsWarning, complete_posterior
+from bayes_rvm.inference import SamplingDiagnosticsWarning, complete_posterior, sample_mcmc
 from bayes_rvm.inference.diagnostics import _above
 from bayes_rvm.models.graphs import model_cache_key
 
@@ -150,12 +150,8 @@ def test_mcmc_posterior_predictive_sd_equals_dense_predictive_of_the_same_draws(
         dt = mcmc_fit.idata_
     else:
         model = mcmc_fit.make_model(form="joint")
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            trace = pm.sample(
-                model=model, random_seed=3, progressbar=False, nuts={"target_accept": 0.95}, **SMALL
-            )
-        dt = complete_posterior(trace, model)
+        # the package's sampler on the joint form: nutpie on the cached machine code, completed
+        dt = sample_mcmc(model, random_seed=3, progressbar=False, warn=False, **SMALL)
         assert "w" in dt["posterior"] and "y" in dt["log_likelihood"]
     pp = mcmc_fit.sample_posterior_predictive(random_state=2) if form == "marginal" else None
     if pp is None:

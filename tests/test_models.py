@@ -144,9 +144,11 @@ def test_marginal_prior_predictive_has_the_closed_form_covariance(marginal, D):
     alpha_rel = np.linspace(0.5, 4.0, 8)
     model = rvm_regression_model(Phi, Y if D > 1 else Y[:, 0], marginal=marginal)
     fixed = pm.do(model, {"alpha_rel": alpha_rel, "sigma_rel": 0.3})
-    draws = pm.draw(fixed["y"], draws=20_000, random_seed=4).reshape(20_000, 6, D)
-    alpha = pm.draw(fixed["alpha"])
-    sigma = pm.draw(fixed["sigma"])
+    # one compiled function for all three (each pm.draw call compiles its own)
+    draws, alpha, sigma = pm.draw(
+        [fixed["y"], fixed["alpha"], fixed["sigma"]], draws=20_000, random_seed=4
+    )
+    draws, alpha, sigma = draws.reshape(20_000, 6, D), alpha[0], sigma[0]
     want = Phi @ np.diag(1 / alpha) @ Phi.T + sigma**2 * np.eye(6)
     for d in range(D):
         got = np.cov(draws[:, :, d], rowvar=False)
