@@ -124,19 +124,19 @@ def stationary_block(
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
-def _add_squares(Phi, squares):  # pragma: no cover - compiled by numba
-    for i in range(Phi.shape[0]):
-        for j in range(Phi.shape[1]):
-            squares[j] += Phi[i, j] * Phi[i, j]
-
-
-@numba.njit(cache=True, nogil=True, error_model="numpy")
-def _divide_and_add_squares(Phi, norms, squares):  # pragma: no cover - compiled by numba
-    for i in range(Phi.shape[0]):
-        for j in range(Phi.shape[1]):
-            x = Phi[i, j] / norms[j]
-            Phi[i, j] = x
-            squares[j] += x * x
+def _column_pass(Phi, norms, divide, squares):  # pragma: no cover - compiled by numba
+    """``squares[j] += Phi[i, j]**2`` over the rows in order, after ``Phi[i, j] /= norms[j]``
+    where ``divide`` (one function for both passes: one entry in numba's cache to load)."""
+    if divide:
+        for i in range(Phi.shape[0]):
+            for j in range(Phi.shape[1]):
+                x = Phi[i, j] / norms[j]
+                Phi[i, j] = x
+                squares[j] += x * x
+    else:
+        for i in range(Phi.shape[0]):
+            for j in range(Phi.shape[1]):
+                squares[j] += Phi[i, j] * Phi[i, j]
 
 
 def column_squares(Phi: np.ndarray) -> np.ndarray:
@@ -144,7 +144,7 @@ def column_squares(Phi: np.ndarray) -> np.ndarray:
     NumPy's ``einsum("ij,ij->j", Phi, Phi)`` to the bit, in one pass that the compiler
     vectorises (about 0.6 of einsum's time)."""
     squares = np.zeros(Phi.shape[1])
-    _add_squares(Phi, squares)
+    _column_pass(Phi, squares, False, squares)
     return squares
 
 
@@ -152,5 +152,5 @@ def divide_columns(Phi: np.ndarray, norms: np.ndarray) -> np.ndarray:
     """``Phi /= norms`` in place (``Phi`` C-contiguous) and :func:`column_squares` of the result,
     in one pass instead of two."""
     squares = np.zeros(Phi.shape[1])
-    _divide_and_add_squares(Phi, np.ascontiguousarray(norms, dtype=np.float64), squares)
+    _column_pass(Phi, np.ascontiguousarray(norms, dtype=np.float64), True, squares)
     return squares
