@@ -122,7 +122,6 @@ def stationary_block(
         numba.set_num_threads(previous)
 
 
-
 @numba.njit(cache=True, nogil=True, error_model="numpy")
 def _column_pass(Phi, norms, divide, squares):  # pragma: no cover - compiled by numba
     """``squares[j] += Phi[i, j]**2`` over the rows in order, after ``Phi[i, j] /= norms[j]``
