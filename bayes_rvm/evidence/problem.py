@@ -73,7 +73,12 @@ def _normalise(Phi: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
     values) is summed and divided by them, the division and the sums of the result in one pass.
     """
     blocks = sys.modules.get("bayes_rvm.basis.blocks")
-    if blocks is None or Phi.size < FUSED_MIN_ENTRIES or not Phi.flags.c_contiguous:
+    if (
+        blocks is None
+        or Phi.size < FUSED_MIN_ENTRIES
+        or Phi.dtype != np.float64
+        or not Phi.flags.c_contiguous
+    ):
         blocks = None
     # max and min reduce without the N x M temporary that np.abs(Phi) would allocate.
     peak = np.maximum(Phi.max(axis=0, initial=0.0), -Phi.min(axis=0, initial=0.0))
