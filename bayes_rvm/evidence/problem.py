@@ -68,9 +68,10 @@ def _normalise(Phi: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
     """:func:`normalise_columns`, and the sums of squares of the columns it leaves where it
     computed them on the way (else None): those of ``einsum("ij,ij->j", Phi, Phi)``, to the bit.
 
-    A large C-ordered design whose process has loaded the fused kernel's passes
-    (:mod:`bayes_rvm.basis.blocks`, from :data:`~bayes_rvm.basis.kernels.FUSED_MIN_ENTRIES`
-    values) is summed and divided by them, the division and the sums of the result in one pass.
+    Where the process has loaded :mod:`bayes_rvm.basis.blocks` (the fused kernel, used from
+    :data:`~bayes_rvm.basis.kernels.FUSED_MIN_ENTRIES` values) and ``Phi`` is a C-ordered float64
+    design of at least as many values, the sums of squares and the division are its compiled
+    passes, the division summing the squares of its results on the way.
     """
     blocks = sys.modules.get("bayes_rvm.basis.blocks")
     if (
