@@ -198,7 +198,8 @@ def _guard_timer() -> list[float]:
 
 
 def _design_timer() -> list[float]:
-    """CPU times of the design's build (``KernelBasis.transform``) and column normalisation."""
+    """CPU times of the design's build (``KernelBasis.transform``) and column normalisation
+    (``Problem.with_design``)."""
     from bayes_rvm.basis.kernels import KernelBasis
     from bayes_rvm.evidence import problem
 
@@ -215,7 +216,7 @@ def _design_timer() -> list[float]:
         return run
 
     KernelBasis.transform = timed(KernelBasis.transform)
-    problem.normalise_columns = timed(problem.normalise_columns)
+    problem.Problem.with_design = timed(problem.Problem.with_design)
     return spent
 
 

@@ -344,6 +344,36 @@ def test_normalised_columns_are_bit_identical_under_power_of_two_scaling(power):
     np.testing.assert_array_equal(norms[[0, 1, 3, 4, 5]], ref_norms[[0, 1, 3, 4, 5]] * 2.0**power)
 
 
+def test_a_large_design_is_normalised_and_checked_as_numpy_sums_it_to_the_bit():
+    # A design of FUSED_MIN_ENTRIES values or more, once the fused kernel's module is loaded,
+    # is summed and divided in compiled passes: the truth is NumPy's einsum and division, to the
+    # bit (the engines' fits move by 1e-6 for a change of one unit in the last place).
+    from bayes_rvm.basis import blocks  # noqa: F401  (loaded, as by a fused kernel block)
+    from bayes_rvm.basis.kernels import FUSED_MIN_ENTRIES
+    from bayes_rvm.evidence.problem import Problem
+
+    rng = np.random.default_rng(2)
+    Phi = rng.normal(size=(FUSED_MIN_ENTRIES // 400 + 3, 400)) * rng.uniform(0.1, 10.0, 400)
+    Phi[:, 0] = np.exp(-rng.uniform(0.0, 5.0, Phi.shape[0]))  # peaks below 1: scaled first
+    Phi[0, 0] = 1.0  # this one peaks at 1: not scaled
+    Phi[:, 7] = 0.0
+    peak = np.abs(Phi).max(axis=0)
+    peak[peak == 0] = 1.0
+    want = Phi / peak
+    want_norms = np.sqrt(np.einsum("ij,ij->j", want, want))
+    want_norms[want_norms == 0] = 1.0
+    want /= want_norms
+    problem = Problem.regression(Phi, rng.normal(size=Phi.shape[0]))
+    np.testing.assert_array_equal(problem.design, want)
+    np.testing.assert_array_equal(problem.norms, peak * want_norms)
+    np.testing.assert_array_equal(problem.squared_norms, np.einsum("ij,ij->j", want, want))
+    assert problem.squared_norms[7] == 0.0
+    bad = np.ones_like(Phi)
+    bad[3, 5] = np.nan
+    with pytest.raises(ValueError, match="Phi must be finite"):
+        _ = Problem.regression(bad, np.ones(Phi.shape[0])).squared_norms
+
+
 @pytest.fixture(scope="module")
 def linear_problem():
     rng = np.random.default_rng(0)

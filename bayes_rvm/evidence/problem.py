@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import sys
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
+from bayes_rvm.basis.kernels import FUSED_MIN_ENTRIES
 from bayes_rvm.basis.statistics import SufficientStatistics
 from bayes_rvm.evidence.design import ChunkedDesign, DenseDesign
 from bayes_rvm.evidence.options import (
@@ -59,6 +61,26 @@ def normalise_columns(Phi: np.ndarray) -> np.ndarray:
     on inputs of 1e80) or 1e-200 normalise as exactly as values near one, where squaring them
     directly gave inf or 0 and dropped every column.
     """
+    return _normalise(Phi)[0]
+
+
+def _normalise(Phi: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """:func:`normalise_columns`, and the sums of squares of the columns it leaves where it
+    computed them on the way (else None): those of ``einsum("ij,ij->j", Phi, Phi)``, to the bit.
+
+    Where the process has loaded :mod:`bayes_rvm.basis.blocks` (the fused kernel, used from
+    :data:`~bayes_rvm.basis.kernels.FUSED_MIN_ENTRIES` values) and ``Phi`` is a C-ordered float64
+    design of at least as many values, the sums of squares and the division are its compiled
+    passes, the division summing the squares of its results on the way.
+    """
+    blocks = sys.modules.get("bayes_rvm.basis.blocks")
+    if (
+        blocks is None
+        or Phi.size < FUSED_MIN_ENTRIES
+        or Phi.dtype != np.float64
+        or not Phi.flags.c_contiguous
+    ):
+        blocks = None
     # max and min reduce without the N x M temporary that np.abs(Phi) would allocate.
     peak = np.maximum(Phi.max(axis=0, initial=0.0), -Phi.min(axis=0, initial=0.0))
     peak[peak == 0] = 1.0
@@ -69,10 +91,14 @@ def normalise_columns(Phi: np.ndarray) -> np.ndarray:
         Phi /= peak
     elif scaled.size:
         Phi[:, scaled] /= peak[scaled]
-    norms = np.sqrt(np.einsum("ij,ij->j", Phi, Phi))
+    if blocks is None:
+        norms = np.sqrt(np.einsum("ij,ij->j", Phi, Phi))
+        norms[norms == 0] = 1.0
+        Phi /= norms
+        return peak * norms, None
+    norms = np.sqrt(blocks.column_squares(Phi))
     norms[norms == 0] = 1.0
-    Phi /= norms
-    return peak * norms
+    return peak * norms, blocks.divide_columns(Phi, norms)
 
 
 def column_scale(Phi: np.ndarray) -> np.ndarray:
@@ -228,8 +254,9 @@ def check_targets(T, N: int, likelihood: str) -> np.ndarray:
     return T
 
 
-def _design_norms(Phi, T: np.ndarray, likelihood: str) -> np.ndarray:
-    """The squared column norms of a design in memory, which must be finite (so must ``Phi``)."""
+def _design_norms(Phi, T: np.ndarray, likelihood: str, squares=None) -> np.ndarray:
+    """The squared column norms of a design in memory, which must be finite (so must ``Phi``);
+    ``squares``: those :meth:`Problem.with_design` summed as it normalised the columns."""
     if Phi.ndim != 2 or Phi.dtype != np.float64:
         raise ValueError(
             f"Phi must be a 2-D float64 array (it is not copied), got {Phi.ndim}-D {Phi.dtype}."
@@ -238,8 +265,11 @@ def _design_norms(Phi, T: np.ndarray, likelihood: str) -> np.ndarray:
     if N < 1 or M < 1:
         raise ValueError(f"Phi must have at least one row and one column, got shape {Phi.shape}.")
     check_targets(T, N, likelihood)
-    with np.errstate(over="ignore", invalid="ignore"):
-        dd = np.einsum("ij,ij->j", Phi, Phi)  # squared norms: finite only if Phi is
+    if squares is not None:
+        dd = squares
+    else:
+        with np.errstate(over="ignore", invalid="ignore"):
+            dd = np.einsum("ij,ij->j", Phi, Phi)  # squared norms: finite only if Phi is
     if not np.all(np.isfinite(dd)):
         raise ValueError("Phi must be finite.")
     return dd
@@ -581,9 +611,12 @@ class Problem:
         (the width search's designs, a subset of rows); ``targets`` replaces the targets by
         normalised ones (a subset of rows), the scale and the noise kept.
         """
-        norms = np.ones(Phi.shape[1]) if normalised else normalise_columns(Phi)
+        norms, squares = (np.ones(Phi.shape[1]), None) if normalised else _normalise(Phi)
         targets = self.targets if targets is None else targets
-        return dataclasses.replace(self, design=Phi, norms=norms, targets=targets)
+        problem = dataclasses.replace(self, design=Phi, norms=norms, targets=targets)
+        if squares is not None:  # the check of squared_norms then costs no pass over Phi
+            problem.__dict__["_design_squares"] = squares
+        return problem
 
     def empty_log_evidence(self) -> float | None:
         """The log evidence of the model with every basis function pruned: no weights at all.
@@ -676,7 +709,8 @@ class Problem:
             check_targets(self.targets, design.shape[0], self.likelihood)
             norms = design.norms if design.columns is None else design.norms[design.columns]
             return (norms > 0).astype(np.float64)
-        return _design_norms(self.design, self.targets, self.likelihood)
+        squares = self.__dict__.get("_design_squares")
+        return _design_norms(self.design, self.targets, self.likelihood, squares)
 
     def view(
         self, options: EvidenceOptions, engine: str, warm: EvidenceFit | None = None
