@@ -288,10 +288,13 @@ def _rvr_kwargs(gamma: str | None) -> dict:
     return {"gamma": gamma if gamma in ("scale", "auto") else float(gamma)}
 
 
-#: The phases of an estimator's MCMC fit that the fresh section times: (module, attribute).
+#: The phases of an estimator's MCMC fit that the fresh section times: (phase, module or
+#: ``module:Class``, attribute). The type-II fit is the width search's where the width is
+#: chosen by the evidence (the default) and ``fit_problem`` at a given width.
 PHASES = [
     ("type2", "bayes_rvm.estimators.regressor", "fit_problem"),
-    ("model", "bayes_rvm.estimators.regressor.RVR", "make_model"),
+    ("type2", "bayes_rvm.estimators.base:BaseRVM", "_select_width"),
+    ("model", "bayes_rvm.estimators.regressor:RVR", "make_model"),
     ("compile", "bayes_rvm.inference.nutpie_backend", "compile_nutpie"),
     ("initial_points", "bayes_rvm.inference.nutpie_backend", "with_initial_points"),
     ("sampling", "nutpie", "sample"),
@@ -302,17 +305,23 @@ PHASES = [
 
 
 def _patch_phases(spent: dict) -> None:
-    """Wrap each phase's function so that its wall time adds up in ``spent[phase]``."""
+    """Wrap each phase's function so that its wall time adds up in ``spent[phase]`` (a call
+    inside another of the same phase, e.g. a type-II fit inside the width search, counted once).
+    """
     import importlib
 
+    active: set[str] = set()
     for phase, where, attr in PHASES:
-        is_class = where.endswith(".RVR")
-        owner = importlib.import_module(where.removesuffix(".RVR"))
-        if is_class:
-            owner = owner.RVR
+        module, _, cls = where.partition(":")
+        owner = importlib.import_module(module)
+        if cls:
+            owner = getattr(owner, cls)
         fn = getattr(owner, attr)
 
         def timed(*args, _fn=fn, _phase=phase, **kwargs):
+            if _phase in active:
+                return _fn(*args, **kwargs)
+            active.add(_phase)
             t = time.perf_counter()
             try:
                 out = _fn(*args, **kwargs)
@@ -321,6 +330,7 @@ def _patch_phases(spent: dict) -> None:
                 return out
             finally:
                 spent[_phase] = spent.get(_phase, 0.0) + time.perf_counter() - t
+                active.discard(_phase)
 
         setattr(owner, attr, timed)
 

@@ -7,7 +7,13 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from bayes_rvm.inference.diagnostics import _rank_average, ess_bulk, ess_tail, rhat_rank
+from bayes_rvm.inference.diagnostics import (
+    _rank_average,
+    _z_scale,
+    ess_bulk,
+    ess_tail,
+    rhat_rank,
+)
 
 
 def _chains(seed=0, K=7, C=4, S=301):
@@ -103,6 +109,23 @@ def test_ranks_equal_scipys_average_ranks_with_and_without_ties():
     np.testing.assert_array_equal(
         _rank_average(x[[0]]), stats.rankdata(x[[0]], axis=1, method="average")
     )
+
+
+def test_z_scale_is_the_normal_quantile_of_the_average_ranks():
+    # The quantiles of ranks 1..n are computed once and placed by each row's order, ndtri only
+    # at tied ranks: the same numbers as ndtri of every rank (Blom's offset), ties included
+    # (rounded draws, a constant row, the folded distances |x - median| that pair up).
+    from scipy import special, stats
+
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(5, 4, 250))
+    x[1] = np.round(x[1])
+    x[2] = 1.0
+    x[3] = np.abs(x[3] - np.median(x[3]))
+    n = 4 * 250
+    ranks = stats.rankdata(x.reshape(5, n), axis=1, method="average")
+    want = special.ndtri((ranks - 0.375) / (n + 0.25)).reshape(x.shape)
+    np.testing.assert_array_equal(_z_scale(x), want)
 
 
 @pytest.mark.parametrize(

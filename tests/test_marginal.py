@@ -399,3 +399,18 @@ def test_statistics_model_samples_and_keeps_the_loo_terms_of_its_row_subset():
     other.attrs.pop("log_likelihood_rows")
     with pytest.raises(ValueError, match="different rows"):
         compare({"statistics": dt, "full": other})
+
+
+def test_batched_cholesky_inverses_equal_lapack_and_refuse_an_indefinite_matrix():
+    # The completion's r x r inverses (weight draws, leave-one-out terms) in one compiled loop:
+    # L^-1 of each Cholesky factor as LAPACK gives it; an indefinite matrix is a LinAlgError.
+    from bayes_rvm.models.marginal.lowrank import _cholesky_inverses
+
+    rng = np.random.default_rng(4)
+    A = rng.normal(size=(50, 9, 12))
+    K = A @ np.swapaxes(A, 1, 2) + 0.1 * np.eye(9)
+    want = np.linalg.inv(np.linalg.cholesky(K))
+    np.testing.assert_allclose(_cholesky_inverses(K), want, rtol=1e-12, atol=1e-12)
+    K[7] -= 100.0 * np.eye(9)
+    with pytest.raises(np.linalg.LinAlgError, match="positive definite"):
+        _cholesky_inverses(K)

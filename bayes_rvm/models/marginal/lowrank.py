@@ -25,6 +25,7 @@ import numpy as np
 from scipy import linalg
 
 from bayes_rvm.families import LOG_2PI
+from bayes_rvm.models.marginal.numba_kernels import cholesky_inverse_batched
 
 __all__ = [
     "LOWRANK_MAX_FRACTION",
@@ -68,6 +69,20 @@ def thin_svd(Phi: np.ndarray, rtol: float = RANK_RTOL) -> tuple[np.ndarray, np.n
 def use_lowrank(rank: int, n_basis: int) -> bool:
     """Whether the low-rank form is the faster one for a design of this rank and basis size."""
     return rank <= LOWRANK_MAX_FRACTION * n_basis
+
+
+def _cholesky_inverses(K: np.ndarray) -> np.ndarray:
+    """``L^-1`` of each Cholesky factor of a stack of r x r matrices ``K`` = ``L L^T`` (one
+    compiled loop: NumPy's stacked ``cholesky`` and ``inv`` cost a LAPACK call per matrix, most
+    of the completion of an MCMC fit's 4000 draws); LinAlgError where one is not positive
+    definite."""
+    Linv, ok = cholesky_inverse_batched(np.ascontiguousarray(K))
+    if not ok:
+        raise np.linalg.LinAlgError(
+            "the low-rank posterior system (1/beta I + G' A^-1 G) of some posterior draw is not "
+            "numerically positive definite."
+        )
+    return Linv
 
 
 def draw_weights_lowrank(
@@ -119,7 +134,8 @@ def draw_weights_lowrank(
         e = rng.standard_normal((B, r, D)) / np.sqrt(beta[sl])[:, None, None]
         # G^T w0 for every draw and output: (B D, M) @ (M, r)
         gw = (w0.transpose(0, 2, 1).reshape(B * D, M) @ VS).reshape(B, D, r).transpose(0, 2, 1)
-        sol = np.linalg.solve(K, Z[None] - gw - e)  # (B, r, D)
+        Linv = _cholesky_inverses(K)
+        sol = np.swapaxes(Linv, 1, 2) @ (Linv @ (Z[None] - gw - e))  # K^-1 (...): (B, r, D)
         back = (sol.transpose(0, 2, 1).reshape(B * D, r) @ VS.T).reshape(B, D, M)
         out[sl] = w0 + ainv[..., None] * back.transpose(0, 2, 1)
     return out
@@ -170,10 +186,9 @@ def loo_terms_lowrank(
         B = b.shape[0]
         K = ((1.0 / alpha[sl]) @ outer).reshape(B, r, r)
         K[:, np.arange(r), np.arange(r)] += (1.0 / b)[:, None]
-        # K^-1 = L^-T L^-1 from the Cholesky factor (LinAlgError where K is not positive
-        # definite); the inverse of a triangular factor is itself triangular and well conditioned
-        # as K is (its eigenvalues are at least 1 / beta).
-        Linv = np.linalg.inv(np.linalg.cholesky(K))
+        # K^-1 = L^-T L^-1 from the Cholesky factor; the inverse of a triangular factor is
+        # itself triangular and well conditioned as K is (its eigenvalues are at least 1 / beta).
+        Linv = _cholesky_inverses(K)
         Kinv = np.swapaxes(Linv, 1, 2) @ Linv
         c = b[:, None] * (1.0 - u_sq) + Kinv.reshape(B, r * r) @ outer_u.T
         Q = Kinv @ Z  # (B, r, D)

@@ -169,16 +169,38 @@ def _equilibrated_cholesky(GT, ainv, beta):  # pragma: no cover - numba
         gt = GT[a]
         for i in range(M):
             ga[i] = gt[i] * ainv[i]
-    # Lower triangle, as dot products of contiguous rows.
+    # Lower triangle, as dot products of contiguous rows, four at a time (rows a, a + 1 against
+    # b, b + 1): one dot product at a time waits on its own sum (an FMA's latency) and loads two
+    # values per multiply-add; four independent sums from four rows take 1.5-2x less time.
     K = np.empty((r, r))
-    for a in range(r):
-        ga = GA[a]
-        for b in range(a + 1):
+    for a in range(0, r - 1, 2):
+        ga0 = GA[a]
+        ga1 = GA[a + 1]
+        for b in range(0, a + 1, 2):
+            gb0 = GT[b]
+            gb1 = GT[b + 1]
+            s00 = 0.0
+            s01 = 0.0
+            s10 = 0.0
+            s11 = 0.0
+            for i in range(M):
+                s00 += ga0[i] * gb0[i]
+                s01 += ga0[i] * gb1[i]
+                s10 += ga1[i] * gb0[i]
+                s11 += ga1[i] * gb1[i]
+            K[a, b] = s00
+            K[a + 1, b] = s10
+            K[a + 1, b + 1] = s11
+            if b < a:
+                K[a, b + 1] = s01
+    if r % 2:  # the last row of an odd rank
+        ga = GA[r - 1]
+        for b in range(r):
             gb = GT[b]
             s = 0.0
             for i in range(M):
                 s += ga[i] * gb[i]
-            K[a, b] = s
+            K[r - 1, b] = s
     dinv = np.empty(r)
     log_det = 0.0
     for k in range(r):
@@ -204,24 +226,54 @@ def _equilibrated_cholesky(GT, ainv, beta):  # pragma: no cover - numba
 
 
 @numba.njit(cache=True, nogil=True)
-def _trace_inverse(L, dinv):  # pragma: no cover - numba
-    """``tr(K^-1) = sum_k dinv_k^2 ||L^-1 e_k||^2``, from ``L^-1`` (r^3 / 6, small)."""
+def _whitener(L, dinv):  # pragma: no cover - numba
+    """``B = L^-1 D^-1`` (lower triangular, ``K^-1 = B^T B``) and ``tr(K^-1) = ||B||_F^2``
+    (r^3 / 6, small)."""
     r = L.shape[0]
-    Linv = np.zeros((r, r))
+    B = np.zeros((r, r))
     for j in range(r):
-        Linv[j, j] = 1.0 / L[j, j]
+        B[j, j] = 1.0 / L[j, j]
         for i in range(j + 1, r):
             s = 0.0
             for k in range(j, i):
-                s -= L[i, k] * Linv[k, j]
-            Linv[i, j] = s / L[i, i]
+                s -= L[i, k] * B[k, j]
+            B[i, j] = s / L[i, i]
     tr_kinv = 0.0
-    for k in range(r):
-        s = 0.0
-        for i in range(k, r):
-            s += Linv[i, k] * Linv[i, k]
-        tr_kinv += s * dinv[k] * dinv[k]
-    return tr_kinv
+    for i in range(r):
+        for k in range(i + 1):
+            B[i, k] *= dinv[k]
+            tr_kinv += B[i, k] * B[i, k]
+    return B, tr_kinv
+
+
+@numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+def _column_norms(B, GT):  # pragma: no cover - numba
+    """``||(B G^T)[:, i]||^2`` for each column ``i`` (``g_i^T K^-1 g_i``), ``B`` lower
+    triangular: each row of ``B G^T`` summed from four rows of ``G^T`` a pass, so that the row
+    is loaded and stored once per four multiply-adds (one at a time, a forward substitution,
+    was bound by those loads and stores)."""
+    r, M = GT.shape
+    out = np.zeros(M)
+    acc = np.empty(M)
+    for a in range(r):
+        Ba = B[a]
+        acc[:] = 0.0
+        k = 0
+        while k + 3 <= a:
+            c0, c1, c2, c3 = Ba[k], Ba[k + 1], Ba[k + 2], Ba[k + 3]
+            g0, g1, g2, g3 = GT[k], GT[k + 1], GT[k + 2], GT[k + 3]
+            for i in range(M):
+                acc[i] += c0 * g0[i] + c1 * g1[i] + c2 * g2[i] + c3 * g3[i]
+            k += 4
+        while k <= a:
+            c0 = Ba[k]
+            g0 = GT[k]
+            for i in range(M):
+                acc[i] += c0 * g0[i]
+            k += 1
+        for i in range(M):
+            out[i] += acc[i] * acc[i]
+    return out
 
 
 @numba.njit(cache=True, nogil=True)
@@ -262,8 +314,8 @@ def lowrank_log_evidence_and_grad(log_alpha, log_beta, U, Y, VS):  # pragma: no 
 
     The O(M r^2) work is two passes along contiguous rows of ``G^T``: the lower triangle of
     ``K`` and ``W = L^-1 D^-1 G^T`` (``L`` the Cholesky factor of ``K`` equilibrated by its
-    diagonal ``D``), whose column norms are ``g_i^T K^-1 g_i``; neither ``K^-1`` nor ``G K^-1``
-    is formed.
+    diagonal ``D``), whose column norms are ``g_i^T K^-1 g_i``, summed row by row without
+    storing ``W``; neither ``K^-1`` nor ``G K^-1`` is formed.
     """
     N, r = U.shape
     M = VS.shape[0]
@@ -286,27 +338,9 @@ def lowrank_log_evidence_and_grad(log_alpha, log_beta, U, Y, VS):  # pragma: no 
     L, dinv, log_det = _equilibrated_cholesky(GT, ainv, beta)
     if log_det == np.inf:
         return np.asarray(-np.inf), out_ga, np.asarray(0.0), out_gY
-    # W = L^-1 D^-1 G^T (r x M) by forward substitution along contiguous rows:
-    # g_i^T K^-1 g_i = ||W[:, i]||^2.
-    W = np.empty((r, M))
-    gkg = np.zeros(M)
-    for a in range(r):
-        wa = W[a]
-        gt = GT[a]
-        da = dinv[a]
-        for i in range(M):
-            wa[i] = gt[i] * da
-        La = L[a]
-        for k in range(a):
-            lak = La[k]
-            wk = W[k]
-            for i in range(M):
-                wa[i] -= lak * wk[i]
-        inv = 1.0 / La[a]
-        for i in range(M):
-            wa[i] *= inv
-            gkg[i] += wa[i] * wa[i]
-    tr_kinv = _trace_inverse(L, dinv)
+    # g_i^T K^-1 g_i = ||B g_i||^2 with B = L^-1 D^-1, along contiguous rows of G^T.
+    B, tr_kinv = _whitener(L, dinv)
+    gkg = _column_norms(B, GT)
     # Z = U^T T, Q = K^-1 Z by two triangular solves, R = T - U Z.
     Z = Uc.T @ Yc
     Q = _solve_equilibrated(L, dinv, Z)
@@ -341,3 +375,48 @@ def lowrank_log_evidence_and_grad(log_alpha, log_beta, U, Y, VS):  # pragma: no 
     if not np.isfinite(logp):
         return np.asarray(-np.inf), np.zeros(M), np.asarray(0.0), np.zeros((N, D))
     return np.asarray(logp), out_ga, np.asarray(g_beta), out_gY
+
+
+@numba.njit(cache=True, nogil=True)
+def cholesky_inverse_batched(K):  # pragma: no cover - numba
+    """``L^-1`` of the Cholesky factor ``L`` of each matrix of a stack ``K`` (B, r, r).
+
+    Reads the lower triangle only. Returns the stack of lower-triangular inverses (so that
+    ``K^-1 = L^-T L^-1``) and whether every matrix was numerically positive definite (where one
+    is not, its inverse is left unset). One loop over the stack: ``numpy.linalg.cholesky`` and
+    ``inv`` on a stack of small matrices cost a LAPACK call each (about 30 us for r = 29), ten
+    times the arithmetic (``r^3 / 2`` multiply-adds).
+    """
+    B, r = K.shape[0], K.shape[1]
+    out = np.zeros((B, r, r))
+    L = np.empty((r, r))
+    for b in range(B):
+        Kb = K[b]
+        for i in range(r):
+            Li = L[i]
+            for j in range(i + 1):
+                Lj = L[j]
+                s = Kb[i, j]
+                for k in range(j):
+                    s -= Li[k] * Lj[k]
+                if i == j:
+                    if not s > 0.0:
+                        return out, False
+                    Li[i] = np.sqrt(s)
+                else:
+                    Li[j] = s / Lj[j]
+        X = out[b]
+        # X = L^-1 row by row (forward substitution on the identity).
+        for i in range(r):
+            inv = 1.0 / L[i, i]
+            Xi = X[i]
+            Li = L[i]
+            for k in range(i):
+                lik = Li[k]
+                Xk = X[k]
+                for j in range(k + 1):
+                    Xi[j] -= lik * Xk[j]
+            for j in range(i):
+                Xi[j] *= inv
+            Xi[i] = inv
+    return out, True
