@@ -507,8 +507,8 @@ _ADVICE = {
         "the basis to the type-II relevance vectors (basis=fit.active). Nearly collinear columns, "
         "as from a wide kernel, make a ridged posterior; a narrower one (larger gamma) helps.",
         "ess": "Draw more samples or use the marginal form.",
-        "modes": "Restrict the basis to the type-II relevance vectors (basis=fit.active), or "
-        "narrow the kernel (larger gamma) so that fewer basis functions are alike.",
+        "modes": "Restrict the basis to the type-II relevance vectors (basis=fit.active), one of "
+        "the modes, and draw more there.",
     },
     "estimator": {
         "divergences": "Raise tune (sampler_config={'tune': ...}), or sample only the type-II "
@@ -521,8 +521,8 @@ _ADVICE = {
         "every run of 2 x 500 draws): raise draws, or thin (fit(X, y, thin=4)).",
         "ess": "Raise draws (or chains).",
         "modes": "Sample only the type-II relevance vectors (sampler_config={'mcmc_basis': "
-        "'relevant'}: a posterior conditional on that choice), or narrow the kernel (a larger "
-        "gamma) so that fewer basis functions are alike.",
+        "'relevant'}: one of the modes, a posterior conditional on that choice), with more "
+        "draws (sampler_config={'draws': 4000}).",
     },
     # An estimator that already samples only the type-II relevance vectors.
     "estimator_relevant": {
