@@ -379,8 +379,8 @@ def diagnose(
                 f"{out['divergences']} of {n} draws diverged. "
                 f"{divergence_advice(advice, spec)}{tips['divergences']}"
             )
+        modes = _relevance_modes(post) if out["max_rhat"] > 1.01 else ""
         if out["max_rhat"] > 1.01:
-            modes = _relevance_modes(post)
             _warn(
                 f"max R-hat of the hyperparameters is {_above(out['max_rhat'], 1.01)}, above "
                 f"1.01: the chains disagree{_which_half(out)}. "
@@ -389,7 +389,7 @@ def diagnose(
         if out["min_ess_bulk"] < 400:
             _warn(
                 f"min bulk ESS of the hyperparameters is {int(out['min_ess_bulk'])}, below 400. "
-                f"{tips['ess']}"
+                + ("The chains sit in different modes (above)." if modes else tips["ess"])
             )
     return out
 
