@@ -198,17 +198,19 @@ def test_rhat_warning_names_the_basis_functions_the_chains_keep_in_different_mod
     # advises the basis or the kernel, not more draws. Column 1's chains disagree only a
     # little (0.5 sd, R-hat above 1.01 still): no modes named, the usual advice.
     from bayes_rvm.inference import SamplingDiagnosticsWarning, diagnose
+    from bayes_rvm.inference.diagnostics import _relevance_modes
 
     rng = np.random.default_rng(4)
     la = rng.normal(size=(4, 500, 3))
     shift = {"modes": (2, np.array([0.0, 0.0, 0.0, -11.5])), "slow": (1, np.array([0, 0, 0, 0.5]))}
-    texts, apart = {}, {}
+    texts, apart, posts = {}, {}, {}
     for case, (column, by_chain) in shift.items():
         x = la.copy()
         x[:, :, column] += by_chain[:, None]
         post = xr.Dataset(
             {"alpha": (("chain", "draw", "basis"), np.exp(x))}, coords={"basis": [10, 11, 12]}
         )
+        posts[case] = post
         with pytest.warns(SamplingDiagnosticsWarning, match="R-hat") as said:
             diagnose(xr.DataTree.from_dict({"posterior": post}), advice="estimator")
         texts[case] = " ".join(str(w.message) for w in said)
@@ -223,3 +225,6 @@ def test_rhat_warning_names_the_basis_functions_the_chains_keep_in_different_mod
     assert "different basis functions" not in texts["slow"] and "Raise tune" in texts["slow"]
     # The ESS warning (the modes' ESS is tiny) points at the modes, not at more draws.
     assert "sit in different modes" in texts["modes"] and "Raise draws" not in texts["modes"]
+    # Separable classes are a classifier's cause only (no spec here: not said).
+    assert "classes separate" not in texts["modes"]
+    assert "classes separate" in _relevance_modes(posts["modes"], classes=True)

@@ -379,7 +379,8 @@ def diagnose(
                 f"{out['divergences']} of {n} draws diverged. "
                 f"{divergence_advice(advice, spec)}{tips['divergences']}"
             )
-        modes = _relevance_modes(post) if out["max_rhat"] > 1.01 else ""
+        classes = spec is not None and spec.likelihood in ("bernoulli", "softmax")
+        modes = _relevance_modes(post, classes) if out["max_rhat"] > 1.01 else ""
         if out["max_rhat"] > 1.01:
             _warn(
                 f"max R-hat of the hyperparameters is {_above(out['max_rhat'], 1.01)}, above "
@@ -411,9 +412,10 @@ def _which_half(out: dict) -> str:
 MODE_SEPARATION = 2.0
 
 
-def _relevance_modes(post: xr.Dataset, limit: int = 5) -> str:
+def _relevance_modes(post: xr.Dataset, classes: bool = False, limit: int = 5) -> str:
     """A sentence naming the basis functions whose log alpha the chains place in different
     modes (chain medians :data:`MODE_SEPARATION` within-chain sds apart or more), or "".
+    ``classes``: a classifier's model, whose separable classes the sentence mentions.
 
     Chains that each keep a different one of several nearly collinear basis functions relevant
     (a small alpha in one chain, pruned in the others) sample different modes of the posterior,
@@ -440,9 +442,13 @@ def _relevance_modes(post: xr.Dataset, limit: int = 5) -> str:
         f"The chains keep different basis functions relevant ({listed}: log alpha's chain "
         f"medians up to {apart[worst[0]]:.0f} within-chain sds apart): the posterior has several "
         "modes, nearly collinear basis functions that can each carry the same part of the "
-        "function, and the chains do not move between them, so more draws do not help. Where "
-        "classes separate in the basis, each mode's weights grow to the hyperprior's tail (tens "
-        "to hundreds), which deepens the valleys between them. "
+        "function, and the chains do not move between them, so more draws do not help. "
+        + (
+            "Where classes separate in the basis, each mode's weights grow to the hyperprior's "
+            "tail (tens to hundreds), which deepens the valleys between them. "
+            if classes
+            else ""
+        )
     )
 
 
