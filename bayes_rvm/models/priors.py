@@ -419,22 +419,26 @@ def _r2d2_graph(r2_a, r2_b, concentration, size):
 
 def _r2d2_concentration(concentration, dims, kwargs) -> Any:
     """The Dirichlet concentration as a vector of the columns' length (the model's dimension)."""
-    import pymc as pm
     import pytensor.tensor as pt
 
     conc = pt.as_tensor_variable(np.asarray(concentration, dtype=np.float64))
     if conc.ndim > 0:
         return conc
+    return pt.full((_r2d2_length(dims, kwargs),), conc)
+
+
+def _r2d2_length(dims, kwargs) -> Any:
+    """The number of columns, from ``shape`` or the model's length of the last of ``dims``."""
+    import pymc as pm
+
     if "shape" in kwargs:
-        length = np.atleast_1d(kwargs["shape"])[-1]
-    elif dims is not None:
+        return np.atleast_1d(kwargs["shape"])[-1]
+    if dims is not None:
         dims = (dims,) if isinstance(dims, str) else tuple(dims)
-        length = pm.modelcontext(None).dim_lengths[dims[-1]]
-    else:
-        raise ValueError(
-            "Prior('R2D2Precision') is a vector over the columns: create it with dims or shape."
-        )
-    return pt.full((length,), conc)
+        return pm.modelcontext(None).dim_lengths[dims[-1]]
+    raise ValueError(
+        "Prior('R2D2Precision') is a vector over the columns: create it with dims or shape."
+    )
 
 
 def _r2d2_parameters(r2_a, r2_b, concentration) -> None:
@@ -580,12 +584,35 @@ def _r2d2_gaussian_form(name: str, r2_a, r2_b, dims, kwargs):
 
     # Beta's own transform is logit(R^2) = log omega: NUTS samples the log of the function's
     # mean square, whose density (a log-BetaPrime) is log-concave.
+    _r2d2_length(dims, kwargs)  # a vector over the columns: dims or shape is required
     r2 = pm.Beta(f"{name}_r2", float(r2_a), float(r2_b))
-    z = pm.Normal(f"{name}_z", 0.0, 1.0, dims=dims, **kwargs)
+    z = pm.CustomDist(
+        f"{name}_z",
+        dist=_standard_normal_graph,
+        support_point=_equal_shares_support_point,
+        class_name="StandardNormal",
+        dims=dims,
+        **kwargs,
+    )
     z2 = pt.sqr(z)
     log_omega = pt.log(r2) - pt.log1p(-r2)
     log_alpha = pt.log(pt.sum(z2, axis=-1, keepdims=True)) - pt.log(z2) - log_omega
     return pm.Deterministic(name, pt.exp(log_alpha), dims=dims)
+
+
+def _standard_normal_graph(size):
+    import pymc as pm
+
+    return pm.Normal.dist(0.0, 1.0, size=size)
+
+
+def _equal_shares_support_point(rv, size):
+    import pytensor.tensor as pt
+    from pymc.distributions.shape_utils import rv_size_is_none
+
+    # Where NUTS starts before jitter: equal shares, as in log alpha (z = 0 has no direction). A
+    # support point rather than an initval, which pm.do and model cloning refuse.
+    return pt.ones(()) if rv_size_is_none(size) else pt.ones(size)
 
 
 def r2d2_free_values(model, values: Mapping[str, Any]) -> dict[str, Any]:
