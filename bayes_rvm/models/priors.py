@@ -117,9 +117,11 @@ Defaults
     The name (``"halfcauchy"`` or ``"r2d2"``) of the ARD hyperprior the Gaussian regression models
     (:func:`bayes_rvm.models.graphs.rvm_regression_model`, ``rvm_width_model``, RVR's MCMC and
     VI) use when none is given: ``default_alpha_prior("ard")``. It is ``"r2d2"``: the
-    prior on the function, which does not grow with the number of columns; the half-Cauchy mixes
-    faster on kernel bases (sinc, N = 1000, full basis, RVR's defaults, 4 x 1000 draws: 15
-    gradient evaluations per draw against 31, least bulk ESS 3500 against 1150).
+    prior on the function, which does not grow with the number of columns. Sampled in ``log
+    alpha`` the half-Cauchy mixed faster on kernel bases (sinc, N = 1000, full basis, RVR's
+    defaults, 4 x 1000 draws: 15 gradient evaluations per draw against 31, least bulk ESS 3500
+    against 1150); in the Gaussian coordinates :func:`r2d2_precision` now samples it in, the
+    R2-D2 prior takes 15 there too (least bulk ESS 1000-1100).
 ``default_alpha_prior("student_t", nu, s)``
     ``alpha_rel ~ Gamma(nu / 2, nu s^2 / 2)``, whose marginal is ``w ~ StudentT(nu, 0, s)``.
 ``DEFAULT_NOISE_PRIOR``
