@@ -55,6 +55,7 @@ from bayes_rvm.models.priors import (
     NAMED_ALPHA_PRIORS,
     Prior,
     as_prior,
+    r2d2_free_values,
 )
 from bayes_rvm.posterior.draws import PosteriorDraws
 from bayes_rvm.posterior.predictors import Rows
@@ -819,7 +820,7 @@ class BaseRVM(BaseEstimator):
             chains=self._cfg.chains,
             sampler=self._cfg.sampler,
             random_seed=check_random_state(self.random_state).randint(2**31 - 1),
-            initvals={k: v for k, v in initvals.items() if k in free},
+            initvals={k: v for k, v in r2d2_free_values(model, initvals).items() if k in free},
             **options,
         )
         dt.attrs.update(self._tree_attrs())
