@@ -213,6 +213,30 @@ def test_named_alpha_priors_and_the_default_switch(monkeypatch):
     assert Prior.from_dict(p.to_dict()) == p
 
 
+def test_coordinates_follow_the_sampled_basis():
+    """The estimators sample the full basis in the Gaussian coordinates and a basis of relevance
+    vectors, whose precisions the data pin, in log alpha; a choice given is kept."""
+    X, y = make_sinc(40, noise=0.1, random_state=0)
+    full = RVR().fit(X, y).model_
+    assert {"alpha_rel_r2", "alpha_rel_z"} <= {v.name for v in full.free_RVs}
+    relevant = RVR(sampler_config={"mcmc_basis": "relevant"}).fit(X, y).model_
+    assert "alpha_rel" in {v.name for v in relevant.free_RVs}
+    in_logs = Prior("R2D2Precision", **DEFAULT_R2D2, coordinates="log_alpha")
+    assert relevant.rvm_spec.alpha_prior == in_logs
+    assert priors.in_log_alpha(in_logs) is in_logs
+    gaussian = Prior("R2D2Precision", coordinates="gaussian")
+    assert priors.in_log_alpha(gaussian) is gaussian
+    chosen = RVR(sampler_config={"mcmc_basis": "relevant"}, prior_params={"alpha_prior": gaussian})
+    assert "alpha_rel_z" in {v.name for v in chosen.fit(X, y).model_.free_RVs}
+    cauchy = default_alpha_prior("halfcauchy")
+    assert priors.in_log_alpha(cauchy) is cauchy and priors.in_log_alpha(None) is None
+    # an option, not a number: serialised, shown and checked by name
+    assert Prior.from_dict(in_logs.to_dict()) == in_logs != default_alpha_prior("r2d2")
+    assert "coordinates='log_alpha'" in repr(in_logs)
+    with pytest.raises(ValueError, match="coordinates must be one of"):
+        Prior("R2D2Precision", coordinates="z")
+
+
 @pytest.mark.parametrize(
     ("params", "match"),
     [
