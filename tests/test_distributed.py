@@ -258,12 +258,10 @@ def test_make_model_after_a_dask_fit_has_the_in_memory_model_density(client):
     # The Dask fit's hyperparameters on the models' relative scale.
     phi_scale, y_scale = want["phi_scale"].get_value(), want["y_scale"].get_value()
     np.testing.assert_allclose(got["phi_scale"].get_value(), phi_scale, rtol=1e-10)
-    point = {
-        want.rvs_to_values[want["alpha_rel"]].name: np.log(
-            dask_fit.alpha_ * y_scale**2 / phi_scale**2
-        ),
-        "sigma_rel_log__": np.log(np.sqrt(dask_fit.noise_variance_) / y_scale),
-    }
+    from tests.test_models import _with_alpha
+
+    point = {"sigma_rel_log__": np.log(np.sqrt(dask_fit.noise_variance_) / y_scale)}
+    point = _with_alpha(want, point, dask_fit.alpha_ * y_scale**2 / phi_scale**2)
     logp = want.compile_logp()(point)
     assert np.isfinite(logp)
     np.testing.assert_allclose(got.compile_logp()(point), logp, rtol=1e-6)

@@ -92,9 +92,12 @@ def test_the_half_cauchy_prior_predictive_grows_with_the_columns(sinc_models):
 
 
 def _density_on_a_grid(prior: Prior, step: float = 0.1):
-    """The density of a two-column prior in NUTS's coordinates on a grid, and its alphas."""
+    """The density of a two-column prior in ``log alpha`` coordinates on a grid, and its
+    alphas."""
     with pm.Model() as model:
-        rv = prior.create_variable("alpha_rel", shape=(2,))
+        rv = priors.r2d2_precision(
+            "alpha_rel", **prior.parameters, shape=(2,), coordinates="log_alpha"
+        )
     transform = model.rvs_to_transforms[rv]
     x = pt.matrix("x")
     alpha = transform.backward(x)
@@ -128,10 +131,63 @@ def test_density_integrates_to_the_stated_beta_marginals(r2_a, r2_b, concentrati
         assert mass[share < q].sum() == pytest.approx(stats.beta(c0, c1).cdf(q), abs=0.01)
 
 
-def test_draws_have_the_stated_marginals():
-    prior = Prior("R2D2Precision", r2_a=2.0, r2_b=0.7, concentration=0.5)
+def test_gaussian_coordinates_give_the_density_of_alpha():
+    """The prior NUTS samples at concentration 1/2 (``logit R^2`` and a standard Gaussian ``z``,
+    ``alpha_i = ||z||^2 / (omega z_i^2)``) against the density of ``alpha`` itself: the
+    probabilities of boxes in ``(log alpha_1, log alpha_2)`` from 10000 draws against those of
+    the density on a grid, within four binomial standard errors."""
+    params = {"r2_a": 2.0, "r2_b": 0.7, "concentration": 0.5}
+    mass, alpha = _density_on_a_grid(Prior("R2D2Precision", **params))
+    with pm.Model():
+        rv = priors.r2d2_precision("alpha_rel", **params, shape=(2,), coordinates="gaussian")
+    drawn = np.log(pm.draw(rv, draws=10000, random_seed=5))
+    grid = np.log(alpha)
+    n_boxes = 0
+    for lo0, hi0 in ((-np.inf, -1.0), (-1.0, 0.5), (0.5, 2.0), (2.0, np.inf)):
+        for lo1, hi1 in ((-np.inf, 0.0), (0.0, 1.5), (1.5, np.inf)):
+            p = mass[
+                (grid[:, 0] > lo0) & (grid[:, 0] <= hi0) & (grid[:, 1] > lo1) & (grid[:, 1] <= hi1)
+            ]
+            inside = (drawn[:, 0] > lo0) & (drawn[:, 0] <= hi0) & (drawn[:, 1] > lo1)
+            freq = np.mean(inside & (drawn[:, 1] <= hi1))
+            se = np.sqrt(p.sum() * (1.0 - p.sum()) / drawn.shape[0])
+            assert abs(freq - p.sum()) < 4.0 * se + 2e-3, (lo0, lo1, freq, p.sum())
+            n_boxes += p.sum() > 0.02
+    assert n_boxes >= 8  # the boxes share the mass: the check is not vacuous
+
+
+def test_gaussian_coordinates_log_density_and_start():
+    """The model's density in the Gaussian coordinates is ``Beta(R^2)`` (with its logit's
+    Jacobian) times ``N(z; 0, I)``, ``alpha_rel`` is ``||z||^2 / (omega z^2)``, and
+    :func:`r2d2_free_values` gives back a start's ``alpha_rel``."""
+    with pm.Model(coords={"basis": range(4)}) as model:
+        priors.r2d2_precision("alpha_rel", r2_a=0.5, r2_b=0.5, dims="basis")
+    assert {v.name for v in model.free_RVs} == {"alpha_rel_r2", "alpha_rel_z"}
+    z, x = np.array([0.3, -1.2, 2.0, 0.05]), 0.7  # x = logit(R^2) = log omega
+    r2 = 1.0 / (1.0 + np.exp(-x))
+    point = {"alpha_rel_r2_logodds__": x, "alpha_rel_z": z}
+    ref = stats.beta(0.5, 0.5).logpdf(r2) + np.log(r2 * (1 - r2)) + stats.norm.logpdf(z).sum()
+    # (PyMC's Beta log density agrees with scipy's to about 4e-9 relative here)
+    assert model.compile_logp()(point) == pytest.approx(ref, rel=1e-8)
+    (alpha_rel,) = model.replace_rvs_by_values([model["alpha_rel"]])
+    alpha_of = model.compile_fn(alpha_rel, inputs=model.value_vars)
+    alpha = alpha_of(point)
+    np.testing.assert_allclose(alpha, np.sum(z**2) / (np.exp(x) * z**2), rtol=1e-12)
+    start = priors.r2d2_free_values(model, {"alpha_rel": alpha, "sigma_rel": 0.3})
+    assert start["sigma_rel"] == 0.3 and np.linalg.norm(start["alpha_rel_z"]) == pytest.approx(2.0)
+    back = {"alpha_rel_r2_logodds__": np.log(start["alpha_rel_r2"] / (1 - start["alpha_rel_r2"]))}
+    back["alpha_rel_z"] = start["alpha_rel_z"]
+    np.testing.assert_allclose(alpha_of(back), alpha, rtol=1e-12)
+    with pytest.raises(ValueError, match="needs concentration 1/2"):
+        with pm.Model():
+            priors.r2d2_precision("a", concentration=1.0, shape=(2,), coordinates="gaussian")
+
+
+@pytest.mark.parametrize("coordinates", ["gaussian", "log_alpha"])
+def test_draws_have_the_stated_marginals(coordinates):
+    params = {"r2_a": 2.0, "r2_b": 0.7, "concentration": 0.5}
     with pm.Model(coords={"basis": range(5)}):
-        rv = prior.create_variable("alpha_rel", dims="basis")
+        rv = priors.r2d2_precision("alpha_rel", **params, dims="basis", coordinates=coordinates)
     v = 1.0 / pm.draw(rv, draws=4000, random_seed=3)
     omega = v.sum(axis=1)
     assert stats.kstest(omega, stats.betaprime(2.0, 0.7).cdf).pvalue > 1e-3
@@ -155,6 +211,30 @@ def test_named_alpha_priors_and_the_default_switch(monkeypatch):
     # serialised and read back
     p = Prior("R2D2Precision", r2_a=2.0, r2_b=0.5, concentration=[0.5, 1.0])
     assert Prior.from_dict(p.to_dict()) == p
+
+
+def test_coordinates_follow_the_sampled_basis():
+    """The estimators sample the full basis in the Gaussian coordinates and a basis of relevance
+    vectors, whose precisions the data pin, in log alpha; a choice given is kept."""
+    X, y = make_sinc(40, noise=0.1, random_state=0)
+    full = RVR().fit(X, y).model_
+    assert {"alpha_rel_r2", "alpha_rel_z"} <= {v.name for v in full.free_RVs}
+    relevant = RVR(sampler_config={"mcmc_basis": "relevant"}).fit(X, y).model_
+    assert "alpha_rel" in {v.name for v in relevant.free_RVs}
+    in_logs = Prior("R2D2Precision", **DEFAULT_R2D2, coordinates="log_alpha")
+    assert relevant.rvm_spec.alpha_prior == in_logs
+    assert priors.in_log_alpha(in_logs) is in_logs
+    gaussian = Prior("R2D2Precision", coordinates="gaussian")
+    assert priors.in_log_alpha(gaussian) is gaussian
+    chosen = RVR(sampler_config={"mcmc_basis": "relevant"}, prior_params={"alpha_prior": gaussian})
+    assert "alpha_rel_z" in {v.name for v in chosen.fit(X, y).model_.free_RVs}
+    cauchy = default_alpha_prior("halfcauchy")
+    assert priors.in_log_alpha(cauchy) is cauchy and priors.in_log_alpha(None) is None
+    # an option, not a number: serialised, shown and checked by name
+    assert Prior.from_dict(in_logs.to_dict()) == in_logs != default_alpha_prior("r2d2")
+    assert "coordinates='log_alpha'" in repr(in_logs)
+    with pytest.raises(ValueError, match="coordinates must be one of"):
+        Prior("R2D2Precision", coordinates="z")
 
 
 @pytest.mark.parametrize(

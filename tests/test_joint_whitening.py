@@ -10,6 +10,7 @@ import pytest
 from scipy import stats
 
 from bayes_rvm.models.graphs import rvm_regression_model
+from tests.test_models import _ALPHA_FREE, _log_alpha_rel
 
 
 def _problem(seed=0, n=30, m=6, outputs=0):
@@ -21,9 +22,9 @@ def _problem(seed=0, n=30, m=6, outputs=0):
     return Phi, (y if outputs else y[:, 0]), rng
 
 
-def _alpha_value(model) -> str:
-    """The name of ``log alpha_rel``'s coordinate (a vector transform's under the R2-D2 prior)."""
-    return model.rvs_to_values[model["alpha_rel"]].name
+def _alpha_values(model) -> set[str]:
+    """The sampled coordinates of ``alpha_rel`` (the R2-D2 prior's Gaussian ones by default)."""
+    return {model.rvs_to_values[model[name]].name for name in _ALPHA_FREE}
 
 
 @pytest.mark.parametrize("outputs", [0, 2])
@@ -35,7 +36,7 @@ def test_joint_density_is_the_marginal_one_times_a_standard_normal(outputs):
     joint = rvm_regression_model(Phi, y, form="joint", offset=offset, y_scale=2.0)
     marginal = rvm_regression_model(Phi, y, form="marginal", offset=offset, y_scale=2.0)
     names = {v.name for v in joint.value_vars}
-    assert names == {_alpha_value(joint), "sigma_rel_log__", "w_whitened__"}
+    assert names == _alpha_values(joint) | {"sigma_rel_log__", "w_whitened__"}
     lj, lm = joint.compile_logp(), marginal.compile_logp()
     for _ in range(4):
         start = joint.initial_point()
@@ -54,7 +55,7 @@ def test_whitened_weights_map_to_the_gaussian_posterior_at_fixed_hyperparameters
     point = {k: v + rng.normal(size=np.shape(v)) for k, v in model.initial_point().items()}
     [w_of_values] = [v for v in model.unobserved_value_vars if v.name == "w"]
     weights = model.compile_fn(w_of_values, inputs=model.value_vars, on_unused_input="ignore")
-    alpha = np.exp(point[_alpha_value(model)])  # phi_scale and y_scale are 1
+    alpha = np.exp(_log_alpha_rel(model, point))  # phi_scale and y_scale are 1
     beta = np.exp(-2.0 * point["sigma_rel_log__"])
     cov = np.linalg.inv(np.diag(alpha) + beta * Phi.T @ Phi)
     mean = beta * cov @ Phi.T @ (y - offset)
@@ -135,7 +136,7 @@ def test_student_t_joint_density_is_the_centred_one_with_the_jacobian():
     start = whitened.initial_point()
     for _ in range(3):
         point = {k: v + rng.normal(size=np.shape(v)) for k, v in start.items()}
-        alpha = np.exp(point[_alpha_value(whitened)])
+        alpha = np.exp(_log_alpha_rel(whitened, point))
         beta = np.exp(-2.0 * point["sigma_rel_log__"])
         nu = np.exp(point["noise_nu_log__"])
         H = np.diag(alpha) + beta * (nu + 1) / (nu + 3) * Phi.T @ Phi

@@ -286,8 +286,9 @@ def test_model_chooses_lowrank_automatically_and_keeps_the_density():
     assert dense.rvm_spec.marginal == "dense" and "gram" in dense.named_vars
     full_rank = rvm_regression_model(*_problem(N=20, M=21)[:2])
     assert full_rank.rvm_spec.marginal == "dense"
-    point = low.initial_point()
-    point[low.rvs_to_values[low["alpha_rel"]].name] = np.linspace(-3, 9, Phi.shape[1])
+    from tests.test_models import _with_alpha
+
+    point = _with_alpha(low, low.initial_point(), np.exp(np.linspace(-3, 9, Phi.shape[1])))
     point["sigma_rel_log__"] = np.array(-1.5)
     assert abs(low.compile_logp()(point) - dense.compile_logp()(point)) < 1e-8
     # new data of another rank: the factors follow

@@ -19,6 +19,7 @@ from bayes_rvm.datasets import make_sinc
 from bayes_rvm.inference import SamplingDiagnosticsWarning, complete_posterior, sample_mcmc
 from bayes_rvm.inference.diagnostics import _above
 from bayes_rvm.models.graphs import model_cache_key
+from tests.test_models import _log_alpha_rel, _with_alpha
 
 GAMMA = 1 / 9.0  # Gaussian kernel of width 3 on sinc
 NOISE = 0.1
@@ -80,9 +81,8 @@ def test_model_is_in_the_users_units(sinc):
     assert float(model["y_scale"].get_value()) == pytest.approx(rms)
     assert model.named_vars_to_dims["Phi"] == ("obs", "basis")
     # The likelihood in user units: dense N(0, sigma^2 I + Phi A^-1 Phi^T) on the raw targets.
-    point = model.initial_point()
     la_rel = np.linspace(-1.0, 6.0, Phi.shape[1])
-    point[model.rvs_to_values[model["alpha_rel"]].name] = la_rel
+    point = _with_alpha(model, model.initial_point(), np.exp(la_rel))
     point["sigma_rel_log__"] = np.array(np.log(0.05))
     alpha = np.exp(la_rel) * norms**2 / rms**2
     sigma = 0.05 * rms
@@ -292,8 +292,9 @@ def test_fixed_offset_shifts_the_marginal_likelihood(sinc):
     s_plain = float(plain["y_scale"].get_value())
     p2 = dict(point)
     p2["sigma_rel_log__"] = point["sigma_rel_log__"] + np.log(s_plain / s_shift)
-    la = plain.rvs_to_values[plain["alpha_rel"]].name  # log alpha_rel under every default
-    p2[la] = point[la] + 2 * np.log(s_shift / s_plain)
+    p2 = _with_alpha(
+        plain, p2, np.exp(_log_alpha_rel(plain, point) + 2 * np.log(s_shift / s_plain))
+    )
     assert lp(p2) == pytest.approx(lp_plain(point), rel=1e-9)
 
 

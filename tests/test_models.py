@@ -13,7 +13,7 @@ from threadpoolctl import threadpool_limits
 
 from bayes_rvm.dims import BASIS, OBS, OUTPUT
 from bayes_rvm.models.graphs import model_cache_key, rvm_regression_model, set_model_data
-from bayes_rvm.models.priors import Prior
+from bayes_rvm.models.priors import Prior, r2d2_free_values
 from bayes_rvm.models.priors import _halfcauchy_precision_logp as _halfcauchy_scale_logp
 from tests.test_marginal import _dense_logp, _problem
 
@@ -53,21 +53,39 @@ def test_student_t_prior_integrates_to_student_t(nu, s):
     assert stats.kstest(w, stats.t(df=nu, scale=s).cdf).pvalue > 1e-3
 
 
-def _alpha_value(model) -> str:
-    """The name of ``alpha_rel``'s sampled coordinate, ``log alpha_rel`` under every default (a
-    vector transform's name under the R2-D2 prior)."""
-    return model.rvs_to_values[model["alpha_rel"]].name
+#: The free variables of ``alpha_rel`` under the default R2-D2 prior (its Gaussian coordinates).
+_ALPHA_FREE = {"alpha_rel_r2", "alpha_rel_z"}
+
+
+def _with_alpha(model, point: dict, alpha_rel: np.ndarray) -> dict:
+    """``point`` with the sampled coordinates that give ``alpha_rel``."""
+    point = dict(point)
+    for name, value in r2d2_free_values(model, {"alpha_rel": alpha_rel}).items():
+        rv = model[name]
+        transform = model.rvs_to_transforms.get(rv)
+        value = np.asarray(value, dtype=np.float64)
+        point[model.rvs_to_values[rv].name] = (
+            transform.forward(pt.as_tensor(value)).eval() if transform is not None else value
+        )
+    return point
+
+
+def _log_alpha_rel(model, point: dict) -> np.ndarray:
+    """``log alpha_rel`` at a point of the sampled coordinates."""
+    (alpha_rel,) = model.replace_rvs_by_values([model["alpha_rel"]])
+    fn = model.compile_fn(alpha_rel, inputs=model.value_vars, on_unused_input="ignore")
+    return np.log(fn(point))
 
 
 def test_marginal_model_logp_is_priors_plus_dense_mvnormal():
     Phi, Y, _, _ = _problem(N=20, M=21)
     y = Y[:, 0]
     model = rvm_regression_model(Phi, y)
-    point = model.initial_point()
-    point[_alpha_value(model)] = np.linspace(-2, 8, 21)
+    point = _with_alpha(model, model.initial_point(), np.exp(np.linspace(-2, 8, 21)))
     point["sigma_rel_log__"] = np.array(-0.4)
     logps = model.point_logps(point, round_vals=12)
-    alpha, sigma = np.exp(point[_alpha_value(model)]), np.exp(point["sigma_rel_log__"])
+    alpha, sigma = np.exp(_log_alpha_rel(model, point)), np.exp(point["sigma_rel_log__"])
+    np.testing.assert_allclose(np.log(alpha), np.linspace(-2, 8, 21), atol=1e-12)
     dense = _dense_logp(np.log(alpha), -2 * np.log(sigma), Phi, Y)
     assert abs(logps["y"] - dense) < 1e-8
     expected_sigma = stats.halfnorm(scale=1.0).logpdf(sigma) + np.log(sigma)  # + log-Jacobian
@@ -101,9 +119,9 @@ def test_model_structure_dims_and_subset_basis():
     assert model.named_vars_to_dims["w"] == (BASIS, OUTPUT)
     assert model.named_vars_to_dims["y"] == (OBS, OUTPUT)
     assert model["Phi"].get_value().shape == (15, 3)
-    assert {v.name for v in model.free_RVs} == {"alpha_rel", "sigma_rel", "w"}
+    assert {v.name for v in model.free_RVs} == _ALPHA_FREE | {"sigma_rel", "w"}
     marg = rvm_regression_model(Phi, Y, basis=[2, 5, 15])
-    assert {v.name for v in marg.free_RVs} == {"alpha_rel", "sigma_rel"}
+    assert {v.name for v in marg.free_RVs} == _ALPHA_FREE | {"sigma_rel"}
     assert marg.rvm_spec.basis == (2, 5, 15)
     assert marg.named_vars_to_dims["y"] == (OBS, OUTPUT)
 
@@ -112,9 +130,7 @@ def test_multi_output_marginal_model_and_prior_predictive():
     Phi, Y, _, _ = _problem(N=15, M=16, D=2)
     model = rvm_regression_model(Phi, Y)
     point = model.initial_point()
-    la = np.log(
-        model.rvs_to_transforms[model["alpha_rel"]].backward(point[_alpha_value(model)]).eval()
-    )
+    la = _log_alpha_rel(model, point)
     dense = _dense_logp(la, -2 * point["sigma_rel_log__"], Phi, Y)
     assert abs(model.point_logps(point, round_vals=12)["y"] - dense) < 1e-8
     joint = rvm_regression_model(Phi, Y, form="joint")
@@ -190,7 +206,7 @@ def test_set_model_data_keeps_gram_consistent():
     point = model.initial_point()
     # The default R2-D2 prior's start: each of the 16 columns holds 1/16 of omega = a / b = 1, so
     # alpha_rel = 16 (no phi_scale, so alpha = alpha_rel)
-    la = point[_alpha_value(model)]
+    la = _log_alpha_rel(model, point)
     assert np.allclose(la, np.log(16.0))
     assert (
         abs(

@@ -196,7 +196,10 @@ def test_model_graph_names_its_nodes_and_leaves_no_data_unused(marginal):
     Phi = rng.normal(size=(30, 4)) @ rng.normal(size=(4, 12))  # rank 4: the low-rank form fits
     model = rvm_regression_model(Phi, rng.normal(size=30), marginal=marginal)
     assert ("Phi_U" in model.named_vars) == (marginal == "lowrank")
-    assert type(model["alpha_rel"].owner.op).__name__ == "R2D2Precision"
+    # the default R2-D2 prior, sampled in its Gaussian coordinates (R^2 and a Gaussian vector)
+    assert model["alpha_rel"] in model.deterministics
+    assert type(model["alpha_rel_z"].owner.op).__name__ == "StandardNormal"
+    assert type(model["alpha_rel_r2"].owner.op).__name__ == "BetaRV"
     assert type(model["y"].owner.op).__name__ == "MarginalNormal"
     parents = ModelGraph(model).make_compute_graph()
     used = set().union(*parents.values())

@@ -265,6 +265,7 @@ def test_model_is_the_student_t_graph_and_its_log_likelihood_is_scipys():
     model = est.model_
     assert model_spec(model).likelihood == "student_t"
     assert type(model["y"].owner.op).__name__ == "StudentTRV"
+    # t noise samples the robust fit's relevance vectors: R2-D2 in log alpha there
     assert {"noise_nu", "w", "sigma_rel", "alpha_rel"} <= {v.name for v in model.free_RVs}
     # A short prior run stands in for a posterior: complete_posterior's pointwise terms must be
     # the closed-form t density at each draw's w, sigma and nu.

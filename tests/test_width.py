@@ -277,11 +277,13 @@ def test_width_model_density_equals_type2_evidence():
     pm_model = rvm_width_model(X, y, X[rel])
     # The engine fits the precisions of unit-norm columns; alpha_rel is stated for unit-RMS ones
     # (bayes_rvm.evidence.problem.prior_column_scale): N times larger.
+    from tests.test_models import _with_alpha
+
     point = {
         "gamma_rel_log__": np.log(width_to_gamma(r, "rbf") / reference_gamma(X, "rbf")),
-        pm_model.rvs_to_values[pm_model["alpha_rel"]].name: np.log(fit.alpha[act] * X.shape[0]),
         "sigma_rel_log__": -0.5 * np.log(fit.beta),
     }
+    point = _with_alpha(pm_model, point, fit.alpha[act] * X.shape[0])
     loglik = pm_model.compile_logp(vars=[pm_model["y"]], jacobian=False)(point)
     # The type-II evidence at the engine's hyperparameters, computed densely: the engine's own
     # log_evidence (log|A| - log|H|) loses 3e-6 nats to cancellation when an active alpha is

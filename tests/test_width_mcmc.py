@@ -17,6 +17,7 @@ from bayes_rvm.estimators.regressor import RVR
 from bayes_rvm.inference import SamplingDiagnosticsWarning
 from bayes_rvm.models.graphs import rvm_width_model
 from bayes_rvm.models.priors import DEFAULT_GAMMA_PRIOR, DEFAULT_R2D2, Prior
+from tests.test_models import _log_alpha_rel, _with_alpha
 
 SMALL = {"draws": 150, "tune": 250, "chains": 2}
 
@@ -41,12 +42,17 @@ def _r2d2_precision_logpdf(alpha, r2_a, r2_b, concentration):
     )
 
 
+#: An R2-D2 prior sampled in log alpha (a concentration other than 1/2).
+_R2D2_IN_LOG_ALPHA = Prior("R2D2Precision", r2_a=0.5, r2_b=0.5, concentration=0.7)
+
+
 @pytest.mark.parametrize(
     ("kernel", "ref_kernel", "multi", "bias", "alpha_prior"),
     [
         ("rbf", rbf_kernel, False, True, None),
         ("laplacian", laplacian_kernel, False, True, "halfcauchy"),
         ("rbf", rbf_kernel, True, False, None),
+        ("rbf", rbf_kernel, False, True, _R2D2_IN_LOG_ALPHA),
     ],
 )
 def test_width_model_log_density_equals_dense_reference(
@@ -64,18 +70,20 @@ def test_width_model_log_density_equals_dense_reference(
         X, Y, centres, kernel=kernel, bias=bias, y_scale=y_scale, alpha_prior=alpha_prior
     )
     logp = model.compile_logp(jacobian=False)
-    # the default hyperprior is the R2-D2 prior, sampled in log alpha like the half-Cauchy
-    alpha_value = model.rvs_to_values[model["alpha_rel"]].name
+    # the default hyperprior is the R2-D2 prior, sampled as R^2 and a Gaussian vector z (the
+    # density without Jacobians: Beta(R^2) N(z; 0, I)); other priors in log alpha
+    gaussian = alpha_prior is None
     g0 = reference_gamma(X, kernel)
     for _ in range(3):
         g_rel = np.exp(rng.normal())
         a_rel = np.exp(rng.normal(size=4 + bias) * 2)
         s_rel = np.exp(rng.normal() - 1)
-        point = {
-            "gamma_rel_log__": np.log(g_rel),
-            alpha_value: np.log(a_rel),
-            "sigma_rel_log__": np.log(s_rel),
-        }
+        point = {"gamma_rel_log__": np.log(g_rel), "sigma_rel_log__": np.log(s_rel)}
+        if gaussian:
+            point = _with_alpha(model, point, a_rel)
+            np.testing.assert_allclose(_log_alpha_rel(model, point), np.log(a_rel), atol=1e-12)
+        else:
+            point[model.rvs_to_values[model["alpha_rel"]].name] = np.log(a_rel)
         Phi = ref_kernel(X, centres, gamma=g_rel * g0)
         if bias:
             Phi = np.c_[Phi, np.ones(40)]
@@ -87,8 +95,12 @@ def test_width_model_log_density_equals_dense_reference(
         ref += stats.lognorm(s=2.0).logpdf(g_rel)  # DEFAULT_GAMMA_PRIOR
         if alpha_prior == "halfcauchy":
             ref += _halfcauchy_precision_logpdf(a_rel, beta=0.1).sum()
+        elif gaussian:
+            r2 = 1.0 / (1.0 + np.exp(-point["alpha_rel_r2_logodds__"]))
+            ref += stats.beta(DEFAULT_R2D2["r2_a"], DEFAULT_R2D2["r2_b"]).logpdf(r2)
+            ref += stats.norm.logpdf(point["alpha_rel_z"]).sum()
         else:
-            ref += _r2d2_precision_logpdf(a_rel, **DEFAULT_R2D2)
+            ref += _r2d2_precision_logpdf(a_rel, **alpha_prior.parameters)
         ref += stats.halfnorm().logpdf(s_rel)
         # (the R2-D2's gammaln and sums in float64 against scipy's: about 2e-10 relative)
         assert logp(point) == pytest.approx(ref, rel=1e-9, abs=1e-8)

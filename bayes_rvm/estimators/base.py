@@ -55,6 +55,9 @@ from bayes_rvm.models.priors import (
     NAMED_ALPHA_PRIORS,
     Prior,
     as_prior,
+    default_alpha_prior,
+    in_log_alpha,
+    r2d2_free_values,
 )
 from bayes_rvm.posterior.draws import PosteriorDraws
 from bayes_rvm.posterior.predictors import Rows
@@ -634,6 +637,15 @@ class BaseRVM(BaseEstimator):
         nu = self._cfg.nu
         return DEFAULT_MCMC_NU if isinstance(nu, str) else nu
 
+    def _mcmc_alpha_prior(self, default: str | None = None) -> Prior | None:
+        """The ARD hyperprior MCMC and VI sample: ``alpha_prior``, else ``default_alpha_prior(
+        default)``, else None (the model's own default). On a basis of relevance vectors, whose
+        precisions the data all pin, it is sampled in ``log alpha`` (:func:`in_log_alpha`)."""
+        prior = as_prior(self._cfg.alpha_prior, "alpha_prior")
+        if prior is None and default is not None:
+            prior = default_alpha_prior(default)
+        return in_log_alpha(prior) if self._mcmc_basis() == "relevant" else prior
+
     def _alpha_prior(self) -> tuple[float, float]:
         nu = self._type2_nu()
         return (nu / 2.0, nu / 2.0) if self.prior == "student_t" else (0.0, 0.0)
@@ -819,7 +831,7 @@ class BaseRVM(BaseEstimator):
             chains=self._cfg.chains,
             sampler=self._cfg.sampler,
             random_seed=check_random_state(self.random_state).randint(2**31 - 1),
-            initvals={k: v for k, v in initvals.items() if k in free},
+            initvals={k: v for k, v in r2d2_free_values(model, initvals).items() if k in free},
             **options,
         )
         dt.attrs.update(self._tree_attrs())

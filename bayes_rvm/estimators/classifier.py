@@ -55,7 +55,6 @@ from bayes_rvm.evidence import (
     importance_draws,
     shared_laplace_evidence,
 )
-from bayes_rvm.models.priors import as_prior
 from bayes_rvm.posterior.class_predictors import (
     ClassTraining,
     ImportanceClasses,
@@ -525,7 +524,7 @@ default="evidence_shared"
             self.training_.y_index,
             likelihood="bernoulli" if binary else "softmax",
             prior=self.prior,
-            alpha_prior=as_prior(self._cfg.alpha_prior, "alpha_prior"),
+            alpha_prior=self._mcmc_alpha_prior(),
             nu=self._mcmc_student_t(),
             phi_scale=norms,
             offset=offset,

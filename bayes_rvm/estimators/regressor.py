@@ -676,7 +676,7 @@ array-like or Prior, default="evidence_shared"
         cfg = self._cfg
         priors = {
             "prior": self.prior,
-            "alpha_prior": as_prior(cfg.alpha_prior, "alpha_prior"),
+            "alpha_prior": self._mcmc_alpha_prior("ard" if self.prior == "ard" else None),
             "nu": self._mcmc_student_t(),
             "noise_prior": as_prior(cfg.noise_prior, "noise_prior"),
             "noise_sd": None if cfg.noise_variance is None else float(cfg.noise_variance) ** 0.5,
@@ -743,7 +743,7 @@ array-like or Prior, default="evidence_shared"
             )
         cfg = self._cfg
         if self.prior == "ard":
-            alpha_prior = as_prior(cfg.alpha_prior, "alpha_prior")
+            alpha_prior = self._mcmc_alpha_prior("ard")
         elif isinstance(cfg.nu, Prior):
             raise ValueError("a sampled kernel width takes a fixed nu under prior='student_t'.")
         cols = np.sort(self._mcmc_columns())

@@ -207,7 +207,8 @@ def sample_mcmc(
         Jupyter kernel), left out of non-interactive output (logs, CI, redirected streams).
     initvals : dict, optional
         Starting values by variable name (one dict for all chains), for example
-        :func:`type2_initvals`.
+        :func:`type2_initvals`. Those of R2-D2 precisions sampled in Gaussian coordinates
+        (:func:`~bayes_rvm.models.priors.r2d2_precision`) are turned into their free variables'.
     cores : int, optional
         Parallel chains (nutpie, pymc).
     nuts : dict, optional
@@ -283,6 +284,10 @@ def sample_mcmc(
     if sampler not in SAMPLERS:
         raise ValueError(f"sampler must be one of {SAMPLERS}, got {sampler!r}.")
     _check_nuts(nuts)
+    if initvals:
+        from bayes_rvm.models.priors import r2d2_free_values
+
+        initvals = r2d2_free_values(model, initvals)
     thin = _thin(thin, model)
     spec = getattr(model, "rvm_spec", None)
     settings = spec.to_dict() if spec is not None else {}

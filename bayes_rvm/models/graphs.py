@@ -641,7 +641,9 @@ def rvm_regression_model(
     pymc.Model
         Data ``Phi``, ``y_obs``, ``phi_scale``, ``y_scale`` and, in the marginal form, ``gram``
         (``Phi^T Phi``) or ``Phi_U`` and ``Phi_VS`` (its thin SVD); free variables ``alpha_rel``
-        (and ``nu`` if random), ``sigma_rel`` and, in the joint form, ``w``; deterministics
+        (under the default R2-D2 prior the deterministic of ``alpha_rel_r2`` and ``alpha_rel_z``,
+        :func:`~bayes_rvm.models.priors.r2d2_precision`; and ``nu`` if random), ``sigma_rel``
+        and, in the joint form, ``w``; deterministics
         ``alpha = alpha_rel phi_scale^2 / y_scale^2``, ``sigma = sigma_rel y_scale``,
         ``beta = sigma^-2``; the
         observed ``y``. ``model.rvm_spec`` (:class:`RVMSpec`) records the choices.
