@@ -17,8 +17,9 @@ from bayes_rvm.inference.nutpie_backend import compile_nutpie, with_initial_poin
 def entry(request, monkeypatch):
     """Both ways into nutpie: C callbacks cached on disk, and the function-based fallback."""
     if request.param == "pyfunc":
-        # As for a graph PyTensor cannot cache.
+        # As for a graph PyTensor cannot cache (which therefore has no lookup entry either).
         monkeypatch.setattr(_nutpie, "_graph_cache_key", lambda fn: None)
+        monkeypatch.setattr(_nutpie, "_source_graph_key", lambda model, layout: None)
     return request.param
 
 
