@@ -359,8 +359,21 @@ def test_an_op_of_another_library_is_not_looked_up(monkeypatch):
     # Only Ops whose code the digest pins (PyTensor's, PyMC's, this package's) are keyed.
     model = _conjugate_model(np.zeros(5))
     assert _source_key(model) is not None
-    monkeypatch.setattr(_nutpie, "_KEYED_OP_MODULES", ("bayes_rvm.",))
+    # a PyTensor Op holding a function of the user's (the digest would name it, not hold it)
+    from pytensor.compile.ops import as_op
+    from pytensor.tensor import dvector
+
+    @as_op(itypes=[dvector], otypes=[dvector])
+    def doubled(x):
+        return 2 * x
+
+    with pytest.raises(_nutpie._Unkeyable):
+        _nutpie._check_op(doubled)
+    with model:
+        pm.Potential("user_term", doubled(model["mu"][None]).sum())
     assert _source_key(model) is None
+    monkeypatch.setattr(_nutpie, "_KEYED_OP_MODULES", ("bayes_rvm.",))
+    assert _source_key(_conjugate_model(np.zeros(5))) is None
 
 
 def test_the_looked_up_callbacks_sample_what_the_compiled_ones_do(tmp_path, monkeypatch):

@@ -10,6 +10,13 @@ fresh process loads them in well under a second, and nutpie's chains then run in
 without ever entering Python (a Python callback per gradient costs 2-3x the sampling time, most
 of it in handing the GIL between the chains).
 
+PyTensor's key is that of the rewritten graph, and rewriting the log density and its gradient
+costs about a second in every process. So a compilation also records, under a digest of the graph
+*before* rewriting (:func:`_source_graph_key`: the graph node by node, the settings and library
+versions that change what it compiles to), the rewritten graphs' keys; a later process computes
+the digest (about 0.1 s), finds the record and loads the callbacks with nothing rewritten or
+compiled. Graphs with an Op whose code no version pins (another library's) are not recorded.
+
 Nothing compiled holds the data's sizes (:func:`_make_functions`): the flat point is sliced by the
 model's dimension lengths, shared variables read at run time like the data, and the callbacks
 take their lengths from nutpie. The machine code is compiled once per machine (and model
@@ -143,7 +150,9 @@ def compile_nutpie(model):
     -------
     nutpie compiled model
         Supports ``with_data`` for every shared variable (``pm.Data``) by name; its initial points
-        are the model's, jittered as nutpie does (see :func:`with_initial_points`).
+        are the model's, jittered as nutpie does (see :func:`with_initial_points`). Where the
+        callbacks were loaded by the digest of the graph (nothing compiled), its ``logp_func``
+        and ``expand_func`` (PyTensor functions nutpie does not call) are None.
     """
     compiled = _compile_cfunc(model)
     if compiled is None:
@@ -597,12 +606,27 @@ def _package_digest() -> str:
     return digest.hexdigest()
 
 
+def _pinned(module) -> bool:
+    # Code the digest pins: by a version in it (NumPy, Python's builtins too) or by source.
+    module = str(module)
+    return module in ("numpy", "builtins") or module.startswith((*_KEYED_OP_MODULES, "numpy."))
+
+
 def _check_op(op) -> None:
+    """Raise :class:`_Unkeyable` where ``op``, an Op it holds (an Elemwise's scalar Op, a
+    Blockwise's core Op, an inner graph's Ops) or a Python function or class it holds comes from
+    a module outside :data:`_KEYED_OP_MODULES`: pickling names such code, it does not hold it."""
+    import types
+
+    from pytensor.graph.op import Op
+
     if not type(op).__module__.startswith(_KEYED_OP_MODULES):
         raise _Unkeyable(type(op))
-    inner = getattr(op, "scalar_op", None)
-    if inner is not None:
-        _check_op(inner)
+    for value in getattr(op, "__dict__", {}).values():
+        if isinstance(value, Op):
+            _check_op(value)
+        elif isinstance(value, types.FunctionType | type) and not _pinned(value.__module__):
+            raise _Unkeyable(value)
     fgraph = getattr(op, "fgraph", None)
     for node in getattr(fgraph, "apply_nodes", ()):
         _check_op(node.op)
