@@ -594,13 +594,17 @@ class _Unkeyable(Exception):
 
 
 @cache
-def _package_digest() -> str:
-    """A digest of this package's Python source (its Ops' numba code and the graphs' builders)."""
+def _package_digest() -> str | None:
+    """A digest of this package's Python source (its Ops' numba code and the graphs' builders),
+    or None where the source is not on disk (then nothing is looked up)."""
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
+    paths = sorted(root.rglob("*.py"))
+    if Path(__file__).resolve() not in paths:
+        return None
     digest = hashlib.sha256()
-    for path in sorted(root.rglob("*.py")):
+    for path in paths:
         digest.update(str(path.relative_to(root)).encode() + b"\0")
         digest.update(path.read_bytes() + b"\0")
     return digest.hexdigest()
@@ -694,6 +698,8 @@ def _source_graph_key(model, layout: _Layout) -> tuple[str, dict] | None:
             put("input", repr(var.type), var.name)
 
     try:
+        if _package_digest() is None:
+            raise _Unkeyable("source")
         put(
             "versions",
             _MANIFEST_VERSION,
@@ -735,7 +741,14 @@ def _source_graph_key(model, layout: _Layout) -> tuple[str, dict] | None:
             if var not in index:
                 add_root(var)
         put("outputs", [index[var] for var in outputs])
-    except (_Unkeyable, pickle.PicklingError, TypeError, AttributeError):
+    except (
+        _Unkeyable,
+        pickle.PicklingError,
+        TypeError,
+        AttributeError,
+        ValueError,
+        RecursionError,
+    ):
         return None
     return digest.hexdigest(), shared
 
