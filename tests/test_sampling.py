@@ -17,8 +17,9 @@ from bayes_rvm.inference.nutpie_backend import compile_nutpie, with_initial_poin
 def entry(request, monkeypatch):
     """Both ways into nutpie: C callbacks cached on disk, and the function-based fallback."""
     if request.param == "pyfunc":
-        # As for a graph PyTensor cannot cache.
+        # As for a graph PyTensor cannot cache (which therefore has no lookup entry either).
         monkeypatch.setattr(_nutpie, "_graph_cache_key", lambda fn: None)
+        monkeypatch.setattr(_nutpie, "_source_graph_key", lambda model, layout: None)
     return request.param
 
 
@@ -307,3 +308,109 @@ def test_a_new_data_shape_compiles_nothing(tmp_path):
     before = files()
     assert fit(37) == "loaded"
     assert files() == before
+
+
+def _source_key(model):
+    """The digest the compiled callbacks are looked up by (before PyTensor's rewrites)."""
+    keyed = _nutpie._source_graph_key(model, _nutpie._layout(model))
+    return None if keyed is None else keyed[0]
+
+
+def test_models_that_differ_never_share_a_lookup_entry():
+    # The lookup skips PyTensor's rewrites and compilation: a digest shared by two models that
+    # compile differently would sample the wrong one. Every builder and form the estimators
+    # sample, two constants of the priors, the bound checks, and a user's model with one
+    # constant changed each get their own digest; a builder at another data shape, its own.
+    from bayes_rvm import Prior
+    from bayes_rvm.models.graphs import rvm_regression_model
+
+    names = "marginal lowrank outputs offset statistics joint student_t bernoulli softmax poisson"
+    keys = {name: _source_key(_graph_of(name, 30, 8)) for name in names.split()}
+    rng = np.random.default_rng(5)
+    Phi, y = rng.normal(size=(30, 8)), rng.normal(size=30)
+    for label, kwargs in {
+        "noise scale 2": {"noise_prior": Prior("HalfNormal", sigma=2.0)},
+        "r2_a 1": {"alpha_prior": Prior("R2D2Precision", r2_a=1.0, r2_b=0.5, concentration=0.5)},
+    }.items():
+        keys[label] = _source_key(rvm_regression_model(Phi, y, marginal="dense", **kwargs))
+    # a setting the default prior does not read (the Student-t prior's nu): the same model
+    default = rvm_regression_model(Phi, y, marginal="dense", nu=3.0)
+    assert _source_key(default) == _source_key(_graph_of("marginal", 30, 8))
+    unchecked = rvm_regression_model(Phi, y, marginal="dense")
+    unchecked.check_bounds = False
+    keys["unchecked"] = _source_key(unchecked)
+    user = _conjugate_model(np.zeros(5))
+    keys["user"] = _source_key(user)
+    with pm.Model() as other:  # the same model with the prior's scale 10 -> 20
+        data = pm.Data("y_data", np.zeros(5))
+        mu = pm.Normal("mu", 0.0, 20.0)
+        sd = pm.HalfNormal("sd", 1.0)
+        pm.Normal("y", mu, 1.0, observed=data)
+        pm.Deterministic("sd_used", sd)
+    keys["user, other scale"] = _source_key(other)
+    assert None not in keys.values()
+    assert len(set(keys.values())) == len(keys)
+    # what the lookup is for: another data shape, the same entry (and stable across builds)
+    assert _source_key(_graph_of("marginal", 37, 11)) == keys["marginal"]
+    assert _source_key(_conjugate_model(np.ones(9))) == keys["user"]
+
+
+def test_an_op_of_another_library_is_not_looked_up(monkeypatch):
+    # Only Ops whose code the digest pins (PyTensor's, PyMC's, this package's) are keyed.
+    model = _conjugate_model(np.zeros(5))
+    assert _source_key(model) is not None
+    # a PyTensor Op holding a function of the user's (the digest would name it, not hold it)
+    from pytensor.compile.ops import as_op
+    from pytensor.tensor import dvector
+
+    @as_op(itypes=[dvector], otypes=[dvector])
+    def doubled(x):
+        return 2 * x
+
+    with pytest.raises(_nutpie._Unkeyable):
+        _nutpie._check_op(doubled)
+    with model:
+        pm.Potential("user_term", doubled(model["mu"][None]).sum())
+    assert _source_key(model) is None
+    monkeypatch.setattr(_nutpie, "_KEYED_OP_MODULES", ("bayes_rvm.",))
+    assert _source_key(_conjugate_model(np.zeros(5))) is None
+
+
+def test_the_looked_up_callbacks_sample_what_the_compiled_ones_do(tmp_path, monkeypatch):
+    # The entry written by a full compilation gives callbacks (loaded from numba's disk cache,
+    # nothing rewritten) whose draws at one seed are the full path's, bit for bit; an entry
+    # whose callbacks numba's cache does not hold is passed over and rewritten.
+    import nutpie
+
+    from bayes_rvm.models.graphs import rvm_regression_model
+
+    monkeypatch.setattr(_nutpie, "_manifest_path", lambda key: tmp_path / f"{key}.json")
+    rng = np.random.default_rng(4)
+    Phi = rng.normal(size=(20, 5))
+    model = rvm_regression_model(Phi, Phi[:, 0] + 0.1 * rng.normal(size=20), marginal="dense")
+    full = compile_nutpie(model)  # nothing recorded in tmp_path yet: the full path
+    assert full.logp_func is not None
+    entries = list(tmp_path.glob("*.json"))
+    assert len(entries) == 1
+    looked_up = compile_nutpie(model)
+    assert looked_up.logp_func is None  # not compiled by PyTensor
+    assert looked_up.compiled_logp_func.cache_hits == 1
+    draws = [
+        nutpie.sample(c, draws=50, tune=50, chains=2, seed=7, progress_bar=False)
+        for c in (full, looked_up)
+    ]
+    posterior = [d["posterior"].dataset for d in draws]
+    assert set(posterior[0].data_vars) == set(posterior[1].data_vars)
+    for name in posterior[0].data_vars:
+        np.testing.assert_array_equal(posterior[0][name].values, posterior[1][name].values)
+    np.testing.assert_array_equal(
+        draws[0]["sample_stats"]["step_size"].values, draws[1]["sample_stats"]["step_size"].values
+    )
+    # a stale entry (a key numba's cache does not hold): passed over, then written again
+    import json
+
+    entry = json.loads(entries[0].read_text())
+    entries[0].write_text(json.dumps({**entry, "logp_key": "not-a-cached-graph"}))
+    again = compile_nutpie(model)
+    assert again.logp_func is not None
+    assert json.loads(entries[0].read_text()) == entry

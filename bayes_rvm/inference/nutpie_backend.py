@@ -10,6 +10,13 @@ fresh process loads them in well under a second, and nutpie's chains then run in
 without ever entering Python (a Python callback per gradient costs 2-3x the sampling time, most
 of it in handing the GIL between the chains).
 
+PyTensor's key is that of the rewritten graph, and rewriting the log density and its gradient
+costs about a second in every process. So a compilation also records, under a digest of the graph
+*before* rewriting (:func:`_source_graph_key`: the graph node by node, the settings and library
+versions that change what it compiles to), the rewritten graphs' keys; a later process computes
+the digest (about 0.1 s), finds the record and loads the callbacks with nothing rewritten or
+compiled. Graphs with an Op whose code no version pins (another library's) are not recorded.
+
 Nothing compiled holds the data's sizes (:func:`_make_functions`): the flat point is sliced by the
 model's dimension lengths, shared variables read at run time like the data, and the callbacks
 take their lengths from nutpie. The machine code is compiled once per machine (and model
@@ -29,6 +36,7 @@ import dataclasses
 import hashlib
 import logging
 import operator
+import pickle
 import threading
 from collections.abc import Mapping
 from functools import cache, reduce, wraps
@@ -142,7 +150,9 @@ def compile_nutpie(model):
     -------
     nutpie compiled model
         Supports ``with_data`` for every shared variable (``pm.Data``) by name; its initial points
-        are the model's, jittered as nutpie does (see :func:`with_initial_points`).
+        are the model's, jittered as nutpie does (see :func:`with_initial_points`). Where the
+        callbacks were loaded by the digest of the graph (nothing compiled), its ``logp_func``
+        and ``expand_func`` (PyTensor functions nutpie does not call) are None.
     """
     compiled = _compile_cfunc(model)
     if compiled is None:
@@ -173,59 +183,41 @@ def _symbolic_shape(model, var, shape: tuple[int, ...]) -> tuple:
     return tuple(out)
 
 
-def _make_functions(model, *, mode, join_expanded: bool, pymc_initial_point_fn):
-    """``nutpie.compile_pymc._make_functions`` (gradient included) free of the data's sizes.
+@dataclasses.dataclass
+class _Layout:
+    """Where each variable lies in nutpie's flat point and trace (nothing compiled).
 
-    nutpie gives the flat point a static length and slices it with constant bounds, and PyTensor
-    keys its on-disk cache on the graph with those constants: every new number of basis
-    functions compiled again. Here the point is a vector of any length, sliced by the models'
-    dimension lengths (shared variables, read at run time through nutpie's user data): one
-    compiled function serves every data shape. The arithmetic is nutpie's, term for term.
+    ``symbolic`` gives each free variable's shape as the model's dimension lengths where they
+    are shared variables (:func:`_symbolic_shape`), ``remaining`` the other traced variables.
     """
-    import pytensor.tensor as pt
-    from nutpie.compile_pymc import _compute_shapes, _rv_dict_to_flat_array_wrapper
-    from pymc.pytensorf import compile as compile_pymc
-    from pytensor.graph import clone_replace, rewrite_graph
+
+    n_dim: int
+    n_expanded: int
+    free_names: list
+    free_shapes: list
+    symbolic: list
+    remaining: list
+    shape_info: tuple
+    reparameterized: list
+
+
+def _layout(model) -> _Layout:
+    """The flat point's and the trace's layout of ``model`` at its current data's sizes."""
+    from nutpie.compile_pymc import _compute_shapes
 
     shapes = _compute_shapes(model)
-    value_vars = [model.rvs_to_values[var] for var in model.free_RVs]
-    rewrites = ["canonicalize", "stabilize"]
-    if not model.check_bounds:
-        rewrites.append("local_remove_check_parameter")
-    logp = rewrite_graph(model.logp(), include=rewrites)
-    grads = pt.grad(logp, value_vars)
-    grad = pt.concatenate([pt.as_tensor(g, allow_xtensor_conversion=True).ravel() for g in grads])
-
-    joined = pt.dvector("_unconstrained_point")
-    names, slices, numeric = [], [], []
-    replacements, variables = {}, []
-    count, start = 0, 0
-    for var, value_var in zip(model.free_RVs, value_vars, strict=True):
+    names, slices, numeric, symbolic = [], [], [], []
+    count = 0
+    for var in model.free_RVs:
+        value_var = model.rvs_to_values[var]
         shape = tuple(int(n) for n in shapes[value_var.name])
         size = int(np.prod(shape, dtype=np.int64))
-        symbolic = _symbolic_shape(model, var, shape)
-        stop = start + (reduce(operator.mul, symbolic) if symbolic else 1)
-        piece = joined[start:stop]
-        variables.append(piece)
-        replacements[value_var] = piece.reshape(symbolic).astype(var.dtype)
+        symbolic.append(_symbolic_shape(model, var, shape))
         names.append(value_var.name)
         slices.append(slice(count, count + size))
         numeric.append(shape)
         count += size
-        start = stop
     n_dim = count
-    initial_point_fn = _rv_dict_to_flat_array_wrapper(
-        pymc_initial_point_fn, names=names, shapes=numeric
-    )
-    logp, grad = clone_replace([logp, grad], replacements)
-    with model:
-        logp_fn = compile_pymc((joined,), (logp, grad), mode=mode)
-    reparameterized = [
-        model.rvs_to_values[var].name
-        for var in model.free_RVs
-        if model.rvs_to_transforms.get(var) is not None
-    ]
-
     remaining = [var for var in model.unobserved_value_vars if var.name not in names]
     all_names, all_slices, all_shapes = list(names), list(slices), list(numeric)
     for var in remaining:
@@ -235,6 +227,70 @@ def _make_functions(model, *, mode, join_expanded: bool, pymc_initial_point_fn):
         size = int(np.prod(shape, dtype=np.int64))
         all_slices.append(slice(count, count + size))
         count += size
+    reparameterized = [
+        model.rvs_to_values[var].name
+        for var in model.free_RVs
+        if model.rvs_to_transforms.get(var) is not None
+    ]
+    return _Layout(
+        n_dim=n_dim,
+        n_expanded=count,
+        free_names=names,
+        free_shapes=numeric,
+        symbolic=symbolic,
+        remaining=remaining,
+        shape_info=(all_names, all_slices, all_shapes),
+        reparameterized=reparameterized,
+    )
+
+
+def _flat_initial_point_fn(layout: _Layout, pymc_initial_point_fn):
+    from nutpie.compile_pymc import _rv_dict_to_flat_array_wrapper
+
+    return _rv_dict_to_flat_array_wrapper(
+        pymc_initial_point_fn, names=layout.free_names, shapes=layout.free_shapes
+    )
+
+
+def _make_functions(
+    model, *, mode, join_expanded: bool, pymc_initial_point_fn, layout: _Layout | None = None
+):
+    """``nutpie.compile_pymc._make_functions`` (gradient included) free of the data's sizes.
+
+    nutpie gives the flat point a static length and slices it with constant bounds, and PyTensor
+    keys its on-disk cache on the graph with those constants: every new number of basis
+    functions compiled again. Here the point is a vector of any length, sliced by the models'
+    dimension lengths (shared variables, read at run time through nutpie's user data): one
+    compiled function serves every data shape. The arithmetic is nutpie's, term for term.
+    """
+    import pytensor.tensor as pt
+    from pymc.pytensorf import compile as compile_pymc
+    from pytensor.graph import clone_replace, rewrite_graph
+
+    layout = _layout(model) if layout is None else layout
+    value_vars = [model.rvs_to_values[var] for var in model.free_RVs]
+    rewrites = ["canonicalize", "stabilize"]
+    if not model.check_bounds:
+        rewrites.append("local_remove_check_parameter")
+    logp = rewrite_graph(model.logp(), include=rewrites)
+    grads = pt.grad(logp, value_vars)
+    grad = pt.concatenate([pt.as_tensor(g, allow_xtensor_conversion=True).ravel() for g in grads])
+
+    joined = pt.dvector("_unconstrained_point")
+    replacements, variables = {}, []
+    start = 0
+    for var, value_var, symbolic in zip(model.free_RVs, value_vars, layout.symbolic, strict=True):
+        stop = start + (reduce(operator.mul, symbolic) if symbolic else 1)
+        piece = joined[start:stop]
+        variables.append(piece)
+        replacements[value_var] = piece.reshape(symbolic).astype(var.dtype)
+        start = stop
+    initial_point_fn = _flat_initial_point_fn(layout, pymc_initial_point_fn)
+    logp, grad = clone_replace([logp, grad], replacements)
+    with model:
+        logp_fn = compile_pymc((joined,), (logp, grad), mode=mode)
+
+    remaining = layout.remaining
     if join_expanded:
         outputs = [
             pt.concatenate(
@@ -249,13 +305,13 @@ def _make_functions(model, *, mode, join_expanded: bool, pymc_initial_point_fn):
     with model:
         expand_fn = compile_pymc((joined,), outputs, givens=list(replacements.items()), mode=mode)
     return (
-        n_dim,
-        count,
+        layout.n_dim,
+        layout.n_expanded,
         logp_fn,
         expand_fn,
         initial_point_fn,
-        (all_names, all_slices, all_shapes),
-        reparameterized,
+        layout.shape_info,
+        layout.reparameterized,
     )
 
 
@@ -385,21 +441,64 @@ def _cached_cfunc(src: str, name: str, signature, env: dict, graph_key: str, on_
 
 
 def _compile_cfunc(model):
-    """nutpie's compiled-model class on C callbacks cached on disk; None if they cannot be."""
-    import numba
-    from nutpie.compile_pymc import CompiledPyMCModel, _prepare_dims_and_coords, make_user_data
+    """nutpie's compiled-model class on C callbacks cached on disk; None if they cannot be.
 
-    n_dim, n_expanded, logp_pt, expand_pt, init_fn, shape_info, reparameterized = _make_functions(
+    A model whose graph was compiled before (on this machine, in any process and at any data
+    shape) is looked up by :func:`_source_graph_key` and its callbacks loaded from disk with no
+    PyTensor rewrite or compilation (:func:`_load_cfunc_model`); otherwise the functions are
+    compiled (:func:`_make_functions`) and their cache keys recorded under that key.
+    """
+    layout = _layout(model)
+    keyed = _source_graph_key(model, layout)
+    if keyed is not None:
+        compiled = _load_cfunc_model(model, layout, *keyed)
+        if compiled is not None:
+            return compiled
+    _, _, logp_pt, expand_pt, init_fn, _, _ = _make_functions(
         model,
         mode="NUMBA",
         join_expanded=True,
         pymc_initial_point_fn=_initial_point_fn(model),
+        layout=layout,
     )
     logp_key, expand_key = _graph_cache_key(logp_pt), _graph_cache_key(expand_pt)
     if logp_key is None or expand_key is None:
         return None  # an Op PyTensor cannot cache: the function-based entry instead
+    compiled = _cfunc_model(
+        model,
+        layout,
+        init_fn,
+        logp=(logp_key, list(logp_pt.get_shared()), logp_pt),
+        expand=(expand_key, list(expand_pt.get_shared()), expand_pt),
+        on_miss=_once(announce_compilation),
+    )
+    if compiled is not None and keyed is not None:
+        _write_manifest(keyed[0], keyed[1], logp_pt, expand_pt, logp_key, expand_key)
+    return compiled
+
+
+class _NotCached(Exception):
+    """A callback is not in numba's on-disk cache (it would have to be compiled)."""
+
+
+def _not_cached():
+    raise _NotCached
+
+
+def _cfunc_model(model, layout: _Layout, init_fn, *, logp, expand, on_miss):
+    """nutpie's compiled-model class on the C callbacks of two graphs, or None.
+
+    ``logp`` and ``expand`` are each (PyTensor's cache key of the rewritten graph, its shared
+    inputs in order, the compiled PyTensor function or None); without the function the callback
+    must be in numba's on-disk cache (``on_miss`` is called where numba would compile).
+    """
+    import numba
+    from nutpie.compile_pymc import CompiledPyMCModel, _prepare_dims_and_coords, make_user_data
+
+    logp_key, logp_shared, logp_pt = logp
+    expand_key, expand_shared, expand_pt = expand
     shared_vars: dict = {}
-    for var in [*logp_pt.get_shared(), *expand_pt.get_shared()]:
+    for var in [*logp_shared, *expand_shared]:
         shared_vars.setdefault(var, None)
     arrays = []
     for var in shared_vars:
@@ -422,30 +521,29 @@ def _compile_cfunc(model):
     offsets["end"] = max(start, 1)
     if user_data.dtype.itemsize != 8 * start:  # nutpie changed its layout: do not guess
         return None
-    logp_src, expand_src = _callback_sources(logp_pt.get_shared(), expand_pt.get_shared(), offsets)
+    logp_src, expand_src = _callback_sources(logp_shared, expand_shared, offsets)
     env = {"numba": numba, "np": np, "void_pointer": _void_pointer()}
-    announce = _once(announce_compilation)
     u64, dptr = numba.types.uint64, numba.types.CPointer(numba.types.double)
     logp_cfunc = _cached_cfunc(
         logp_src,
         "nutpie_logp_callback",
         numba.types.int64(u64, dptr, dptr, dptr, numba.types.voidptr),
-        {**env, "logp_fn": logp_pt.vm.jit_fn},
+        {**env, "logp_fn": None if logp_pt is None else logp_pt.vm.jit_fn},
         logp_key,
-        announce,
+        on_miss,
     )
     expand_cfunc = _cached_cfunc(
         expand_src,
         "nutpie_expand_callback",
         numba.types.int64(u64, u64, dptr, dptr, numba.types.voidptr),
-        {**env, "expand_fn": expand_pt.vm.jit_fn},
+        {**env, "expand_fn": None if expand_pt is None else expand_pt.vm.jit_fn},
         expand_key,
-        announce,
+        on_miss,
     )
-    dims, coords = _prepare_dims_and_coords(model, shape_info, reparameterized)
-    names, _, shapes = shape_info
+    dims, coords = _prepare_dims_and_coords(model, layout.shape_info, layout.reparameterized)
+    names, _, shapes = layout.shape_info
     compiled = CompiledPyMCModel(
-        _n_dim=n_dim,
+        _n_dim=layout.n_dim,
         dims=dims,
         _coords=coords,
         _shapes={name: tuple(shape) for name, shape in zip(names, shapes, strict=True)},
@@ -455,13 +553,262 @@ def _compile_cfunc(model):
         shared_data=shared_data,
         shared_var_keys=keys,
         user_data=user_data,
-        n_expanded=n_expanded,
-        shape_info=shape_info,
+        n_expanded=layout.n_expanded,
+        shape_info=layout.shape_info,
         logp_func=logp_pt,
         expand_func=expand_pt,
-        reparameterized_names=reparameterized,
+        reparameterized_names=layout.reparameterized,
     )
     return _with_free_names(compiled, model, names, shapes)
+
+
+# ---------------------------------------------------------------------------------------------
+# Compiled graphs looked up before PyTensor's rewrites
+# ---------------------------------------------------------------------------------------------
+#: Bumped when what :func:`_source_graph_key` hashes or the manifests hold changes.
+_MANIFEST_VERSION = 1
+
+#: Modules whose Ops may appear in a graph looked up by :func:`_source_graph_key`: their code is
+#: pinned by the versions (PyTensor, PyMC) or the source digest (this package) in the key.
+_KEYED_OP_MODULES = ("pytensor.", "pymc.", "bayes_rvm.")
+
+#: The PyTensor settings that change how a graph is rewritten or compiled.
+_KEYED_CONFIG = (
+    "floatX",
+    "cast_policy",
+    "mode",
+    "linker",
+    "optimizer",
+    "optimizer_excluding",
+    "optimizer_including",
+    "optimizer_requiring",
+    "tensor__cmp_sloppy",
+    "check_input",
+    "numba__fastmath",
+    "numba__cache",
+)
+
+
+class _Unkeyable(Exception):
+    """The graph holds something :func:`_source_graph_key` cannot vouch for."""
+
+
+@cache
+def _package_digest() -> str | None:
+    """A digest of this package's Python source (its Ops' numba code and the graphs' builders),
+    or None where the source is not on disk (then nothing is looked up)."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    paths = sorted(root.rglob("*.py"))
+    if Path(__file__).resolve() not in paths:
+        return None
+    digest = hashlib.sha256()
+    for path in paths:
+        digest.update(str(path.relative_to(root)).encode() + b"\0")
+        digest.update(path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def _pinned(module) -> bool:
+    # Code the digest pins: by a version in it (NumPy, Python's builtins too) or by source.
+    module = str(module)
+    return module in ("numpy", "builtins") or module.startswith((*_KEYED_OP_MODULES, "numpy."))
+
+
+def _check_op(op) -> None:
+    """Raise :class:`_Unkeyable` where ``op``, an Op it holds (an Elemwise's scalar Op, a
+    Blockwise's core Op, an inner graph's Ops) or a Python function or class it holds comes from
+    a module outside :data:`_KEYED_OP_MODULES`: pickling names such code, it does not hold it."""
+    import types
+
+    from pytensor.graph.op import Op
+
+    if not type(op).__module__.startswith(_KEYED_OP_MODULES):
+        raise _Unkeyable(type(op))
+    for value in getattr(op, "__dict__", {}).values():
+        if isinstance(value, Op):
+            _check_op(value)
+        elif isinstance(value, types.FunctionType | type) and not _pinned(value.__module__):
+            raise _Unkeyable(value)
+    fgraph = getattr(op, "fgraph", None)
+    for node in getattr(fgraph, "apply_nodes", ()):
+        _check_op(node.op)
+
+
+def _source_graph_key(model, layout: _Layout) -> tuple[str, dict] | None:
+    """A digest of everything the compiled callbacks of ``model`` depend on, before rewriting.
+
+    The un-rewritten log density and traced variables, node by node (each Op pickled whole: its
+    type and every parameter; constants by value; shared variables and inputs by type and name),
+    the free variables' names, dtypes and shapes as :func:`_make_functions` slices them, the
+    model's bound checks, PyTensor's settings that change rewriting or code generation, and the
+    versions of Python, NumPy, numba, PyTensor, PyMC, nutpie and this package's source. What
+    :func:`_make_functions` does next is a function of these alone, so two graphs with one
+    digest compile to the same callbacks. Data values and sizes are not in it: the callbacks
+    read them at run time.
+
+    Returns
+    -------
+    (str, dict) or None
+        The digest and the graph's shared variables by name; None for a graph with an Op from
+        another library (whose code no version here pins), an Op that cannot be pickled, or two
+        shared variables of one name.
+    """
+    import sys
+    from importlib.metadata import version
+
+    import numba
+    import pytensor
+    from pytensor.compile.sharedvalue import SharedVariable
+    from pytensor.graph.basic import Constant
+    from pytensor.graph.traversal import toposort
+
+    digest = hashlib.sha256()
+
+    def put(*parts) -> None:
+        digest.update(repr(parts).encode() + b"\0")
+
+    def put_bytes(data: bytes) -> None:
+        digest.update(len(data).to_bytes(8, "little") + data)
+
+    shared: dict = {}
+
+    def add_shared(var) -> None:
+        if shared.setdefault(var.name, var) is not var:
+            raise _Unkeyable(var.name)
+
+    index: dict = {}
+
+    def add_root(var) -> None:
+        index[var] = len(index)
+        if isinstance(var, Constant):
+            data = var.data
+            if isinstance(data, np.ndarray | np.generic | int | float | bool):
+                array = np.asarray(data)
+                put("constant", repr(var.type), array.dtype.str, array.shape)
+                put_bytes(np.ascontiguousarray(array).tobytes())
+            else:
+                put("constant", repr(var.type), type(data).__qualname__)
+                put_bytes(pickle.dumps(data, protocol=5))
+        elif isinstance(var, SharedVariable):
+            add_shared(var)
+            put("shared", repr(var.type), var.name)
+        else:
+            put("input", repr(var.type), var.name)
+
+    try:
+        if _package_digest() is None:
+            raise _Unkeyable("source")
+        put(
+            "versions",
+            _MANIFEST_VERSION,
+            _CALLBACK_VERSION,
+            sys.version,
+            np.__version__,
+            numba.__version__,
+            pytensor.__version__,
+            version("pymc"),
+            version("nutpie"),
+            _package_digest(),
+        )
+        put("config", [(name, str(getattr(pytensor.config, name))) for name in _KEYED_CONFIG])
+        put("check_bounds", bool(model.check_bounds))
+        for var, symbolic in zip(model.free_RVs, layout.symbolic, strict=True):
+            value_var = model.rvs_to_values[var]
+            index[value_var] = len(index)
+            sizes = []
+            for n in symbolic:
+                if isinstance(n, SharedVariable):
+                    add_shared(n)
+                    sizes.append(("shared", repr(n.type), n.name))
+                else:
+                    sizes.append(int(n))
+            put("free", value_var.name, repr(value_var.type), str(var.dtype), sizes)
+        outputs = [model.logp(), *layout.remaining]
+        put("remaining", [var.name for var in layout.remaining])
+        for node in toposort(outputs):
+            for var in node.inputs:
+                if var not in index:
+                    add_root(var)
+            _check_op(node.op)
+            put_bytes(pickle.dumps(node.op, protocol=5))
+            put("node", [index[var] for var in node.inputs])
+            for var in node.outputs:
+                index[var] = len(index)
+                put("output", repr(var.type))
+        for var in outputs:
+            if var not in index:
+                add_root(var)
+        put("outputs", [index[var] for var in outputs])
+    except (
+        _Unkeyable,
+        pickle.PicklingError,
+        TypeError,
+        AttributeError,
+        ValueError,
+        RecursionError,
+    ):
+        return None
+    return digest.hexdigest(), shared
+
+
+def _manifest_path(key: str):
+    from pathlib import Path
+
+    from pytensor import config
+
+    return Path(config.base_compiledir) / "bayes_rvm_nutpie" / f"{key}.json"
+
+
+def _write_manifest(key, shared, logp_pt, expand_pt, logp_key, expand_key) -> None:
+    """Record the rewritten graphs' cache keys and shared inputs (by name) under ``key``."""
+    import json
+    import os
+
+    entry = {"logp_key": logp_key, "expand_key": expand_key}
+    for name, fn in (("logp_shared", logp_pt), ("expand_shared", expand_pt)):
+        inputs = list(fn.get_shared())
+        if any(shared.get(var.name) is not var for var in inputs):
+            return  # a shared input the digest does not name: nothing to look up by
+        entry[name] = [var.name for var in inputs]
+    path = _manifest_path(key)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        part = path.with_suffix(f".{os.getpid()}.part")
+        part.write_text(json.dumps(entry))
+        os.replace(part, path)
+    except OSError:
+        pass  # a read-only cache: the next process compiles again
+
+
+def _load_cfunc_model(model, layout: _Layout, key: str, shared: dict):
+    """The compiled model from the callbacks recorded under ``key``, or None.
+
+    None where nothing is recorded, or where numba's cache no longer holds a callback (then
+    nothing is compiled here: :func:`_compile_cfunc` takes the full path).
+    """
+    import json
+
+    try:
+        entry = json.loads(_manifest_path(key).read_text())
+        logp_shared = [shared[name] for name in entry["logp_shared"]]
+        expand_shared = [shared[name] for name in entry["expand_shared"]]
+        logp_key, expand_key = str(entry["logp_key"]), str(entry["expand_key"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    init_fn = _flat_initial_point_fn(layout, _initial_point_fn(model))
+    try:
+        return _cfunc_model(
+            model,
+            layout,
+            init_fn,
+            logp=(logp_key, logp_shared, None),
+            expand=(expand_key, expand_shared, None),
+            on_miss=_not_cached,
+        )
+    except _NotCached:
+        return None
 
 
 # ---------------------------------------------------------------------------------------------
