@@ -1184,7 +1184,8 @@ def test_mcmc_predictions_are_made_in_blocks_of_rows_with_the_same_result(
     )
     est.set_params(predictive=predictive).fit(X, y, progressbar=False)
     whole = est.predict(X_TEST, return_std=True)
-    monkeypatch.setattr(predictors, "BLOCK_FLOATS", 2 * 200 * 7)  # blocks of 7 rows
+    # blocks of 20 rows (the last one of 17); and 251 blocks for the 5001 inputs below
+    monkeypatch.setattr(predictors, "BLOCK_FLOATS", 2 * 200 * 20)
     blocked = est.predict(X_TEST, return_std=True)
     for a, b in zip(whole, blocked, strict=True):
         np.testing.assert_allclose(b, a, rtol=1e-12, atol=1e-15)
