@@ -365,13 +365,24 @@ def _predicted(capsys) -> "pd.DataFrame":  # noqa: F821 - pandas imported on use
     return pd.read_csv(io.StringIO(capsys.readouterr().out))
 
 
-def test_a_text_target_fits_a_classifier_that_predict_scores_on_new_rows(tmp_path, capsys):
+@pytest.fixture(scope="module")
+def text_classifier(tmp_path_factory):
+    """``fit`` on Ripley's training data with the labels as text ('no', 'yes'), done once for
+    the module: the output folder (summary, plot and model) and the exit status."""
+    root = tmp_path_factory.mktemp("text")
+    train = _ripley_csv(root / "train.csv", labels=["no", "yes"])
+    out = root / "c"
+    return out, main(["fit", "--data", str(train), "--target", "cls", "--output", str(out)])
+
+
+def test_a_text_target_fits_a_classifier_that_predict_scores_on_new_rows(
+    tmp_path, capsys, text_classifier
+):
     """Ripley's data with the labels as text: ``fit`` picks RVC by itself, ``predict`` takes the
     feature columns by name (in another order, beside an identifier and the target) and its
     labels reach Ripley's test error (Tipping 2001: 9.3% for the RVM; Bayes rate 8%)."""
-    train = _ripley_csv(tmp_path / "train.csv", labels=["no", "yes"])
-    out = tmp_path / "c"
-    assert main(["fit", "--data", str(train), "--target", "cls", "--output", str(out)]) == 0
+    out, status = text_classifier
+    assert status == 0
     summary = (out / "summary.txt").read_text()
     assert "relevance vector classification" in summary and "classes           : no, yes" in summary
     assert float(re.search(r"training accuracy : ([0-9.]+)", summary).group(1)) > 0.85
@@ -389,11 +400,12 @@ def test_a_text_target_fits_a_classifier_that_predict_scores_on_new_rows(tmp_pat
     assert 0.07 < error < 0.12
 
 
-def test_integer_labels_classify_on_request_and_warn_otherwise(tmp_path, capsys):
+def test_integer_labels_classify_on_request_and_warn_otherwise(tmp_path, capsys, text_classifier):
     """0/1 labels regress by default (with a warning naming --task classify); with --task
     classify they give the same probabilities as the same classes written as text."""
     ints = _ripley_csv(tmp_path / "ints.csv", labels=[0, 1])
-    text = _ripley_csv(tmp_path / "text.csv", labels=["a", "b"])
+    text_out, status = text_classifier  # the same rows with the classes 'no' and 'yes'
+    assert status == 0
     common = ["--target", "cls", "--no-plot"]
     assert main(["fit", "--data", str(ints), *common, "--output", str(tmp_path / "r")]) == 0
     captured = capsys.readouterr()
@@ -403,15 +415,14 @@ def test_integer_labels_classify_on_request_and_warn_otherwise(tmp_path, capsys)
     )
     argv = ["fit", "--data", str(ints), "--task", "classify", *common]
     assert main([*argv, "--output", str(tmp_path / "i")]) == 0
-    assert main(["fit", "--data", str(text), *common, "--output", str(tmp_path / "t")]) == 0
     capsys.readouterr()
     test = _ripley_csv(tmp_path / "test.csv", labels=[0, 1], test=True)
     main(["predict", str(tmp_path / "i" / "model.nc"), "--data", str(test)])
     by_int = _predicted(capsys)
-    main(["predict", str(tmp_path / "t" / "model.nc"), "--data", str(test)])
+    main(["predict", str(text_out / "model.nc"), "--data", str(test)])
     by_text = _predicted(capsys)
-    assert set(by_int["prediction"]) == {0, 1} and set(by_text["prediction"]) == {"a", "b"}
-    np.testing.assert_allclose(by_int["p_1"], by_text["p_b"], rtol=1e-10)
+    assert set(by_int["prediction"]) == {0, 1} and set(by_text["prediction"]) == {"no", "yes"}
+    np.testing.assert_allclose(by_int["p_1"], by_text["p_yes"], rtol=1e-10)
 
 
 def test_regression_predict_writes_the_mean_and_sd_to_stdout_or_a_file(tmp_path, capsys):

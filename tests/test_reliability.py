@@ -127,9 +127,12 @@ def test_a_flipped_byte_in_the_posterior_mean_of_a_netcdf_file_is_caught(tmp_pat
         load_model(path)
 
 
-def _edit(path: Path, edit, *, fix_checksum: bool) -> Path:
-    """Rewrite a saved netCDF model after ``edit(tree)``; optionally with a fresh checksum."""
-    tree = xr.load_datatree(path, engine="h5netcdf")
+def _edit(path: Path, edit, *, fix_checksum: bool, tree: xr.DataTree | None = None) -> Path:
+    """Rewrite a saved netCDF model after ``edit(tree)``; optionally with a fresh checksum.
+
+    ``tree``: the file's tree already read (it is copied, never edited); default read it here.
+    """
+    tree = xr.load_datatree(path, engine="h5netcdf") if tree is None else tree.copy(deep=True)
     edit(tree)
     if fix_checksum:
         tree.attrs["checksum"] = tree_checksum(tree)
@@ -173,17 +176,24 @@ EDITS = {
 }
 
 
+@pytest.fixture(scope="module")
+def saved_tree(saved_files):
+    """The tree of the module's saved netCDF model, read once (tests edit copies of it)."""
+    return xr.load_datatree(saved_files[".nc"], engine="h5netcdf")
+
+
 @pytest.mark.parametrize("what", list(EDITS))
 def test_edited_state_is_caught_by_the_checksum_and_by_the_consistency_checks(
-    tmp_path, sinc_model, what
+    tmp_path, saved_files, saved_tree, what
 ):
     edit, message = EDITS[what]
-    path = save_model(sinc_model, tmp_path / "m.nc")
+    # the edited files are written beside the test's own copy of the saved model
+    path = shutil.copyfile(saved_files[".nc"], tmp_path / "m.nc")
     with pytest.raises(ModelFileError, match="damaged"):
-        load_model(_edit(path, edit, fix_checksum=False))
+        load_model(_edit(path, edit, fix_checksum=False, tree=saved_tree))
     # With a matching checksum (a file from a buggy writer) the state must still agree with itself.
     with pytest.raises(ModelFileError, match=rf"edited\.nc.*{message}"):
-        load_model(_edit(path, edit, fix_checksum=True))
+        load_model(_edit(path, edit, fix_checksum=True, tree=saved_tree))
 
 
 def test_a_missing_group_is_named(tmp_path, sinc_model):
@@ -1174,7 +1184,8 @@ def test_mcmc_predictions_are_made_in_blocks_of_rows_with_the_same_result(
     )
     est.set_params(predictive=predictive).fit(X, y, progressbar=False)
     whole = est.predict(X_TEST, return_std=True)
-    monkeypatch.setattr(predictors, "BLOCK_FLOATS", 2 * 200 * 7)  # blocks of 7 rows
+    # blocks of 20 rows (the last one of 17); and 251 blocks for the 5001 inputs below
+    monkeypatch.setattr(predictors, "BLOCK_FLOATS", 2 * 200 * 20)
     blocked = est.predict(X_TEST, return_std=True)
     for a, b in zip(whole, blocked, strict=True):
         np.testing.assert_allclose(b, a, rtol=1e-12, atol=1e-15)

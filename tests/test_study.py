@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import signal
 
 import arviz as az
@@ -195,11 +196,15 @@ def _grid():
     return models, {"sinc": (X, y, Xt, yt), "friedman2": (X2, y2)}
 
 
-def test_store_reloads_without_refitting_and_extends(tmp_path):
+@pytest.fixture(scope="module")
+def stored_grid(tmp_path_factory):
+    """The study of ``_grid()`` (seed 5) stored once for the module: the store, the table, and
+    the (data set, model) of each row its progress reported. Tests that write to the store work
+    on a copy (``_copy_store``)."""
     models, datasets = _grid()
-    store = tmp_path / "study"
+    store = tmp_path_factory.mktemp("grid") / "study"
     fitted = []
-    first = run_study(
+    table = run_study(
         models,
         datasets,
         store=store,
@@ -207,6 +212,19 @@ def test_store_reloads_without_refitting_and_extends(tmp_path):
         random_state=5,
         progress=lambda i, n, row: fitted.append((row["dataset"], row["model"])),
     )
+    return store, table, fitted
+
+
+def _copy_store(stored_grid, tmp_path):
+    store = tmp_path / "study"
+    shutil.copytree(stored_grid[0], store)
+    return store
+
+
+def test_store_reloads_without_refitting_and_extends(tmp_path, stored_grid):
+    models, datasets = _grid()
+    store = _copy_store(stored_grid, tmp_path)
+    _, first, fitted = stored_grid
     assert len(fitted) == 6 and len(first) == 6
     assert list(zip(first["dataset"], first["model"], strict=True)) == [
         (d, m) for d in datasets for m in models
@@ -220,7 +238,7 @@ def test_store_reloads_without_refitting_and_extends(tmp_path):
         assert elpd(dt)[0].elpd == pytest.approx(row["elpd_loo"], rel=1e-12)
 
     # A second run (the seed comes from the store) fits nothing and returns the same table.
-    fitted.clear()
+    fitted = []
     again = run_study(models, datasets, store=store, n_jobs=1, progress=lambda *a: fitted.append(a))
     assert fitted == []
     pd.testing.assert_frame_equal(again, first)
@@ -241,10 +259,9 @@ def test_store_reloads_without_refitting_and_extends(tmp_path):
     )
 
 
-def test_store_refuses_other_settings_data_or_seed(tmp_path):
+def test_store_refuses_other_settings_data_or_seed(tmp_path, stored_grid):
     models, datasets = _grid()
-    store = tmp_path / "study"
-    run_study(models, datasets, store=store, n_jobs=1, random_state=5)
+    store = _copy_store(stored_grid, tmp_path)
     with pytest.raises(ValueError, match="random_state=5, not 6"):
         run_study(models, datasets, store=store, random_state=6)
     with pytest.raises(ValueError, match="'ARD g=1' on data set 'sinc' with other estimator"):
@@ -262,10 +279,9 @@ def test_store_refuses_other_settings_data_or_seed(tmp_path):
         load_fit(store, "sinc", "no such model")
 
 
-def test_store_settings_record_the_grid(tmp_path):
-    models, datasets = _grid()
-    run_study(models, datasets, store=tmp_path / "s", n_jobs=1, random_state=5)
-    settings = json.loads((tmp_path / "s" / "study.json").read_text())
+def test_store_settings_record_the_grid(stored_grid):
+    store = stored_grid[0]
+    settings = json.loads((store / "study.json").read_text())
     assert settings["entropy"] == 5
     tasks = settings["tasks"]
     assert len(tasks) == 6
@@ -275,7 +291,7 @@ def test_store_settings_record_the_grid(tmp_path):
     # Estimators by their short names: a class that moves keeps the store resumable.
     assert json.loads(one["spec"])["class"] == "RVR"
     assert settings["format"] == "bayes_rvm-study/4"
-    assert "bayes_rvm." not in (tmp_path / "s" / "study.json").read_text()
+    assert "bayes_rvm." not in (store / "study.json").read_text()
 
 
 # ---------------------------------------------------------------------------------------------
