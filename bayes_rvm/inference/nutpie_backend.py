@@ -636,6 +636,81 @@ def _check_op(op) -> None:
         _check_op(node.op)
 
 
+class _GraphDigest:
+    """The running digest of :func:`_source_graph_key`: every part in order, each variable
+    numbered at its first appearance, the shared variables by name."""
+
+    def __init__(self) -> None:
+        self.digest = hashlib.sha256()
+        self.shared: dict = {}
+        self.index: dict = {}
+
+    def put(self, *parts) -> None:
+        self.digest.update(repr(parts).encode() + b"\0")
+
+    def put_bytes(self, data: bytes) -> None:
+        self.digest.update(len(data).to_bytes(8, "little") + data)
+
+    def add_shared(self, var) -> None:
+        if self.shared.setdefault(var.name, var) is not var:
+            raise _Unkeyable(var.name)
+
+    def add_root(self, var) -> None:
+        from pytensor.compile.sharedvalue import SharedVariable
+        from pytensor.graph.basic import Constant
+
+        self.index[var] = len(self.index)
+        if isinstance(var, Constant):
+            data = var.data
+            if isinstance(data, np.ndarray | np.generic | int | float | bool):
+                array = np.asarray(data)
+                self.put("constant", repr(var.type), array.dtype.str, array.shape)
+                self.put_bytes(np.ascontiguousarray(array).tobytes())
+            else:
+                self.put("constant", repr(var.type), type(data).__qualname__)
+                self.put_bytes(pickle.dumps(data, protocol=5))
+        elif isinstance(var, SharedVariable):
+            self.add_shared(var)
+            self.put("shared", repr(var.type), var.name)
+        else:
+            self.put("input", repr(var.type), var.name)
+
+    def add_free(self, model, layout: _Layout) -> None:
+        """The free variables' names, types and shapes as :func:`_make_functions` slices them."""
+        from pytensor.compile.sharedvalue import SharedVariable
+
+        for var, symbolic in zip(model.free_RVs, layout.symbolic, strict=True):
+            value_var = model.rvs_to_values[var]
+            self.index[value_var] = len(self.index)
+            sizes = []
+            for n in symbolic:
+                if isinstance(n, SharedVariable):
+                    self.add_shared(n)
+                    sizes.append(("shared", repr(n.type), n.name))
+                else:
+                    sizes.append(int(n))
+            self.put("free", value_var.name, repr(value_var.type), str(var.dtype), sizes)
+
+    def add_graph(self, outputs: list) -> None:
+        """Every node of the graph of ``outputs``: its Op pickled whole, its inputs' numbers."""
+        from pytensor.graph.traversal import toposort
+
+        for node in toposort(outputs):
+            for var in node.inputs:
+                if var not in self.index:
+                    self.add_root(var)
+            _check_op(node.op)
+            self.put_bytes(pickle.dumps(node.op, protocol=5))
+            self.put("node", [self.index[var] for var in node.inputs])
+            for var in node.outputs:
+                self.index[var] = len(self.index)
+                self.put("output", repr(var.type))
+        for var in outputs:
+            if var not in self.index:
+                self.add_root(var)
+        self.put("outputs", [self.index[var] for var in outputs])
+
+
 def _source_graph_key(model, layout: _Layout) -> tuple[str, dict] | None:
     """A digest of everything the compiled callbacks of ``model`` depend on, before rewriting.
 
@@ -660,47 +735,12 @@ def _source_graph_key(model, layout: _Layout) -> tuple[str, dict] | None:
 
     import numba
     import pytensor
-    from pytensor.compile.sharedvalue import SharedVariable
-    from pytensor.graph.basic import Constant
-    from pytensor.graph.traversal import toposort
 
-    digest = hashlib.sha256()
-
-    def put(*parts) -> None:
-        digest.update(repr(parts).encode() + b"\0")
-
-    def put_bytes(data: bytes) -> None:
-        digest.update(len(data).to_bytes(8, "little") + data)
-
-    shared: dict = {}
-
-    def add_shared(var) -> None:
-        if shared.setdefault(var.name, var) is not var:
-            raise _Unkeyable(var.name)
-
-    index: dict = {}
-
-    def add_root(var) -> None:
-        index[var] = len(index)
-        if isinstance(var, Constant):
-            data = var.data
-            if isinstance(data, np.ndarray | np.generic | int | float | bool):
-                array = np.asarray(data)
-                put("constant", repr(var.type), array.dtype.str, array.shape)
-                put_bytes(np.ascontiguousarray(array).tobytes())
-            else:
-                put("constant", repr(var.type), type(data).__qualname__)
-                put_bytes(pickle.dumps(data, protocol=5))
-        elif isinstance(var, SharedVariable):
-            add_shared(var)
-            put("shared", repr(var.type), var.name)
-        else:
-            put("input", repr(var.type), var.name)
-
+    key = _GraphDigest()
     try:
         if _package_digest() is None:
             raise _Unkeyable("source")
-        put(
+        key.put(
             "versions",
             _MANIFEST_VERSION,
             _CALLBACK_VERSION,
@@ -712,35 +752,11 @@ def _source_graph_key(model, layout: _Layout) -> tuple[str, dict] | None:
             version("nutpie"),
             _package_digest(),
         )
-        put("config", [(name, str(getattr(pytensor.config, name))) for name in _KEYED_CONFIG])
-        put("check_bounds", bool(model.check_bounds))
-        for var, symbolic in zip(model.free_RVs, layout.symbolic, strict=True):
-            value_var = model.rvs_to_values[var]
-            index[value_var] = len(index)
-            sizes = []
-            for n in symbolic:
-                if isinstance(n, SharedVariable):
-                    add_shared(n)
-                    sizes.append(("shared", repr(n.type), n.name))
-                else:
-                    sizes.append(int(n))
-            put("free", value_var.name, repr(value_var.type), str(var.dtype), sizes)
-        outputs = [model.logp(), *layout.remaining]
-        put("remaining", [var.name for var in layout.remaining])
-        for node in toposort(outputs):
-            for var in node.inputs:
-                if var not in index:
-                    add_root(var)
-            _check_op(node.op)
-            put_bytes(pickle.dumps(node.op, protocol=5))
-            put("node", [index[var] for var in node.inputs])
-            for var in node.outputs:
-                index[var] = len(index)
-                put("output", repr(var.type))
-        for var in outputs:
-            if var not in index:
-                add_root(var)
-        put("outputs", [index[var] for var in outputs])
+        key.put("config", [(name, str(getattr(pytensor.config, name))) for name in _KEYED_CONFIG])
+        key.put("check_bounds", bool(model.check_bounds))
+        key.add_free(model, layout)
+        key.put("remaining", [var.name for var in layout.remaining])
+        key.add_graph([model.logp(), *layout.remaining])
     except (
         _Unkeyable,
         pickle.PicklingError,
@@ -750,7 +766,7 @@ def _source_graph_key(model, layout: _Layout) -> tuple[str, dict] | None:
         RecursionError,
     ):
         return None
-    return digest.hexdigest(), shared
+    return key.digest.hexdigest(), key.shared
 
 
 def _manifest_path(key: str):
