@@ -203,7 +203,7 @@ def dense_augmented_draw(phi, u, row, y, alpha, beta):
 
 def test_rvm_star_draws_equal_dense_augmented_models(gap_data):
     """Hyperparameter draws by hand, alphas 12 orders apart: blocked, batched = dense per draw."""
-    from bayes_rvm.posterior.predictive import rvm_star_draws
+    from bayes_rvm.posterior.predictive import DrawPosteriors, rvm_star_draws
 
     X, y = gap_data
     rng = np.random.default_rng(0)
@@ -219,6 +219,13 @@ def test_rvm_star_draws_equal_dense_augmented_models(gap_data):
     mean_b, var_b = rvm_star_draws(*args, max_floats=1)  # one draw per block
     np.testing.assert_allclose(mean_b, mean, rtol=1e-12, atol=1e-14)
     np.testing.assert_allclose(var_b, var, rtol=1e-12)
+    # every draw's posterior factored once beforehand (as a predictor keeps them across blocks
+    # of rows), read block by block
+    kept = DrawPosteriors.from_draws(phi.T @ phi, phi.T @ y[:, None], alpha, beta)
+    for max_floats in (1, 4_000_000):
+        mean_k, var_k = rvm_star_draws(*args, max_floats=max_floats, posteriors=kept)
+        np.testing.assert_allclose(mean_k, mean, rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(var_k, var, rtol=1e-12)
     for s in range(beta.size):
         for k in range(len(X_TEST)):
             m, v = dense_augmented_draw(phi, U[:, k], rows[k], y, alpha[s], beta[s])

@@ -330,6 +330,16 @@ class DrawPosteriors:
         post = weight_posterior(gram, phi_y, alpha, beta)
         return cls(post.chol_inverse(), post.scale, post.mean, post.beta, post.chol)
 
+    def take(self, draws: slice) -> DrawPosteriors:
+        """The posteriors of some of the draws."""
+        return DrawPosteriors(
+            self.inv_chol[draws],
+            self.scale[draws],
+            self.mean[draws],
+            self.beta[draws],
+            self.chol[draws],
+        )
+
     def augmentation(self, s: int, phi: np.ndarray, y: np.ndarray, amplitude: float):
         """:class:`AugmentationData` of draw ``s`` (for the per-draw joint covariance)."""
         L = self.scale[s][:, None] * self.chol[s]  # L L^T = H_s
@@ -354,6 +364,7 @@ def rvm_star_draws(
     amplitude: float,
     *,
     max_floats: int = 4_000_000,
+    posteriors: DrawPosteriors | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """RVM* predictive of new targets given each posterior draw of the hyperparameters.
 
@@ -387,6 +398,10 @@ def rvm_star_draws(
         ``tau^2`` of the added functions (:func:`target_amplitude`).
     max_floats : int
         Bound on the numbers held by the temporaries of one block of draws.
+    posteriors : DrawPosteriors, optional
+        Every draw's weight posterior, factored once (``DrawPosteriors.from_draws`` of these
+        draws), for a caller that predicts in blocks of rows: each block then reads them
+        instead of factoring every draw again.
 
     Returns
     -------
@@ -409,7 +424,10 @@ def rvm_star_draws(
     step = max(1, max_floats // max(1, M * M + 3 * M * n))
     for start in range(0, S, step):
         blk = slice(start, min(start + step, S))
-        p = DrawPosteriors.from_draws(gram, phi_y, alpha[blk], beta_all[blk])
+        if posteriors is None:
+            p = DrawPosteriors.from_draws(gram, phi_y, alpha[blk], beta_all[blk])
+        else:
+            p = posteriors.take(blk)
         beta = p.beta[:, None]
         # The block's L_s^-1 D_s^-1 stacked into one (s M, M) matrix: one GEMM per operand
         # instead of s small products.

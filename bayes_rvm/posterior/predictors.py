@@ -424,6 +424,10 @@ class RateDraws(_OverDraws):
         return rng.poisson(POISSON.mean(eta)).astype(np.float64)
 
 
+#: The most numbers an RVM* predictor keeps of its draws' factored weight posteriors (64 MB).
+_KEPT_POSTERIOR_FLOATS = 8_000_000
+
+
 @dataclass(frozen=True)
 class _StarBlock:
     """RVM* per draw at some inputs: the moments and what each draw's joint covariance needs."""
@@ -449,6 +453,9 @@ class RVMStarDraws(_OverDraws):
     single: bool = True
     joint: bool = True
     amplitude: float = field(init=False)
+    #: Every draw's weight posterior, factored on the first prediction where they fit in
+    #: :data:`_KEPT_POSTERIOR_FLOATS` (None until then, or where they do not).
+    _posteriors: DrawPosteriors | None = field(init=False, default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "amplitude", target_amplitude(self.y))
@@ -456,12 +463,32 @@ class RVMStarDraws(_OverDraws):
     def _hyper(self) -> tuple[np.ndarray, np.ndarray]:
         return self.draws.flat("alpha"), self.draws.flat("sigma") ** -2.0
 
+    def _kept_posteriors(self, alpha: np.ndarray, beta: np.ndarray) -> DrawPosteriors | None:
+        # Predictions in blocks of rows (in_row_blocks) would factor every draw's posterior
+        # again per block: most of the time of predicting thousands of rows.
+        (S, M), T = alpha.shape, self.y[:, None] if self.y.ndim == 1 else self.y
+        floats = S * (M * (2 * M + 1 + T.shape[1]) + 1)  # both factors, scales, means, beta
+        if self._posteriors is None and floats <= _KEPT_POSTERIOR_FLOATS:
+            posteriors = DrawPosteriors.from_draws(
+                self.phi.T @ self.phi, self.phi.T @ T, alpha, beta
+            )
+            object.__setattr__(self, "_posteriors", posteriors)
+        return self._posteriors
+
     def _star(self, rows: Rows) -> _StarBlock:
         alpha, beta = self._hyper()
         cross, self_k = rows.cross(), rows.self_kernel()
         phi_test = rows.design(self.draws.columns)
         mean, var = rvm_star_draws(
-            self.phi, self.y, alpha, beta, phi_test, cross, self_k, self.amplitude
+            self.phi,
+            self.y,
+            alpha,
+            beta,
+            phi_test,
+            cross,
+            self_k,
+            self.amplitude,
+            posteriors=self._kept_posteriors(alpha, beta),
         )
         return _StarBlock(mean[..., 0] if self.single else mean, var, phi_test, cross, self_k)
 
@@ -473,10 +500,14 @@ class RVMStarDraws(_OverDraws):
     def _cov(self, rows: Rows, star: _StarBlock, s: int) -> np.ndarray:
         """Joint RVM* covariance of new targets given draw ``s`` (noise included)."""
         alpha, beta = self._hyper()
-        T = self.y[:, None] if self.y.ndim == 1 else self.y
-        one = DrawPosteriors.from_draws(
-            self.phi.T @ self.phi, self.phi.T @ T, alpha[s : s + 1], beta[s : s + 1]
-        )
+        kept = self._kept_posteriors(alpha, beta)
+        if kept is not None:
+            one = kept.take(slice(s, s + 1))
+        else:
+            T = self.y[:, None] if self.y.ndim == 1 else self.y
+            one = DrawPosteriors.from_draws(
+                self.phi.T @ self.phi, self.phi.T @ T, alpha[s : s + 1], beta[s : s + 1]
+            )
         data = one.augmentation(0, self.phi, self.y, self.amplitude)
         v = linalg.solve_triangular(data.chol, star.phi_test.T, lower=True, check_finite=False)
         cov = v.T @ v
