@@ -144,8 +144,8 @@ def to_datatree(model) -> xr.DataTree:
 def save_model(model, path: str | Path, *, overwrite: bool = True) -> Path:
     """Write a fitted estimator to ``path``: netCDF for ``.nc``, otherwise a zarr store.
 
-    The model is written to a temporary path beside ``path``, read back and checked against its
-    checksum, and only then renamed to ``path``; an interrupted save leaves the old file whole.
+    The model is written to a temporary path beside ``path`` and only then renamed to ``path``;
+    an interrupted save leaves the old file whole, and :func:`load_model` checks the checksum.
     Concurrent saves to one path (from threads or processes) all succeed and the last one wins;
     none leaves a broken model (:func:`bayes_rvm.io.atomic_write`).
 
