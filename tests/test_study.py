@@ -475,11 +475,14 @@ def test_study_command_writes_table_and_plot(tmp_path, capsys):
     from bayes_rvm.studies.runner import read_config
 
     path = tmp_path / "s.toml"
-    path.write_text(CONFIG)
+    # In this process (n_jobs = 1): the command's table is run_study's whoever fits the rows, and
+    # a pool of worker processes costs their start (seconds); the killed-worker test runs one.
+    path.write_text(CONFIG.replace("[study]\n", "[study]\nn_jobs = 1\n"))
     assert main(["study", str(path)]) == 0
     out, err = capsys.readouterr()
     assert "[4/4]" in err and "friedman2 / Student-t" in err
     table = pd.read_csv(tmp_path / "out" / "study.csv", keep_default_na=False, na_values=[""])
+    assert all(w.endswith(f":{os.getpid()}") for w in table["worker"])  # the configured n_jobs
     config = read_config(path)
     reference = run_study(config.models, config.datasets, n_jobs=1, random_state=4)
     for col in ("elpd_loo", "elpd_loo_se", "test_rmse", "test_nlpd", "noise_sd"):
