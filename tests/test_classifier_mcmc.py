@@ -138,6 +138,9 @@ def test_mcmc_classifier_datatree_is_shaped_like_rvr(small_fits):
     np.testing.assert_array_equal(mc.idata_["posterior"]["basis"].values, np.arange(SMALL["n"] + 1))
     table = compare({"type-II": t2.idata_, "MCMC": mc.idata_})
     assert set(table.index) == {"type-II", "MCMC"}
+    # The type-II fit's draws at new inputs go into its own DataTree, as RVR's do.
+    assert t2.sample_posterior_predictive(Xte[:20], random_state=0) is t2.idata_
+    assert set(np.unique(t2.idata_["predictions"]["y"].values)) <= set(range(C))
     pp = mc.sample_posterior_predictive(Xte[:20], random_state=0)
     draws = pp["predictions"]["y"].values
     assert set(np.unique(draws)) <= set(range(C))

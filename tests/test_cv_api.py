@@ -58,7 +58,17 @@ def test_rvccv_predicts_as_the_plain_estimator_at_its_width():
     for method in ("predict", "predict_proba", "predict_log_proba", "decision_function"):
         np.testing.assert_allclose(getattr(cv, method)(Xt), getattr(plain, method)(Xt))
     np.testing.assert_array_equal(cv.classes_, [0, 1, 2])
-    assert cv.sample_posterior_predictive(Xt, random_state=0) is cv.idata_
+
+
+def test_rvccv_samples_the_posterior_predictive_of_its_refitted_classifier():
+    # Binary on 20 rows: idata_ holds the refitted classifier's refit LOO (20 refits here, where
+    # the three-class fit above took 10 of 54 rows, 8 s). A three-class type-II classifier's
+    # draws at new inputs: test_mcmc_classifier_datatree_is_shaped_like_rvr.
+    X, y = make_sinc(20, noise=0.1, random_state=0, shuffle=False)
+    cv = RVCCV(widths=WIDTHS, cv=3, random_state=0).fit(X, y > 0.2)
+    Xt = np.linspace(-10, 10, 17)[:, None]
+    assert cv.sample_posterior_predictive(Xt, random_state=0) is cv.idata_ is cv.estimator_.idata_
+    assert cv.idata_["predictions"]["y"].shape[-1] == 17
 
 
 @pytest.mark.parametrize("estimator", [RVR(gamma=1.0), RVRCV(widths=[1.0, 2.0], cv=2)])

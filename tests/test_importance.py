@@ -27,8 +27,14 @@ def _rare_problem(seed: int, n: int = 200, rate: float = 0.02):
     return np.column_stack([np.ones(n), x]), t
 
 
-def _quadrature_predictive(Phi, t, alpha, phi_test, centre, half_width, n_grid=801):
-    """Exact posterior predictive p(t* = 1) by a dense grid over the two weights."""
+def _quadrature_predictive(Phi, t, alpha, phi_test, centre, half_width, n_grid=201):
+    """Exact posterior predictive p(t* = 1) by a dense grid over the two weights.
+
+    The posterior is smooth and negligible at the grid's edges (12 sd out), where a uniform grid
+    converges faster than any power of its spacing: 201 points (0.12 sd apart) agree with 401
+    and 801 to 5e-11 relative at every test point of seeds 0 and 1 (101 points: 2e-6), and take
+    0.2 s where 801 took 6-9 s (a 640,000 x 200 table of the linear predictor).
+    """
     axes = [np.linspace(c - h, c + h, n_grid) for c, h in zip(centre, half_width, strict=True)]
     W = np.stack(np.meshgrid(*axes, indexing="ij"), axis=-1).reshape(-1, 2)
     eta = W @ Phi.T
@@ -251,7 +257,9 @@ def test_idata_holds_draws_of_the_posterior_predict_proba_averages_over(seed):
 
 
 def test_set_params_after_a_fit_redraws_the_type2_tree_of_the_new_predictive():
-    X, y, _, _ = rare_class_data(0, n_train=300, n_test=20, rate=0.05)
+    # 200 rows (12 positives) keep the importance-sampled predictive of the 300 of the test above;
+    # each of the two DataTrees holds 10-fold refits: this test took 6.8 s at 300 rows, 2.6 s here.
+    X, y, _, _ = rare_class_data(0, n_train=200, n_test=20, rate=0.05)
     clf = RVC(gamma=0.1).fit(X, y)
     assert clf.idata_.attrs["weight_draws"] == "importance"
     clf.set_params(moderated="probit")

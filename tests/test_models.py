@@ -8,6 +8,7 @@ import pymc as pm
 import pytensor.tensor as pt
 import pytest
 import xarray as xr
+from pymc.distributions.shape_utils import change_dist_size
 from scipy import stats
 from threadpoolctl import threadpool_limits
 
@@ -160,11 +161,20 @@ def test_marginal_prior_predictive_has_the_closed_form_covariance(marginal, D):
     alpha_rel = np.linspace(0.5, 4.0, 8)
     model = rvm_regression_model(Phi, Y if D > 1 else Y[:, 0], marginal=marginal)
     fixed = pm.do(model, {"alpha_rel": alpha_rel, "sigma_rel": 0.3})
-    # one compiled function for all three (each pm.draw call compiles its own)
+    # y's draw is a Python function (numba runs it in object mode): the 20,000 draws as one
+    # vectorised draw (change_dist_size, as PyMC vectorises a distribution) in one call, compiled
+    # without numba, not 20,000 calls of a compiled loop. The single draw PyMC's own samplers take
+    # (default mode) is the first of a batch of one of the same random stream, bit for bit: the
+    # same function of the same numbers, so the batch's covariance is that of the single draws.
+    single = pm.draw(fixed["y"], random_seed=4)
+    batch_of_one = pm.draw(change_dist_size(fixed["y"], (1,)), random_seed=4, mode="FAST_COMPILE")
+    np.testing.assert_array_equal(batch_of_one, single[None])
     draws, alpha, sigma = pm.draw(
-        [fixed["y"], fixed["alpha"], fixed["sigma"]], draws=20_000, random_seed=4
+        [change_dist_size(fixed["y"], (20_000,)), fixed["alpha"], fixed["sigma"]],
+        random_seed=4,
+        mode="FAST_COMPILE",
     )
-    draws, alpha, sigma = draws.reshape(20_000, 6, D), alpha[0], sigma[0]
+    draws = draws.reshape(20_000, 6, D)
     want = Phi @ np.diag(1 / alpha) @ Phi.T + sigma**2 * np.eye(6)
     for d in range(D):
         got = np.cov(draws[:, :, d], rowvar=False)

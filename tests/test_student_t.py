@@ -80,8 +80,9 @@ def test_nu_step_is_the_t_maximum_likelihood_of_the_expected_residuals():
     rng = np.random.default_rng(2)
     r = (0.3 * rng.standard_t(3.0, 200)) ** 2 + 0.01
 
-    def loss(p):
-        return -np.sum(stats.t.logpdf(np.sqrt(r), df=np.exp(p[0]), scale=np.exp(-0.5 * p[1])))
+    def loss(p):  # p[0] may be a column of ln nu: one loss per row (the grid below, one call)
+        t_density = stats.t.logpdf(np.sqrt(r), df=np.exp(p[0]), scale=np.exp(-0.5 * p[1]))
+        return -np.sum(t_density, axis=-1)
 
     nm = optimize.minimize(loss, [0.0, 0.0], method="Nelder-Mead", options={"xatol": 1e-9})
     nu, beta = update_nu(r, 1.0, 1.0)
@@ -99,7 +100,7 @@ def test_nu_step_is_the_t_maximum_likelihood_of_the_expected_residuals():
     np.testing.assert_allclose([np.log(nu), np.log(beta)], nm.x, atol=1e-4)
 
     grid = np.exp(np.linspace(np.log(NU_RANGE[0]), np.log(1e3), 20001))
-    best = grid[np.argmax([-loss([np.log(v), np.log(12.0)]) for v in grid])]
+    best = grid[np.argmax(-loss([np.log(grid)[:, None], np.log(12.0)]))]
     nu_fixed, beta_fixed = update_nu(r, 12.0, 1.0, fixed_beta=True)
     assert beta_fixed == 12.0 and nu_fixed == pytest.approx(best, rel=2e-3)
     # Uniform residuals, lighter-tailed than any t: the likelihood rises all the way to

@@ -342,11 +342,14 @@ def test_killed_worker_loses_no_finished_fit_and_rerun_fits_only_the_rest(tmp_pa
 
     flag.unlink()
     refitted = []
+    # The rerun in this process: which tasks a rerun fits is the store's answer, the same with
+    # any n_jobs (a fresh pool of two workers would cost their start, seconds, and show nothing
+    # more: the killed pool is joblib's to replace).
     after = run_study(
         models,
         datasets,
         store=store,
-        n_jobs=2,
+        n_jobs=1,
         progress=lambda i, n, row: refitted.append(row["model"]),
     )
     assert sorted(refitted) == sorted(set(models) - set(stored))
@@ -472,11 +475,14 @@ def test_study_command_writes_table_and_plot(tmp_path, capsys):
     from bayes_rvm.studies.runner import read_config
 
     path = tmp_path / "s.toml"
-    path.write_text(CONFIG)
+    # In this process (n_jobs = 1): the command's table is run_study's whoever fits the rows, and
+    # a pool of worker processes costs their start (seconds); the killed-worker test runs one.
+    path.write_text(CONFIG.replace("[study]\n", "[study]\nn_jobs = 1\n"))
     assert main(["study", str(path)]) == 0
     out, err = capsys.readouterr()
     assert "[4/4]" in err and "friedman2 / Student-t" in err
     table = pd.read_csv(tmp_path / "out" / "study.csv", keep_default_na=False, na_values=[""])
+    assert all(w.endswith(f":{os.getpid()}") for w in table["worker"])  # the configured n_jobs
     config = read_config(path)
     reference = run_study(config.models, config.datasets, n_jobs=1, random_state=4)
     for col in ("elpd_loo", "elpd_loo_se", "test_rmse", "test_nlpd", "noise_sd"):

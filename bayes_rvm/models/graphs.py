@@ -384,14 +384,18 @@ def _y_draw(Phi, log_alpha, log_beta, offset, rng, size) -> np.ndarray:
             "its posterior; pm.sample_prior_predictive draws y with w from its prior."
         )
     offset = np.asarray(offset)
-    core = offset.shape  # (n,) or (n, d)
+    # A vectorised draw (PyMC's change_dist_size, vectorize_graph) hands the parameters with
+    # batch dimensions, at least of length one, in front of their core ones: log_alpha's is (m).
+    core = offset.shape[np.ndim(log_alpha) - 1 :]  # (n,) or (n, d)
     batch = () if size is None else tuple(size)
     if batch[len(batch) - len(core) :] == core:
         batch = batch[: len(batch) - len(core)]
-    return prior_draw(Phi, log_alpha, log_beta, offset, rng, batch)[1]
+    return prior_draw(Phi, log_alpha, log_beta, offset, rng, batch, core=core)[1]
 
 
-def prior_draw(Phi, log_alpha, log_beta, offset, rng, batch=()) -> tuple[np.ndarray, np.ndarray]:
+def prior_draw(
+    Phi, log_alpha, log_beta, offset, rng, batch=(), *, core=None
+) -> tuple[np.ndarray, np.ndarray]:
     """Weights from their prior ``N(0, 1 / alpha)`` and targets ``Phi w + offset + noise``.
 
     Parameters
@@ -400,18 +404,20 @@ def prior_draw(Phi, log_alpha, log_beta, offset, rng, batch=()) -> tuple[np.ndar
     log_alpha : ndarray of shape (m,) or (..., m)
     log_beta : float or ndarray of shape batch
         The noise precision's logarithm.
-    offset : ndarray of shape (n,) or (n, d)
-        The rest of the mean; its shape is that of one draw of the targets.
+    offset : ndarray of shape (n,) or (n, d), or with leading dimensions that broadcast to batch
+        The rest of the mean.
     rng : numpy.random.Generator
     batch : tuple of int
         The draws' leading shape (the ``...`` of the shapes here).
+    core : tuple of int, optional
+        The shape of one draw of the targets, ``(n,)`` or ``(n, d)``; default ``offset.shape``.
 
     Returns
     -------
     w : ndarray of shape (..., m) or (..., m, d)
     y : ndarray of shape (..., n) or (..., n, d)
     """
-    core = offset.shape
+    core = offset.shape if core is None else tuple(core)
     multi = len(core) > 1
     scale = np.exp(-0.5 * np.asarray(log_alpha))
     w = rng.standard_normal((*batch, scale.shape[-1], *core[1:]))
