@@ -233,7 +233,7 @@ def test_idata_holds_draws_of_the_posterior_predict_proba_averages_over(seed):
     from bayes_rvm.inference import type2_datatree
 
     X, y, _, _ = rare_class_data(seed, n_train=300, n_test=20, rate=0.05)
-    clf = RVC(gamma=0.1).fit(X, y)
+    clf = RVC(gamma=0.1, random_state=0).fit(X, y)  # its draws, not the global state
     assert clf.moderation_ == "importance"
     assert clf.idata_.attrs["weight_draws"] == "importance"
     points = np.array([[-3.0, -3.0], [0.0, 0.0], [3.0, 3.0], [6.0, -2.0], [-5.0, 5.0]])
