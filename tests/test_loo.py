@@ -307,6 +307,23 @@ def test_rvc_refit_loo_refuses_a_class_of_one_row():
         assert "loo" not in clf.idata_.children
 
 
+def test_rvc_refit_loo_of_a_rare_class_leaves_every_row_out_once_without_a_warning():
+    # 6 rows of one class in 80: 10 stratified folds cannot each hold one (scikit-learn warns of
+    # it), and each row is still scored once, by a refit on the rows of the other folds.
+    from bayes_rvm import RVC
+
+    rng = np.random.default_rng(3)
+    y = np.zeros(80, dtype=int)
+    y[rng.choice(80, 6, replace=False)] = 1
+    X = rng.normal(size=(80, 2)) + 2.5 * y[:, None]
+    clf = RVC(gamma=0.5, random_state=0).fit(X, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        res = clf.refit_loo(random_state=0)
+    assert res.n_folds == 10 and not res.exact and res.elpd_i.shape == (80,)
+    assert np.all(np.isfinite(res.elpd_i)) and np.all(res.elpd_i < 0.0)
+
+
 @pytest.mark.slow
 def test_rvc_default_row_is_within_two_nats_of_brute_force_loo():
     # Brute force re-chooses the width on every N - 1 rows; the refits keep the fitted width.
