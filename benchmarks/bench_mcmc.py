@@ -12,7 +12,12 @@ One run prints, in this order (``--sections`` picks some of them):
     R-hat <= 1.01) beside the second process's figures (the first process after a change of the
     package fills the on-disk compile cache), and each fit against its gradient limit: its
     gradients (warmup included) times the compiled O(M r^2) kernel's time per call, timed alone
-    on one core in the same process, over min(chains, cores).
+    on one core in the same process, over min(chains, cores). ``--child-python PATH`` runs two
+    more processes on another interpreter, with this checkout's package first on its path: a
+    virtual environment of a plain ``pip install`` (the core dependencies only), whose first
+    process fills its own numba cache. That is what a user without the optional extras pays:
+    where dask is installed (the ``dask`` extra, and this repository's dev environment), xarray
+    imports ``dask.array`` at the first array of every process.
 ``scale``
     The full basis (N + 1 functions) at N = 300 and N = 1000, 4 chains x 1000 draws, the
     marginal form chosen automatically (low-rank through a thin SVD here), started from the
@@ -82,6 +87,7 @@ and ``cpu_s`` (CPU seconds of the process and its children) is given beside the 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import resource
@@ -103,6 +109,9 @@ from bayes_rvm.evidence.gaussian import fit_mackay
 from bayes_rvm.inference import sample_mcmc
 from bayes_rvm.models.graphs import rvm_regression_model
 from bayes_rvm.models.priors import halfcauchy_precision
+
+#: The checkout this script belongs to (its package first on a child's path).
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def sinc_problem(n: int, seed: int = 0):
@@ -308,8 +317,6 @@ def _patch_phases(spent: dict) -> None:
     """Wrap each phase's function so that its wall time adds up in ``spent[phase]`` (a call
     inside another of the same phase, e.g. a type-II fit inside the width search, counted once).
     """
-    import importlib
-
     active: set[str] = set()
     for phase, where, attr in PHASES:
         module, _, cls = where.partition(":")
@@ -372,6 +379,7 @@ def child_fresh(n: int, gamma: str | None = None) -> None:
             fits[k]["wall/limit"] = wall / fits[k]["limit_s"] if "limit_s" in fits[k] else None
             fits[k].update(_hyper_diagnostics(est.idata_))
     out["fits"] = fits
+    out["absent"] = [name for name in OPTIONAL_EXTRAS if importlib.util.find_spec(name) is None]
     out["load"] = os.getloadavg()[0]
     cfg = est._cfg
     out["settings"] = {"draws": cfg.draws, "tune": cfg.tune, "chains": cfg.chains}
@@ -402,43 +410,57 @@ def _verdicts(targets, measured: list[dict], extra=lambda key: "") -> None:
         print(f"  {label:<34} {kind} {bound:<6g} measured {value:<9.4g} {verdict}{extra(key)}")
 
 
+#: Packages of the optional extras whose presence changes a first fit's time: where dask is
+#: importable, xarray imports ``dask.array`` at the first array of a process (0.4-0.7 s).
+OPTIONAL_EXTRAS = ("dask", "jax")
+
+
 def section_fresh(a) -> list[dict]:
     # Twice: the first process after a change of the package or its stack fills the on-disk
     # compile cache, the second shows what every later process pays.
+    # With --child-python, two more processes run on that interpreter (a plain install: see
+    # the module docstring), the first of them filling its own numba cache.
     n = 30 if a.quick else 100
     rows = []
     results = []
-    for run in (1, 2):
+    runs = [(1, None), (2, None)]
+    if a.child_python:
+        runs += [(3, a.child_python), (4, a.child_python)]
+    for run, python in runs:
         # launch_to_first_fit_s: from starting the interpreter to the end of the first fit.
-        env = dict(
-            os.environ, PYTHONPATH=os.pathsep.join(sys.path), BENCH_LAUNCHED=repr(time.time())
-        )
+        env = dict(os.environ, BENCH_LAUNCHED=repr(time.time()))
+        # the checkout's package on either interpreter; this one's site-packages only on its own
+        path = [ROOT] if python else sys.path
+        env["PYTHONPATH"] = os.pathsep.join(path)
         gamma = [] if a.gamma is None else ["--gamma", a.gamma]
-        res, wall = _run_child(["--child-fresh", str(n), *gamma], env)
+        res, wall = _run_child(["--child-fresh", str(n), *gamma], env, python)
         if "error" in res:
             rows.append({"case": f"fresh N={n}", "error": res["error"]})
             continue
-        results.append(res)
+        results.append((run, python, res))
         for k, fit in enumerate(res["fits"]):
-            row = {"case": f"process {run}, {('first', 'second')[k]} fit, sinc N={n}"}
+            where = ", --child-python" if python else ""
+            row = {"case": f"process {run}{where}, {('first', 'second')[k]} fit, sinc N={n}"}
             if k == 0:
                 row["launch_s"] = res["launch_to_first_fit_s"]
                 row["import_s"] = res["import_s"]
             row.update(fit)
             rows.append(row)
         rows[-1]["process_wall_s"] = wall
-    if results:
-        _print_targets(n, a, results[-1])
+    for run, python, res in results:
+        if run in (2, 4):
+            _print_targets(n, a, res, run, python)
     return rows
 
 
-def _print_targets(n: int, a, res: dict) -> None:
-    """The targets beside the second process's figures (the on-disk cache warm)."""
+def _print_targets(n: int, a, res: dict, run: int, python: str | None) -> None:
+    """The targets beside a process's figures (the on-disk cache warm)."""
     first, second = res["fits"]
     measured = [first, second, first, first, first]
+    on = f"on {python}, without {', '.join(res['absent'])}" if python else "on this interpreter"
     print(
         f"\n== targets: RVR(inference='mcmc') defaults {res['settings']} on sinc N={n}, all "
-        f"{n + 1} basis functions, gamma={a.gamma or 'default'}; process 2 of 2 "
+        f"{n + 1} basis functions, gamma={a.gamma or 'default'}; process {run}, {on} "
         f"(load average {res['load']:.1f} at its end, {os.cpu_count()} cores)"
     )
 
@@ -913,12 +935,17 @@ COMPILE_FAMILIES = {
 }
 
 
-def _run_child(args: list[str], env: dict) -> tuple[dict, float]:
-    """This script run again in a fresh process with ``args``: the JSON of its last ``RESULT``
-    line (or ``{"error": ...}``) and the process's wall time."""
+def _run_child(args: list[str], env: dict, python: str | None = None) -> tuple[dict, float]:
+    """This script run again in a fresh process with ``args`` (by ``python``, default this
+    interpreter): the JSON of its last ``RESULT`` line (or ``{"error": ...}``) and the process's
+    wall time."""
     t0 = time.perf_counter()
     proc = subprocess.run(
-        [sys.executable, __file__, *args], capture_output=True, text=True, env=env, check=False
+        [python or sys.executable, __file__, *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
     )
     wall = time.perf_counter() - t0
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
@@ -1189,6 +1216,11 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true", help="smoke run: small N, few draws")
     p.add_argument("--sections", default="fresh,scale,multi,samplers")
     p.add_argument("--child-fresh", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument(
+        "--child-python",
+        default=None,
+        help="fresh section: also run its processes on this interpreter (a plain install)",
+    )
     p.add_argument("--child-compile", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--compile-family", default="rvr", help=argparse.SUPPRESS)
     p.add_argument("--child-pymc", default="", help=argparse.SUPPRESS)

@@ -43,6 +43,7 @@ def _dense_loo(Phi, Y, alpha, beta):
 @pytest.mark.parametrize("M", [6, 30])  # fewer and more basis functions than observations
 def test_loo_terms_match_dense_conditioning(M, monkeypatch):
     from bayes_rvm.models.marginal import lowrank
+    from bayes_rvm.posterior import draws
 
     rng = np.random.default_rng(M)
     N = 14
@@ -53,6 +54,17 @@ def test_loo_terms_match_dense_conditioning(M, monkeypatch):
     beta = np.array([2.0, 7.0, 0.4])
     expected = np.stack([_dense_loo(Phi, Y, alpha[s], beta[s]) for s in range(3)])
     np.testing.assert_allclose(gaussian_loo_terms(Phi, Y, alpha, beta), expected, atol=1e-9)
+    # a draw with a column out of the model (alpha = inf) among draws factored together, and
+    # one draw per block
+    out = np.vstack([alpha[:2], np.where(np.arange(M) == 2, np.inf, alpha[2])])
+    dense_out = _dense_loo(Phi, Y, out[2], beta[2])
+    for block in (None, 1):
+        if block:
+            monkeypatch.setattr(draws, "_DRAW_BLOCK_ELEMENTS", block)
+        terms = gaussian_loo_terms(Phi, Y, out, beta)
+        np.testing.assert_allclose(terms[:2], expected[:2], atol=1e-9)
+        np.testing.assert_allclose(terms[2], dense_out, atol=1e-9)
+    monkeypatch.undo()
     U, VS = thin_svd(Phi)
     np.testing.assert_allclose(loo_terms_lowrank(U, VS, Y, alpha, beta), expected, atol=1e-9)
     # one draw per block: the blocks of draws are written to their own rows

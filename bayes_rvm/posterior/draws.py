@@ -135,28 +135,43 @@ def gaussian_loo_terms(
     ndarray of shape (S, N)
         Summed over outputs, so that LOO leaves out a row.
     """
-    S = alpha.shape[0]
+    S, M = alpha.shape
     per_draw = Y.ndim == 3
     designs = Phi.ndim == 3
     N = Y.shape[-2]
     gram, cross = (None, None) if designs else statistics or (Phi.T @ Phi, None)
     out = np.empty((S, N))
-    for s in range(S):
-        Ps = Phi[s] if designs else Phi
-        Ys = Y[s] if per_draw else Y
-        keep = np.isfinite(alpha[s])
-        G = (Ps.T @ Ps if designs else gram)[np.ix_(keep, keep)]
-        P = Ps[:, keep]
-        c = P.T @ Ys if cross is None else cross[keep]
-        post = weight_posterior(G, c, alpha[s, keep], beta[s])
-        V = post.whiten(P.T)
-        m = post.mean
-        # 1 - h_n > 0 for finite alphas; the floor keeps a leverage rounded to one finite.
-        c = np.maximum(1.0 - beta[s] * np.einsum("ij,ij->j", V, V), np.finfo(float).tiny)
-        e = (Ys - P @ m) / c[:, None]  # leave-one-out residuals
-        prec = beta[s] * c  # leave-one-out predictive precision
-        out[s] = (0.5 * (np.log(prec) - LOG_2PI)[:, None] - 0.5 * prec[:, None] * e**2).sum(1)
+    # Draws with every column in the model (all of them, under MCMC) are factored in blocks,
+    # as draw_weights does: a Python loop over draws cost most of the completion of a small
+    # problem's 4000 draws (1.8 of 2.3 s at N = 30). A draw without some columns is its own.
+    whole = np.flatnonzero(np.isfinite(alpha).all(axis=1))
+    step = max(1, _DRAW_BLOCK_ELEMENTS // (M * max(M, N)))
+    blocks = [whole[lo : lo + step] for lo in range(0, whole.size, step)]
+    blocks += [np.array([s]) for s in np.flatnonzero(~np.isfinite(alpha).all(axis=1))]
+    for part in blocks:
+        keep = np.isfinite(alpha[part[0]])
+        keep = slice(None) if keep.all() else keep
+        P = (Phi[part] if designs else Phi)[..., keep]
+        Ys = Y[part] if per_draw else Y
+        Pt = np.swapaxes(P, -1, -2)
+        G = Pt @ P if designs else gram[keep][:, keep]
+        c = Pt @ Ys if cross is None else cross[keep]
+        out[part] = _loo_block(P, Ys, G, c, alpha[part][:, keep], beta[part])
     return out
+
+
+def _loo_block(P, Y, gram, cross, alpha, beta) -> np.ndarray:
+    """:func:`gaussian_loo_terms` of a block of B draws of the same columns: ``P`` (N, K) or
+    (B, N, K), ``Y`` (N, D) or (B, N, D), ``gram`` and ``cross`` as :func:`weight_posterior`
+    takes them, ``alpha`` (B, K), ``beta`` (B,); returns (B, N)."""
+    post = weight_posterior(gram, cross, alpha, beta)
+    V = post.whiten(np.swapaxes(P, -1, -2))  # (B, K, N)
+    # 1 - h_n > 0 for finite alphas; the floor keeps a leverage rounded to one finite.
+    b = beta[:, None]
+    c = np.maximum(1.0 - b * np.einsum("bkn,bkn->bn", V, V), np.finfo(float).tiny)
+    e = (Y - P @ post.mean) / c[..., None]  # leave-one-out residuals, (B, N, D)
+    prec = b * c  # leave-one-out predictive precision
+    return (0.5 * (np.log(prec) - LOG_2PI)[..., None] - 0.5 * prec[..., None] * e**2).sum(-1)
 
 
 def latent(Phi: np.ndarray, w: np.ndarray, offset: np.ndarray | None = None) -> np.ndarray:
