@@ -57,12 +57,11 @@ import warnings
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import linalg
 from sklearn.exceptions import ConvergenceWarning
 
 from bayes_rvm.evidence.design import DenseDesign
 from bayes_rvm.evidence.gaussian import KEPT_ONE, MacKayStop, keep_one
-from bayes_rvm.evidence.log_evidence import WARN_SKIP, cholesky
+from bayes_rvm.evidence.log_evidence import WARN_SKIP, cholesky, solve_lower
 from bayes_rvm.evidence.mode import (
     LaplacePosterior,
     laplace_posterior,
@@ -338,9 +337,9 @@ def _linearised_factors(Phi, post: LaplacePosterior, act, alpha, Tl):
         Lc = post.chol if C == 1 else cholesky(post.hessian[blk, blk])
         # (M, K) C-ordered right-hand side: its transpose is what LAPACK wants, uncopied.
         Gc = np.ascontiguousarray(G[:, blk])
-        V = linalg.solve_triangular(Lc, Gc.T, lower=True, check_finite=False)
+        V = solve_lower(Lc, Gc.T)
         S[:, c] -= np.einsum("ij,ij->j", V, V)
-        Linv = linalg.solve_triangular(Lc, np.eye(K), lower=True, check_finite=False)
+        Linv = solve_lower(Lc, np.eye(K))
         sigma[:, c] = np.einsum("ij,ij->j", Linv, Linv)
     is_act = np.zeros(M, dtype=bool)
     is_act[act] = True

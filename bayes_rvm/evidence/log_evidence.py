@@ -34,7 +34,7 @@ from bayes_rvm.families import LOG_2PI
 #: Warnings of the engines point at the first caller outside bayes_rvm and scikit-learn.
 WARN_SKIP = PACKAGE_FRAMES
 
-__all__ = ["cholesky", "gaussian_log_evidence", "laplace_log_evidence", "log_det"]
+__all__ = ["cholesky", "gaussian_log_evidence", "laplace_log_evidence", "log_det", "solve_lower"]
 
 
 def cholesky(H: np.ndarray) -> np.ndarray:
@@ -60,6 +60,18 @@ def cholesky(H: np.ndarray) -> np.ndarray:
             stacklevel=3,
         )
     return Ls * d[:, None]
+
+
+def solve_lower(L: np.ndarray, B: np.ndarray) -> np.ndarray:
+    """``L^-1 B`` for a lower-triangular ``L`` (from :func:`cholesky`, finite by construction).
+
+    LAPACK's ``trtrs`` directly, as ``scipy.linalg.solve_triangular`` calls it: the engines
+    solve small systems at every step, where scipy's argument handling costs more than the solve.
+    """
+    X, info = lapack.dtrtrs(L, B, lower=1)
+    if info != 0:
+        raise linalg.LinAlgError(f"singular triangular factor (trtrs info={info})")
+    return X
 
 
 def log_det(chol: np.ndarray) -> float:

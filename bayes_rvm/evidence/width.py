@@ -43,10 +43,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy import linalg, optimize
+from scipy import optimize
 
 from bayes_rvm.basis.kernels import WIDTH_KERNELS, stationary_kernel
 from bayes_rvm.evidence.engines import fit_problem
+from bayes_rvm.evidence.log_evidence import solve_lower
 from bayes_rvm.evidence.mode import LaplacePosterior, newton_mode
 from bayes_rvm.evidence.options import EvidenceOptions
 from bayes_rvm.evidence.problem import Problem
@@ -783,7 +784,7 @@ def _bracketed_root(slope: Callable[[float], float], x0: float, tol: float) -> f
 
 def _trace_inverse(L: np.ndarray) -> float:
     """``tr(H^-1)`` from the Cholesky factor of ``H``."""
-    return float(np.sum(linalg.solve_triangular(L, np.eye(L.shape[0]), lower=True) ** 2))
+    return float(np.sum(solve_lower(L, np.eye(L.shape[0])) ** 2))
 
 
 class _LogisticMode:
@@ -827,7 +828,7 @@ class _LogisticMode:
         post = self.mode(self.w, a, 50)
         w, L = post.mean[:, 0], post.chol
         self.w, self.L = w, L
-        Linv = linalg.solve_triangular(L, self.eye, lower=True)
+        Linv = solve_lower(L, self.eye)
         B = Linv @ self.Phi.T  # columns L^-1 phi_n
         shift = self.Phi @ -(Linv.T @ (Linv @ w))
         dW = self.family.curvature_slope(post.mu[:, 0])
