@@ -177,7 +177,7 @@ def newton_mode(
     C = T.shape[1]
     W = np.array(W0, dtype=np.float64, copy=True)
     Y, ll = fam.mean_and_log_likelihood(design.dot(W), T)
-    psi = ll - 0.5 * float(np.sum(alpha[:, None] * W * W))
+    psi = ll - 0.5 * float((alpha[:, None] * W * W).sum())
     converged = False
     it = 0
     # ``exact``: L factors the Hessian at W. Without a start, every iterate forms its own.
@@ -191,7 +191,7 @@ def newton_mode(
             L, exact = cholesky(H), True
         else:
             G = design.gradient(T - Y) - alpha[:, None] * W
-        gmax = float(np.max(np.abs(G))) if G.size else 0.0
+        gmax = float(np.abs(G).max()) if G.size else 0.0
         if gmax <= tol:
             converged = True
             break
@@ -217,18 +217,18 @@ def newton_mode(
         while True:
             Wn = W + step * d
             Yn, lln = fam.mean_and_log_likelihood(design.dot(Wn), T)
-            psin = lln - 0.5 * float(np.sum(alpha[:, None] * Wn * Wn))
+            psin = lln - 0.5 * float((alpha[:, None] * Wn * Wn).sum())
             # Psi is concave, so a Newton direction ascends for a small enough step; the slack
             # admits steps that only lose to rounding near the optimum.
             if psin >= psi - 1e-13 * (1.0 + abs(psi)) or step < 1e-12:
                 break
             step *= 0.5
-        moved = float(np.max(np.abs(Wn - W)))
+        moved = float(np.abs(Wn - W).max())
         W, Y, ll, psi, exact = Wn, Yn, lln, psin, False
-        if moved <= 1e-15 * (1.0 + float(np.max(np.abs(W)))):
+        if moved <= 1e-15 * (1.0 + float(np.abs(W).max())):
             # The gradient cannot fall further than rounding allows: accept the rounding floor.
             G, H = _gradient_hessian(design, T, Y, W, alpha, fam)
-            gmax = float(np.max(np.abs(G)))
+            gmax = float(np.abs(G).max())
             L, exact = cholesky(H), True
             # The Newton decrement G^T H^-1 G / 2, the rise of Psi a full step would bring, is
             # the test that does not depend on the scale of the gradient's terms: below Psi's
