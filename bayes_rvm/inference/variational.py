@@ -322,6 +322,25 @@ def _optimise(family, density, settings: Mapping, rng, progressbar: bool):
     return loss[: i + 1], stop.converged
 
 
+def _fit_gaussian(model, settings: Mapping, *, start, seed: int, progressbar: bool = False):
+    """ADVI of ``settings`` (:func:`check_vi_kwargs`) on any PyMC model.
+
+    The log density is the sampler's (:func:`bayes_rvm.inference.sampling.compiled_model`,
+    loaded from the disk cache where it was compiled before); the Gaussian starts at the model's
+    initial point (``start``: overrides by variable name). Returns the
+    :class:`~bayes_rvm.inference.nutpie_backend.LogDensity`, the fitted family (``_MeanField``
+    or ``_FullRank``), the loss per iteration and whether the stopping rule ended the fit.
+    """
+    from bayes_rvm.inference.nutpie_backend import log_density
+    from bayes_rvm.inference.sampling import compiled_model
+
+    density = log_density(compiled_model(model), model)
+    start_point = density.start(None if start is None else dict(start))
+    family = (_FullRank if settings["method"] == "fullrank_advi" else _MeanField)(start_point)
+    loss, converged = _optimise(family, density, settings, np.random.default_rng(seed), progressbar)
+    return density, family, loss, converged
+
+
 def approximation_density(
     mu: np.ndarray, factor: np.ndarray, eps: np.ndarray, log_p: np.ndarray, names
 ) -> xr.Dataset:
@@ -463,20 +482,14 @@ def fit_vi(
         optimization", chained as the cause; or a non-finite loss): the message names
         ``vi_kwargs['learning_rate']`` and asks for a lower one.
     """
-    from bayes_rvm.inference.nutpie_backend import log_density
-    from bayes_rvm.inference.sampling import compiled_model
-
     settings = check_vi_kwargs(vi_kwargs)
     likelihood = model_spec(model).likelihood
     if not isinstance(draws, int | np.integer) or draws < 1:
         raise ValueError(f"draws must be a positive integer, got {draws!r}.")
     seed = int(np.random.default_rng(random_seed).integers(2**31 - 1))
     t0 = time.time()
-    density = log_density(compiled_model(model), model)
-    start_point = density.start(None if start is None else dict(start))
-    family = (_FullRank if settings["method"] == "fullrank_advi" else _MeanField)(start_point)
-    loss, converged = _optimise(
-        family, density, settings, np.random.default_rng(seed), bool(progressbar)
+    density, family, loss, converged = _fit_gaussian(
+        model, settings, start=start, seed=seed, progressbar=bool(progressbar)
     )
     if not np.all(np.isfinite(loss[-settings["window"] :])):
         raise FloatingPointError(_diverged(settings, "the ELBO"))
