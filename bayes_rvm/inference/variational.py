@@ -297,12 +297,16 @@ def _optimise(family, density, settings: Mapping, rng, progressbar: bool):
     stop = _StopWhenFlat(settings["window"], settings["tol"])
     loss = np.empty(n)
     grad = np.empty((n_mc, family.d))
-    with CustomProgress(
-        *Progress.get_default_columns(),
-        TextColumn("{task.fields[loss]}"),
-        console=Console(theme=default_progress_theme),
-        disable=not progressbar,
-    ) as progress:
+    # Overflow and NaN are caught below, with the advice, not as NumPy's warnings.
+    with (
+        np.errstate(all="ignore"),
+        CustomProgress(
+            *Progress.get_default_columns(),
+            TextColumn("{task.fields[loss]}"),
+            console=Console(theme=default_progress_theme),
+            disable=not progressbar,
+        ) as progress,
+    ):
         task = progress.add_task("Fitting:", total=n, loss="")
         for i in range(n):
             eps = rng.standard_normal((n_mc, family.d))
