@@ -138,12 +138,12 @@ def _gaussian_regression():
 _GAUSSIAN_SETTINGS = {"n": 6000, "learning_rate": 0.003, "tol": 1e-12}
 
 
-@pytest.mark.parametrize("method", ["advi", "fullrank_advi"])
-def test_advi_reaches_the_closed_form_optimum_on_a_gaussian_posterior(method):
+@pytest.mark.parametrize(("method", "obj_n_mc"), [("advi", 1), ("fullrank_advi", 2)])
+def test_advi_reaches_the_closed_form_optimum_on_a_gaussian_posterior(method, obj_n_mc):
     """For a Gaussian posterior N(m, A^-1) the mean-field optimum is N(m, diag(A)^-1) and the
     full-rank one the posterior itself; the ELBO there is ln Z - KL(q || p), closed forms."""
     model, A, m, log_z = _gaussian_regression()
-    settings = check_vi_kwargs({"method": method, **_GAUSSIAN_SETTINGS})
+    settings = check_vi_kwargs({"method": method, "obj_n_mc": obj_n_mc, **_GAUSSIAN_SETTINGS})
     _, family, loss, converged = _fit_gaussian(model, settings, start=None, seed=1)
     assert loss.size == 6000 and not converged
     factor = family.factor()
@@ -199,6 +199,8 @@ def test_log_density_of_both_compiled_entries_is_pymcs():
         density = nutpie_backend.log_density(compiled, model)
         assert density.free_names == ["alpha_rel_log__", "sigma_rel_log__"]
         np.testing.assert_array_equal(density.start(), [0.0, 0.0])
+        # fit_vi's start: values of the model's variables, in the unconstrained space
+        np.testing.assert_allclose(density.start({"alpha_rel": np.array([2.0])}), [np.log(2), 0])
         for _ in range(3):
             x = rng.normal(size=density.n_dim)
             point = {"alpha_rel_log__": x[:1], "sigma_rel_log__": x[1]}

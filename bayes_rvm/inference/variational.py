@@ -1,13 +1,27 @@
 """Variational inference: ADVI over the free variables of a model of :mod:`bayes_rvm.models.graphs`.
 
-:func:`fit_vi` fits PyMC's automatic differentiation variational inference (``pm.fit``) to a
-model of :mod:`bayes_rvm.models.graphs` and returns a DataTree of the same groups as
-:func:`bayes_rvm.inference.sampling.sample_mcmc`: draws from the approximation in ``posterior``,
-completed by
-:func:`bayes_rvm.inference.sampling.complete_posterior` as MCMC's draws are, ``observed_data`` and
-``constant_data``, and a ``variational`` group with the loss (the negative ELBO) per iteration,
-the fitted Gaussian and, at each draw, its log density and the model's (what
-:func:`bayes_rvm.compare` needs to correct the leave-one-out of approximate draws).
+:func:`fit_vi` fits automatic differentiation variational inference (ADVI, PyMC's ``pm.fit``
+algorithm) to a model of :mod:`bayes_rvm.models.graphs` and returns a DataTree of the same groups
+as :func:`bayes_rvm.inference.sampling.sample_mcmc`: draws from the approximation in
+``posterior``, completed by :func:`bayes_rvm.inference.sampling.complete_posterior` as MCMC's
+draws are, ``observed_data`` and ``constant_data``, and a ``variational`` group with the loss
+(the negative ELBO) per iteration, the fitted Gaussian and, at each draw, its log density and the
+model's (what :func:`bayes_rvm.compare` needs to correct the leave-one-out of approximate draws).
+
+**On the sampler's compiled log density.** ``pm.fit`` builds a PyTensor graph of the whole ADVI
+step and rewrites and compiles it for every fit (on the counts of the tests 10-13 s a fit, the
+second in a process as long as the first, load average about 4 on 2 cores). The sampler's log density and gradient in the unconstrained space
+(:mod:`bayes_rvm.inference.nutpie_backend`) are compiled once per machine and loaded from the
+disk cache in a fraction of a second, for any data shape; here ADVI runs on them, its few vector
+operations per iteration in NumPy, and the draws are mapped to the model's variables by the
+sampler's trace expansion: no PyTensor graph is rewritten or compiled for the optimisation. The
+algorithm is ``pm.fit``'s: the Gaussian family, its parametrisation and start (mean-field: the
+mean at the start point and ``sd = softplus(rho)`` with ``rho = 0``; full rank: PyMC's packed
+lower-triangular factor, started at the identity's entries, its diagonal through ``softplus``),
+reparametrised gradients of ``obj_n_mc`` draws per step, Adam with PyMC's constants (beta1 0.9,
+beta2 0.999, epsilon 1e-8) and the loss recorded as PyMC records it (the negative ELBO estimated
+at the parameters before each step); on a Gaussian posterior both reach its closed-form optimum
+(``tests/test_variational.py``).
 What the approximation covers is what the sampler would sample:
 
 - the weight-marginalised Gaussian regression models: the hyperparameters only; the weights
@@ -42,10 +56,11 @@ to describe the precisions and the noise in the coordinates NUTS samples: ``log 
 functions; NLPD on 1000 held-out points), against NUTS (4 x 1000 draws) in the same run
 (``benchmarks/bench_vi.py``, notebook 10):
 
-- mean-field ADVI, Adam at a learning rate of 0.01, stopped by the rule below: 1800 iterations;
-  held-out NLPD 0.0016 nat/point *below* MCMC's (-0.8195 against -0.8179); first fit in a fresh
-  process 0.79-1.13 of MCMC's (5.3-6.2 s, load average about 1 on 2 cores); the posterior sds of
-  ``log alpha_rel`` a median 0.99 of MCMC's. In the R2-D2 prior's Gaussian coordinates each
+- mean-field ADVI, Adam at a learning rate of 0.01, stopped by the rule below: 2100 iterations
+  of about 0.3 ms; held-out NLPD 0.0012 nat/point *below* MCMC's (-0.8191 against -0.8179);
+  first fit in a fresh process 0.59-0.68 of MCMC's (4.2-4.8 s against 7.0-7.2 s, load average
+  about 4 on 2 cores; ``pm.fit`` took 6.6 s there), a second fit in the process 0.8 s; the
+  posterior sds of ``log alpha_rel`` a median 1.00 of MCMC's. In the R2-D2 prior's Gaussian coordinates each
   column's skewed ``log alpha`` is a transform of Gaussians, so the approximation keeps its width
   and skew (notebook 10: sd ratio median 1.00, quartiles 0.96-1.03; median skewness 1.46 against
   MCMC's 1.43; largest Pareto k of the draws 0.44). Measured earlier in ``log alpha`` (the
@@ -452,7 +467,7 @@ def fit_vi(
     random_seed : int, optional
         Seeds the optimisation, the draws and the weights drawn back.
     progressbar : bool, default=False
-        PyMC's progress bar.
+        A progress bar of the iterations (PyMC's, as ``pm.fit`` draws it).
     start : dict, optional
         Starting means by variable name (default the model's initial point).
     warn : bool, default=True
@@ -482,9 +497,9 @@ def fit_vi(
     Raises
     ------
     FloatingPointError
-        When the optimisation diverges (a NaN parameter, which PyMC reports as "NaN occurred in
-        optimization", chained as the cause; or a non-finite loss): the message names
-        ``vi_kwargs['learning_rate']`` and asks for a lower one.
+        When the optimisation diverges (a parameter of the approximation becomes NaN or
+        infinite, the loss NaN, or the last ``window`` losses are not all finite): the message
+        names ``vi_kwargs['learning_rate']`` and asks for a lower one.
     """
     settings = check_vi_kwargs(vi_kwargs)
     likelihood = model_spec(model).likelihood
