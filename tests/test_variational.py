@@ -212,6 +212,26 @@ def test_log_density_of_both_compiled_entries_is_pymcs():
             assert float(values["sigma_rel"]) == pytest.approx(np.exp(x[1]), rel=1e-14)
 
 
+def test_a_later_fit_loads_the_compiled_log_density(monkeypatch):
+    """After one fit has compiled (or loaded) the model's log density, a fit of a model of the
+    same graph loads it from the disk cache: no PyTensor graph rewritten or compiled for it."""
+    from bayes_rvm.inference import nutpie_backend, sampling
+
+    rng = np.random.default_rng(7)
+    phi = rng.normal(size=30)
+    model = rvm_regression_model(phi[:, None], phi + 0.3 * rng.normal(size=30), prior="ard")
+    first = fit_vi(model, draws=20, random_seed=0, n=200, warn=False)
+    monkeypatch.setattr(sampling, "_NUTPIE_CACHE", {})  # as in a fresh process
+
+    def rewrite(*args, **kwargs):
+        raise AssertionError("the log density was rewritten and compiled again")
+
+    monkeypatch.setattr(nutpie_backend, "_make_functions", rewrite)
+    again = fit_vi(model, draws=20, random_seed=0, n=200, warn=False)
+    # and the same numbers: the same seed, the same compiled density
+    np.testing.assert_array_equal(again["variational"]["loss"], first["variational"]["loss"])
+
+
 def test_relative_change_and_settings():
     loss = np.r_[np.full(500, 10.0), np.full(500, 9.0)]
     assert relative_change(loss, 500) == pytest.approx(1.0 / 9.0)

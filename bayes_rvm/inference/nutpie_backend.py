@@ -1019,6 +1019,9 @@ def _cfunc_callers(compiled):
     value = np.zeros(1)
 
     def logp(x: np.ndarray, grad: np.ndarray) -> float:
+        x = np.ascontiguousarray(x, dtype=np.float64)
+        if x.size != n_dim or grad.size != n_dim or not _writable_doubles(grad):
+            raise ValueError(f"logp takes two C-contiguous float64 arrays of {n_dim} numbers.")
         code = logp_c(n_dim, x.ctypes.data, grad.ctypes.data, value.ctypes.data, user_data)
         if code in (0, 3, 4):  # 3, 4: a non-finite gradient or density, written all the same
             return float(value[0])
@@ -1028,6 +1031,9 @@ def _cfunc_callers(compiled):
         raise RuntimeError(f"the compiled log density failed (code {code}) on {n_dim} numbers")
 
     def expand(x: np.ndarray) -> dict:
+        x = np.ascontiguousarray(x, dtype=np.float64)
+        if x.size != n_dim:
+            raise ValueError(f"expand takes {n_dim} numbers, got {x.size}.")
         out = np.empty(n_expanded)
         code = expand_c(n_dim, n_expanded, x.ctypes.data, out.ctypes.data, user_data)
         if code:
@@ -1039,6 +1045,10 @@ def _cfunc_callers(compiled):
 
     logp.held = expand.held = held
     return logp, expand
+
+
+def _writable_doubles(a: np.ndarray) -> bool:
+    return a.dtype == np.float64 and a.flags.c_contiguous and a.flags.writeable
 
 
 def _pyfunc_callers(compiled):

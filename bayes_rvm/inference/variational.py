@@ -8,20 +8,6 @@ draws are, ``observed_data`` and ``constant_data``, and a ``variational`` group 
 (the negative ELBO) per iteration, the fitted Gaussian and, at each draw, its log density and the
 model's (what :func:`bayes_rvm.compare` needs to correct the leave-one-out of approximate draws).
 
-**On the sampler's compiled log density.** ``pm.fit`` builds a PyTensor graph of the whole ADVI
-step and rewrites and compiles it for every fit (on the counts of the tests 10-13 s a fit, the
-second in a process as long as the first, load average about 4 on 2 cores). The sampler's log density and gradient in the unconstrained space
-(:mod:`bayes_rvm.inference.nutpie_backend`) are compiled once per machine and loaded from the
-disk cache in a fraction of a second, for any data shape; here ADVI runs on them, its few vector
-operations per iteration in NumPy, and the draws are mapped to the model's variables by the
-sampler's trace expansion: no PyTensor graph is rewritten or compiled for the optimisation. The
-algorithm is ``pm.fit``'s: the Gaussian family, its parametrisation and start (mean-field: the
-mean at the start point and ``sd = softplus(rho)`` with ``rho = 0``; full rank: PyMC's packed
-lower-triangular factor, started at the identity's entries, its diagonal through ``softplus``),
-reparametrised gradients of ``obj_n_mc`` draws per step, Adam with PyMC's constants (beta1 0.9,
-beta2 0.999, epsilon 1e-8) and the loss recorded as PyMC records it (the negative ELBO estimated
-at the parameters before each step); on a Gaussian posterior both reach its closed-form optimum
-(``tests/test_variational.py``).
 What the approximation covers is what the sampler would sample:
 
 - the weight-marginalised Gaussian regression models: the hyperparameters only; the weights
@@ -46,6 +32,21 @@ What the approximation covers is what the sampler would sample:
   (12000 iterations; rates 5% off MCMC's, weight sds 1.1-2.3 times MCMC's). Starting the
   weights at the type-II mode did not stop sooner (3100-4300 iterations either way).
 
+**On the sampler's compiled log density.** ``pm.fit`` builds a PyTensor graph of the whole ADVI
+step and rewrites and compiles it for every fit (on the counts of the tests 10-13 s a fit, the
+second in a process as long as the first; load average about 4 on 2 cores). The sampler's log
+density and gradient in the unconstrained space (:mod:`bayes_rvm.inference.nutpie_backend`) are
+compiled once per machine and loaded from the disk cache in a fraction of a second, for any data
+shape; here ADVI runs on them, its few vector operations per iteration in NumPy, and the draws are
+mapped to the model's variables by the sampler's trace expansion: no PyTensor graph is rewritten or
+compiled for the optimisation. The algorithm is ``pm.fit``'s: the Gaussian family, its
+parametrisation and start (mean-field: the mean at the start point and ``sd = softplus(rho)`` with
+``rho = 0``; full rank: PyMC's packed lower-triangular factor, started at the identity's entries,
+its diagonal through ``softplus``), reparametrised gradients of ``obj_n_mc`` draws per step, Adam
+with PyMC's constants (beta1 0.9, beta2 0.999, epsilon 1e-8) and the loss recorded as PyMC records
+it (the negative ELBO estimated at the parameters before each step); on a Gaussian posterior both
+reach its closed-form optimum (``tests/test_variational.py``).
+
 **Why mean-field ADVI on the marginal model.** The regression model's free variables are only the
 hyperparameters (the precisions, one per basis function, and ``sigma_rel``): the weights are
 integrated out exactly in the graph, and drawn back exactly afterwards. The approximation only has
@@ -56,11 +57,11 @@ to describe the precisions and the noise in the coordinates NUTS samples: ``log 
 functions; NLPD on 1000 held-out points), against NUTS (4 x 1000 draws) in the same run
 (``benchmarks/bench_vi.py``, notebook 10):
 
-- mean-field ADVI, Adam at a learning rate of 0.01, stopped by the rule below: 2100 iterations
-  of about 0.3 ms; held-out NLPD 0.0012 nat/point *below* MCMC's (-0.8191 against -0.8179);
-  first fit in a fresh process 0.59-0.68 of MCMC's (4.2-4.8 s against 7.0-7.2 s, load average
-  about 4 on 2 cores; ``pm.fit`` took 6.6 s there), a second fit in the process 0.8 s; the
-  posterior sds of ``log alpha_rel`` a median 1.00 of MCMC's. In the R2-D2 prior's Gaussian coordinates each
+- mean-field ADVI, Adam at a learning rate of 0.01, stopped by the rule below: 2100 iterations of
+  about 0.3 ms; held-out NLPD 0.0012 nat/point *below* MCMC's (-0.8191 against -0.8179); first fit
+  in a fresh process 0.59-0.68 of MCMC's (4.2-4.8 s against 7.0-7.2 s, load average about 4 on 2
+  cores; ``pm.fit`` took 6.6 s there), a second fit in the process 0.8 s; the posterior sds of
+  ``log alpha_rel`` a median 1.00 of MCMC's. In the R2-D2 prior's Gaussian coordinates each
   column's skewed ``log alpha`` is a transform of Gaussians, so the approximation keeps its width
   and skew (notebook 10: sd ratio median 1.00, quartiles 0.96-1.03; median skewness 1.46 against
   MCMC's 1.43; largest Pareto k of the draws 0.44). Measured earlier in ``log alpha`` (the
