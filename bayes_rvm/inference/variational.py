@@ -20,17 +20,16 @@ What the approximation covers is what the sampler would sample:
   mean-field Gaussian over the unconstrained space. The weights in ``posterior`` are then the
   approximation's own draws (a Deterministic of the non-centred ``z`` where the model is
   non-centred), never a Gaussian conditional, and ``log_likelihood`` holds
-  ``ln p(t_n | w, ...)`` per draw, as under MCMC. Measured on the problems of the tests (300
-  counts of log rate ``1 + sin x``; sinc, N = 100, with 10% gross outliers), over the type-II
-  relevance vectors the estimators use: about 3000-3600 iterations to the stopping rule below,
-  a log-rate RMSE of 0.09 (type-II 0.11) and a test RMSE 0.23 of the Gaussian RVR's. Against
-  NUTS (4 x 1000 draws) in the same run: the rates within 2.7% of MCMC's (relative RMS), the
-  Student-t locations within 0.006; the posterior sds of the Student-t weights 0.66-0.95 of
-  MCMC's, but those of the three strongly correlated count weights (two basis functions and the
-  bias) only 0.4 of MCMC's, the price of a factorised Gaussian: there the rate's posterior sd is
-  0.5-1.5 times MCMC's (median 1.16). Full-rank ADVI at the default settings did not help
-  (12000 iterations; rates 5% off MCMC's, weight sds 1.1-2.3 times MCMC's). Starting the
-  weights at the type-II mode did not stop sooner (3100-4300 iterations either way).
+  ``ln p(t_n | w, ...)`` per draw, as under MCMC. Measured on the problems of the tests (300 counts
+  of log rate ``1 + sin x``; sinc, N = 100, with 10% gross outliers), over the type-II relevance
+  vectors the estimators use: the counts stop at the rule's first check (1000 iterations), the
+  Student-t model after 4600; a log-rate RMSE of 0.11 (type-II 0.11) and a test RMSE 0.23 of the
+  Gaussian RVR's. Against NUTS (4 x 1000 draws) in the same run: the rates within 3.7% of MCMC's
+  (relative RMS), the Student-t locations within 0.004; the posterior sds of the Student-t weights
+  0.92-1.43 of MCMC's, but those of the three strongly correlated count weights (two basis
+  functions and the bias) 0.52-1.05 of MCMC's, the price of a factorised Gaussian: there the rate's
+  posterior sd is 0.46-1.04 times MCMC's (median 0.62). Full-rank ADVI at the default settings did
+  not help (12000 iterations; rates 5% off MCMC's, weight sds 1.1-2.3 times MCMC's).
 
 **On the sampler's compiled log density.** ``pm.fit`` builds a PyTensor graph of the whole ADVI
 step and rewrites and compiles it for every fit (on the counts of the tests 10-13 s a fit, the
@@ -58,18 +57,18 @@ functions; NLPD on 1000 held-out points), against NUTS (4 x 1000 draws) in the s
 (``benchmarks/bench_vi.py``, notebook 10):
 
 - mean-field ADVI, Adam at a learning rate of 0.01, stopped by the rule below: 2100 iterations of
-  about 0.3 ms; held-out NLPD 0.0012 nat/point *below* MCMC's (-0.8191 against -0.8179); first fit
-  in a fresh process 0.59-0.68 of MCMC's (4.2-4.8 s against 7.0-7.2 s, load average about 4 on 2
-  cores; ``pm.fit`` took 6.6 s there), a second fit in the process 0.8 s; the posterior sds of
-  ``log alpha_rel`` a median 1.00 of MCMC's. In the R2-D2 prior's Gaussian coordinates each
-  column's skewed ``log alpha`` is a transform of Gaussians, so the approximation keeps its width
-  and skew (notebook 10: sd ratio median 1.00, quartiles 0.96-1.03; median skewness 1.46 against
-  MCMC's 1.43; largest Pareto k of the draws 0.44). Measured earlier in ``log alpha`` (the
-  half-Cauchy's coordinates): sds 0.93 of MCMC's (0.83-1.06), as the Gaussians cut the skewed
+  0.26 ms (load average about 2); held-out NLPD 0.0012 nat/point *below* MCMC's (-0.8191 against
+  -0.8179); first fit in a fresh process 0.59-0.68 of MCMC's (4.2-4.8 s against 7.0-7.2 s, load
+  average about 4 on 2 cores; ``pm.fit`` took 6.6 s there), a second fit in the process 0.8 s; the
+  posterior sds of ``log alpha_rel`` a median 1.00 of MCMC's. In the R2-D2 prior's Gaussian
+  coordinates each column's skewed ``log alpha`` is a transform of Gaussians, so the approximation
+  keeps its width and skew (notebook 10: sd ratio median 1.00, quartiles 0.96-1.03; median skewness
+  1.46 against MCMC's 1.43; largest Pareto k of the draws 0.44). Measured earlier in ``log alpha``
+  (the half-Cauchy's coordinates): sds 0.93 of MCMC's (0.83-1.06), as the Gaussians cut the skewed
   marginals' long upper tails;
-- full-rank ADVI: no better predictions (NLPD 0.008 above MCMC's after 13000 iterations at the
-  largest stable learning rate, 0.003; at 0.03 it diverged), 5-8x the time per iteration, and many
-  more iterations for its 5000 covariance parameters;
+- full-rank ADVI: no better predictions (NLPD 0.0015 above MCMC's after 11900 iterations at the
+  largest stable learning rate, 0.003; at 0.03 it diverged), about 1.6 times the time per iteration
+  (0.41-0.45 ms against 0.26) and six times the iterations for its 5000 covariance parameters;
 - PyMC's default optimiser (``adagrad_window``): 10000 iterations still 4 nats short of the ELBO
   that Adam reaches in 2000; starting from the type-II fit (as MCMC does) did not converge sooner.
 
