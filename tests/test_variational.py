@@ -104,7 +104,12 @@ def test_fullrank_advi_on_the_one_column_model():
     phi = rng.normal(size=60)
     t = 0.8 * phi + 0.3 * rng.normal(size=60)
     model = rvm_regression_model(phi[:, None], t, prior="student_t", nu=6.0, s=1.0)
-    dt = fit_vi(model, draws=2000, random_seed=2, method="fullrank_advi", learning_rate=0.003)
+    # At this learning rate the default tol (2e-3) can stop a full-rank fit while its covariance
+    # is still shrinking (pm.fit too: 1 of 4 seeds stopped at 2700 iterations, sds 9x the
+    # posterior's); at 5e-4 six seeds stopped after 9400-14300 with sds within 12% of it.
+    dt = fit_vi(
+        model, draws=2000, random_seed=2, method="fullrank_advi", learning_rate=0.003, tol=5e-4
+    )
     _, exact = _exact_posterior(phi, t, 6.0)
     mean, sd = exact["log_sigma"]
     got = np.log(dt["posterior"]["sigma_rel"].values.ravel())
