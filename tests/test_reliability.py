@@ -1330,7 +1330,7 @@ def test_the_student_t_default_prior_names_a_bad_nu():
 
 
 def test_a_diverging_vi_learning_rate_is_named_with_the_advice():
-    # PyMC's "NaN occurred in optimization" surfaced before the package's advice.
+    # The optimisation stops at the first NaN with the package's advice, not a bare NaN error.
     X, y = make_sinc(30, random_state=0, shuffle=False)
     est = RVR(
         gamma=1.0,
@@ -1343,8 +1343,7 @@ def test_a_diverging_vi_learning_rate_is_named_with_the_advice():
         r"Lower vi_kwargs\['learning_rate'\] \(for example to 100",
     ) as info:
         est.fit(X, y)
-    assert isinstance(info.value.__cause__, FloatingPointError)
-    assert "NaN occurred in optimization" in str(info.value.__cause__)
+    assert "the approximation's parameters" in str(info.value) or "the ELBO" in str(info.value)
 
 
 @pytest.mark.parametrize("n_samples", [0, -1, 1.5, "2", True, None])

@@ -43,7 +43,7 @@ from functools import cache, reduce, wraps
 
 import numpy as np
 
-__all__ = ["compile_nutpie", "with_initial_points", "with_model_data"]
+__all__ = ["LogDensity", "compile_nutpie", "log_density", "with_initial_points", "with_model_data"]
 
 #: Bumped when the generated callbacks change: old cache entries are then left unused.
 _CALLBACK_VERSION = 2
@@ -114,8 +114,9 @@ def _locked(fn):
     return locked
 
 
-def _initial_point_fn(model, overrides=None):
-    """PyMC's jittered initial-point function of ``model``, compiled at its first call.
+def _initial_point_fn(model, overrides=None, *, jitter: bool = True):
+    """PyMC's initial-point function of ``model`` (jittered unless ``jitter=False``), compiled
+    at its first call.
 
     Compiling it costs about 0.07 s, and the one that :func:`compile_nutpie` hands to nutpie is
     replaced by :func:`with_initial_points` before every run of :func:`sample_mcmc`.
@@ -130,7 +131,7 @@ def _initial_point_fn(model, overrides=None):
             fn = make_initial_point_fn(
                 model=model,
                 overrides=overrides,
-                jitter_rvs=set(model.free_RVs),
+                jitter_rvs=set(model.free_RVs) if jitter else set(),
                 return_transformed=True,
             )
             compiled.append(fn)
@@ -945,3 +946,123 @@ def with_model_data(compiled, model):
         if name in names and hasattr(var, "get_value")
     }
     return compiled.with_data(**values)
+
+
+# ---------------------------------------------------------------------------------------------
+# The compiled log density called from Python (variational inference)
+# ---------------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class LogDensity:
+    """The compiled model's log density, its gradient and the trace expansion, from Python.
+
+    What an optimiser in Python needs of the flat unconstrained point of :func:`compile_nutpie`
+    (no PyTensor graph is rewritten or compiled for it): ``logp(x, grad)`` returns the model's
+    joint log density with the transforms' Jacobian (``model.logp()``) at ``x`` and writes its
+    gradient into ``grad`` (both C-contiguous float64 of length ``n_dim``); ``expand(x)`` gives
+    every traced variable by name (the free values, the constrained variables, the
+    deterministics), and ``start(overrides)`` the model's initial point, not jittered, with
+    ``overrides`` by variable name.
+    """
+
+    n_dim: int
+    #: Names of the free value variables, in the flat point's order, with their shapes.
+    free_names: list
+    free_shapes: list
+    logp: object
+    expand: object
+    start: object
+
+
+def log_density(compiled, model) -> LogDensity:
+    """The :class:`LogDensity` of ``compiled`` (:func:`compile_nutpie`) on ``model``'s data.
+
+    The C callbacks are called through their ctypes entries with nutpie's user data (a few
+    microseconds a call); the function-based entry's PyTensor numba functions directly.
+    """
+    from nutpie.compile_pymc import CompiledPyMCModel, _rv_dict_to_flat_array_wrapper
+
+    names, shapes = compiled._rvm_free_names, compiled._rvm_free_shapes
+
+    def start(overrides=None) -> np.ndarray:
+        point_fn = _initial_point_fn(model, overrides, jitter=False)
+        return _rv_dict_to_flat_array_wrapper(point_fn, names=names, shapes=shapes)(0)
+
+    data = with_model_data(compiled, model)
+    callers = _cfunc_callers if isinstance(data, CompiledPyMCModel) else _pyfunc_callers
+    logp, expand = callers(data)
+    return LogDensity(
+        n_dim=int(data.n_dim),
+        free_names=list(names),
+        free_shapes=list(shapes),
+        logp=logp,
+        expand=expand,
+        start=start,
+    )
+
+
+def _cfunc_callers(compiled):
+    """``logp(x, grad)`` and ``expand(x)`` on the C callbacks of a :class:`CompiledPyMCModel`."""
+    import ctypes
+
+    address = ctypes.c_void_p
+    logp_c = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_uint64, address, address, address, address)(
+        compiled.compiled_logp_func.address
+    )
+    expand_c = ctypes.CFUNCTYPE(
+        ctypes.c_int64, ctypes.c_uint64, ctypes.c_uint64, address, address, address
+    )(compiled.compiled_expand_func.address)
+    # The user data holds the addresses of the arrays in shared_data: both live with the callers.
+    held = (compiled.user_data, compiled.shared_data)
+    user_data = compiled.user_data.ctypes.data
+    n_dim, n_expanded = int(compiled.n_dim), int(compiled.n_expanded)
+    names, slices, shapes = compiled.shape_info
+    value = np.zeros(1)
+
+    def logp(x: np.ndarray, grad: np.ndarray) -> float:
+        x = np.ascontiguousarray(x, dtype=np.float64)
+        if x.size != n_dim or grad.size != n_dim or not _writable_doubles(grad):
+            raise ValueError(f"logp takes two C-contiguous float64 arrays of {n_dim} numbers.")
+        code = logp_c(n_dim, x.ctypes.data, grad.ctypes.data, value.ctypes.data, user_data)
+        if code in (0, 3, 4):  # 3, 4: a non-finite gradient or density, written all the same
+            return float(value[0])
+        if code == 1:  # the graph raised (a failed check): no density here
+            grad[:] = np.nan
+            return np.nan
+        raise RuntimeError(f"the compiled log density failed (code {code}) on {n_dim} numbers")
+
+    def expand(x: np.ndarray) -> dict:
+        x = np.ascontiguousarray(x, dtype=np.float64)
+        if x.size != n_dim:
+            raise ValueError(f"expand takes {n_dim} numbers, got {x.size}.")
+        out = np.empty(n_expanded)
+        code = expand_c(n_dim, n_expanded, x.ctypes.data, out.ctypes.data, user_data)
+        if code:
+            raise RuntimeError(f"the compiled trace expansion failed (code {code})")
+        return {
+            name: out[slc].reshape(shape)
+            for name, slc, shape in zip(names, slices, shapes, strict=True)
+        }
+
+    logp.held = expand.held = held
+    return logp, expand
+
+
+def _writable_doubles(a: np.ndarray) -> bool:
+    return a.dtype == np.float64 and a.flags.c_contiguous and a.flags.writeable
+
+
+def _pyfunc_callers(compiled):
+    """``logp(x, grad)`` and ``expand(x)`` on the functions of nutpie's function-based entry."""
+    logp_fn = compiled._make_logp_func()
+    expand_fn = compiled._make_expand_func(0, 0, 0)
+    data = compiled._shared_data
+
+    def logp(x: np.ndarray, grad: np.ndarray) -> float:
+        value, gradient = logp_fn(x, **data)
+        grad[:] = gradient
+        return float(value)
+
+    def expand(x: np.ndarray) -> dict:
+        return expand_fn(x, **data)
+
+    return logp, expand

@@ -109,6 +109,27 @@ def _check_nuts(nuts) -> None:
         raise ValueError(f"nuts['target_accept'] must be a number in (0, 1), got {ta!r}.")
 
 
+def compiled_model(model):
+    """``compile_nutpie(model)``, reused within the process for a model of the same key.
+
+    Models built by :func:`rvm_regression_model` with the same settings and shapes give the same
+    compiled model (:func:`_nutpie_cache_key`); the result holds the data of the model that was
+    compiled: set the current model's with
+    :func:`bayes_rvm.inference.nutpie_backend.with_model_data`.
+    """
+    from bayes_rvm.inference.nutpie_backend import compile_nutpie
+
+    key = _nutpie_cache_key(model)
+    compiled = _NUTPIE_CACHE.get(key) if key is not None else None
+    if compiled is None:
+        compiled = compile_nutpie(model)
+        if key is not None:
+            if len(_NUTPIE_CACHE) >= _NUTPIE_CACHE_SIZE:
+                _NUTPIE_CACHE.pop(next(iter(_NUTPIE_CACHE)))
+            _NUTPIE_CACHE[key] = compiled
+    return compiled
+
+
 def _sample_nutpie_cached(model, *, draws, tune, chains, cores, seed, progressbar, initvals, nuts):
     """``pm.sample``'s nutpie branch, compiled through ``compile_nutpie``.
 
@@ -120,20 +141,9 @@ def _sample_nutpie_cached(model, *, draws, tune, chains, cores, seed, progressba
     import nutpie
     from pymc.backends.arviz import patch_nutpie_idata
 
-    from bayes_rvm.inference.nutpie_backend import (
-        compile_nutpie,
-        with_initial_points,
-        with_model_data,
-    )
+    from bayes_rvm.inference.nutpie_backend import with_initial_points, with_model_data
 
-    key = _nutpie_cache_key(model)
-    compiled = _NUTPIE_CACHE.get(key) if key is not None else None
-    if compiled is None:
-        compiled = compile_nutpie(model)
-        if key is not None:
-            if len(_NUTPIE_CACHE) >= _NUTPIE_CACHE_SIZE:
-                _NUTPIE_CACHE.pop(next(iter(_NUTPIE_CACHE)))
-            _NUTPIE_CACHE[key] = compiled
+    compiled = compiled_model(model)
     compiled = with_model_data(with_initial_points(compiled, model, initvals), model)
     nuts = dict(nuts or {})
     if "max_treedepth" in nuts:
