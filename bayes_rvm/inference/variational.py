@@ -62,8 +62,8 @@ functions; NLPD on 1000 held-out points), against NUTS (4 x 1000 draws) in the s
   average about 4 on 2 cores; ``pm.fit`` took 6.6 s there), a second fit in the process 0.8 s; the
   posterior sds of ``log alpha_rel`` a median 1.00 of MCMC's. In the R2-D2 prior's Gaussian
   coordinates each column's skewed ``log alpha`` is a transform of Gaussians, so the approximation
-  keeps its width and skew (notebook 10: sd ratio median 1.00, quartiles 0.96-1.03; median skewness
-  1.46 against MCMC's 1.43; largest Pareto k of the draws 0.44). Measured earlier in ``log alpha``
+  keeps its width and skew (notebook 10: sd ratio median 0.99, quartiles 0.97-1.02; median skewness
+  1.41 against MCMC's 1.43; largest Pareto k of the draws 0.48). Measured earlier in ``log alpha``
   (the half-Cauchy's coordinates): sds 0.93 of MCMC's (0.83-1.06), as the Gaussians cut the skewed
   marginals' long upper tails;
 - full-rank ADVI: no better predictions (NLPD 0.0015 above MCMC's after 11900 iterations at the
