@@ -178,7 +178,7 @@ def _autocov(x: np.ndarray) -> np.ndarray:
 
 def _ess(x: np.ndarray) -> np.ndarray:
     """ESS of each scalar of ``x`` (K, chain, draw), Geyer's initial monotone sequence."""
-    K, C, S = x.shape
+    _, C, S = x.shape
     acov = _autocov(x)
     mean_var = np.mean(acov[:, :, 0], axis=1) * S / (S - 1.0)
     var_plus = mean_var * (S - 1.0) / S
@@ -186,38 +186,12 @@ def _ess(x: np.ndarray) -> np.ndarray:
         var_plus = var_plus + np.var(np.mean(x, axis=2), axis=1, ddof=1)
     with np.errstate(divide="ignore", invalid="ignore"):
         rho = 1.0 - (mean_var[:, None] - np.mean(acov, axis=1)) / var_plus[:, None]
-    out = np.empty(K)
+    from bayes_rvm.inference.rank_kernels import geyer_tau
+
     total = C * S
-    for k in range(K):
-        out[k] = total / _tau(rho[k], S, total)
+    out = total / geyer_tau(np.ascontiguousarray(rho), total)
     constant = (x.max(axis=(1, 2)) - x.min(axis=(1, 2))) < np.finfo(float).resolution
     return np.where(constant, float(total), out)
-
-
-def _tau(rho_all: np.ndarray, S: int, total: int) -> float:
-    # ArviZ's loop, step for step, on one scalar's autocorrelations at every lag.
-    rho = np.zeros(S)
-    rho[0] = 1.0
-    even, odd = 1.0, float(rho_all[1])
-    rho[1] = odd
-    t = 1
-    while t < S - 3 and even + odd > 0.0:
-        even, odd = float(rho_all[t + 1]), float(rho_all[t + 2])
-        if even + odd >= 0:
-            rho[t + 1], rho[t + 2] = even, odd
-        t += 2
-    max_t = t - 2
-    if even > 0:
-        rho[max_t + 1] = even
-    t = 1
-    while t <= max_t - 2:
-        if rho[t + 1] + rho[t + 2] > rho[t - 1] + rho[t]:
-            rho[t + 1] = rho[t + 2] = (rho[t - 1] + rho[t]) / 2.0
-        t += 2
-    if np.isnan(rho).any():
-        return np.nan
-    tau = -1.0 + 2.0 * np.sum(rho[: max_t + 1]) + np.sum(rho[max_t + 1 : max_t + 2])
-    return max(tau, 1.0 / np.log10(total))
 
 
 def ess_bulk(x: np.ndarray) -> np.ndarray:

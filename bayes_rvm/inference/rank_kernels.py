@@ -1,4 +1,5 @@
-"""The normal scores of ranks, placed in one compiled pass per row (numba).
+"""Compiled kernels of the rank-normalised diagnostics (numba): the normal scores of ranks,
+placed in one pass per row, and Geyer's initial monotone sequence of the ESS.
 
 The rank-normalised R-hat and ESS (:mod:`bayes_rvm.inference.diagnostics`) turn each scalar's
 draws into the normal quantiles of their ranks. Given each row's sort order, NumPy needs a
@@ -17,7 +18,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-__all__ = ["place_scores"]
+__all__ = ["geyer_tau", "place_scores"]
 
 
 @numba.njit(cache=True, nogil=True)
@@ -64,3 +65,45 @@ def place_scores(x: np.ndarray, order: np.ndarray, scores: np.ndarray):
                 n_tied += j - i + 1
             i = j + 1
     return z, tied, n_tied
+
+
+@numba.njit(cache=True, nogil=True)
+def geyer_tau(rho_all: np.ndarray, total: int) -> np.ndarray:
+    """The integrated autocorrelation time of each row of ``rho_all`` (K, S), the chains'
+    combined autocorrelations at every lag: ArviZ's loop, step for step (Geyer's initial
+    positive and monotone sequences), floored at ``1 / log10(total)``; NaN where a used
+    autocorrelation is.
+
+    A Python loop per scalar cost 0.7 s of the diagnostics on the full basis at N = 1000
+    (3006 scalars), holding the GIL that the diagnostics' threads share.
+    """
+    K, S = rho_all.shape
+    out = np.empty(K)
+    rho = np.empty(S)
+    floor = 1.0 / np.log10(total)
+    for k in range(K):
+        r = rho_all[k]
+        rho[:] = 0.0
+        rho[0] = 1.0
+        even, odd = 1.0, r[1]
+        rho[1] = odd
+        t = 1
+        while t < S - 3 and even + odd > 0.0:
+            even, odd = r[t + 1], r[t + 2]
+            if even + odd >= 0:
+                rho[t + 1], rho[t + 2] = even, odd
+            t += 2
+        max_t = t - 2
+        if even > 0:
+            rho[max_t + 1] = even
+        t = 1
+        while t <= max_t - 2:
+            if rho[t + 1] + rho[t + 2] > rho[t - 1] + rho[t]:
+                rho[t + 1] = rho[t + 2] = (rho[t - 1] + rho[t]) / 2.0
+            t += 2
+        if np.isnan(rho).any():
+            out[k] = np.nan
+            continue
+        tau = -1.0 + 2.0 * np.sum(rho[: max_t + 1]) + np.sum(rho[max_t + 1 : max_t + 2])
+        out[k] = max(tau, floor)
+    return out
