@@ -263,6 +263,23 @@ def test_the_compiled_graphs_do_not_depend_on_the_data_shape(name):
     assert keys == _graph_keys(_graph_of(name, 37, 11))
 
 
+@pytest.mark.parametrize(
+    "name", "marginal lowrank outputs statistics bernoulli softmax poisson joint width".split()
+)
+def test_the_layout_reads_the_shapes_nutpie_computes(name):
+    # The shapes come from the variables' dims where every traced variable has them (no
+    # PyTensor function compiled); nutpie's own computation is the truth, and where the dims do
+    # not settle a shape (a transform that may change it) it is what the layout uses.
+    from nutpie.compile_pymc import _compute_shapes
+
+    model = _graph_of(name, 30, 8)
+    truth = {k: tuple(int(n) for n in v) for k, v in _compute_shapes(model).items()}
+    shapes = _nutpie._dims_shapes(model)
+    assert shapes is None or shapes == truth
+    if name in ("marginal", "lowrank", "outputs", "bernoulli"):
+        assert shapes == truth
+
+
 @pytest.mark.slow
 def test_a_new_data_shape_compiles_nothing(tmp_path):
     # Cold compile caches of the test's own: the first process compiles (and says so on PyMC's

@@ -157,49 +157,57 @@ def log_evidence_numba(log_alpha, log_beta, Phi, Y, gram):  # pragma: no cover -
     return np.asarray(logp), out_ga, np.asarray(g_beta), out_gY
 
 
+@numba.njit(cache=True, nogil=True)
+def _scaled_transpose(VS, scale):  # pragma: no cover - numba
+    """``H = (V S)^T`` with column ``i`` times ``scale[i]`` (r, M): the rows every O(M r^2) loop
+    runs along, contiguous, in one pass over ``V S`` (which nutpie hands over as (M, r))."""
+    M, r = VS.shape
+    H = np.empty((r, M))
+    for i in range(M):
+        vi = VS[i]
+        si = scale[i]
+        for a in range(r):
+            H[a, i] = si * vi[a]
+    return H
+
+
 @numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
-def _equilibrated_cholesky(GT, ainv, beta):  # pragma: no cover - numba
-    """``K = beta^-1 I + G^T A^-1 G`` from the rows of ``G^T``: the Cholesky factor ``L`` of
-    ``K`` equilibrated by its diagonal (``D^-1 K D^-1 = L L^T``), ``dinv = 1 / sqrt(diag K)``
-    and ``log|K|``; ``log|K| = inf`` where ``K`` is not numerically positive definite."""
-    r, M = GT.shape
-    GA = np.empty((r, M))
-    for a in range(r):
-        ga = GA[a]
-        gt = GT[a]
-        for i in range(M):
-            ga[i] = gt[i] * ainv[i]
+def _equilibrated_cholesky(H, beta):  # pragma: no cover - numba
+    """``K = beta^-1 I + H H^T`` (``H = G^T A^-1/2``): the Cholesky factor ``L`` of ``K``
+    equilibrated by its diagonal (``D^-1 K D^-1 = L L^T``), ``dinv = 1 / sqrt(diag K)`` and
+    ``log|K|``; ``log|K| = inf`` where ``K`` is not numerically positive definite."""
+    r, M = H.shape
     # Lower triangle, as dot products of contiguous rows, four at a time (rows a, a + 1 against
     # b, b + 1): one dot product at a time waits on its own sum (an FMA's latency) and loads two
     # values per multiply-add; four independent sums from four rows take 1.5-2x less time.
     K = np.empty((r, r))
     for a in range(0, r - 1, 2):
-        ga0 = GA[a]
-        ga1 = GA[a + 1]
+        ha0 = H[a]
+        ha1 = H[a + 1]
         for b in range(0, a + 1, 2):
-            gb0 = GT[b]
-            gb1 = GT[b + 1]
+            hb0 = H[b]
+            hb1 = H[b + 1]
             s00 = 0.0
             s01 = 0.0
             s10 = 0.0
             s11 = 0.0
             for i in range(M):
-                s00 += ga0[i] * gb0[i]
-                s01 += ga0[i] * gb1[i]
-                s10 += ga1[i] * gb0[i]
-                s11 += ga1[i] * gb1[i]
+                s00 += ha0[i] * hb0[i]
+                s01 += ha0[i] * hb1[i]
+                s10 += ha1[i] * hb0[i]
+                s11 += ha1[i] * hb1[i]
             K[a, b] = s00
             K[a + 1, b] = s10
             K[a + 1, b + 1] = s11
             if b < a:
                 K[a, b + 1] = s01
     if r % 2:  # the last row of an odd rank
-        ga = GA[r - 1]
+        ha = H[r - 1]
         for b in range(r):
-            gb = GT[b]
+            hb = H[b]
             s = 0.0
             for i in range(M):
-                s += ga[i] * gb[i]
+                s += ha[i] * hb[i]
             K[r - 1, b] = s
     dinv = np.empty(r)
     log_det = 0.0
@@ -225,34 +233,32 @@ def _equilibrated_cholesky(GT, ainv, beta):  # pragma: no cover - numba
     return L, dinv, log_det
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
 def _whitener(L, dinv):  # pragma: no cover - numba
-    """``B = L^-1 D^-1`` (lower triangular, ``K^-1 = B^T B``) and ``tr(K^-1) = ||B||_F^2``
-    (r^3 / 6, small)."""
+    """``B = L^-1 D^-1`` (lower triangular, ``K^-1 = B^T B``) and ``tr(K^-1) = ||B||_F^2``,
+    from the rows of ``L^-1`` (:func:`_lower_inverse`, contiguous inner loops)."""
     r = L.shape[0]
-    B = np.zeros((r, r))
-    for j in range(r):
-        B[j, j] = 1.0 / L[j, j]
-        for i in range(j + 1, r):
-            s = 0.0
-            for k in range(j, i):
-                s -= L[i, k] * B[k, j]
-            B[i, j] = s / L[i, i]
+    ldinv = np.empty(r)
+    for k in range(r):
+        ldinv[k] = 1.0 / L[k, k]
+    B, sd = _lower_inverse(L, ldinv)
     tr_kinv = 0.0
+    for k in range(r):
+        tr_kinv += sd[k] * dinv[k] * dinv[k]
     for i in range(r):
+        Bi = B[i]
         for k in range(i + 1):
-            B[i, k] *= dinv[k]
-            tr_kinv += B[i, k] * B[i, k]
+            Bi[k] *= dinv[k]
     return B, tr_kinv
 
 
 @numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
-def _column_norms(B, GT):  # pragma: no cover - numba
-    """``||(B G^T)[:, i]||^2`` for each column ``i`` (``g_i^T K^-1 g_i``), ``B`` lower
-    triangular: each row of ``B G^T`` summed from four rows of ``G^T`` a pass, so that the row
+def _column_norms(B, H):  # pragma: no cover - numba
+    """``||(B H)[:, i]||^2`` for each column ``i`` (``h_i^T K^-1 h_i``), ``B`` lower
+    triangular: each row of ``B H`` summed from four rows of ``H`` a pass, so that the row
     is loaded and stored once per four multiply-adds (one at a time, a forward substitution,
     was bound by those loads and stores)."""
-    r, M = GT.shape
+    r, M = H.shape
     out = np.zeros(M)
     acc = np.empty(M)
     for a in range(r):
@@ -261,13 +267,13 @@ def _column_norms(B, GT):  # pragma: no cover - numba
         k = 0
         while k + 3 <= a:
             c0, c1, c2, c3 = Ba[k], Ba[k + 1], Ba[k + 2], Ba[k + 3]
-            g0, g1, g2, g3 = GT[k], GT[k + 1], GT[k + 2], GT[k + 3]
+            g0, g1, g2, g3 = H[k], H[k + 1], H[k + 2], H[k + 3]
             for i in range(M):
                 acc[i] += c0 * g0[i] + c1 * g1[i] + c2 * g2[i] + c3 * g3[i]
             k += 4
         while k <= a:
             c0 = Ba[k]
-            g0 = GT[k]
+            g0 = H[k]
             for i in range(M):
                 acc[i] += c0 * g0[i]
             k += 1
@@ -277,25 +283,28 @@ def _column_norms(B, GT):  # pragma: no cover - numba
 
 
 @numba.njit(cache=True, nogil=True)
-def _solve_equilibrated(L, dinv, Z):  # pragma: no cover - numba
-    """``K^-1 Z`` by two triangular solves with the equilibrated factor."""
-    r, D = Z.shape
-    Q = np.empty((r, D))
-    v = np.empty(r)
+def _solve_equilibrated(L, dinv, Zt):  # pragma: no cover - numba
+    """``(K^-1 Z)^T`` from ``Zt = Z^T`` (D, r) by two triangular solves with the equilibrated
+    factor."""
+    D, r = Zt.shape
+    Qt = np.empty((D, r))
     for c in range(D):
+        v = Qt[c]
+        z = Zt[c]
         for i in range(r):
-            s = Z[i, c] * dinv[i]
+            Li = L[i]
+            s = z[i] * dinv[i]
             for k in range(i):
-                s -= L[i, k] * v[k]
-            v[i] = s / L[i, i]
+                s -= Li[k] * v[k]
+            v[i] = s / Li[i]
         for i in range(r - 1, -1, -1):
             s = v[i]
             for k in range(i + 1, r):
                 s -= L[k, i] * v[k]
             v[i] = s / L[i, i]
         for i in range(r):
-            Q[i, c] = v[i] * dinv[i]
-    return Q
+            v[i] *= dinv[i]
+    return Qt
 
 
 @numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
@@ -312,66 +321,82 @@ def lowrank_log_evidence_and_grad(log_alpha, log_beta, U, Y, VS):  # pragma: no 
         d/dlog beta    = (D (N - r) + D tr(K^-1) / beta - beta ||T - U Z||^2 - ||Q||^2 / beta) / 2
         d/dT           = -(beta (T - U Z) + U Q)
 
-    The O(M r^2) work is two passes along contiguous rows of ``G^T``: the lower triangle of
-    ``K`` and ``W = L^-1 D^-1 G^T`` (``L`` the Cholesky factor of ``K`` equilibrated by its
-    diagonal ``D``), whose column norms are ``g_i^T K^-1 g_i``, summed row by row without
-    storing ``W``; neither ``K^-1`` nor ``G K^-1`` is formed.
+    The O(M r^2) work is two passes along the contiguous rows of ``H = G^T A^-1/2`` (so that
+    ``K = beta^-1 I + H H^T`` and ``d/dlog alpha_i = (D h_i^T K^-1 h_i - ||(H^T Q)_i||^2) / 2``):
+    the lower triangle of ``K`` and ``W = L^-1 D^-1 H`` (``L`` the Cholesky factor of ``K``
+    equilibrated by its diagonal ``D``), whose column norms are ``h_i^T K^-1 h_i``, summed row by
+    row without storing ``W``; neither ``K^-1`` nor ``G K^-1`` is formed. The O(N r) work is two
+    passes over the rows of ``U`` with no temporaries.
     """
     N, r = U.shape
     M = VS.shape[0]
     D = Y.shape[1]
     lb = np.asarray(log_beta).item()
     beta = np.exp(lb)
-    ainv = np.exp(-log_alpha)
+    scale = np.exp(-0.5 * log_alpha)  # alpha_i^-1/2
     out_ga = np.zeros(M)
     out_gY = np.zeros((N, D))
     ok = np.isfinite(beta) and beta > 0.0
     for i in range(M):
-        if not (np.isfinite(ainv[i]) and ainv[i] > 0.0 and np.isfinite(log_alpha[i])):
+        ainv = scale[i] * scale[i]
+        if not (np.isfinite(ainv) and ainv > 0.0 and np.isfinite(log_alpha[i])):
             ok = False
     if not ok:
         return np.asarray(-np.inf), out_ga, np.asarray(0.0), out_gY
-    # GT = (V S)^T, rows contiguous: every O(M r^2) loop below runs along a contiguous row.
-    GT = np.ascontiguousarray(VS.T)
-    Uc = np.ascontiguousarray(U)
-    Yc = np.ascontiguousarray(Y)
-    L, dinv, log_det = _equilibrated_cholesky(GT, ainv, beta)
+    H = _scaled_transpose(VS, scale)
+    L, dinv, log_det = _equilibrated_cholesky(H, beta)
     if log_det == np.inf:
         return np.asarray(-np.inf), out_ga, np.asarray(0.0), out_gY
-    # g_i^T K^-1 g_i = ||B g_i||^2 with B = L^-1 D^-1, along contiguous rows of G^T.
+    # h_i^T K^-1 h_i = ||B h_i||^2 with B = L^-1 D^-1, along contiguous rows of H.
     B, tr_kinv = _whitener(L, dinv)
-    gkg = _column_norms(B, GT)
-    # Z = U^T T, Q = K^-1 Z by two triangular solves, R = T - U Z.
-    Z = Uc.T @ Yc
-    Q = _solve_equilibrated(L, dinv, Z)
-    R = Yc - Uc @ Z
-    sse = _sum_squares(R)
+    hkh = _column_norms(B, H)
+    # Z = U^T T (kept as Z^T, one output a row), Q = K^-1 Z by two triangular solves.
+    Zt = np.zeros((D, r))
+    for n in range(N):
+        un = U[n]
+        for c in range(D):
+            t = Y[n, c]
+            z = Zt[c]
+            for k in range(r):
+                z[k] += un[k] * t
+    Qt = _solve_equilibrated(L, dinv, Zt)
     quad = 0.0
     q2 = 0.0
-    for k in range(r):
-        for c in range(D):
-            quad += Z[k, c] * Q[k, c]
-            q2 += Q[k, c] * Q[k, c]
-    # (G Q)_i for each output, along contiguous rows of G^T.
-    gq2 = np.zeros(M)
-    gq = np.empty(M)
     for c in range(D):
-        gq[:] = 0.0
         for k in range(r):
-            qk = Q[k, c]
-            gt = GT[k]
+            quad += Zt[c, k] * Qt[c, k]
+            q2 += Qt[c, k] * Qt[c, k]
+    # R = T - U Z, its sum of squares and d/dT, a row at a time.
+    sse = 0.0
+    for n in range(N):
+        un = U[n]
+        for c in range(D):
+            z = Zt[c]
+            q = Qt[c]
+            uz = 0.0
+            uq = 0.0
+            for k in range(r):
+                uz += un[k] * z[k]
+                uq += un[k] * q[k]
+            res = Y[n, c] - uz
+            sse += res * res
+            out_gY[n, c] = -(beta * res + uq)
+    # (H^T Q)_i for each output, along contiguous rows of H.
+    hq2 = np.zeros(M)
+    hq = np.empty(M)
+    for c in range(D):
+        hq[:] = 0.0
+        for k in range(r):
+            qk = Qt[c, k]
+            hk = H[k]
             for i in range(M):
-                gq[i] += gt[i] * qk
+                hq[i] += hk[i] * qk
         for i in range(M):
-            gq2[i] += gq[i] * gq[i]
+            hq2[i] += hq[i] * hq[i]
     for i in range(M):
-        out_ga[i] = 0.5 * ainv[i] * (D * gkg[i] - gq2[i])
+        out_ga[i] = 0.5 * (D * hkh[i] - hq2[i])
     logp = -0.5 * (D * (N * LOG_2PI - (N - r) * lb + log_det) + beta * sse + quad)
     g_beta = 0.5 * (D * (N - r) + D * tr_kinv / beta - beta * sse - q2 / beta)
-    UQ = Uc @ Q
-    for n in range(N):
-        for c in range(D):
-            out_gY[n, c] = -(beta * R[n, c] + UQ[n, c])
     if not np.isfinite(logp):
         return np.asarray(-np.inf), np.zeros(M), np.asarray(0.0), np.zeros((N, D))
     return np.asarray(logp), out_ga, np.asarray(g_beta), out_gY
