@@ -13,6 +13,7 @@ from scipy import stats
 from threadpoolctl import threadpool_limits
 
 from bayes_rvm.models.marginal import (
+    RANK_RTOL,
     draw_weights_lowrank,
     log_evidence_and_grad,
     lowrank_log_evidence_and_grad,
@@ -158,12 +159,12 @@ def _lowrank_problem(N=30, M=31, rank=6, D=2, seed=1):
     return Phi, Y, log_alpha, log_beta
 
 
-def _sinc_design(n=100):
+def _sinc_design(n=100, gamma=1.0 / 9.0):
     from bayes_rvm.basis.kernels import KernelBasis
     from bayes_rvm.datasets import make_sinc
 
     X, y = make_sinc(n, random_state=0, shuffle=False)
-    Phi = KernelBasis("rbf", gamma=1.0 / 9.0).fit(X).transform(X)
+    Phi = KernelBasis("rbf", gamma=gamma).fit(X).transform(X)
     return Phi / np.linalg.norm(Phi, axis=0), (y / np.sqrt(np.mean(y**2)))[:, None]
 
 
@@ -175,6 +176,43 @@ def test_thin_svd_rank_and_reconstruction():
     np.testing.assert_allclose(U @ VS.T, Phi, atol=1e-12)
     # the figure: sinc's RBF design is numerically of rank 25
     assert thin_svd(_sinc_design(100)[0])[0].shape[1] == 25
+
+
+@pytest.mark.parametrize(("n", "gamma", "ranges"), [(400, 1.0 / 9.0, 1), (1000, 1.0, 2)])
+def test_thin_svd_of_a_large_design_sketches_the_same_decomposition(n, gamma, ranges, monkeypatch):
+    # From 256 rows and columns the range is sketched (at the narrow width a second, larger
+    # range holds the rank of 67); the full SVD is the truth: the same rank, the same design to
+    # far below the cut, the same density and gradient.
+    from bayes_rvm.models.marginal import lowrank
+
+    Phi, Y = _sinc_design(n, gamma)
+    calls, sketch = [], lowrank.range_sketch
+    monkeypatch.setattr(lowrank, "range_sketch", lambda A, l: calls.append(l) or sketch(A, l))
+    U, VS = thin_svd(Phi)
+    assert len(calls) == ranges
+    _, s, _ = np.linalg.svd(Phi)
+    assert U.shape[1] == np.sum(s > RANK_RTOL * s[0])
+    np.testing.assert_allclose(U.T @ U, np.eye(U.shape[1]), atol=1e-12)
+    assert np.linalg.norm(Phi - U @ VS.T, 2) <= 1.01 * RANK_RTOL * s[0] + s[U.shape[1]]
+    la, lb = np.random.default_rng(0).normal(2.0, 4.0, Phi.shape[1]), 3.0
+    ref = log_evidence_and_grad(la, lb, Phi, Y)
+    low = lowrank_log_evidence_and_grad(la, np.asarray(lb), U, Y, VS)
+    assert abs(float(low[0]) - ref[0]) < 1e-8
+    np.testing.assert_allclose(low[1], ref[1], atol=1e-8)
+
+
+def test_thin_svd_decomposes_a_high_rank_design_in_full():
+    # A 2-D rbf design of rank about 250 of 400: the first range's decay puts the cut beyond
+    # any range worth sketching, and the result is the full SVD's.
+    from bayes_rvm.basis.kernels import KernelBasis
+
+    X = np.random.default_rng(0).uniform(-3, 3, (400, 2))
+    Phi = KernelBasis("rbf", gamma=0.5).fit(X).transform(X)
+    U, VS = thin_svd(Phi)
+    U_full, s, Vt = np.linalg.svd(Phi, full_matrices=False)
+    r = int(np.sum(s > RANK_RTOL * s[0]))
+    assert U.shape[1] == r > 100
+    np.testing.assert_allclose(U @ VS.T, (U_full[:, :r] * s[:r]) @ Vt[:r], atol=1e-12)
 
 
 @pytest.mark.parametrize("mode", ["FAST_RUN", "NUMBA"])

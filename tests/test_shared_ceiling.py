@@ -18,7 +18,7 @@ from sklearn.metrics.pairwise import rbf_kernel
 from bayes_rvm.datasets import make_sinc
 from bayes_rvm.evidence import fit_sequential
 from bayes_rvm.evidence import sequential as seq_module
-from bayes_rvm.evidence import shared_ceiling as ceiling_module
+from bayes_rvm.evidence import shared as shared_module
 from bayes_rvm.evidence.shared_ceiling import shared_evidence_ceiling
 from bayes_rvm.evidence.width import shared_evidence
 
@@ -126,8 +126,8 @@ def test_residual_in_row_blocks_is_the_dense_residual(monkeypatch):
     B = Q.T @ Phi
     dense = float(np.sum((Phi - Q @ B) ** 2))
     for rows in (7, 50, 128):
-        monkeypatch.setattr(ceiling_module, "_BLOCK_ROWS", rows)
-        assert ceiling_module._residual(Phi, Q, B) == pytest.approx(dense, rel=1e-13)
+        monkeypatch.setattr(shared_module, "_BLOCK_ROWS", rows)
+        assert shared_module._residual(Phi, Q, B) == pytest.approx(dense, rel=1e-13)
 
 
 def test_the_collapse_still_restarts_from_the_exact_bound(monkeypatch):

@@ -44,13 +44,12 @@ make_regression problems at rbf widths down to gamma = 5e-4) is far inside the r
 
 from __future__ import annotations
 
-import functools
 import math
 
 import numpy as np
 from scipy import linalg
 
-from bayes_rvm.evidence.shared import RANK_TOL
+from bayes_rvm.evidence.shared import RANK_TOL, range_sketch
 
 __all__ = ["CEILING_RANK", "shared_evidence_ceiling"]
 
@@ -65,10 +64,6 @@ _RHO_PER_DECADE = 4
 _REFINE = 16
 _REFINE_ROUNDS = 4
 _REFINE_MOST = 16
-#: Rows per block of the residual ``Phi - Q B``: its temporary (this many rows of k) stays in
-#: cache while it is formed, subtracted and summed. Blocks of 2048 rows, a fresh 4 MB at k = 500,
-#: made the residual twice the cost of the two products of the range finder.
-_BLOCK_ROWS = 128
 #: The range holds the spectrum above the rank cut when ``delta`` is below this fraction of it.
 _CAPTURED = 1e-6
 #: The second range, where the first missed part of that spectrum: this many times the columns.
@@ -128,11 +123,7 @@ class _Sketch:
     and the Ritz values ``s`` (descending) and vectors ``U`` (in the coordinates of ``Q``)."""
 
     def __init__(self, Phi: np.ndarray, l: int):
-        self.Q = linalg.qr(
-            Phi @ _test_matrix(Phi.shape[1], l), mode="economic", check_finite=False
-        )[0]
-        B = self.Q.T @ Phi
-        self.delta = _residual(Phi, self.Q, B)
+        self.Q, B, self.delta = range_sketch(Phi, l)
         # Ritz pairs from the l x l matrix B B^T (an SVD of B costs more at l = 32): exact for
         # one within l u s_max of it, which ``gram_error`` covers.
         s, U = linalg.eigh(B @ B.T, check_finite=False)
@@ -206,27 +197,6 @@ class _Sketch:
         outside = np.sqrt(np.maximum(tt_d - inside, 0.0))
         left = np.maximum(math.sqrt(1.0 - sin * sin) * outside - sin * np.sqrt(inside), 0.0)
         return float(np.sum(left**2))
-
-
-@functools.lru_cache(maxsize=4)
-def _test_matrix(k: int, l: int) -> np.ndarray:
-    """The range finder's Gaussian test matrix, ``(k, l)``: fixed, so drawn once per shape."""
-    omega = np.random.default_rng(0).standard_normal((k, l))
-    omega.flags.writeable = False
-    return omega
-
-
-def _residual(Phi: np.ndarray, Q: np.ndarray, B: np.ndarray) -> float:
-    """``||Phi - Q B||_F^2``, a block of rows at a time."""
-    total = 0.0
-    buf = np.empty((min(_BLOCK_ROWS, Phi.shape[0]), Phi.shape[1]))
-    for start in range(0, Phi.shape[0], _BLOCK_ROWS):
-        rows = slice(start, start + _BLOCK_ROWS)
-        out = buf[: Phi[rows].shape[0]]
-        np.matmul(Q[rows], B, out=out)
-        out -= Phi[rows]
-        total += float(np.vdot(out, out))
-    return total
 
 
 class _Intervals:
