@@ -183,11 +183,11 @@ def test_thin_svd_of_a_large_design_sketches_the_same_decomposition(n, gamma, ra
     # From 256 rows and columns the range is sketched (at the narrow width a second, larger
     # range holds the rank of 67); the full SVD is the truth: the same rank, the same design to
     # far below the cut, the same density and gradient.
-    from bayes_rvm.models.marginal import lowrank
+    from bayes_rvm.evidence import shared
 
     Phi, Y = _sinc_design(n, gamma)
-    calls, sketch = [], lowrank.range_sketch
-    monkeypatch.setattr(lowrank, "range_sketch", lambda A, l: calls.append(l) or sketch(A, l))
+    calls, sketch = [], shared.range_sketch
+    monkeypatch.setattr(shared, "range_sketch", lambda A, l: calls.append(l) or sketch(A, l))
     U, VS = thin_svd(Phi)
     assert len(calls) == ranges
     _, s, _ = np.linalg.svd(Phi)

@@ -166,3 +166,35 @@ def test_principal_axes_are_the_full_decompositions_above_the_rank_cut():
         )
     s, U = principal_axes(np.zeros((5, 5)))
     assert s.shape == (0,) and U.shape == (5, 0)
+
+
+@pytest.mark.parametrize(("gamma", "sketched"), [(0.01, True), (1.0 / 9.0, True), (25.0, False)])
+def test_principal_coordinates_of_a_large_design_are_the_svds(gamma, sketched, monkeypatch):
+    """From 256 rows and columns the coordinates come from a sketched range where it holds the
+    spectrum (wide and medium rbf widths on sinc), else from the Gram matrix (a narrow width,
+    whose rank is beyond the sketch); an SVD of the design is the truth: the same eigenvalues,
+    and the same shared evidence to far below what the Gram matrix's rounding moves it."""
+    from scipy import linalg
+
+    from bayes_rvm.evidence import shared
+    from bayes_rvm.evidence.shared import RANK_TOL, principal_coordinates
+
+    X, y = make_sinc(600, noise=0.1, random_state=0)
+    Phi = rbf_kernel(X, X, gamma=gamma)
+    Phi /= np.linalg.norm(Phi, axis=0)
+    U, s, _ = linalg.svd(Phi, full_matrices=False)
+    keep = s * s > RANK_TOL * s[0] ** 2
+    used = []
+    sketch = shared.sketched_svd
+    monkeypatch.setattr(shared, "sketched_svd", lambda *a: used.append(sketch(*a)) or used[-1])
+    Z = principal_coordinates(Phi)
+    assert (used[0] is not None) == sketched
+    np.testing.assert_allclose(
+        np.sort(np.einsum("ij,ij->j", Z, Z))[::-1], s[keep] ** 2, rtol=0, atol=1e-14 * s[0] ** 2
+    )
+    truth = shared._shared_on_spectrum(
+        s[keep] ** 2, ((U[:, keep].T @ y) ** 2), float(y @ y), (600, 1), None, 1000, 1e-10
+    )
+    assert shared.shared_evidence(Phi, y).log_evidence == pytest.approx(
+        truth.log_evidence, abs=1e-8 if sketched else 1e-2
+    )

@@ -34,10 +34,20 @@ __all__ = [
     "shared_evidence",
     "shared_evidence_design_gradient",
     "shared_evidence_gram",
+    "sketched_svd",
 ]
 
 #: Eigenvalues of the Gram matrix below this fraction of the largest are taken as zero.
 RANK_TOL = 1e-12
+#: :func:`sketched_svd` sketches designs at least this large in both dimensions (a full
+#: decomposition of a smaller one takes milliseconds), with this many columns first.
+SKETCH_MIN_SIZE = 256
+_SKETCH_COLUMNS = 48
+#: :func:`principal_coordinates` accepts a sketched range whose residual's norm is at most this
+#: fraction of the cut's singular value.
+_SKETCH_RESIDUAL = 1e-7
+#: A range whose smallest singular value is below this fraction of the cut is not grown.
+_SKETCH_TAIL = 1e-6
 #: Rows per block of the residual ``Phi - Q B``: its temporary (this many rows of k) stays in
 #: cache while it is formed, subtracted and summed. Blocks of 2048 rows, a fresh 4 MB at k = 500,
 #: made the residual twice the cost of the two products of the range finder.
@@ -238,7 +248,16 @@ def principal_axes(G: np.ndarray, rank_tol: float = RANK_TOL) -> tuple[np.ndarra
 
 def principal_coordinates(Phi: np.ndarray, rank_tol: float = RANK_TOL) -> np.ndarray:
     """``U_r diag(sqrt(s_r))``: the design in the coordinates of its r principal axes whose
-    eigenvalues exceed ``rank_tol`` times the largest."""
+    eigenvalues exceed ``rank_tol`` times the largest.
+
+    On a large design, from a sketched range (:func:`sketched_svd`) where its measured residual
+    is a thousandth of the cut's singular value or less: the Ritz values then agree with a full
+    decomposition's to its own rounding (sinc N = 1000: 15 ms instead of 0.12 s).
+    """
+    found = sketched_svd(Phi, math.sqrt(rank_tol), _SKETCH_RESIDUAL)
+    if found is not None:
+        U, s, _ = found
+        return U * s
     N, M = Phi.shape
     if M >= N:
         s, U = principal_axes(Phi @ Phi.T, rank_tol)
@@ -291,3 +310,40 @@ def _residual(Phi: np.ndarray, Q: np.ndarray, B: np.ndarray) -> float:
         out -= Phi[rows]
         total += float(np.vdot(out, out))
     return total
+
+
+def sketched_svd(
+    Phi: np.ndarray, rtol: float, residual: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The singular triplets of ``Phi`` above ``rtol`` times the largest, from a sketched range.
+
+    ``Phi = Q B + R`` (:func:`range_sketch`); where ``||R||_F <= residual * rtol * s_max``, every
+    singular value above the cut lies in the range and the SVD of the ``l x M`` matrix ``B``
+    gives them within ``||R||_F``. Where the range was too small (its smallest value still a
+    millionth of the cut or more: the spectrum decays there), once more with a larger one,
+    sized by the geometric decay of the values found, extrapolated to the cut. None (decompose
+    in full) below :data:`SKETCH_MIN_SIZE` rows or columns, where the cut lies beyond a quarter
+    of them (the sketch would cost about as much), or where what the range leaves out is a flat
+    tail far below the cut.
+
+    Returns
+    -------
+    (U, s, Vt) or None
+        ``U`` (N, r), ``s`` (r,) descending, ``Vt`` (r, M).
+    """
+    if min(Phi.shape) < SKETCH_MIN_SIZE:
+        return None
+    l = _SKETCH_COLUMNS
+    for _ in range(2):
+        if l > min(Phi.shape) // 4:
+            return None
+        Q, B, delta = range_sketch(Phi, l)
+        U, s, Vt = linalg.svd(B, full_matrices=False, lapack_driver="gesdd", check_finite=False)
+        if math.sqrt(delta) <= residual * rtol * s[0]:
+            r = max(int(np.sum(s > rtol * s[0])), 1)
+            return Q @ U[:, :r], s[:r], Vt[:r]
+        if not s[-1] > _SKETCH_TAIL * rtol * s[0]:
+            return None
+        decay = math.log(s[-1] / s[0]) / (s.size - 1)
+        l = max(2 * l, int(1.5 * math.log(rtol) / decay) + 16) if decay < 0 else math.inf
+    return None

@@ -23,12 +23,10 @@ sqrt(M)``).
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 from scipy import linalg
 
-from bayes_rvm.evidence.shared import range_sketch
+from bayes_rvm.evidence.shared import sketched_svd
 from bayes_rvm.families import LOG_2PI
 from bayes_rvm.models.marginal.numba_kernels import cholesky_inverse_batched
 
@@ -43,12 +41,8 @@ __all__ = [
 
 #: Singular values below this fraction of the largest one are dropped.
 RANK_RTOL = 1e-10
-#: :func:`thin_svd` sketches the range of designs at least this large in both dimensions (a full
-#: SVD of a smaller one takes milliseconds), with this many columns first (four times as many
-#: while the residual is above the cut), accepting a range whose residual's Frobenius norm is
-#: below this fraction of the cut.
-_SKETCH_MIN_SIZE = 256
-_SKETCH_COLUMNS = 48
+#: :func:`thin_svd` accepts a sketched range whose residual's norm is at most this fraction of the
+#: cut (:func:`~bayes_rvm.evidence.shared.sketched_svd`).
 _SKETCH_RESIDUAL = 0.01
 #: The low-rank form is chosen automatically when rank <= this fraction of the basis size.
 LOWRANK_MAX_FRACTION = 0.5
@@ -75,21 +69,12 @@ def thin_svd(Phi: np.ndarray, rtol: float = RANK_RTOL) -> tuple[np.ndarray, np.n
         raise ValueError(f"Phi must be a non-empty 2-D array, got shape {Phi.shape}.")
     if not np.all(np.isfinite(Phi)):
         raise ValueError("Phi must be finite.")
-    # A randomized range of l columns holds every singular value above the cut when what it
-    # leaves out, measured, is far below the cut; then the SVD of its l x M projection gives
-    # them (within that residual). At N = M = 1000 (rank 25) that is 10 ms instead of 0.4 s.
-    l = _SKETCH_COLUMNS
-    while min(Phi.shape) >= _SKETCH_MIN_SIZE and l <= min(Phi.shape) // 4:
-        Q, B, delta = range_sketch(Phi, l)
-        U, s, Vt = linalg.svd(B, full_matrices=False, lapack_driver="gesdd", check_finite=False)
-        if math.sqrt(delta) <= _SKETCH_RESIDUAL * rtol * s[0]:
-            r = max(int(np.sum(s > rtol * s[0])), 1)
-            return np.ascontiguousarray(Q @ U[:, :r]), np.ascontiguousarray(Vt[:r].T * s[:r])
-        # The values' geometric decay, extrapolated to the cut, sizes the next range; a rank
-        # beyond the largest range worth sketching (a quarter of the design) is decomposed in
-        # full at once.
-        decay = math.log(max(s[-1], np.finfo(float).tiny) / s[0]) / (s.size - 1)
-        l = max(2 * l, int(1.5 * math.log(rtol) / decay) + 16) if decay < 0 else math.inf
+    # Where a sketched range holds every singular value above the cut, the SVD of its small
+    # projection gives them: sinc N = M = 1000 (rank 25) in 15 ms instead of 0.35 s.
+    found = sketched_svd(Phi, rtol, _SKETCH_RESIDUAL)
+    if found is not None:
+        U, s, Vt = found
+        return np.ascontiguousarray(U), np.ascontiguousarray(Vt.T * s)
     U, s, Vt = linalg.svd(Phi, full_matrices=False, lapack_driver="gesdd", check_finite=False)
     r = max(int(np.sum(s > rtol * s[0])), 1)
     return np.ascontiguousarray(U[:, :r]), np.ascontiguousarray(Vt[:r].T * s[:r])
