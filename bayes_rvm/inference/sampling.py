@@ -615,26 +615,27 @@ def _gaussian_completion(model, post, Phi, y, multi: bool, random_seed):
     sigma = post["sigma"].values.reshape(-1)
     Yc = Y if offset is None else Y - offset
     alpha = post["alpha"].values.reshape(C * S, -1)
-    lowrank = "Phi_U" in model.named_vars and Yc.ndim == 2
-    if lowrank:
-        # low-rank marginal form: O(M r) per draw, not O(M^3)
-        from bayes_rvm.models.marginal import draw_weights_lowrank, loo_terms_lowrank
+    statistics = "n_rows" in model.named_vars
+    rng = None if "w" in post else np.random.default_rng(random_seed)
+    w = ll = None
+    if "Phi_U" in model.named_vars and Yc.ndim == 2:
+        # The low-rank marginal form: O(M r) per draw, not O(M^3), the weights and the
+        # leave-one-out terms from one factorisation of each draw.
+        from bayes_rvm.models.marginal import lowrank_completion
 
         U, VS = (np.asarray(model[k].get_value()) for k in ("Phi_U", "Phi_VS"))
-    if "w" in post:
+        w, ll = lowrank_completion(U, VS, Yc, alpha, sigma**-2.0, rng, loo=not statistics)
+    if rng is None:
         w = post["w"].values.reshape(C * S, Phi.shape[-1], -1)
-    else:
-        args = (Yc, alpha, sigma**-2.0, np.random.default_rng(random_seed))
-        w = draw_weights_lowrank(U, VS, *args) if lowrank else draw_weights(Phi, *args)
+    elif w is None:
+        w = draw_weights(Phi, Yc, alpha, sigma**-2.0, rng)
     # The targets are dependent given (alpha, sigma): the pointwise terms are the exact
     # leave-one-out densities of the marginal, valid for PSIS-LOO whatever the form.
-    if "n_rows" in model.named_vars:
+    if statistics:
         # A model of sufficient statistics: its Phi and y are a compressed design; the
         # terms are those of the documented subset of data rows it keeps, if any.
         ll, obs = _statistics_loo_terms(model, Phi, Yc, alpha, sigma**-2.0)
-    elif lowrank:
-        ll = loo_terms_lowrank(U, VS, Yc, alpha, sigma**-2.0)
-    else:
+    elif ll is None:
         ll = gaussian_loo_terms(Phi, Yc, alpha, sigma**-2.0)
     z = w * np.sqrt(alpha)[..., None]
     return w, ll, z, obs

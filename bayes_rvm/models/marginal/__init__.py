@@ -14,6 +14,7 @@ from bayes_rvm.models.marginal.lowrank import (
     RANK_RTOL,
     draw_weights_lowrank,
     loo_terms_lowrank,
+    lowrank_completion,
     thin_svd,
     use_lowrank,
 )
@@ -36,6 +37,7 @@ __all__ = [
     "draw_weights_lowrank",
     "log_evidence_and_grad",
     "loo_terms_lowrank",
+    "lowrank_completion",
     "lowrank_log_evidence_and_grad",
     "lowrank_marginal_log_likelihood",
     "marginal_log_likelihood",

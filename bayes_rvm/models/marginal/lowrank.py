@@ -35,6 +35,7 @@ __all__ = [
     "RANK_RTOL",
     "draw_weights_lowrank",
     "loo_terms_lowrank",
+    "lowrank_completion",
     "thin_svd",
     "use_lowrank",
 ]
@@ -128,31 +129,7 @@ def draw_weights_lowrank(
     ``U^T``), ``w = w0 + A^-1 G K^-1 (z - G^T w0 - e)`` has the posterior ``N(m, Sigma)``, since
     ``Phi^T C^-1 = G K^-1 U^T``. No M x M matrix is formed.
     """
-    S, M = alpha.shape
-    r = VS.shape[1]
-    D = Y.shape[1]
-    Z = U.T @ Y
-    out = np.empty((S, M, D))
-    # Vectorised over blocks of draws, each product one GEMM over the whole block: K of every
-    # draw is A^-1 (block x M) times the rows' outer products g_m g_m^T (M x r^2). A Python
-    # loop per draw cost seconds for the estimator's 4000 draws; blocks bound the temporaries.
-    outer = (VS[:, :, None] * VS[:, None, :]).reshape(M, r * r)
-    block = max(1, min(S, _DRAW_BLOCK_ELEMENTS // max(M * D + r * r, 1)))
-    for start in range(0, S, block):
-        sl = slice(start, min(start + block, S))
-        ainv = 1.0 / alpha[sl]
-        B = ainv.shape[0]
-        K = (ainv @ outer).reshape(B, r, r)
-        K[:, np.arange(r), np.arange(r)] += (1.0 / beta[sl])[:, None]
-        w0 = rng.standard_normal((B, M, D)) * np.sqrt(ainv)[..., None]
-        e = rng.standard_normal((B, r, D)) / np.sqrt(beta[sl])[:, None, None]
-        # G^T w0 for every draw and output: (B D, M) @ (M, r)
-        gw = (w0.transpose(0, 2, 1).reshape(B * D, M) @ VS).reshape(B, D, r).transpose(0, 2, 1)
-        Linv = _cholesky_inverses(K)
-        sol = np.swapaxes(Linv, 1, 2) @ (Linv @ (Z[None] - gw - e))  # K^-1 (...): (B, r, D)
-        back = (sol.transpose(0, 2, 1).reshape(B * D, r) @ VS.T).reshape(B, D, M)
-        out[sl] = w0 + ainv[..., None] * back.transpose(0, 2, 1)
-    return out
+    return lowrank_completion(U, VS, Y, alpha, beta, rng, loo=False)[0]
 
 
 def loo_terms_lowrank(
@@ -181,33 +158,73 @@ def loo_terms_lowrank(
     -------
     ndarray of shape (S, N)
     """
+    return lowrank_completion(U, VS, Y, alpha, beta)[1]
+
+
+def lowrank_completion(
+    U: np.ndarray,
+    VS: np.ndarray,
+    Y: np.ndarray,
+    alpha: np.ndarray,
+    beta: np.ndarray,
+    rng: np.random.Generator | None = None,
+    *,
+    loo: bool = True,
+) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """:func:`draw_weights_lowrank` (where ``rng`` is given) and :func:`loo_terms_lowrank` (where
+    ``loo``) of the same draws, from one factorisation of each draw's ``K``.
+
+    Returns
+    -------
+    w : ndarray of shape (S, M, D) or None
+    ll : ndarray of shape (S, N) or None
+    """
     S, M = alpha.shape
     N, r = U.shape
     D = Y.shape[1]
     Z = U.T @ Y
-    resid = Y - U @ Z  # the part of t that only the noise explains
-    u_sq = np.einsum("nr,nr->n", U, U)
-    outer = (VS[:, :, None] * VS[:, None, :]).reshape(M, r * r)
-    # u_n^T K^-1 u_n for every row and draw is one GEMM of the draws' K^-1 (B, r^2) with the
-    # rows' outer products u_n u_n^T (r^2, N): a batched solve against U^T per draw cost
-    # O(N r^2) in LAPACK calls of r columns each, most of the completion's time.
-    outer_u = (U[:, :, None] * U[:, None, :]).reshape(N, r * r)
-    out = np.empty((S, N))
-    block = max(1, min(S, _DRAW_BLOCK_ELEMENTS // max(N * (D + 1) + r * r, 1)))
+    # K = beta^-1 I + G^T A^-1 G of every draw of a block is one GEMM of the draws' 1 / alpha
+    # (block x M) with the rows' outer products g_m g_m^T, of which only the lower triangle
+    # (r (r + 1) / 2 of r^2 columns: the factorisation reads no more). A Python loop per draw
+    # cost seconds for the estimator's 4000 draws; blocks bound the temporaries.
+    low = np.tril_indices(r)
+    outer = VS[:, low[0]] * VS[:, low[1]]
+    diag = np.arange(r)
+    w = np.empty((S, M, D)) if rng is not None else None
+    ll = np.empty((S, N)) if loo else None
+    if loo:
+        resid = Y - U @ Z  # the part of t that only the noise explains
+        u_sq = np.einsum("nr,nr->n", U, U)
+        # u_n^T K^-1 u_n for every row and draw is one GEMM of the draws' K^-1 (B, r^2) with
+        # the rows' outer products u_n u_n^T (r^2, N): a batched solve against U^T per draw cost
+        # O(N r^2) in LAPACK calls of r columns each, most of the completion's time.
+        outer_u = (U[:, :, None] * U[:, None, :]).reshape(N, r * r)
+    per_draw = (M * D if rng is not None else 0) + (N * (D + 1) if loo else 0) + r * r
+    block = max(1, min(S, _DRAW_BLOCK_ELEMENTS // max(per_draw, 1)))
     for start in range(0, S, block):
         sl = slice(start, min(start + block, S))
-        b = beta[sl]
-        B = b.shape[0]
-        K = ((1.0 / alpha[sl]) @ outer).reshape(B, r, r)
-        K[:, np.arange(r), np.arange(r)] += (1.0 / b)[:, None]
+        ainv, b = 1.0 / alpha[sl], beta[sl]
+        B = ainv.shape[0]
+        K = np.empty((B, r, r))
+        K[:, low[0], low[1]] = ainv @ outer
+        K[:, diag, diag] += (1.0 / b)[:, None]
         # K^-1 = L^-T L^-1 from the Cholesky factor; the inverse of a triangular factor is
         # itself triangular and well conditioned as K is (its eigenvalues are at least 1 / beta).
         Linv = _cholesky_inverses(K)
-        Kinv = np.swapaxes(Linv, 1, 2) @ Linv
-        c = b[:, None] * (1.0 - u_sq) + Kinv.reshape(B, r * r) @ outer_u.T
-        Q = Kinv @ Z  # (B, r, D)
-        UQ = (np.swapaxes(Q, 1, 2).reshape(B * D, r) @ U.T).reshape(B, D, N)
-        g = b[:, None, None] * resid + np.swapaxes(UQ, 1, 2)
-        c = np.maximum(c, np.finfo(float).tiny)
-        out[sl] = (0.5 * (np.log(c) - LOG_2PI)[..., None] - 0.5 * g**2 / c[..., None]).sum(2)
-    return out
+        if rng is not None:
+            w0 = rng.standard_normal((B, M, D)) * np.sqrt(ainv)[..., None]
+            e = rng.standard_normal((B, r, D)) / np.sqrt(b)[:, None, None]
+            # G^T w0 for every draw and output: (B D, M) @ (M, r)
+            gw = (w0.transpose(0, 2, 1).reshape(B * D, M) @ VS).reshape(B, D, r).transpose(0, 2, 1)
+            sol = np.swapaxes(Linv, 1, 2) @ (Linv @ (Z[None] - gw - e))  # K^-1 (...): (B, r, D)
+            back = (sol.transpose(0, 2, 1).reshape(B * D, r) @ VS.T).reshape(B, D, M)
+            w[sl] = w0 + ainv[..., None] * back.transpose(0, 2, 1)
+        if loo:
+            Kinv = np.swapaxes(Linv, 1, 2) @ Linv
+            c = b[:, None] * (1.0 - u_sq) + Kinv.reshape(B, r * r) @ outer_u.T
+            Q = Kinv @ Z  # (B, r, D)
+            UQ = (np.swapaxes(Q, 1, 2).reshape(B * D, r) @ U.T).reshape(B, D, N)
+            g = b[:, None, None] * resid + np.swapaxes(UQ, 1, 2)
+            c = np.maximum(c, np.finfo(float).tiny)
+            ll[sl] = (0.5 * (np.log(c) - LOG_2PI)[..., None] - 0.5 * g**2 / c[..., None]).sum(2)
+    return w, ll
