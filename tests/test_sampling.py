@@ -280,6 +280,36 @@ def test_the_layout_reads_the_shapes_nutpie_computes(name):
         assert shapes == truth
 
 
+def test_initial_points_in_numpy_are_pymcs_plus_the_jitter():
+    # The estimators' start (every free variable given, transforms none, log and log-odds) is
+    # PyMC's transformed initial point plus U(-1, 1) jitter; anything else falls back to PyMC.
+    from pymc.initial_point import make_initial_point_fn
+
+    from bayes_rvm.models.priors import r2d2_free_values
+
+    model = _graph_of("marginal", 30, 8)
+    free = {rv.name for rv in model.free_RVs}
+    values = r2d2_free_values(model, {"alpha_rel": np.linspace(0.5, 4.0, 8), "sigma_rel": 0.3})
+    initvals = {k: v for k, v in values.items() if k in free}
+    assert len(initvals) == len(free) == 3
+    layout = _nutpie._layout(model)
+    point = _nutpie._numpy_initial_point(model, initvals, layout.free_names, layout.free_shapes)
+    truth = make_initial_point_fn(
+        model=model, overrides=initvals, jitter_rvs=set(), return_transformed=True
+    )(0)
+    jitter = np.concatenate(
+        [np.ravel(point(seed)[k] - truth[k]) for seed in range(200) for k in truth]
+    )
+    assert set(point(0)) == set(truth)
+    assert np.all(np.abs(jitter) < 1.0) and abs(jitter.mean()) < 0.05
+    assert np.std(jitter) == pytest.approx(1.0 / np.sqrt(3.0), rel=0.05)
+    assert np.array_equal(point(7)["alpha_rel_z"], point(7)["alpha_rel_z"])
+    partial = {k: v for k, v in initvals.items() if k != "sigma_rel"}
+    args = (layout.free_names, layout.free_shapes)
+    assert _nutpie._numpy_initial_point(model, partial, *args) is None
+    assert _nutpie._numpy_initial_point(model, {**initvals, "sigma_rel": "prior"}, *args) is None
+
+
 @pytest.mark.slow
 def test_a_new_data_shape_compiles_nothing(tmp_path):
     # Cold compile caches of the test's own: the first process compiles (and says so on PyMC's

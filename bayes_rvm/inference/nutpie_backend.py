@@ -935,6 +935,43 @@ def _with_free_names(compiled, model, names, shapes):
     return compiled
 
 
+def _numpy_initial_point(model, initvals: Mapping | None, names: list, shapes: list):
+    """PyMC's jittered initial point, computed in NumPy, where ``initvals`` gives every free
+    variable a value of its shape under a transform of a known form (none, log, log-odds); None
+    otherwise.
+
+    The same point as :func:`_initial_point_fn`'s (the values on the transformed scale plus a
+    U(-1, 1) jitter, from a generator of the chain's seed), with no PyTensor function compiled
+    (0.05-0.17 s of every fit). Thread-safe: nutpie asks from its chains' threads.
+    """
+    from pymc.logprob.transforms import LogOddsTransform, LogTransform
+    from scipy.special import logit
+
+    forward = {type(None): lambda x: x, LogTransform: np.log, LogOddsTransform: logit}
+    values = []
+    for var, shape in zip(model.free_RVs, shapes, strict=True):
+        value = (initvals or {}).get(var.name)
+        transform = type(model.rvs_to_transforms.get(var))
+        if value is None or transform not in forward:
+            return None
+        try:
+            value = np.asarray(value, dtype=np.float64)
+        except (TypeError, ValueError):  # a strategy ("prior", "support_point") or a variable
+            return None
+        if value.shape != tuple(shape):
+            return None
+        with np.errstate(divide="ignore", invalid="ignore"):
+            values.append(forward[transform](value))
+
+    def initial_point(seed=None) -> dict[str, np.ndarray]:
+        rng = np.random.default_rng(seed)
+        return {
+            name: v + rng.uniform(-1.0, 1.0, v.shape) for name, v in zip(names, values, strict=True)
+        }
+
+    return initial_point
+
+
 def with_initial_points(compiled, model, initvals: Mapping | None):
     """The compiled model with the chains started at ``initvals`` (jittered), not recompiled.
 
@@ -947,10 +984,10 @@ def with_initial_points(compiled, model, initvals: Mapping | None):
     """
     from nutpie.compile_pymc import CompiledPyMCModel, _rv_dict_to_flat_array_wrapper
 
+    names, shapes = compiled._rvm_free_names, compiled._rvm_free_shapes
+    point = _numpy_initial_point(model, initvals, names, shapes)
     flat = _rv_dict_to_flat_array_wrapper(
-        _initial_point_fn(model, initvals),
-        names=compiled._rvm_free_names,
-        shapes=compiled._rvm_free_shapes,
+        point or _initial_point_fn(model, initvals), names=names, shapes=shapes
     )
     if isinstance(compiled, CompiledPyMCModel):
         new = dataclasses.replace(compiled, initial_point_func=flat)
