@@ -5,7 +5,10 @@ more basis functions can each be tuned, the better the alphas fit the training t
 Friedman #3 it keeps 239 of 240 basis functions and a noise sd a tenth of the truth). With one
 precision shared by all weights, the same basis is a Gaussian process (covariance
 ``Phi Phi^T / alpha`` plus noise) with two hyperparameters, whose evidence is a smooth function
-of the width that cannot be raised by overfitting; it costs one eigendecomposition per width.
+of the width that cannot be raised by overfitting; it costs one eigendecomposition per width
+(on a large design whose spectrum decays fast, a sketched range and the SVD of its projection,
+:func:`sketched_svd`, which :func:`~bayes_rvm.models.marginal.lowrank.thin_svd` and the
+sequential engine's ceiling on this evidence use too).
 
 The default width rule (:func:`~bayes_rvm.evidence.width.select_width_shared`) maximises it, and
 the sequential engine (:func:`~bayes_rvm.evidence.fit_sequential`) never stops below it: every
