@@ -184,6 +184,16 @@ def _symbolic_shape(model, var, shape: tuple[int, ...]) -> tuple:
     return tuple(out)
 
 
+@cache
+def _elementwise_transforms() -> dict:
+    """The transforms whose value keeps its variable's shape, by type, with their forward maps
+    in NumPy: none, log and log-odds (the estimators' models use no other)."""
+    from pymc.logprob.transforms import LogOddsTransform, LogTransform
+    from scipy.special import logit
+
+    return {type(None): lambda x: x, LogTransform: np.log, LogOddsTransform: logit}
+
+
 def _dims_shapes(model) -> dict[str, tuple[int, ...]] | None:
     """nutpie's ``_compute_shapes`` from the variables' dims and the model's dimension lengths,
     with no PyTensor function compiled (two of them cost 0.1 s of every fit's compile phase);
@@ -192,16 +202,13 @@ def _dims_shapes(model) -> dict[str, tuple[int, ...]] | None:
     A value variable has its random variable's dims where the transform keeps the shape (none,
     log, log-odds); a scalar needs none.
     """
-    from pymc.logprob.transforms import LogOddsTransform, LogTransform
-
     observed = set(model.observed_RVs) | set(model.potentials)
     shapes = {}
     for var in model.value_vars + model.free_RVs + model.deterministics:
         if var in observed:
             continue
         owner = model.values_to_rvs.get(var, var)
-        transform = model.rvs_to_transforms.get(owner)
-        if transform is not None and not isinstance(transform, LogTransform | LogOddsTransform):
+        if type(model.rvs_to_transforms.get(owner)) not in _elementwise_transforms():
             return None
         dims = model.named_vars_to_dims.get(owner.name) or ()
         if len(dims) != var.ndim:
@@ -944,10 +951,7 @@ def _numpy_initial_point(model, initvals: Mapping | None, names: list, shapes: l
     U(-1, 1) jitter, from a generator of the chain's seed), with no PyTensor function compiled
     (0.05-0.17 s of every fit). Thread-safe: nutpie asks from its chains' threads.
     """
-    from pymc.logprob.transforms import LogOddsTransform, LogTransform
-    from scipy.special import logit
-
-    forward = {type(None): lambda x: x, LogTransform: np.log, LogOddsTransform: logit}
+    forward = _elementwise_transforms()
     values = []
     for var, shape in zip(model.free_RVs, shapes, strict=True):
         value = (initvals or {}).get(var.name)
