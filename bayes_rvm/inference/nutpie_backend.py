@@ -947,9 +947,10 @@ def _numpy_initial_point(model, initvals: Mapping | None, names: list, shapes: l
     variable a value of its shape under a transform of a known form (none, log, log-odds); None
     otherwise.
 
-    The same point as :func:`_initial_point_fn`'s (the values on the transformed scale plus a
-    U(-1, 1) jitter, from a generator of the chain's seed), with no PyTensor function compiled
-    (0.05-0.17 s of every fit). Thread-safe: nutpie asks from its chains' threads.
+    The same start as :func:`_initial_point_fn`'s (the values on the transformed scale plus a
+    U(-1, 1) jitter), its jitter drawn from NumPy's generator of the chain's seed instead of
+    PyTensor's, with no PyTensor function compiled (0.05-0.17 s of every fit). Thread-safe:
+    nutpie asks from its chains' threads.
     """
     forward = _elementwise_transforms()
     values = []
