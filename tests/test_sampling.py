@@ -20,6 +20,7 @@ def entry(request, monkeypatch):
         # As for a graph PyTensor cannot cache (which therefore has no lookup entry either).
         monkeypatch.setattr(_nutpie, "_graph_cache_key", lambda fn: None)
         monkeypatch.setattr(_nutpie, "_source_graph_key", lambda model, layout: None)
+        monkeypatch.setattr(_nutpie, "_native_density", lambda model, layout: None)
     return request.param
 
 
@@ -98,10 +99,12 @@ def _call_logp_callback(compiled, x):
     return code, float(logp), grad
 
 
-def test_callbacks_give_pymcs_logp_and_gradient_on_new_data():
-    # The RVM's marginal model (low-rank form), against PyMC's own compiled logp and gradient
-    # on the C backend, before and after with_data (also with a design of another rank, which
-    # keeps the in-process cache key).
+def test_callbacks_give_pymcs_logp_and_gradient_on_new_data(monkeypatch):
+    # The RVM's marginal model (low-rank form) through PyTensor's graph (the default model's
+    # own density is held to it in test_r2d2_density), against PyMC's own compiled logp and
+    # gradient on the C backend, before and after with_data (also with a design of another
+    # rank, which keeps the in-process cache key).
+    monkeypatch.setattr(_nutpie, "_native_density", lambda model, layout: None)
     from bayes_rvm.inference.nutpie_backend import with_model_data
     from bayes_rvm.models.graphs import rvm_regression_model, set_model_data
 
@@ -432,6 +435,7 @@ def test_the_looked_up_callbacks_sample_what_the_compiled_ones_do(tmp_path, monk
     from bayes_rvm.models.graphs import rvm_regression_model
 
     monkeypatch.setattr(_nutpie, "_manifest_path", lambda key: tmp_path / f"{key}.json")
+    monkeypatch.setattr(_nutpie, "_native_density", lambda model, layout: None)
     rng = np.random.default_rng(4)
     Phi = rng.normal(size=(20, 5))
     model = rvm_regression_model(Phi, Phi[:, 0] + 0.1 * rng.normal(size=20), marginal="dense")

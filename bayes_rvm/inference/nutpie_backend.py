@@ -24,6 +24,11 @@ settings, package and library versions), and a fit on a data shape never seen be
 When numba does compile (a cache miss) the fit says so first, on PyMC's logger
 (:data:`COMPILING_MESSAGE`).
 
+The default regression model (:func:`_native_density` recognises it) skips PyTensor altogether:
+its whole log density is written in numba (:mod:`bayes_rvm.models.marginal.r2d2_density`) and
+handed to the same callbacks, so that a cold machine compiles little more than the marginal
+likelihood's kernel (a cold first fit about half as long), and a warm one loads two callbacks.
+
 A graph PyTensor cannot cache (an Op without a cache key) goes through nutpie's function-based
 entry (``nutpie.compiled_pyfunc.from_pyfunc``) on the same PyTensor functions instead, compiled
 with ``nogil=True`` so that the chains evaluate their gradients in parallel. This works for any
@@ -411,14 +416,20 @@ def {signature}:
 """
 
 
-def _callback_sources(logp_shared, expand_shared, offsets):
+def _callback_sources(logp_shared, expand_shared, offsets, constants: tuple = ()):
     """The source of the logp and expand C callbacks (numba.cfunc with nutpie's signatures).
+
+    ``constants`` (floats), where given, follow the shared arrays in the log density's call as
+    one tuple.
 
     No size is written into them: the point's and the trace's lengths are nutpie's arguments,
     checked against what the graph computes (which reads its sizes from the shared data), so the
-    callbacks of one graph serve every data shape.
+    callbacks of one graph serve every data shape. They copy with loops: a slice assignment
+    would compile numba's broadcast-error formatting, over a second of a cold fit.
     """
     logp_args = ", ".join(["x", *(f"s{offsets['index'][k]}" for k in logp_shared)])
+    if constants:
+        logp_args += f", ({', '.join(repr(float(c)) for c in constants)},)"
     expand_args = ", ".join(["x", *(f"s{offsets['index'][k]}" for k in expand_shared)])
     unpack = _unpack_lines(offsets["arrays"], offsets)
     body = "\n".join("    " + ln for ln in unpack)
@@ -432,8 +443,11 @@ def _callback_sources(logp_shared, expand_shared, offsets):
         if grad.shape[0] != dim:
             return -1
         logp[()] = logp_val
-        out[...] = grad
-        if not np.all(np.isfinite(out)):
+        finite = True
+        for i in range(dim):
+            out[i] = grad[i]
+            finite = finite and np.isfinite(grad[i])
+        if not finite:
             return 3
         if not np.isfinite(logp_val):
             return 4
@@ -448,7 +462,8 @@ def _callback_sources(logp_shared, expand_shared, offsets):
         (values,) = expand_fn({expand_args})
         if values.shape[0] != expanded:
             return -1
-        out[...] = values
+        for i in range(expanded):
+            out[i] = values[i]
 """,
         -2,
     )
@@ -493,6 +508,19 @@ def _compile_cfunc(model):
     compiled (:func:`_make_functions`) and their cache keys recorded under that key.
     """
     layout = _layout(model)
+    native = _native_density(model, layout)
+    if native is not None:
+        logp, expand, constants = native
+        init_fn = _flat_initial_point_fn(layout, _initial_point_fn(model))
+        return _cfunc_model(
+            model,
+            layout,
+            init_fn,
+            logp=logp,
+            expand=expand,
+            on_miss=_once(announce_compilation),
+            constants=constants,
+        )
     keyed = _source_graph_key(model, layout)
     if keyed is not None:
         compiled = _load_cfunc_model(model, layout, *keyed)
@@ -512,9 +540,10 @@ def _compile_cfunc(model):
         model,
         layout,
         init_fn,
-        logp=(logp_key, list(logp_pt.get_shared()), logp_pt),
-        expand=(expand_key, list(expand_pt.get_shared()), expand_pt),
+        logp=(logp_key, list(logp_pt.get_shared()), logp_pt.vm.jit_fn),
+        expand=(expand_key, list(expand_pt.get_shared()), expand_pt.vm.jit_fn),
         on_miss=_once(announce_compilation),
+        pytensor_functions=(logp_pt, expand_pt),
     )
     if compiled is not None and keyed is not None:
         _write_manifest(keyed[0], keyed[1], logp_pt, expand_pt, logp_key, expand_key)
@@ -529,18 +558,32 @@ def _not_cached():
     raise _NotCached
 
 
-def _cfunc_model(model, layout: _Layout, init_fn, *, logp, expand, on_miss):
-    """nutpie's compiled-model class on the C callbacks of two graphs, or None.
+def _cfunc_model(
+    model,
+    layout: _Layout,
+    init_fn,
+    *,
+    logp,
+    expand,
+    on_miss,
+    constants: tuple = (),
+    pytensor_functions: tuple = (None, None),
+):
+    """nutpie's compiled-model class on the C callbacks of two numba functions, or None.
 
-    ``logp`` and ``expand`` are each (PyTensor's cache key of the rewritten graph, its shared
-    inputs in order, the compiled PyTensor function or None); without the function the callback
-    must be in numba's on-disk cache (``on_miss`` is called where numba would compile).
+    ``logp`` and ``expand`` are each (the function's cache key, such as PyTensor's of its
+    rewritten graph; its shared inputs in order; the numba function, or None), the log density's
+    called with the tuple ``constants`` after its shared inputs. Without the function the
+    callback must be in numba's on-disk cache (``on_miss`` is called where numba would compile).
+    ``pytensor_functions`` are the compiled PyTensor functions, where they exist (for the
+    compiled model's ``logp_func`` and ``expand_func``, which nutpie does not call).
     """
     import numba
     from nutpie.compile_pymc import CompiledPyMCModel, _prepare_dims_and_coords, make_user_data
 
-    logp_key, logp_shared, logp_pt = logp
-    expand_key, expand_shared, expand_pt = expand
+    logp_key, logp_shared, logp_fn = logp
+    expand_key, expand_shared, expand_fn = expand
+    logp_pt, expand_pt = pytensor_functions
     shared_vars: dict = {}
     for var in [*logp_shared, *expand_shared]:
         shared_vars.setdefault(var, None)
@@ -565,14 +608,14 @@ def _cfunc_model(model, layout: _Layout, init_fn, *, logp, expand, on_miss):
     offsets["end"] = max(start, 1)
     if user_data.dtype.itemsize != 8 * start:  # nutpie changed its layout: do not guess
         return None
-    logp_src, expand_src = _callback_sources(logp_shared, expand_shared, offsets)
+    logp_src, expand_src = _callback_sources(logp_shared, expand_shared, offsets, constants)
     env = {"numba": numba, "np": np, "void_pointer": _void_pointer()}
     u64, dptr = numba.types.uint64, numba.types.CPointer(numba.types.double)
     logp_cfunc = _cached_cfunc(
         logp_src,
         "nutpie_logp_callback",
         numba.types.int64(u64, dptr, dptr, dptr, numba.types.voidptr),
-        {**env, "logp_fn": None if logp_pt is None else logp_pt.vm.jit_fn},
+        {**env, "logp_fn": logp_fn},
         logp_key,
         on_miss,
     )
@@ -580,7 +623,7 @@ def _cfunc_model(model, layout: _Layout, init_fn, *, logp, expand, on_miss):
         expand_src,
         "nutpie_expand_callback",
         numba.types.int64(u64, u64, dptr, dptr, numba.types.voidptr),
-        {**env, "expand_fn": None if expand_pt is None else expand_pt.vm.jit_fn},
+        {**env, "expand_fn": expand_fn},
         expand_key,
         on_miss,
     )
@@ -604,6 +647,81 @@ def _cfunc_model(model, layout: _Layout, init_fn, *, logp, expand, on_miss):
         reparameterized_names=layout.reparameterized,
     )
     return _with_free_names(compiled, model, names, shapes)
+
+
+# ---------------------------------------------------------------------------------------------
+# The default regression model without PyTensor
+# ---------------------------------------------------------------------------------------------
+@cache
+def _native_source_digest() -> str:
+    """A digest of the numba source the native density links in: its callbacks' cache key."""
+    from pathlib import Path
+
+    from bayes_rvm.models.marginal import numba_kernels, r2d2_density
+
+    digest = hashlib.sha256()
+    for module in (r2d2_density, numba_kernels):
+        digest.update(Path(module.__file__).read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def _number(value) -> float | None:
+    return float(value) if isinstance(value, int | float) and np.isfinite(value) else None
+
+
+def _native_density(model, layout: _Layout):
+    """The ``logp``, ``expand`` and ``constants`` of :func:`_cfunc_model` for the default
+    regression model, on :mod:`bayes_rvm.models.marginal.r2d2_density`; None for any other.
+
+    The model must be what :func:`~bayes_rvm.models.graphs.rvm_regression_model` builds in its
+    marginal form under the R2-D2 prior in Gaussian coordinates and half-normal noise, one
+    output, no offset and no compressed design, unextended: the same free variables under the
+    same transforms, the same trace, one observed variable and no potential. Its Beta and
+    half-normal parameters become constants of the callbacks (one compilation per machine for
+    each setting of them, the defaults' first).
+    """
+    from pymc.logprob.transforms import LogOddsTransform, LogTransform
+
+    from bayes_rvm.models.marginal import r2d2_density
+
+    spec = getattr(model, "rvm_spec", None)
+    if spec is None or (spec.likelihood, spec.prior, spec.form) != ("gaussian", "ard", "marginal"):
+        return None
+    if spec.offset is not None or spec.noise_sd is not None or spec.n_outputs != 0:
+        return None
+    r2d2, noise = spec.alpha_prior, spec.noise_prior
+    if r2d2 is None or r2d2.distribution != "R2D2Precision" or noise is None:
+        return None
+    if noise.distribution != "HalfNormal" or set(noise.parameters) - {"sigma"}:
+        return None
+    constants = (
+        _number(r2d2.parameters.get("r2_a", 0.5)),
+        _number(r2d2.parameters.get("r2_b", 0.5)),
+        _number(noise.parameters.get("sigma", 1.0)),
+    )
+    if None in constants or tuple(layout.shape_info[0]) != r2d2_density.R2D2_TRACE:
+        return None
+    transforms = [type(model.rvs_to_transforms.get(var)) for var in model.free_RVs]
+    if transforms != [LogOddsTransform, type(None), LogTransform] or model.potentials:
+        return None
+    lowrank = spec.marginal == "lowrank"
+    design = ("Phi_U", "Phi_VS") if lowrank else ("Phi", "gram")
+    if len(model.observed_RVs) != 1 or not all(
+        name in model.named_vars for name in (*design, "y_obs", "phi_scale", "y_scale")
+    ):
+        return None
+    # The observed y's inputs: its generator and size, then exactly the density's parameters
+    # (log alpha, log beta, Phi, its factors or Gram matrix, the offset): no row count.
+    if len(model.observed_RVs[0].owner.inputs) != 6 + (2 if lowrank else 1):
+        return None
+    fn = r2d2_density.lowrank_r2d2_logp if lowrank else r2d2_density.dense_r2d2_logp
+    key = f"r2d2-{spec.marginal}-{_native_source_digest()}"
+    shared = [model[name] for name in (*design, "y_obs", "phi_scale", "y_scale")]
+    return (
+        (key, shared, fn),
+        (key, shared[-2:], r2d2_density.r2d2_expand),
+        constants,
+    )
 
 
 # ---------------------------------------------------------------------------------------------

@@ -258,7 +258,8 @@ def sample_mcmc(
     the pointwise log likelihood is computed from the weights in every form.
 
     With nutpie and ``cache=True`` the model's log density and trace expansion are PyTensor numba
-    functions wrapped in C callbacks, all cached on disk
+    functions (for the default regression model, its density written in numba,
+    :mod:`bayes_rvm.models.marginal.r2d2_density`) wrapped in C callbacks, all cached on disk
     (:mod:`bayes_rvm.inference.nutpie_backend`): a fresh
     process loads them instead of compiling, and nutpie's chains call them from its own threads
     without entering Python. They read the data's sizes at run time, so they are compiled once
