@@ -157,8 +157,9 @@ def compile_nutpie(model):
     nutpie compiled model
         Supports ``with_data`` for every shared variable (``pm.Data``) by name; its initial points
         are the model's, jittered as nutpie does (see :func:`with_initial_points`). Where the
-        callbacks were loaded by the digest of the graph (nothing compiled), its ``logp_func``
-        and ``expand_func`` (PyTensor functions nutpie does not call) are None.
+        callbacks were loaded by the digest of the graph (nothing compiled) or are the default
+        model's own density (:func:`_native_density`), its ``logp_func`` and ``expand_func``
+        (PyTensor functions nutpie does not call) are None.
     """
     compiled = _compile_cfunc(model)
     if compiled is None:

@@ -103,8 +103,11 @@ def _with_priors(x, hyper, logp_y, g_la, g_lb):  # pragma: no cover - numba
 
 
 @numba.njit(cache=True, nogil=True)
-def _log_beta(x, y_scale):  # pragma: no cover - numba
-    return np.asarray(-2.0 * (x[x.shape[0] - 1] + math.log(y_scale)))
+def _likelihood_inputs(x, y, phi_scale, y_scale):  # pragma: no cover - numba
+    """The kernels' ``log alpha``, ``log beta`` (0-d) and targets ``(N, 1)`` at ``x``."""
+    ys = y_scale.item()
+    log_beta = np.asarray(-2.0 * (x[x.shape[0] - 1] + math.log(ys)))
+    return _precisions(x, phi_scale, ys)[0], log_beta, y.reshape((y.shape[0], 1))
 
 
 @numba.njit(cache=True, nogil=True)
@@ -112,20 +115,16 @@ def lowrank_r2d2_logp(x, U, VS, y, phi_scale, y_scale, hyper):  # pragma: no cov
     """The default model's log density at ``x`` and its gradient, on a thin SVD ``(U, V S)``
     of the design (``y`` the targets, ``phi_scale`` and ``y_scale`` the model's data;
     ``hyper = (a, b, c)``: ``Beta(a, b)`` on ``R^2``, ``HalfNormal(c)`` on ``sigma_rel``)."""
-    ys = y_scale.item()
-    log_alpha, _ = _precisions(x, phi_scale, ys)
-    Y = y.reshape((y.shape[0], 1))
-    logp_y, g_la, g_lb, _ = lowrank_log_evidence_and_grad(log_alpha, _log_beta(x, ys), U, Y, VS)
+    log_alpha, log_beta, Y = _likelihood_inputs(x, y, phi_scale, y_scale)
+    logp_y, g_la, g_lb, _ = lowrank_log_evidence_and_grad(log_alpha, log_beta, U, Y, VS)
     return _with_priors(x, hyper, logp_y.item(), g_la, g_lb.item())
 
 
 @numba.njit(cache=True, nogil=True)
 def dense_r2d2_logp(x, Phi, gram, y, phi_scale, y_scale, hyper):  # pragma: no cover - numba
     """:func:`lowrank_r2d2_logp` on the design ``Phi`` and its Gram matrix ``Phi^T Phi``."""
-    ys = y_scale.item()
-    log_alpha, _ = _precisions(x, phi_scale, ys)
-    Y = y.reshape((y.shape[0], 1))
-    logp_y, g_la, g_lb, _ = log_evidence_numba(log_alpha, _log_beta(x, ys), Phi, Y, gram)
+    log_alpha, log_beta, Y = _likelihood_inputs(x, y, phi_scale, y_scale)
+    logp_y, g_la, g_lb, _ = log_evidence_numba(log_alpha, log_beta, Phi, Y, gram)
     return _with_priors(x, hyper, logp_y.item(), g_la, g_lb.item())
 
 
