@@ -654,15 +654,19 @@ def _cfunc_model(
 # The default regression model without PyTensor
 # ---------------------------------------------------------------------------------------------
 @cache
-def _native_source_digest() -> str:
-    """A digest of the numba source the native density links in: its callbacks' cache key."""
+def _native_source_digest() -> str | None:
+    """A digest of the numba source the native density links in (its callbacks' cache key), or
+    None where that source is not on disk."""
     from pathlib import Path
 
     from bayes_rvm.models.marginal import numba_kernels, r2d2_density
 
     digest = hashlib.sha256()
-    for module in (r2d2_density, numba_kernels):
-        digest.update(Path(module.__file__).read_bytes() + b"\0")
+    try:
+        for module in (r2d2_density, numba_kernels):
+            digest.update(Path(module.__file__).read_bytes() + b"\0")
+    except (OSError, TypeError):
+        return None
     return digest.hexdigest()
 
 
@@ -701,6 +705,8 @@ def _native_density(model, layout: _Layout):
         _number(noise.parameters.get("sigma", 1.0)),
     )
     if None in constants or tuple(layout.shape_info[0]) != r2d2_density.R2D2_TRACE:
+        return None
+    if _native_source_digest() is None:
         return None
     transforms = [type(model.rvs_to_transforms.get(var)) for var in model.free_RVs]
     if transforms != [LogOddsTransform, type(None), LogTransform] or model.potentials:
