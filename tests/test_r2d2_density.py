@@ -46,19 +46,25 @@ def _pymc_at(model, x: np.ndarray):
     )
 
 
-@pytest.mark.parametrize("marginal", ["lowrank", "dense"])
-def test_the_native_density_is_pymcs_graph(marginal):
+def _targets(y: np.ndarray, outputs: int) -> np.ndarray:
+    return y if outputs == 1 else np.c_[y, -0.5 * y + 1.0]
+
+
+@pytest.mark.parametrize("marginal, outputs", [("lowrank", 1), ("dense", 1), ("lowrank", 2)])
+def test_the_native_density_is_pymcs_graph(marginal, outputs):
     # At random points, before and after new data of another size, with phi_scale and y_scale
     # away from 1: the density, every gradient entry and the trace PyMC's graph gives.
     Phi, y, rng = _design(60, 25, seed=1)
     scale = rng.uniform(0.5, 2.0, Phi.shape[1])
-    model = rvm_regression_model(Phi, y, phi_scale=scale, y_scale=2.5, marginal=marginal, **PRIORS)
+    model = rvm_regression_model(
+        Phi, _targets(y, outputs), phi_scale=scale, y_scale=2.5, marginal=marginal, **PRIORS
+    )
     assert model.rvm_spec.marginal == marginal
     compiled = compile_nutpie(model)
     assert compiled.logp_func is None  # the native density: no PyTensor function compiled
     for new in (None, _design(45, 25, seed=2)[:2]):
         if new is not None:
-            set_model_data(model, *new)
+            set_model_data(model, new[0], _targets(new[1], outputs))
         density = log_density(compiled, model)
         for _ in range(3):
             x = rng.normal(size=density.n_dim)
@@ -131,4 +137,4 @@ def test_only_the_default_model_takes_the_native_density():
         for name, model in _models().items()
         if _nutpie._native_density(model, _nutpie._layout(model)) is not None
     }
-    assert native == {"default", "dense", "priors"}
+    assert native == {"default", "dense", "priors", "outputs"}

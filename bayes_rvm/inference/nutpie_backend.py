@@ -679,8 +679,8 @@ def _native_density(model, layout: _Layout):
     regression model, on :mod:`bayes_rvm.models.marginal.r2d2_density`; None for any other.
 
     The model must be what :func:`~bayes_rvm.models.graphs.rvm_regression_model` builds in its
-    marginal form under the R2-D2 prior in Gaussian coordinates and half-normal noise, one
-    output, no offset and no compressed design, unextended: the same free variables under the
+    marginal form under the R2-D2 prior in Gaussian coordinates and half-normal noise, with no
+    offset and no compressed design, unextended: the same free variables under the
     same transforms, the same trace, one observed variable and no potential. Its Beta and
     half-normal parameters become constants of the callbacks (one compilation per machine for
     each setting of them, the defaults' first).
@@ -692,7 +692,7 @@ def _native_density(model, layout: _Layout):
     spec = getattr(model, "rvm_spec", None)
     if spec is None or (spec.likelihood, spec.prior, spec.form) != ("gaussian", "ard", "marginal"):
         return None
-    if spec.offset is not None or spec.noise_sd is not None or spec.n_outputs != 0:
+    if spec.offset is not None or spec.noise_sd is not None:
         return None
     r2d2, noise = spec.alpha_prior, spec.noise_prior
     if r2d2 is None or r2d2.distribution != "R2D2Precision" or noise is None:

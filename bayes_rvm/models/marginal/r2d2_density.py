@@ -1,7 +1,7 @@
 """The default regression model's whole log density, compiled by numba without PyTensor.
 
 The model :func:`~bayes_rvm.models.graphs.rvm_regression_model` builds at its defaults (the
-marginal form, the R2-D2 prior in its Gaussian coordinates, half-normal noise, one output) has
+marginal form, the R2-D2 prior in its Gaussian coordinates, half-normal noise) has
 three free variables, in nutpie's flat point ``x = (t, z, s)``:
 
 - ``t = logit R^2 = log omega`` (``alpha_rel_r2`` under its log-odds transform),
@@ -104,16 +104,17 @@ def _with_priors(x, hyper, logp_y, g_la, g_lb):  # pragma: no cover - numba
 
 @numba.njit(cache=True, nogil=True)
 def _likelihood_inputs(x, y, phi_scale, y_scale):  # pragma: no cover - numba
-    """The kernels' ``log alpha``, ``log beta`` (0-d) and targets ``(N, 1)`` at ``x``."""
+    """The kernels' ``log alpha``, ``log beta`` (0-d) and targets ``(N, D)`` at ``x``."""
     ys = y_scale.item()
     log_beta = np.asarray(-2.0 * (x[x.shape[0] - 1] + math.log(ys)))
-    return _precisions(x, phi_scale, ys)[0], log_beta, y.reshape((y.shape[0], 1))
+    return _precisions(x, phi_scale, ys)[0], log_beta, y.reshape((y.shape[0], -1))
 
 
 @numba.njit(cache=True, nogil=True)
 def lowrank_r2d2_logp(x, U, VS, y, phi_scale, y_scale, hyper):  # pragma: no cover - numba
     """The default model's log density at ``x`` and its gradient, on a thin SVD ``(U, V S)``
-    of the design (``y`` the targets, ``phi_scale`` and ``y_scale`` the model's data;
+    of the design (``y`` the targets, ``(N,)`` or ``(N, D)``; ``phi_scale`` and ``y_scale`` the
+    model's data;
     ``hyper = (a, b, c)``: ``Beta(a, b)`` on ``R^2``, ``HalfNormal(c)`` on ``sigma_rel``)."""
     log_alpha, log_beta, Y = _likelihood_inputs(x, y, phi_scale, y_scale)
     logp_y, g_la, g_lb, _ = lowrank_log_evidence_and_grad(log_alpha, log_beta, U, Y, VS)
