@@ -50,19 +50,30 @@ def _targets(y: np.ndarray, outputs: int) -> np.ndarray:
     return y if outputs == 1 else np.c_[y, -0.5 * y + 1.0]
 
 
-@pytest.mark.parametrize("marginal, outputs", [("lowrank", 1), ("dense", 1), ("lowrank", 2)])
-def test_the_native_density_is_pymcs_graph(marginal, outputs):
+@pytest.mark.parametrize(
+    "marginal, outputs, n_rows",
+    [("lowrank", 1, None), ("dense", 1, None), ("lowrank", 2, None), ("dense", 2, 600)],
+)
+def test_the_native_density_is_pymcs_graph(marginal, outputs, n_rows):
     # At random points, before and after new data of another size, with phi_scale and y_scale
-    # away from 1: the density, every gradient entry and the trace PyMC's graph gives.
+    # away from 1: the density, every gradient entry and the trace PyMC's graph gives (also as
+    # a compressed design of n_rows data rows).
     Phi, y, rng = _design(60, 25, seed=1)
     scale = rng.uniform(0.5, 2.0, Phi.shape[1])
     model = rvm_regression_model(
-        Phi, _targets(y, outputs), phi_scale=scale, y_scale=2.5, marginal=marginal, **PRIORS
+        Phi,
+        _targets(y, outputs),
+        phi_scale=scale,
+        y_scale=2.5,
+        marginal=marginal,
+        n_rows=n_rows,
+        **PRIORS,
     )
     assert model.rvm_spec.marginal == marginal
     compiled = compile_nutpie(model)
     assert compiled.logp_func is None  # the native density: no PyTensor function compiled
-    for new in (None, _design(45, 25, seed=2)[:2]):
+    # (set_model_data refuses a compressed design: its statistics make a new model)
+    for new in (None, _design(45, 25, seed=2)[:2]) if n_rows is None else (None,):
         if new is not None:
             set_model_data(model, new[0], _targets(new[1], outputs))
         density = log_density(compiled, model)
@@ -137,4 +148,4 @@ def test_only_the_default_model_takes_the_native_density():
         for name, model in _models().items()
         if _nutpie._native_density(model, _nutpie._layout(model)) is not None
     }
-    assert native == {"default", "dense", "priors", "outputs"}
+    assert native == {"default", "dense", "priors", "outputs", "statistics"}

@@ -680,7 +680,8 @@ def _native_density(model, layout: _Layout):
 
     The model must be what :func:`~bayes_rvm.models.graphs.rvm_regression_model` builds in its
     marginal form under the R2-D2 prior in Gaussian coordinates and half-normal noise, with no
-    offset and no compressed design, unextended: the same free variables under the
+    offset (on the data or a compressed design of them), unextended: the same free variables
+    under the
     same transforms, the same trace, one observed variable and no potential. Its Beta and
     half-normal parameters become constants of the callbacks (one compilation per machine for
     each setting of them, the defaults' first).
@@ -712,23 +713,29 @@ def _native_density(model, layout: _Layout):
     if transforms != [LogOddsTransform, type(None), LogTransform] or model.potentials:
         return None
     lowrank = spec.marginal == "lowrank"
-    design = ("Phi_U", "Phi_VS") if lowrank else ("Phi", "gram")
-    if len(model.observed_RVs) != 1 or not all(
-        name in model.named_vars for name in (*design, "y_obs", "phi_scale", "y_scale")
-    ):
+    rows = ("n_rows",) if "n_rows" in model.named_vars else ()
+    data = ("Phi_U", "Phi_VS") if lowrank else ("Phi", "gram")
+    data = (*data, "y_obs", "phi_scale", "y_scale", *rows)
+    if len(model.observed_RVs) != 1 or not all(name in model.named_vars for name in data):
         return None
     # The observed y's inputs: its generator and size, then exactly the density's parameters
-    # (log alpha, log beta, Phi, its factors or Gram matrix, the offset): no row count.
-    if len(model.observed_RVs[0].owner.inputs) != 6 + (2 if lowrank else 1):
+    # (log alpha, log beta, Phi, its factors or Gram matrix, the offset; the row count of a
+    # compressed design).
+    inputs = model.observed_RVs[0].owner.inputs
+    if len(inputs) != 6 + (2 if lowrank else 1) + len(rows):
         return None
-    fn = r2d2_density.lowrank_r2d2_logp if lowrank else r2d2_density.dense_r2d2_logp
-    key = f"r2d2-{spec.marginal}-{_native_source_digest()}"
-    shared = [model[name] for name in (*design, "y_obs", "phi_scale", "y_scale")]
-    return (
-        (key, shared, fn),
-        (key, shared[-2:], r2d2_density.r2d2_expand),
-        constants,
-    )
+    if rows and inputs[-1] is not model["n_rows"]:
+        return None
+    fn = {
+        (True, False): r2d2_density.lowrank_r2d2_logp,
+        (False, False): r2d2_density.dense_r2d2_logp,
+        (True, True): r2d2_density.lowrank_r2d2_rows_logp,
+        (False, True): r2d2_density.dense_r2d2_rows_logp,
+    }[lowrank, bool(rows)]
+    key = f"r2d2-{fn.__name__}-{_native_source_digest()}"
+    shared = [model[name] for name in data]
+    expand_shared = [model["phi_scale"], model["y_scale"]]
+    return (key, shared, fn), (key, expand_shared, r2d2_density.r2d2_expand), constants
 
 
 # ---------------------------------------------------------------------------------------------

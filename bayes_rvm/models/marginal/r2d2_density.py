@@ -31,7 +31,14 @@ from bayes_rvm.models.marginal.numba_kernels import (
     lowrank_log_evidence_and_grad,
 )
 
-__all__ = ["R2D2_TRACE", "dense_r2d2_logp", "lowrank_r2d2_logp", "r2d2_expand"]
+__all__ = [
+    "R2D2_TRACE",
+    "dense_r2d2_logp",
+    "dense_r2d2_rows_logp",
+    "lowrank_r2d2_logp",
+    "lowrank_r2d2_rows_logp",
+    "r2d2_expand",
+]
 
 #: The flat point's variables, then the trace's (nutpie's layout of the model's graph).
 R2D2_TRACE = (
@@ -127,6 +134,31 @@ def dense_r2d2_logp(x, Phi, gram, y, phi_scale, y_scale, hyper):  # pragma: no c
     log_alpha, log_beta, Y = _likelihood_inputs(x, y, phi_scale, y_scale)
     logp_y, g_la, g_lb, _ = log_evidence_numba(log_alpha, log_beta, Phi, Y, gram)
     return _with_priors(x, hyper, logp_y.item(), g_la, g_lb.item())
+
+
+@numba.njit(cache=True, nogil=True)
+def _with_row_count(x, y, y_scale, n_rows, logp, grad):  # pragma: no cover - numba
+    """The density on a compressed design of ``n_rows`` data rows: its missing terms
+    ``D (n_rows - k) (log beta - log 2 pi) / 2`` (``k`` compressed rows, as
+    :func:`~bayes_rvm.models.marginal.statistics_log_density_offset`), in ``log beta``."""
+    extra = 0.5 * (y.size // y.shape[0]) * (n_rows.item() - y.shape[0])
+    log_beta = -2.0 * (x[x.shape[0] - 1] + math.log(y_scale.item()))
+    grad[x.shape[0] - 1] -= 2.0 * extra
+    return logp + extra * (log_beta - 2.0 * _HALF_LOG_2PI), grad
+
+
+@numba.njit(cache=True, nogil=True)
+def lowrank_r2d2_rows_logp(x, U, VS, y, phi_scale, y_scale, n_rows, hyper):  # pragma: no cover
+    """:func:`lowrank_r2d2_logp` on a compressed design of ``n_rows`` (0-d) data rows."""
+    logp, grad = lowrank_r2d2_logp(x, U, VS, y, phi_scale, y_scale, hyper)
+    return _with_row_count(x, y, y_scale, n_rows, logp, grad)
+
+
+@numba.njit(cache=True, nogil=True)
+def dense_r2d2_rows_logp(x, Phi, gram, y, phi_scale, y_scale, n_rows, hyper):  # pragma: no cover
+    """:func:`dense_r2d2_logp` on a compressed design of ``n_rows`` (0-d) data rows."""
+    logp, grad = dense_r2d2_logp(x, Phi, gram, y, phi_scale, y_scale, hyper)
+    return _with_row_count(x, y, y_scale, n_rows, logp, grad)
 
 
 @numba.njit(cache=True, nogil=True)
