@@ -681,14 +681,14 @@ def _native_density(model, layout: _Layout):
     The model must be what :func:`~bayes_rvm.models.graphs.rvm_regression_model` builds in its
     marginal form under the R2-D2 prior in Gaussian coordinates and half-normal noise, with no
     offset (on the data or a compressed design of them), unextended: the same free variables
-    under the
-    same transforms, the same trace, one observed variable and no potential. Its Beta and
-    half-normal parameters become constants of the callbacks (one compilation per machine for
-    each setting of them, the defaults' first).
+    under the same transforms, the same trace, one observed variable and no potential. Its Beta
+    and half-normal parameters become constants of the callbacks (one compilation per machine
+    for each setting of them, the defaults' first).
     """
     from pymc.logprob.transforms import LogOddsTransform, LogTransform
 
     from bayes_rvm.models.marginal import r2d2_density
+    from bayes_rvm.models.priors import DEFAULT_R2D2
 
     spec = getattr(model, "rvm_spec", None)
     if spec is None or (spec.likelihood, spec.prior, spec.form) != ("gaussian", "ard", "marginal"):
@@ -700,10 +700,11 @@ def _native_density(model, layout: _Layout):
         return None
     if noise.distribution != "HalfNormal" or set(noise.parameters) - {"sigma"}:
         return None
+    beta_prior = {**DEFAULT_R2D2, **r2d2.parameters}
     constants = (
-        _number(r2d2.parameters.get("r2_a", 0.5)),
-        _number(r2d2.parameters.get("r2_b", 0.5)),
-        _number(noise.parameters.get("sigma", 1.0)),
+        _number(beta_prior["r2_a"]),
+        _number(beta_prior["r2_b"]),
+        _number(noise.parameters.get("sigma", 1.0)),  # PyMC's default scale
     )
     if None in constants or tuple(layout.shape_info[0]) != r2d2_density.R2D2_TRACE:
         return None
