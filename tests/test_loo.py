@@ -79,6 +79,26 @@ def test_loo_terms_match_dense_conditioning(M, monkeypatch):
     np.testing.assert_allclose(per_draw[2], _dense_loo(Phi, Y - 1.0, alpha[2], beta[2]), atol=1e-9)
 
 
+@pytest.mark.parametrize("block", [None, 1])
+def test_one_factorisation_completes_as_the_two_calls_do(block, monkeypatch):
+    # gaussian_completion: the leave-one-out terms of dense conditioning, and the weights that
+    # draw_weights gives from the same generator state, also one draw per block.
+    from bayes_rvm.inference import draw_weights
+    from bayes_rvm.posterior import draws
+
+    if block:
+        monkeypatch.setattr(draws, "_DRAW_BLOCK_ELEMENTS", block)
+    rng = np.random.default_rng(8)
+    N, M = 12, 9
+    Phi, Y = rng.normal(size=(N, M)), rng.normal(size=(N, 2))
+    alpha = np.exp(rng.normal(size=(4, M)))
+    beta = np.array([1.0, 3.0, 0.5, 8.0])
+    w, loo = draws.gaussian_completion(Phi, Y, alpha, beta, np.random.default_rng(2))
+    expected = np.stack([_dense_loo(Phi, Y, alpha[s], beta[s]) for s in range(4)])
+    np.testing.assert_allclose(loo, expected, atol=1e-9)
+    np.testing.assert_array_equal(w, draw_weights(Phi, Y, alpha, beta, np.random.default_rng(2)))
+
+
 @pytest.mark.parametrize("solver", ["sequential"])
 def test_refit_loo_is_brute_force_loo(solver):
     N = 30

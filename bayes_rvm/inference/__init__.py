@@ -5,7 +5,7 @@ The work is done in four modules, which this one re-exports:
 - :mod:`bayes_rvm.posterior.draws`: the posterior as arrays
   (:class:`~bayes_rvm.posterior.draws.PosteriorDraws`,
   :func:`draw_weights`, :func:`pointwise_log_likelihood`, :func:`gaussian_loo_terms`,
-  :func:`predict_draws`);
+  :func:`gaussian_completion`, :func:`predict_draws`);
 - :mod:`bayes_rvm.posterior.datatree`: the one DataTree adapter (:func:`type2_datatree`,
   :func:`sample_posterior_predictive`; the groups and attrs of a fit are described there);
 - :mod:`bayes_rvm.inference.sampling`: MCMC (:func:`sample_mcmc`, :func:`complete_posterior`,
@@ -30,6 +30,7 @@ from bayes_rvm.posterior.datatree import sample_posterior_predictive, type2_data
 from bayes_rvm.posterior.draws import (
     PosteriorDraws,
     draw_weights,
+    gaussian_completion,
     gaussian_loo_terms,
     latent,
     pointwise_log_likelihood,
@@ -43,6 +44,7 @@ __all__ = [
     "complete_posterior",
     "diagnose",
     "draw_weights",
+    "gaussian_completion",
     "gaussian_loo_terms",
     "latent",
     "pointwise_log_likelihood",

@@ -23,6 +23,7 @@ from bayes_rvm.inference.diagnostics import diagnose
 from bayes_rvm.posterior.datatree import extra_dims, make_datatree
 from bayes_rvm.posterior.draws import (
     draw_weights,
+    gaussian_completion,
     gaussian_loo_terms,
     pointwise_log_likelihood,
     width_designs,
@@ -628,6 +629,9 @@ def _gaussian_completion(model, post, Phi, y, multi: bool, random_seed):
         w, ll = lowrank_completion(U, VS, Yc, alpha, sigma**-2.0, rng, loo=not statistics)
     if rng is None:
         w = post["w"].values.reshape(C * S, Phi.shape[-1], -1)
+    elif w is None and not statistics:
+        # The weights and the leave-one-out terms from one factorisation of each draw.
+        w, ll = gaussian_completion(Phi, Yc, alpha, sigma**-2.0, rng)
     elif w is None:
         w = draw_weights(Phi, Yc, alpha, sigma**-2.0, rng)
     # The targets are dependent given (alpha, sigma): the pointwise terms are the exact

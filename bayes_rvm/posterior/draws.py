@@ -33,6 +33,7 @@ from bayes_rvm.families import (
 __all__ = [
     "PosteriorDraws",
     "draw_weights",
+    "gaussian_completion",
     "gaussian_loo_terms",
     "latent",
     "pointwise_log_likelihood",
@@ -93,6 +94,36 @@ def draw_weights(
             phi_y = Phi.T @ Y[part]
         out[part] = weight_posterior(gram, phi_y, alpha[part], beta[part]).draw(z[part])
     return out
+
+
+def gaussian_completion(
+    Phi: np.ndarray, Y: np.ndarray, alpha: np.ndarray, beta: np.ndarray, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`draw_weights` and :func:`gaussian_loo_terms` of one design, from one
+    factorisation of each draw's weight posterior instead of two.
+
+    The same arguments as :func:`draw_weights` and the same values as the two calls with
+    ``rng`` in the same state; designs or targets per draw take the two calls.
+
+    Returns
+    -------
+    w : ndarray of shape (S, M, D)
+    loo : ndarray of shape (S, N)
+    """
+    if Phi.ndim != 2 or Y.ndim != 2:
+        return draw_weights(Phi, Y, alpha, beta, rng), gaussian_loo_terms(Phi, Y, alpha, beta)
+    S, M = alpha.shape
+    N, D = Y.shape
+    z = rng.standard_normal((S, M, D))
+    gram, phi_y = Phi.T @ Phi, Phi.T @ Y
+    w, loo = np.empty((S, M, D)), np.empty((S, N))
+    step = max(1, _DRAW_BLOCK_ELEMENTS // (M * max(M, N)))
+    for lo in range(0, S, step):
+        part = slice(lo, min(lo + step, S))
+        post = weight_posterior(gram, phi_y, alpha[part], beta[part])
+        w[part] = post.draw(z[part])
+        loo[part] = _loo_of(post, Phi, Y, beta[part])
+    return w, loo
 
 
 def gaussian_loo_terms(
@@ -164,7 +195,11 @@ def _loo_block(P, Y, gram, cross, alpha, beta) -> np.ndarray:
     """:func:`gaussian_loo_terms` of a block of B draws of the same columns: ``P`` (N, K) or
     (B, N, K), ``Y`` (N, D) or (B, N, D), ``gram`` and ``cross`` as :func:`weight_posterior`
     takes them, ``alpha`` (B, K), ``beta`` (B,); returns (B, N)."""
-    post = weight_posterior(gram, cross, alpha, beta)
+    return _loo_of(weight_posterior(gram, cross, alpha, beta), P, Y, beta)
+
+
+def _loo_of(post, P, Y, beta) -> np.ndarray:
+    """:func:`_loo_block` from the block's weight posterior ``post``."""
     V = post.whiten(np.swapaxes(P, -1, -2))  # (B, K, N)
     # 1 - h_n > 0 for finite alphas; the floor keeps a leverage rounded to one finite.
     b = beta[:, None]
