@@ -78,16 +78,15 @@ def _precisions(x, phi_scale, y_scale):  # pragma: no cover - numba
 
 
 @numba.njit(cache=True, nogil=True)
-def _with_priors(x, hyper, logp_y, g_la, g_lb):  # pragma: no cover - numba
+def _with_priors(x, sum_z2, hyper, logp_y, g_la, g_lb):  # pragma: no cover - numba
     """The whole density and its gradient in ``x`` from the likelihood's, in ``log alpha`` and
-    ``log beta``: the priors, their Jacobians and the chain rule through ``alpha`` and ``beta``."""
+    ``log beta``: the priors, their Jacobians and the chain rule through ``alpha`` and ``beta``
+    (``sum_z2`` from :func:`_precisions`)."""
     r2_a, r2_b, noise_scale = hyper
     M = x.shape[0] - 2
     t, s = x[0], x[M + 1]
-    sum_z2 = 0.0
     sum_g = 0.0
     for i in range(M):
-        sum_z2 += x[1 + i] * x[1 + i]
         sum_g += g_la[i]
     grad = np.empty(M + 2)
     # Beta(a, b) on R^2 = sigmoid(t), with the log-odds Jacobian R^2 (1 - R^2).
@@ -111,29 +110,31 @@ def _with_priors(x, hyper, logp_y, g_la, g_lb):  # pragma: no cover - numba
 
 @numba.njit(cache=True, nogil=True)
 def _likelihood_inputs(x, y, phi_scale, y_scale):  # pragma: no cover - numba
-    """The kernels' ``log alpha``, ``log beta`` (0-d) and targets ``(N, D)`` at ``x``."""
+    """The kernels' ``log alpha``, ``log beta`` (0-d) and targets ``(N, D)`` at ``x``, and
+    ``sum z^2``."""
     ys = y_scale.item()
     log_beta = np.asarray(-2.0 * (x[x.shape[0] - 1] + math.log(ys)))
-    return _precisions(x, phi_scale, ys)[0], log_beta, y.reshape((y.shape[0], -1))
+    log_alpha, sum_z2 = _precisions(x, phi_scale, ys)
+    return log_alpha, log_beta, y.reshape((y.shape[0], -1)), sum_z2
 
 
 @numba.njit(cache=True, nogil=True)
 def lowrank_r2d2_logp(x, U, VS, y, phi_scale, y_scale, hyper):  # pragma: no cover - numba
     """The default model's log density at ``x`` and its gradient, on a thin SVD ``(U, V S)``
-    of the design (``y`` the targets, ``(N,)`` or ``(N, D)``; ``phi_scale`` and ``y_scale`` the
-    model's data;
-    ``hyper = (a, b, c)``: ``Beta(a, b)`` on ``R^2``, ``HalfNormal(c)`` on ``sigma_rel``)."""
-    log_alpha, log_beta, Y = _likelihood_inputs(x, y, phi_scale, y_scale)
+    of the design (``y`` the targets, ``(N,)`` or ``(N, D)``; ``phi_scale`` and ``y_scale``
+    the model's data; ``hyper = (a, b, c)``: ``Beta(a, b)`` on ``R^2``, ``HalfNormal(c)`` on
+    ``sigma_rel``)."""
+    log_alpha, log_beta, Y, sum_z2 = _likelihood_inputs(x, y, phi_scale, y_scale)
     logp_y, g_la, g_lb, _ = lowrank_log_evidence_and_grad(log_alpha, log_beta, U, Y, VS)
-    return _with_priors(x, hyper, logp_y.item(), g_la, g_lb.item())
+    return _with_priors(x, sum_z2, hyper, logp_y.item(), g_la, g_lb.item())
 
 
 @numba.njit(cache=True, nogil=True)
 def dense_r2d2_logp(x, Phi, gram, y, phi_scale, y_scale, hyper):  # pragma: no cover - numba
     """:func:`lowrank_r2d2_logp` on the design ``Phi`` and its Gram matrix ``Phi^T Phi``."""
-    log_alpha, log_beta, Y = _likelihood_inputs(x, y, phi_scale, y_scale)
+    log_alpha, log_beta, Y, sum_z2 = _likelihood_inputs(x, y, phi_scale, y_scale)
     logp_y, g_la, g_lb, _ = log_evidence_numba(log_alpha, log_beta, Phi, Y, gram)
-    return _with_priors(x, hyper, logp_y.item(), g_la, g_lb.item())
+    return _with_priors(x, sum_z2, hyper, logp_y.item(), g_la, g_lb.item())
 
 
 @numba.njit(cache=True, nogil=True)
