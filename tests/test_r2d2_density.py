@@ -11,7 +11,6 @@ from bayes_rvm import Prior
 from bayes_rvm.inference import nutpie_backend as _nutpie
 from bayes_rvm.inference.nutpie_backend import compile_nutpie, log_density
 from bayes_rvm.models.graphs import rvm_regression_model, set_model_data
-from bayes_rvm.models.marginal import r2d2_density
 
 #: Non-default hyperparameters, so that each enters where PyMC's graph has it.
 PRIORS = {
@@ -30,13 +29,11 @@ def _design(n: int, m: int, seed: int):
 
 def _pymc_at(model, x: np.ndarray):
     """PyMC's log density, gradient and trace at the flat point ``x`` (its own C backend)."""
-    m = model["phi_scale"].get_value().shape[0]
-    point = {
-        "alpha_rel_r2_logodds__": x[0],
-        "alpha_rel_z": x[1 : m + 1],
-        "sigma_rel_log__": x[m + 1],
-    }
-    traced = [v for v in model.unobserved_value_vars if v.name in r2d2_density.R2D2_TRACE[3:]]
+    start = model.initial_point()
+    names = [model.rvs_to_values[rv].name for rv in model.free_RVs]
+    parts = np.split(x, np.cumsum([start[n].size for n in names])[:-1])
+    point = {n: p.reshape(start[n].shape) for n, p in zip(names, parts, strict=True)}
+    traced = [v for v in model.unobserved_value_vars if v.name not in point]
     trace = model.compile_fn(traced, point_fn=True)(point)
     names = [v.name for v in traced]
     return (
@@ -51,15 +48,27 @@ def _targets(y: np.ndarray, outputs: int) -> np.ndarray:
 
 
 @pytest.mark.parametrize(
-    "marginal, outputs, n_rows",
-    [("lowrank", 1, None), ("dense", 1, None), ("lowrank", 2, None), ("dense", 2, 600)],
+    "marginal, outputs, n_rows, coordinates",
+    [
+        ("lowrank", 1, None, "gaussian"),
+        ("dense", 1, None, "gaussian"),
+        ("lowrank", 2, None, "gaussian"),
+        ("dense", 2, 600, "gaussian"),
+        ("lowrank", 1, None, "log_alpha"),
+        ("dense", 1, 600, "log_alpha"),
+    ],
 )
-def test_the_native_density_is_pymcs_graph(marginal, outputs, n_rows):
+def test_the_native_density_is_pymcs_graph(marginal, outputs, n_rows, coordinates):
     # At random points, before and after new data of another size, with phi_scale and y_scale
     # away from 1: the density, every gradient entry and the trace PyMC's graph gives (also as
-    # a compressed design of n_rows data rows).
+    # a compressed design of n_rows data rows, and in log alpha coordinates).
     Phi, y, rng = _design(60, 25, seed=1)
     scale = rng.uniform(0.5, 2.0, Phi.shape[1])
+    priors = dict(PRIORS)
+    if coordinates == "log_alpha":
+        priors["alpha_prior"] = Prior(
+            "R2D2Precision", r2_a=0.7, r2_b=1.3, concentration=0.8, coordinates="log_alpha"
+        )
     model = rvm_regression_model(
         Phi,
         _targets(y, outputs),
@@ -67,7 +76,7 @@ def test_the_native_density_is_pymcs_graph(marginal, outputs, n_rows):
         y_scale=2.5,
         marginal=marginal,
         n_rows=n_rows,
-        **PRIORS,
+        **priors,
     )
     assert model.rvm_spec.marginal == marginal
     compiled = compile_nutpie(model)
@@ -128,6 +137,11 @@ def _models() -> dict:
                 "R2D2Precision", r2_a=0.5, r2_b=0.5, concentration=0.5, coordinates="log_alpha"
             ),
         ),
+        "shares": lambda: rvm_regression_model(
+            Phi,
+            y,
+            alpha_prior=Prior("R2D2Precision", concentration=np.linspace(0.5, 1.0, 8).tolist()),
+        ),
         "noise": lambda: rvm_regression_model(Phi, y, noise_prior=Prior("Exponential", lam=1.0)),
         "fixed noise": lambda: rvm_regression_model(Phi, y, noise_sd=0.1),
     }
@@ -148,4 +162,4 @@ def test_only_the_default_model_takes_the_native_density():
         for name, model in _models().items()
         if _nutpie._native_density(model, _nutpie._layout(model)) is not None
     }
-    assert native == {"default", "dense", "priors", "outputs", "statistics"}
+    assert native == {"default", "dense", "priors", "outputs", "statistics", "log_alpha"}

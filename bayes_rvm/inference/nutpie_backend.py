@@ -420,18 +420,16 @@ def {signature}:
 def _callback_sources(logp_shared, expand_shared, offsets, constants: tuple = ()):
     """The source of the logp and expand C callbacks (numba.cfunc with nutpie's signatures).
 
-    ``constants`` (floats), where given, follow the shared arrays in the log density's call as
-    one tuple.
+    ``constants`` (floats), where given, follow the shared arrays in both calls as one tuple.
 
     No size is written into them: the point's and the trace's lengths are nutpie's arguments,
     checked against what the graph computes (which reads its sizes from the shared data), so the
     callbacks of one graph serve every data shape. They copy with loops: a slice assignment
     would compile numba's broadcast-error formatting, over a second of a cold fit.
     """
-    logp_args = ", ".join(["x", *(f"s{offsets['index'][k]}" for k in logp_shared)])
-    if constants:
-        logp_args += f", ({', '.join(repr(float(c)) for c in constants)},)"
-    expand_args = ", ".join(["x", *(f"s{offsets['index'][k]}" for k in expand_shared)])
+    tail = [f"({', '.join(repr(float(c)) for c in constants)},)"] if constants else []
+    logp_args = ", ".join(["x", *(f"s{offsets['index'][k]}" for k in logp_shared), *tail])
+    expand_args = ", ".join(["x", *(f"s{offsets['index'][k]}" for k in expand_shared), *tail])
     unpack = _unpack_lines(offsets["arrays"], offsets)
     body = "\n".join("    " + ln for ln in unpack)
     logp_src = _guarded_callback(
@@ -573,8 +571,8 @@ def _cfunc_model(
     """nutpie's compiled-model class on the C callbacks of two numba functions, or None.
 
     ``logp`` and ``expand`` are each (the function's cache key, such as PyTensor's of its
-    rewritten graph; its shared inputs in order; the numba function, or None), the log density's
-    called with the tuple ``constants`` after its shared inputs. Without the function the
+    rewritten graph; its shared inputs in order; the numba function, or None), each called
+    with the tuple ``constants`` after its shared inputs. Without the function the
     callback must be in numba's on-disk cache (``on_miss`` is called where numba would compile).
     ``pytensor_functions`` are the compiled PyTensor functions, where they exist (for the
     compiled model's ``logp_func`` and ``expand_func``, which nutpie does not call).
@@ -679,7 +677,8 @@ def _native_density(model, layout: _Layout):
     regression model, on :mod:`bayes_rvm.models.marginal.r2d2_density`; None for any other.
 
     The model must be what :func:`~bayes_rvm.models.graphs.rvm_regression_model` builds in its
-    marginal form under the R2-D2 prior in Gaussian coordinates and half-normal noise, with no
+    marginal form under the R2-D2 prior (in Gaussian or ``log alpha`` coordinates, one
+    concentration for every column) and half-normal noise, with no
     offset (on the data or a compressed design of them), unextended: the same free variables
     under the same transforms, the same trace, one observed variable and no potential. Its Beta
     and half-normal parameters become constants of the callbacks (one compilation per machine
@@ -700,18 +699,27 @@ def _native_density(model, layout: _Layout):
         return None
     if noise.distribution != "HalfNormal" or set(noise.parameters) - {"sigma"}:
         return None
-    beta_prior = {**DEFAULT_R2D2, **r2d2.parameters}
+    r2d2_parameters = {**DEFAULT_R2D2, **r2d2.parameters}
+    trace = tuple(layout.shape_info[0])
+    gaussian = trace == r2d2_density.R2D2_TRACE
     constants = (
-        _number(beta_prior["r2_a"]),
-        _number(beta_prior["r2_b"]),
+        _number(r2d2_parameters["r2_a"]),
+        _number(r2d2_parameters["r2_b"]),
+        _number(r2d2_parameters["concentration"]),  # a vector of them: not here
         _number(noise.parameters.get("sigma", 1.0)),  # PyMC's default scale
+        float(gaussian),
     )
-    if None in constants or tuple(layout.shape_info[0]) != r2d2_density.R2D2_TRACE:
+    if None in constants or _native_source_digest() is None:
         return None
-    if _native_source_digest() is None:
-        return None
-    transforms = [type(model.rvs_to_transforms.get(var)) for var in model.free_RVs]
-    if transforms != [LogOddsTransform, type(None), LogTransform] or model.potentials:
+    transforms = [model.rvs_to_transforms.get(var) for var in model.free_RVs]
+    if gaussian:
+        known = [type(t) for t in transforms] == [LogOddsTransform, type(None), LogTransform]
+    else:
+        # log alpha: the R2-D2 prior's own vector log transform (a LogTransform), sigma's log
+        known = trace == r2d2_density.R2D2_LOG_ALPHA_TRACE and [
+            type(t).__name__ for t in transforms
+        ] == ["VectorLog", "LogTransform"]
+    if not known or model.potentials:
         return None
     lowrank = spec.marginal == "lowrank"
     rows = ("n_rows",) if "n_rows" in model.named_vars else ()

@@ -9,8 +9,12 @@ three free variables, in nutpie's flat point ``x = (t, z, s)``:
 - ``z`` (``alpha_rel_z``, one per column), standard normal;
 - ``s = log sigma_rel`` (``sigma_rel`` under its log transform), ``sigma_rel ~ HalfNormal(c)``,
 
-and ``log alpha_rel_i = log sum_j z_j^2 - log z_i^2 - t``, ``log alpha_i = log alpha_rel_i +
-2 log phi_scale_i - 2 log y_scale``, ``log beta = -2 (s + log y_scale)``. The functions here
+and ``log alpha_rel_i = log sum_j z_j^2 - log z_i^2 - t``. In ``log alpha`` coordinates (the
+estimators' choice for a basis of relevance vectors) the point is ``x = (u, s)``, ``u = log
+alpha_rel`` (``alpha_rel`` under its log transform), with the R2-D2 density of ``alpha_rel``
+at concentration ``k``: ``omega = sum_i exp(-u_i)`` is ``BetaPrime(a, b)`` and ``exp(-u) /
+omega`` a ``Dirichlet(k)``. Then ``log alpha_i = log alpha_rel_i + 2 log phi_scale_i - 2 log
+y_scale``, ``log beta = -2 (s + log y_scale)``. The functions here
 compute that density (the transforms' Jacobians included) and its gradient around the marginal
 likelihood's own kernels, and the trace nutpie stores, in the order PyMC's graph gives them.
 Compiled with ``cache=True``, they cost a cold machine a few seconds where PyTensor's numba
@@ -32,6 +36,7 @@ from bayes_rvm.models.marginal.numba_kernels import (
 )
 
 __all__ = [
+    "R2D2_LOG_ALPHA_TRACE",
     "R2D2_TRACE",
     "dense_r2d2_logp",
     "dense_r2d2_rows_logp",
@@ -54,6 +59,18 @@ R2D2_TRACE = (
     "beta",
 )
 
+#: The same in ``log alpha`` coordinates.
+R2D2_LOG_ALPHA_TRACE = (
+    "alpha_rel_vector_log__",
+    "sigma_rel_log__",
+    "alpha_rel",
+    "sigma_rel",
+    "alpha",
+    "log_alpha",
+    "sigma",
+    "beta",
+)
+
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 
 
@@ -63,14 +80,19 @@ def _softplus(v):  # pragma: no cover - numba
 
 
 @numba.njit(cache=True, nogil=True)
-def _precisions(x, phi_scale, y_scale):  # pragma: no cover - numba
-    """``log alpha`` (in the data's units) and ``sum z^2`` at the flat point ``x``."""
-    M = x.shape[0] - 2
+def _precisions(x, phi_scale, y_scale, gaussian):  # pragma: no cover - numba
+    """``log alpha`` (in the data's units) and ``sum z^2`` (0 in ``log alpha`` coordinates) at
+    the flat point ``x``."""
+    M = phi_scale.shape[0]
+    log_alpha = np.empty(M)
+    if not gaussian:
+        for i in range(M):
+            log_alpha[i] = x[i] + 2.0 * (math.log(phi_scale[i]) - math.log(y_scale))
+        return log_alpha, 0.0
     sum_z2 = 0.0
     for i in range(M):
         sum_z2 += x[1 + i] * x[1 + i]
     shift = math.log(sum_z2) - x[0] - 2.0 * math.log(y_scale)
-    log_alpha = np.empty(M)
     for i in range(M):
         z = x[1 + i]
         log_alpha[i] = shift - math.log(z * z) + 2.0 * math.log(phi_scale[i])
@@ -78,22 +100,18 @@ def _precisions(x, phi_scale, y_scale):  # pragma: no cover - numba
 
 
 @numba.njit(cache=True, nogil=True)
-def _with_priors(x, sum_z2, hyper, logp_y, g_la, g_lb):  # pragma: no cover - numba
-    """The whole density and its gradient in ``x`` from the likelihood's, in ``log alpha`` and
-    ``log beta``: the priors, their Jacobians and the chain rule through ``alpha`` and ``beta``
-    (``sum_z2`` from :func:`_precisions`)."""
-    r2_a, r2_b, noise_scale = hyper
-    M = x.shape[0] - 2
-    t, s = x[0], x[M + 1]
+def _gaussian_prior(x, sum_z2, r2_a, r2_b, g_la, grad):  # pragma: no cover - numba
+    """The R2-D2 prior's log density in Gaussian coordinates; its gradient, with the chain rule
+    from ``g_la`` (in ``log alpha``), into ``grad``."""
+    M, t = g_la.shape[0], x[0]
     sum_g = 0.0
     for i in range(M):
         sum_g += g_la[i]
-    grad = np.empty(M + 2)
     # Beta(a, b) on R^2 = sigmoid(t), with the log-odds Jacobian R^2 (1 - R^2).
     log_r2, log_1m_r2 = -_softplus(-t), -_softplus(t)
     r2 = math.exp(log_r2)
     log_b = math.lgamma(r2_a) + math.lgamma(r2_b) - math.lgamma(r2_a + r2_b)
-    logp = logp_y + r2_a * log_r2 + r2_b * log_1m_r2 - log_b
+    logp = r2_a * log_r2 + r2_b * log_1m_r2 - log_b
     grad[0] = r2_a * (1.0 - r2) - r2_b * r2 - sum_g
     # Standard normal z; d log alpha_i / d z_j = 2 z_j / sum z^2 - 2 [i = j] / z_i.
     share = 2.0 * sum_g / sum_z2
@@ -101,20 +119,55 @@ def _with_priors(x, sum_z2, hyper, logp_y, g_la, g_lb):  # pragma: no cover - nu
         z = x[1 + i]
         logp -= 0.5 * z * z + _HALF_LOG_2PI
         grad[1 + i] = -z + share * z - 2.0 * g_la[i] / z
+    return logp
+
+
+@numba.njit(cache=True, nogil=True)
+def _log_alpha_prior(x, r2_a, r2_b, k, g_la, grad):  # pragma: no cover - numba
+    """The R2-D2 prior's log density in ``log alpha`` coordinates (the shares' Dirichlet
+    concentration ``k``, with the log Jacobian); its gradient into ``grad``."""
+    M = g_la.shape[0]
+    omega = 0.0
+    for i in range(M):
+        omega += math.exp(-x[i])
+    log_norm = math.lgamma(r2_a + r2_b) - math.lgamma(r2_a) - math.lgamma(r2_b)
+    log_norm += math.lgamma(M * k) - M * math.lgamma(k)
+    logp = log_norm + (r2_a - M * k) * math.log(omega) - (r2_a + r2_b) * math.log1p(omega)
+    # d/du_i of (a - M k) log omega - (a + b) log(1 + omega), through omega's exp(-u_i)
+    slope = (r2_a - M * k) / omega - (r2_a + r2_b) / (1.0 + omega)
+    for i in range(M):
+        logp -= k * x[i]  # (k + 1) log v_i with v_i = exp(-u_i), and the Jacobian u_i
+        grad[i] = -k - slope * math.exp(-x[i]) + g_la[i]
+    return logp
+
+
+@numba.njit(cache=True, nogil=True)
+def _with_priors(x, sum_z2, hyper, logp_y, g_la, g_lb):  # pragma: no cover - numba
+    """The whole density and its gradient in ``x`` from the likelihood's, in ``log alpha`` and
+    ``log beta``: the priors, their Jacobians and the chain rule through ``alpha`` and ``beta``
+    (``sum_z2`` from :func:`_precisions`)."""
+    r2_a, r2_b, k, noise_scale, gaussian = hyper
+    n = x.shape[0]
+    grad = np.empty(n)
+    if gaussian:
+        logp = logp_y + _gaussian_prior(x, sum_z2, r2_a, r2_b, g_la, grad)
+    else:
+        logp = logp_y + _log_alpha_prior(x, r2_a, r2_b, k, g_la, grad)
     # HalfNormal(c) on sigma_rel = e^s, with the log Jacobian s; log beta = -2 (s + log y_scale).
+    s = x[n - 1]
     v = math.exp(s) / noise_scale
     logp += 0.5 * math.log(2.0 / math.pi) - math.log(noise_scale) - 0.5 * v * v + s
-    grad[M + 1] = 1.0 - v * v - 2.0 * g_lb
+    grad[n - 1] = 1.0 - v * v - 2.0 * g_lb
     return logp, grad
 
 
 @numba.njit(cache=True, nogil=True)
-def _likelihood_inputs(x, y, phi_scale, y_scale):  # pragma: no cover - numba
+def _likelihood_inputs(x, y, phi_scale, y_scale, gaussian):  # pragma: no cover - numba
     """The kernels' ``log alpha``, ``log beta`` (0-d) and targets ``(N, D)`` at ``x``, and
     ``sum z^2``."""
     ys = y_scale.item()
     log_beta = np.asarray(-2.0 * (x[x.shape[0] - 1] + math.log(ys)))
-    log_alpha, sum_z2 = _precisions(x, phi_scale, ys)
+    log_alpha, sum_z2 = _precisions(x, phi_scale, ys, gaussian)
     return log_alpha, log_beta, y.reshape((y.shape[0], -1)), sum_z2
 
 
@@ -122,9 +175,10 @@ def _likelihood_inputs(x, y, phi_scale, y_scale):  # pragma: no cover - numba
 def lowrank_r2d2_logp(x, U, VS, y, phi_scale, y_scale, hyper):  # pragma: no cover - numba
     """The default model's log density at ``x`` and its gradient, on a thin SVD ``(U, V S)``
     of the design (``y`` the targets, ``(N,)`` or ``(N, D)``; ``phi_scale`` and ``y_scale``
-    the model's data; ``hyper = (a, b, c)``: ``Beta(a, b)`` on ``R^2``, ``HalfNormal(c)`` on
-    ``sigma_rel``)."""
-    log_alpha, log_beta, Y, sum_z2 = _likelihood_inputs(x, y, phi_scale, y_scale)
+    the model's data; ``hyper = (a, b, k, c, gaussian)``: ``Beta(a, b)`` on ``R^2``, the
+    shares' concentration ``k``, ``HalfNormal(c)`` on ``sigma_rel``, 1.0 for Gaussian
+    coordinates or 0.0 for ``log alpha``)."""
+    log_alpha, log_beta, Y, sum_z2 = _likelihood_inputs(x, y, phi_scale, y_scale, hyper[4])
     logp_y, g_la, g_lb, _ = lowrank_log_evidence_and_grad(log_alpha, log_beta, U, Y, VS)
     return _with_priors(x, sum_z2, hyper, logp_y.item(), g_la, g_lb.item())
 
@@ -132,7 +186,7 @@ def lowrank_r2d2_logp(x, U, VS, y, phi_scale, y_scale, hyper):  # pragma: no cov
 @numba.njit(cache=True, nogil=True)
 def dense_r2d2_logp(x, Phi, gram, y, phi_scale, y_scale, hyper):  # pragma: no cover - numba
     """:func:`lowrank_r2d2_logp` on the design ``Phi`` and its Gram matrix ``Phi^T Phi``."""
-    log_alpha, log_beta, Y, sum_z2 = _likelihood_inputs(x, y, phi_scale, y_scale)
+    log_alpha, log_beta, Y, sum_z2 = _likelihood_inputs(x, y, phi_scale, y_scale, hyper[4])
     logp_y, g_la, g_lb, _ = log_evidence_numba(log_alpha, log_beta, Phi, Y, gram)
     return _with_priors(x, sum_z2, hyper, logp_y.item(), g_la, g_lb.item())
 
@@ -163,25 +217,33 @@ def dense_r2d2_rows_logp(x, Phi, gram, y, phi_scale, y_scale, n_rows, hyper):  #
 
 
 @numba.njit(cache=True, nogil=True)
-def r2d2_expand(x, phi_scale, y_scale):  # pragma: no cover - numba
-    """The trace at ``x``, flat in :data:`R2D2_TRACE`'s order (one tuple entry, as PyTensor's
-    joined trace function returns it)."""
-    M = x.shape[0] - 2
+def r2d2_expand(x, phi_scale, y_scale, hyper):  # pragma: no cover - numba
+    """The trace at ``x``, flat in :data:`R2D2_TRACE`'s order (:data:`R2D2_LOG_ALPHA_TRACE`'s
+    in ``log alpha`` coordinates, ``hyper`` as for :func:`lowrank_r2d2_logp`; one tuple entry,
+    as PyTensor's joined trace function returns it)."""
+    gaussian = hyper[4]
+    n, M = x.shape[0], phi_scale.shape[0]
     ys = y_scale.item()
-    log_alpha, sum_z2 = _precisions(x, phi_scale, ys)
-    out = np.empty(4 * M + 6)
-    for i in range(M + 2):  # a loop: a slice assignment compiles numba's broadcast errors
+    log_alpha, sum_z2 = _precisions(x, phi_scale, ys, gaussian)
+    out = np.empty(n + 3 * M + (4 if gaussian else 3))
+    for i in range(n):  # a loop: a slice assignment compiles numba's broadcast errors
         out[i] = x[i]
-    out[M + 2] = 1.0 / (1.0 + math.exp(-x[0]))
-    sigma_rel = math.exp(x[M + 1])
-    out[M + 3] = sigma_rel
-    log_r = math.log(sum_z2) - x[0]
+    sigma_rel = math.exp(x[n - 1])
+    if gaussian:  # R^2, sigma_rel, then alpha_rel
+        out[n] = 1.0 / (1.0 + math.exp(-x[0]))
+        out[n + 1] = sigma_rel
+        log_r = math.log(sum_z2) - x[0]
+        for i in range(M):
+            out[n + 2 + i] = math.exp(log_r - math.log(x[1 + i] * x[1 + i]))
+    else:  # alpha_rel, then sigma_rel
+        for i in range(M):
+            out[n + i] = math.exp(x[i])
+        out[n + M] = sigma_rel
+    pos = out.shape[0] - 2 * M - 2
     for i in range(M):
-        z = x[1 + i]
-        out[M + 4 + i] = math.exp(log_r - math.log(z * z))
-        out[2 * M + 4 + i] = math.exp(log_alpha[i])
-        out[3 * M + 4 + i] = log_alpha[i]
+        out[pos + i] = math.exp(log_alpha[i])
+        out[pos + M + i] = log_alpha[i]
     sigma = sigma_rel * ys
-    out[4 * M + 4] = sigma
-    out[4 * M + 5] = sigma**-2.0
+    out[pos + 2 * M] = sigma
+    out[pos + 2 * M + 1] = sigma**-2.0
     return (out,)
