@@ -97,6 +97,15 @@ def test_one_factorisation_completes_as_the_two_calls_do(block, monkeypatch):
     expected = np.stack([_dense_loo(Phi, Y, alpha[s], beta[s]) for s in range(4)])
     np.testing.assert_allclose(loo, expected, atol=1e-9)
     np.testing.assert_array_equal(w, draw_weights(Phi, Y, alpha, beta, np.random.default_rng(2)))
+    # a draw with a column out of the model: the two calls' terms (the column left out)
+    alpha[2, 3] = np.inf
+    with np.errstate(invalid="ignore"):
+        _, loo = draws.gaussian_completion(Phi, Y, alpha, beta, np.random.default_rng(2))
+    keep = np.arange(M) != 3
+    np.testing.assert_allclose(
+        loo[2], _dense_loo(Phi[:, keep], Y, alpha[2, keep], beta[2]), atol=1e-9
+    )
+    np.testing.assert_allclose(loo[[0, 1, 3]], expected[[0, 1, 3]], atol=1e-9)
 
 
 @pytest.mark.parametrize("solver", ["sequential"])

@@ -103,14 +103,15 @@ def gaussian_completion(
     factorisation of each draw's weight posterior instead of two.
 
     The same arguments as :func:`draw_weights` and the same values as the two calls with
-    ``rng`` in the same state; designs or targets per draw take the two calls.
+    ``rng`` in the same state; designs or targets per draw, and draws with a column out of the
+    model (an infinite ``alpha``), take the two calls.
 
     Returns
     -------
     w : ndarray of shape (S, M, D)
     loo : ndarray of shape (S, N)
     """
-    if Phi.ndim != 2 or Y.ndim != 2:
+    if Phi.ndim != 2 or Y.ndim != 2 or not np.isfinite(alpha).all():
         return draw_weights(Phi, Y, alpha, beta, rng), gaussian_loo_terms(Phi, Y, alpha, beta)
     S, M = alpha.shape
     N, D = Y.shape

@@ -18,7 +18,10 @@ y_scale``, ``log beta = -2 (s + log y_scale)``. The functions here
 compute that density (the transforms' Jacobians included) and its gradient around the marginal
 likelihood's own kernels, and the trace nutpie stores, in the order PyMC's graph gives them.
 Compiled with ``cache=True``, they cost a cold machine a few seconds where PyTensor's numba
-backend spends most of a cold fit compiling the graph's generic pieces;
+backend spends most of a cold fit compiling the graph's generic pieces. The entry points that call
+the kernels of :mod:`~bayes_rvm.models.marginal.numba_kernels` are not cached on their own: their
+machine code would embed those kernels, and numba judges a cache entry stale by its own file only.
+The C callbacks that link them are cached, keyed on both files' source;
 :mod:`bayes_rvm.inference.nutpie_backend` hands them to nutpie for the models it recognises as
 this one, and the tests hold them to PyMC's graph.
 """
@@ -171,7 +174,7 @@ def _likelihood_inputs(x, y, phi_scale, y_scale, gaussian):  # pragma: no cover 
     return log_alpha, log_beta, y.reshape((y.shape[0], -1)), sum_z2
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(nogil=True)  # not cached: see the module docstring
 def lowrank_r2d2_logp(x, U, VS, y, phi_scale, y_scale, hyper):  # pragma: no cover - numba
     """The default model's log density at ``x`` and its gradient, on a thin SVD ``(U, V S)``
     of the design (``y`` the targets, ``(N,)`` or ``(N, D)``; ``phi_scale`` and ``y_scale``
@@ -183,7 +186,7 @@ def lowrank_r2d2_logp(x, U, VS, y, phi_scale, y_scale, hyper):  # pragma: no cov
     return _with_priors(x, sum_z2, hyper, logp_y.item(), g_la, g_lb.item())
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(nogil=True)  # not cached: see the module docstring
 def dense_r2d2_logp(x, Phi, gram, y, phi_scale, y_scale, hyper):  # pragma: no cover - numba
     """:func:`lowrank_r2d2_logp` on the design ``Phi`` and its Gram matrix ``Phi^T Phi``."""
     log_alpha, log_beta, Y, sum_z2 = _likelihood_inputs(x, y, phi_scale, y_scale, hyper[4])
@@ -202,14 +205,14 @@ def _with_row_count(x, y, y_scale, n_rows, logp, grad):  # pragma: no cover - nu
     return logp + extra * (log_beta - 2.0 * _HALF_LOG_2PI), grad
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(nogil=True)  # not cached: see the module docstring
 def lowrank_r2d2_rows_logp(x, U, VS, y, phi_scale, y_scale, n_rows, hyper):  # pragma: no cover
     """:func:`lowrank_r2d2_logp` on a compressed design of ``n_rows`` (0-d) data rows."""
     logp, grad = lowrank_r2d2_logp(x, U, VS, y, phi_scale, y_scale, hyper)
     return _with_row_count(x, y, y_scale, n_rows, logp, grad)
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(nogil=True)  # not cached: see the module docstring
 def dense_r2d2_rows_logp(x, Phi, gram, y, phi_scale, y_scale, n_rows, hyper):  # pragma: no cover
     """:func:`dense_r2d2_logp` on a compressed design of ``n_rows`` (0-d) data rows."""
     logp, grad = dense_r2d2_logp(x, Phi, gram, y, phi_scale, y_scale, hyper)
