@@ -191,6 +191,30 @@ def test_fused_block_equals_scikit_learn_kernel(kernel, gamma):
     assert np.all(fused[:, -1] == 1.0)
 
 
+@pytest.mark.parametrize("kernel", ["rbf", "laplacian"])
+@pytest.mark.parametrize("gamma", [0.7, [0.3, 2.0, 0.9]])
+def test_the_fused_design_on_the_training_inputs_is_computed_by_halves_to_the_bit(kernel, gamma):
+    # The inputs' design on themselves is symmetric: half is computed and half copied. The truths:
+    # the same loop over every entry, to the bit; scikit-learn's kernel through the basis.
+    from bayes_rvm.basis import blocks
+    from bayes_rvm.basis.kernels import FUSED_MIN_ENTRIES
+
+    rng = np.random.default_rng(4)
+    n = int(np.sqrt(FUSED_MIN_ENTRIES)) + 37  # an odd last block of rows
+    for size in (128, 130, n):  # even and odd numbers of row blocks, an odd last block
+        Z = rng.normal(size=(size, 3))
+        halves = np.empty((size, size + 1))  # a strided block, as the design's centre columns
+        blocks.stationary_block(Z, Z.copy(), 0.7, kernel, halves[:, :size], threads=2)
+        every = np.empty((size, size))
+        blocks._fill(Z, Z, 0.7, kernel == "laplacian", False, every)
+        np.testing.assert_array_equal(halves[:, :size], every)
+    X = rng.normal(size=(n, 3))
+    basis = KernelBasis(kernel=kernel, gamma=gamma).fit(X)
+    assert basis._fused(n * n) and not basis._fused(500 * n)
+    small = np.vstack([basis.transform(X[i : i + 500]) for i in range(0, n, 500)])
+    np.testing.assert_allclose(basis.transform(X), small, rtol=1e-12, atol=1e-14)
+
+
 def test_the_fused_blocks_exponential_is_numpys_within_one_unit_in_the_last_place():
     # The truth: NumPy's exp, over the kernel's whole range (0 down to past the smallest
     # subnormal, where both give 0), its end points included.

@@ -378,6 +378,15 @@ def test_a_large_design_is_normalised_and_checked_as_numpy_sums_it_to_the_bit():
     np.testing.assert_array_equal(problem.norms, peak * want_norms)
     np.testing.assert_array_equal(problem.squared_norms, np.einsum("ij,ij->j", want, want))
     assert problem.squared_norms[7] == 0.0
+    # Every column peaking at 1 (as rbf columns on the training points): nothing is scaled and
+    # the sums of squares come from the pass that found the peaks.
+    unit = np.delete(want, 7, axis=1)
+    unit /= np.abs(unit).max(axis=0)
+    assert np.all(np.abs(unit).max(axis=0) == 1.0)
+    unit_norms = np.sqrt(np.einsum("ij,ij->j", unit, unit))
+    problem = Problem.regression(unit.copy(), rng.normal(size=Phi.shape[0]))
+    np.testing.assert_array_equal(problem.design, unit / unit_norms)
+    np.testing.assert_array_equal(problem.norms, unit_norms)
     bad = np.ones_like(Phi)
     bad[3, 5] = np.nan
     with pytest.raises(ValueError, match="Phi must be finite"):

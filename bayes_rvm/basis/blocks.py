@@ -24,7 +24,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-__all__ = ["column_squares", "divide_columns", "stationary_block"]
+__all__ = ["column_peaks", "column_squares", "divide_columns", "stationary_block"]
 
 
 #: fdlibm's ``e_exp.c``: ``ln 2`` in two parts (the first with 32 trailing zero bits, so that
@@ -76,27 +76,46 @@ def exp_nonpositive(a, out, scale):  # pragma: no cover - compiled by numba
 
 
 @numba.njit(cache=True, parallel=True, nogil=True, error_model="numpy")
-def _fill(X, C, gamma, l1, out):  # pragma: no cover - compiled by numba
+def _fill(X, C, gamma, l1, symmetric, out):  # pragma: no cover - compiled by numba
     n, p = X.shape
     k = C.shape[0]
     CT = np.ascontiguousarray(C.T)  # each feature's centre coordinates contiguous
-    for task in numba.prange((n + _ROWS_PER_TASK - 1) // _ROWS_PER_TASK):
+    n_blocks = (n + _ROWS_PER_TASK - 1) // _ROWS_PER_TASK
+    # With X == C, row block b needs only the columns from its first row on, and it copies
+    # those right of its rows into the rows below, a square tile at a time (one tile's reads and
+    # writes stay in the core's cache; no other task writes there, so one parallel loop does it
+    # all). Blocks b and n_blocks - 1 - b share a task, so that the tasks' work is even.
+    n_tasks = (n_blocks + 1) // 2 if symmetric else n_blocks
+    for task in numba.prange(n_tasks):
         dist = np.empty(k)
         row = np.empty(k)
         scale = np.empty(k)
-        for i in range(task * _ROWS_PER_TASK, min(n, (task + 1) * _ROWS_PER_TASK)):
-            # Distances summed over features in order, as a loop over features per pair.
-            dist[:] = 0.0
-            for d in range(p):
-                xd = X[i, d]
-                for j in range(k):
-                    diff = xd - CT[d, j]
-                    dist[j] += abs(diff) if l1 else diff * diff
-            for j in range(k):
-                dist[j] *= -gamma
-            exp_nonpositive(dist, row, scale)
-            for j in range(k):
-                out[i, j] = row[j]
+        for half in range(2 if symmetric else 1):
+            b = n_blocks - 1 - np.int64(task) if half else np.int64(task)
+            if half and b == task:
+                continue
+            first = b * _ROWS_PER_TASK if symmetric else 0
+            last = min(n, (b + 1) * _ROWS_PER_TASK)
+            m = k - first
+            for i in range(b * _ROWS_PER_TASK, last):
+                # Distances summed over features in order, as a loop over features per pair
+                # (so that the (i, j) and (j, i) values are the same bits).
+                dist[:m] = 0.0
+                for d in range(p):
+                    xd = X[i, d]
+                    for j in range(m):
+                        diff = xd - CT[d, first + j]
+                        dist[j] += abs(diff) if l1 else diff * diff
+                for j in range(m):
+                    dist[j] *= -gamma
+                exp_nonpositive(dist[:m], row[:m], scale[:m])
+                for j in range(m):
+                    out[i, first + j] = row[j]
+            if symmetric:
+                for left in range(last, k, _ROWS_PER_TASK):
+                    for i in range(left, min(k, left + _ROWS_PER_TASK)):
+                        for j in range(first, last):
+                            out[i, j] = out[j, i]
 
 
 def stationary_block(
@@ -108,6 +127,10 @@ def stationary_block(
     ``"laplacian"`` (scikit-learn's conventions). ``threads`` bounds numba's threads, so that a
     process limited to one core (a Dask worker, a study's job) stays on one.
     """
+    # The design of the training inputs on themselves (the default basis) is symmetric: half of
+    # it is computed, the other half copied (the same bits: each distance is summed in the same
+    # order either way).
+    symmetric = X.shape == C.shape and out.shape[1] == C.shape[0] and np.array_equal(X, C)
     previous = numba.get_num_threads()
     numba.set_num_threads(max(1, min(int(threads), numba.config.NUMBA_NUM_THREADS)))
     try:
@@ -116,21 +139,33 @@ def stationary_block(
             np.ascontiguousarray(C, dtype=np.float64),
             float(gamma),
             kernel == "laplacian",
+            symmetric,
             out,
         )
     finally:
         numba.set_num_threads(previous)
 
 
+#: What :func:`_column_pass` does besides summing squares.
+_SQUARES, _DIVIDE, _PEAKS = 0, 1, 2
+
+
 @numba.njit(cache=True, nogil=True, error_model="numpy")
-def _column_pass(Phi, norms, divide, squares):  # pragma: no cover - compiled by numba
-    """``squares[j] += Phi[i, j]**2`` over the rows in order, after ``Phi[i, j] /= norms[j]``
-    where ``divide`` (one function for both passes: one entry in numba's cache to load)."""
-    if divide:
+def _column_pass(Phi, values, mode, squares):  # pragma: no cover - compiled by numba
+    """``squares[j] += Phi[i, j]**2`` over the rows in order; first ``Phi[i, j] /= values[j]``
+    where ``mode == _DIVIDE``, or also ``values[j] = max |Phi[i, j]|`` where ``mode == _PEAKS``
+    (one function for the passes: one entry in numba's cache to load)."""
+    if mode == _DIVIDE:
         for i in range(Phi.shape[0]):
             for j in range(Phi.shape[1]):
-                x = Phi[i, j] / norms[j]
+                x = Phi[i, j] / values[j]
                 Phi[i, j] = x
+                squares[j] += x * x
+    elif mode == _PEAKS:
+        for i in range(Phi.shape[0]):
+            for j in range(Phi.shape[1]):
+                x = Phi[i, j]
+                values[j] = max(values[j], abs(x))
                 squares[j] += x * x
     else:
         for i in range(Phi.shape[0]):
@@ -143,13 +178,21 @@ def column_squares(Phi: np.ndarray) -> np.ndarray:
     NumPy's ``einsum("ij,ij->j", Phi, Phi)`` to the bit, in one pass that the compiler
     vectorises."""
     squares = np.zeros(Phi.shape[1])
-    _column_pass(Phi, squares, False, squares)
+    _column_pass(Phi, squares, _SQUARES, squares)
     return squares
+
+
+def column_peaks(Phi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The columns' largest absolute values (NaN ignored) and :func:`column_squares`, in one
+    pass over a C-contiguous ``Phi``."""
+    peaks, squares = np.zeros(Phi.shape[1]), np.zeros(Phi.shape[1])
+    _column_pass(Phi, peaks, _PEAKS, squares)
+    return peaks, squares
 
 
 def divide_columns(Phi: np.ndarray, norms: np.ndarray) -> np.ndarray:
     """``Phi /= norms`` in place (``Phi`` C-contiguous) and :func:`column_squares` of the result,
     in one pass instead of two."""
     squares = np.zeros(Phi.shape[1])
-    _column_pass(Phi, np.ascontiguousarray(norms, dtype=np.float64), True, squares)
+    _column_pass(Phi, np.ascontiguousarray(norms, dtype=np.float64), _DIVIDE, squares)
     return squares

@@ -81,8 +81,12 @@ def _normalise(Phi: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         or not Phi.flags.c_contiguous
     ):
         blocks = None
-    # max and min reduce without the N x M temporary that np.abs(Phi) would allocate.
-    peak = np.maximum(Phi.max(axis=0, initial=0.0), -Phi.min(axis=0, initial=0.0))
+    if blocks is None:
+        # max and min reduce without the N x M temporary that np.abs(Phi) would allocate.
+        peak = np.maximum(Phi.max(axis=0, initial=0.0), -Phi.min(axis=0, initial=0.0))
+    else:
+        # The peaks and the sums of squares in one pass: the sums are final where no column moves.
+        peak, squares = blocks.column_peaks(Phi)
     peak[peak == 0] = 1.0
     # Dividing by 1 is exact: where every column peaks at 1 (rbf columns on the training
     # points, the bias) a pass over the design is saved, and where a few do not, only those move.
@@ -96,7 +100,9 @@ def _normalise(Phi: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         norms[norms == 0] = 1.0
         Phi /= norms
         return peak * norms, None
-    norms = np.sqrt(blocks.column_squares(Phi))
+    if scaled.size:
+        squares = blocks.column_squares(Phi)
+    norms = np.sqrt(squares)
     norms[norms == 0] = 1.0
     return peak * norms, blocks.divide_columns(Phi, norms)
 
