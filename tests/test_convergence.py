@@ -198,6 +198,8 @@ def test_whitened_count_divergences_name_the_expansion_and_a_higher_acceptance()
     assert "expanded at the type-II mode" in text and "'target_accept': 0.99" in text
     other = divergence_advice("estimator", dataclasses.replace(spec, form="joint"))
     assert "expanded" not in other and "0.995" in other
+    labels = divergence_advice("estimator", dataclasses.replace(spec, likelihood="bernoulli"))
+    assert "expanded at the type-II mode" in labels and "labels the expansion" in labels
 
 
 def test_rhat_warning_names_the_basis_functions_the_chains_keep_in_different_modes():

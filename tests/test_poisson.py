@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from scipy import integrate, optimize, stats
-from scipy.special import gammaln, logsumexp
+from scipy.special import expit, gammaln, logsumexp
 from sklearn.linear_model import PoissonRegressor
 
 from bayes_rvm.estimators.regressor import RVR
@@ -23,7 +23,7 @@ from bayes_rvm.evidence import fit_evidence
 from bayes_rvm.evidence.mode import posterior_mode
 from bayes_rvm.evidence.problem import normalise_columns
 from bayes_rvm.families import POISSON, rate_moments
-from bayes_rvm.models.graphs import rvm_poisson_model
+from bayes_rvm.models.graphs import rvm_classification_model, rvm_poisson_model
 from bayes_rvm.models.spec import model_spec
 
 N = 300
@@ -393,25 +393,38 @@ def test_type2_centring_is_the_laplace_determinedness(counts, fitted):
     assert np.all((c >= 0) & (c <= 1)) and c[fit.active].max() > 0.5
 
 
-def test_count_weights_whitened_around_a_reference_keep_the_posterior():
+@pytest.mark.parametrize("likelihood", ["poisson", "bernoulli"])
+def test_weights_whitened_around_a_reference_keep_the_posterior(likelihood):
     """``reference=w0`` samples ``u`` with ``w = m(alpha) + Sigma(alpha)^(1/2) u``, Gaussian
-    posterior of the log-likelihood expanded at ``w0``. Against truths computed here: at the
-    exact conditional mode of ``w`` given ``alpha`` (scipy's optimiser) as ``w0``, ``u = 0`` is
-    that mode and ``dw/du dw/du^T`` the inverse Hessian of the negative log posterior there (the
-    Laplace covariance, dense); at any point the log density is the centred model's at ``w``
-    plus ``log |det dw/du|`` (finite differences), so the posterior is unchanged."""
+    posterior of the log-likelihood expanded at ``w0`` (counts, and two classes). Against truths
+    computed here: at the exact conditional mode of ``w`` given ``alpha`` (scipy's optimiser) as
+    ``w0``, ``u = 0`` is that mode and ``dw/du dw/du^T`` the inverse Hessian of the negative log
+    posterior there (the Laplace covariance, dense); at any point the log density is the centred
+    model's at ``w`` plus ``log |det dw/du|`` (finite differences), so the posterior is
+    unchanged."""
     rng = np.random.default_rng(5)
     Phi = rng.normal(size=(15, 4)) * 0.5
-    y = rng.poisson(np.exp(0.5 + Phi @ np.array([1.0, -0.5, 0.0, 0.3])))
+    eta_true = 0.5 + Phi @ np.array([1.0, -0.5, 0.0, 0.3])
+    if likelihood == "poisson":
+        y = rng.poisson(np.exp(eta_true))
+    else:
+        y = (rng.random(15) < expit(eta_true)).astype(np.int64)
     alpha_rel = np.array([0.5, 3.0, 400.0, 0.05])
     alpha = alpha_rel  # phi_scale ones: alpha = alpha_rel
 
     def neg_log_post(w):
         eta = Phi @ w
-        return np.sum(np.exp(eta) - y * eta) + 0.5 * np.sum(alpha * w**2)
+        if likelihood == "poisson":
+            nll = np.sum(np.exp(eta) - y * eta)
+        else:
+            nll = np.sum(np.logaddexp(0.0, eta) - y * eta)
+        return nll + 0.5 * np.sum(alpha * w**2)
+
+    def build(**options):
+        return rvm_classification_model(Phi, y, likelihood=likelihood, **options)
 
     w0 = optimize.minimize(neg_log_post, np.zeros(4), method="BFGS", options={"gtol": 1e-12}).x
-    model = rvm_poisson_model(Phi, y, reference=w0)
+    model = build(reference=w0)
     assert model_spec(model).form == "whitened"
     value = model.rvs_to_values[model["w"]].name
     point = {"alpha_rel_log__": np.log(alpha_rel)}
@@ -425,25 +438,33 @@ def test_count_weights_whitened_around_a_reference_keep_the_posterior():
     np.testing.assert_allclose(mode, w0, atol=1e-8)
     # w is affine in u: its Jacobian by unit steps, exactly.
     J = np.column_stack([w_of(point | {value: e}) - mode for e in np.eye(4)])
-    H = Phi.T @ (np.exp(Phi @ w0)[:, None] * Phi) + np.diag(alpha)
+    eta0 = Phi @ w0
+    fisher = np.exp(eta0) if likelihood == "poisson" else expit(eta0) * expit(-eta0)
+    H = Phi.T @ (fisher[:, None] * Phi) + np.diag(alpha)
     np.testing.assert_allclose(J @ J.T, np.linalg.inv(H), rtol=1e-8, atol=1e-12)
     # Any point, another reference: the centred density at w plus log |det dw/du|.
-    ref = rvm_poisson_model(Phi, y, reference=np.array([0.3, 0.1, -0.2, 0.0]))
+    ref = build(reference=np.array([0.3, 0.1, -0.2, 0.0]))
     u = rng.normal(size=4)
     w_at = weights(ref)
     w = w_at(point | {value: u})
     step = 1e-6
     J = np.column_stack([(w_at(point | {value: u + step * e}) - w) / step for e in np.eye(4)])
-    centred = rvm_poisson_model(Phi, y, centred=True).compile_logp()
+    centred = build(centred=True).compile_logp()
     np.testing.assert_allclose(
         ref.compile_logp()(point | {value: u}),
         centred(point | {"w": w}) + np.linalg.slogdet(J)[1],
         rtol=1e-7,
     )
     with pytest.raises(ValueError, match="reference must hold 4 finite weights"):
-        rvm_poisson_model(Phi, y, reference=np.zeros(3))
+        build(reference=np.zeros(3))
     with pytest.raises(ValueError, match="not for centred"):
-        rvm_poisson_model(Phi, y, reference=w0, centred=True)
+        build(reference=w0, centred=True)
+
+
+def test_reference_is_refused_for_the_softmax():
+    y = np.array([0, 1, 2, 1, 0, 2])
+    with pytest.raises(ValueError, match="count and two-class models only"):
+        rvm_classification_model(np.ones((6, 2)), y, reference=np.zeros(2))
 
 
 @pytest.mark.slow

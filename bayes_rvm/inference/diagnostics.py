@@ -442,13 +442,18 @@ def divergence_advice(advice: str, spec: RVMSpec | None) -> str:
             f"priors on the scale of the data), and a higher target acceptance ({accept}) takes "
             "smaller steps there."
         )
-    elif spec is not None and spec.likelihood == "poisson" and spec.form == "whitened":
+    elif spec is not None and spec.form == "whitened":
+        poorly = (
+            "counts the expansion fits poorly (a rate that varies over decades)"
+            if spec.likelihood == "poisson"
+            else "labels the expansion fits poorly (classes the latent all but separates)"
+        )
         said.append(
-            "The count weights are sampled whitened by the Gaussian posterior, given the "
-            "precisions, of the log-likelihood expanded at the type-II mode: divergences come "
-            "from the precisions or from counts the expansion fits poorly (a rate that varies "
-            "over decades), and a target acceptance nearer 1 (fit(X, y, nuts={'target_accept': "
-            "0.99}) on an estimator) takes smaller steps there."
+            "The weights are sampled whitened by the Gaussian posterior, given the precisions, "
+            "of the log-likelihood expanded at the type-II mode (the reference weights): "
+            f"divergences come from the precisions or from {poorly}, and a target acceptance "
+            "nearer 1 (fit(X, y, nuts={'target_accept': 0.99}) on an estimator) takes smaller "
+            "steps there."
         )
     elif spec is not None and spec.form in ("joint", "centred", "partly centred"):
         # The count models sample at 0.9 whitened; other forms are the user's.

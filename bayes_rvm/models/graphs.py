@@ -71,6 +71,7 @@ from typing import Literal
 import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
+from scipy.special import expit
 
 from bayes_rvm.basis.kernels import stationary_distances, stationary_kernel
 from bayes_rvm.dims import BASIS, CENTRE, CLASS, FEATURE, OBS, OUTPUT
@@ -830,8 +831,10 @@ def _check_reference(reference, other: bool, m: int, likelihood: str):
     """``reference`` of :func:`rvm_classification_model` as a float array, checked."""
     if reference is None:
         return None
-    if likelihood != "poisson":
-        raise ValueError(f"reference whitens count models only, not likelihood={likelihood!r}.")
+    if likelihood not in ("poisson", "bernoulli"):
+        raise ValueError(
+            f"reference whitens count and two-class models only, not likelihood={likelihood!r}."
+        )
     if other:
         raise ValueError("reference is not for centred=... or information=...; give one of them.")
     value = np.asarray(reference, dtype=np.float64)
@@ -842,20 +845,28 @@ def _check_reference(reference, other: bool, m: int, likelihood: str):
     return value
 
 
-def _laplace_whitened_weights(alpha, Phi, Phi_data, y, reference, off, offset):
-    """Count weights ``w ~ N(0, 1 / alpha)`` whitened by the Gaussian posterior, given ``alpha``,
-    of the Poisson log-likelihood expanded at the weights ``reference`` (the working Gaussian of
-    iteratively reweighted least squares: rows of precision ``b = exp(eta_ref)`` and targets
-    ``r = eta_ref + (y - b) / b``), through :func:`whitened_gaussian_weights` at unit noise
-    precision with each row scaled by ``sqrt(b)``. ``off`` is the offset's term (a tensor where
-    it is random); a fixed ``offset`` array joins the expansion point. ``b`` and ``r`` enter as
-    data (``rate_ref``, ``working``), so that a new data set reuses the compiled sampler."""
+def _laplace_whitened_weights(alpha, Phi, Phi_data, y, reference, off, offset, likelihood):
+    """Weights ``w ~ N(0, 1 / alpha)`` whitened by the Gaussian posterior, given ``alpha``, of the
+    log-likelihood expanded at the weights ``reference`` (the working Gaussian of iteratively
+    reweighted least squares: rows of precision ``b``, the latent's Fisher information there, and
+    targets ``r = eta_ref + (y - E[y]) / b``), through :func:`whitened_gaussian_weights` at unit
+    noise precision with each row scaled by ``sqrt(b)``: ``b = exp(eta_ref)`` for counts,
+    ``p (1 - p)`` for two classes. ``off`` is the offset's term (a tensor where it is random); a
+    fixed ``offset`` array joins the expansion point. ``b`` and ``r`` enter as data
+    (``rate_ref``, ``working``), so that a new data set reuses the compiled sampler."""
     eta_ref = Phi @ reference
     if isinstance(offset, np.ndarray):
         eta_ref = eta_ref + offset
-    b = np.exp(np.minimum(eta_ref, ETA_MAX))
+    if likelihood == "poisson":
+        mean = b = np.exp(np.minimum(eta_ref, ETA_MAX))
+    else:
+        mean = expit(eta_ref)
+        # A row whose label the reference all but certainly predicts carries next to no
+        # curvature; the floor keeps its working target finite (the expansion shapes the
+        # parametrisation only, never the posterior).
+        b = np.maximum(mean * expit(-eta_ref), 1e-12)
     root = pt.sqrt(pm.Data("rate_ref", b, dims=OBS))
-    working = pm.Data("working", eta_ref + (y - b) / b, dims=OBS)
+    working = pm.Data("working", eta_ref + (y - mean) / b, dims=OBS)
     return whitened_gaussian_weights(
         pt.log(alpha),
         pt.as_tensor_variable(np.float64(0.0)),
@@ -975,15 +986,21 @@ def rvm_classification_model(
         that it stays non-centred. Default none (plain ``z ~ N(0, 1)``); not with ``centred``.
         :class:`~bayes_rvm.RVC` passes it.
     reference : ndarray of shape (M,), optional
-        ``"poisson"`` only: weights, one per column kept (``basis``), such as a type-II fit's
-        mode (zero where it pruned), at which the log-likelihood is expanded to second order,
-        ``-sum_n b_n (r_n - eta_n)^2 / 2`` with ``b_n`` the rate there and ``r_n`` the working
+        ``"poisson"`` and ``"bernoulli"``: weights, one per column kept (``basis``), such as a
+        type-II fit's mode (zero where it pruned), at which the log-likelihood is expanded to
+        second order, ``-sum_n b_n (r_n - eta_n)^2 / 2`` with ``b_n`` the latent's Fisher
+        information there (the rate; ``p_n (1 - p_n)`` for two classes) and ``r_n`` the working
         response of iteratively reweighted least squares. The weights are then sampled whitened
         by the Gaussian posterior of that expansion given the current ``alpha``
         (:mod:`bayes_rvm.models.whitening`), ``w = m(alpha) + Sigma(alpha)^(1/2) u``: non-centred
-        where the prior dominates a weight, centred (and decorrelated) where the counts do, at
+        where the prior dominates a weight, centred (and decorrelated) where the data do, at
         every ``alpha`` the sampler visits. It changes the parametrisation only, never the
-        posterior. Not with ``centred`` or ``information``.
+        posterior. Not with ``centred`` or ``information``. For two classes it mixes where
+        nearly collinear basis functions trade their relevance, at the cost of a factorisation
+        per gradient (measured, 173 points in 2-D, all 174 columns, 4 x 1000 draws thinned by
+        2: max R-hat 1.004 and bulk ESS 2200 against 1.023 and 193 with ``information``, 31
+        leapfrog steps a draw against 127, but 216 s against 17 s), so :class:`~bayes_rvm.RVC`
+        samples the ``information`` form.
     basis : sequence of int, optional
         Columns of ``Phi`` to keep; default all.
     basis_names, class_names : sequence, optional
@@ -1040,7 +1057,9 @@ def rvm_classification_model(
         if reference is None:
             w = _latent_weights(alpha, w_dims, C, centred, information)
         else:
-            w = _laplace_whitened_weights(alpha, Phi, Phi_data, y, reference, off, offset)
+            w = _laplace_whitened_weights(
+                alpha, Phi, Phi_data, y, reference, off, offset, likelihood
+            )
         eta = Phi_data @ w + off
         if intercept_sd is not None:
             eta = eta + pm.Normal("intercept", 0.0, intercept_sd, dims=w_dims[1:] or None)
