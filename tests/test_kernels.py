@@ -193,11 +193,15 @@ def test_fused_block_equals_scikit_learn_kernel(kernel, gamma):
 
 @pytest.mark.parametrize("kernel", ["rbf", "laplacian"])
 @pytest.mark.parametrize("gamma", [0.7, [0.3, 2.0, 0.9]])
-def test_the_fused_design_on_the_training_inputs_is_computed_by_halves_to_the_bit(kernel, gamma):
+def test_the_fused_design_on_the_training_inputs_is_computed_by_halves_to_the_bit(
+    kernel, gamma, monkeypatch
+):
     # The inputs' design on themselves is symmetric: half is computed and half copied. The truths:
     # the same loop over every entry, to the bit; scikit-learn's kernel through the basis.
     from bayes_rvm.basis import blocks
     from bayes_rvm.basis.kernels import FUSED_MIN_ENTRIES
+
+    monkeypatch.setattr(blocks, "PARALLEL_MIN_ENTRIES", 0)  # the tasks on two threads
 
     rng = np.random.default_rng(4)
     n = int(np.sqrt(FUSED_MIN_ENTRIES)) + 37  # an odd last block of rows
