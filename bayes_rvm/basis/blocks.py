@@ -48,8 +48,10 @@ _ROWS_PER_TASK = 64
 #: Blocks of fewer values run on one thread. After a parallel loop the OpenMP workers spin for
 #: a while: a fit's rbf design of sinc (one BLAS thread for the engine) cost 7-10 ms more CPU on
 #: two threads than on one at N = 1000-4000, and saved 0.7 ms of wall time at N = 1000 (of 11),
-#: 2.5 ms at N = 2000 (of 38) and 10 ms at N = 4000 (of 162).
-PARALLEL_MIN_ENTRIES = 4 * 10**6
+#: 2.5 ms at N = 2000 (of 38) and 10 ms at N = 4000 (of 162). Passes over many blocks in a row
+#: (the large-data paths) keep the workers busy, so the cut stays low: about N = 1450 for a
+#: square design.
+PARALLEL_MIN_ENTRIES = 2**21
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
