@@ -200,6 +200,10 @@ def test_whitened_count_divergences_name_the_expansion_and_a_higher_acceptance()
     assert "expanded" not in other and "0.995" in other
     labels = divergence_advice("estimator", dataclasses.replace(spec, likelihood="bernoulli"))
     assert "expanded at the type-II mode" in labels and "labels the expansion" in labels
+    # A model of one's own (RVC does not sample this form): the remedy for sample_mcmc.
+    own = divergence_advice("model", dataclasses.replace(spec, likelihood="bernoulli"))
+    assert "the reference weights" in own and "sample_mcmc(..., nuts=" in own
+    assert "fit(X, y" not in own
 
 
 def test_rhat_warning_names_the_basis_functions_the_chains_keep_in_different_modes():

@@ -295,7 +295,9 @@ def threads_of_a_fused_block() -> tuple[int, int]:
     from bayes_rvm.basis.kernels import FUSED_MIN_ENTRIES
     from bayes_rvm.threads import process_threads
 
-    X = np.random.default_rng(0).uniform(-3, 3, size=(FUSED_MIN_ENTRIES // 100 + 1, 2))
+    # A block that would run on every thread of an unbounded process.
+    entries = max(FUSED_MIN_ENTRIES, kernel_blocks.PARALLEL_MIN_ENTRIES)
+    X = np.random.default_rng(0).uniform(-3, 3, size=(entries // 100 + 1, 2))
     basis = KernelBasis("rbf", gamma=0.5).fit(X, centres=X[:100])
     seen = []
     fill = kernel_blocks._fill

@@ -14,9 +14,11 @@ below one unit in the last place) written as loops without calls or branches, wh
 runs four values at a time on AVX2: values within one unit in the last place of NumPy's, at
 about half the cost per value.
 
-Only :meth:`~bayes_rvm.basis.kernels.KernelBasis.transform` calls this, and only for blocks of at
+:meth:`~bayes_rvm.basis.kernels.KernelBasis.transform` calls the kernel loop, only for blocks of at
 least :data:`~bayes_rvm.basis.kernels.FUSED_MIN_ENTRIES` (fits below N = 1000 never import
-numba).
+numba); the column passes (:func:`column_peaks`, :func:`column_squares`,
+:func:`divide_columns`) normalise such designs once the module is loaded
+(:func:`~bayes_rvm.evidence.problem.normalise_columns`).
 """
 
 from __future__ import annotations
@@ -47,10 +49,11 @@ _EXP_FLOOR = -746.0
 _ROWS_PER_TASK = 64
 #: Blocks of fewer values run on one thread. After a parallel loop the OpenMP workers spin for
 #: a while: a fit's rbf design of sinc (one BLAS thread for the engine) cost 7-10 ms more CPU on
-#: two threads than on one at N = 1000-4000, and saved 0.7 ms of wall time at N = 1000 (of 11),
-#: 2.5 ms at N = 2000 (of 38) and 10 ms at N = 4000 (of 162). Passes over many blocks in a row
-#: (the large-data paths) keep the workers busy, so the cut stays low: about N = 1450 for a
-#: square design.
+#: two threads than on one at N = 1000-4000, for 0.7 ms less wall time at N = 1000 (of 11),
+#: 2.5 ms at N = 2000 (of 38) and 10 ms at N = 4000 (of 162). Where the second thread saves
+#: little wall time for that CPU the block stays on one; the cut is a compromise (about
+#: N = 1450 for a square design), kept low because the large-data passes run many blocks in a
+#: row, which keep the workers busy, and blocks of their active columns can be small.
 PARALLEL_MIN_ENTRIES = 2**21
 
 

@@ -448,12 +448,16 @@ def divergence_advice(advice: str, spec: RVMSpec | None) -> str:
             if spec.likelihood == "poisson"
             else "labels the expansion fits poorly (classes the latent all but separates)"
         )
+        if advice.startswith("estimator"):
+            where, accept = "the type-II mode", "fit(X, y, nuts={'target_accept': 0.99})"
+        else:
+            where = "the reference weights"
+            accept = "sample_mcmc(..., nuts={'target_accept': 0.99})"
         said.append(
             "The weights are sampled whitened by the Gaussian posterior, given the precisions, "
-            "of the log-likelihood expanded at the type-II mode (the reference weights): "
-            f"divergences come from the precisions or from {poorly}, and a target acceptance "
-            "nearer 1 (fit(X, y, nuts={'target_accept': 0.99}) on an estimator) takes smaller "
-            "steps there."
+            f"of the log-likelihood expanded at {where}: divergences come from the precisions "
+            f"or from {poorly}, and a target acceptance nearer 1 ({accept}) takes smaller steps "
+            "there."
         )
     elif spec is not None and spec.form in ("joint", "centred", "partly centred"):
         # The count models sample at 0.9 whitened; other forms are the user's.

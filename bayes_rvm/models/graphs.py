@@ -851,22 +851,25 @@ def _laplace_whitened_weights(alpha, Phi, Phi_data, y, reference, off, offset, l
     reweighted least squares: rows of precision ``b``, the latent's Fisher information there, and
     targets ``r = eta_ref + (y - E[y]) / b``), through :func:`whitened_gaussian_weights` at unit
     noise precision with each row scaled by ``sqrt(b)``: ``b = exp(eta_ref)`` for counts,
-    ``p (1 - p)`` for two classes. ``off`` is the offset's term (a tensor where it is random); a
-    fixed ``offset`` array joins the expansion point. ``b`` and ``r`` enter as data
-    (``rate_ref``, ``working``), so that a new data set reuses the compiled sampler."""
+    ``p (1 - p)`` for two classes (at least 1e-12). ``off`` is the offset's term (a tensor where
+    it is random); a fixed ``offset`` array joins the expansion point. ``b`` and ``r`` enter as
+    data (``rate_ref``, ``working``), so that a new data set reuses the compiled sampler."""
     eta_ref = Phi @ reference
     if isinstance(offset, np.ndarray):
         eta_ref = eta_ref + offset
     if likelihood == "poisson":
-        mean = b = np.exp(np.minimum(eta_ref, ETA_MAX))
+        b = np.exp(np.minimum(eta_ref, ETA_MAX))
+        surprise = y - b
     else:
-        mean = expit(eta_ref)
-        # A row whose label the reference all but certainly predicts carries next to no
-        # curvature; the floor keeps its working target finite (the expansion shapes the
-        # parametrisation only, never the posterior).
-        b = np.maximum(mean * expit(-eta_ref), 1e-12)
+        # y - p without cancellation where the reference predicts the label all but certainly.
+        surprise = np.where(y == 1, expit(-eta_ref), -expit(eta_ref))
+        # Past |eta| of about 28, p (1 - p) is below the floor; there a row carries next to no
+        # curvature, and the floor keeps its working target within reach of the others' (and b
+        # above 0 where p (1 - p) underflows). The expansion shapes the parametrisation only,
+        # never the posterior.
+        b = np.maximum(expit(eta_ref) * expit(-eta_ref), 1e-12)
     root = pt.sqrt(pm.Data("rate_ref", b, dims=OBS))
-    working = pm.Data("working", eta_ref + (y - mean) / b, dims=OBS)
+    working = pm.Data("working", eta_ref + surprise / b, dims=OBS)
     return whitened_gaussian_weights(
         pt.log(alpha),
         pt.as_tensor_variable(np.float64(0.0)),
@@ -989,7 +992,8 @@ def rvm_classification_model(
         ``"poisson"`` and ``"bernoulli"``: weights, one per column kept (``basis``), such as a
         type-II fit's mode (zero where it pruned), at which the log-likelihood is expanded to
         second order, ``-sum_n b_n (r_n - eta_n)^2 / 2`` with ``b_n`` the latent's Fisher
-        information there (the rate; ``p_n (1 - p_n)`` for two classes) and ``r_n`` the working
+        information there (the rate; ``p_n (1 - p_n)``, at least 1e-12, for two classes; the
+        model's data ``rate_ref`` either way) and ``r_n`` the working
         response of iteratively reweighted least squares. The weights are then sampled whitened
         by the Gaussian posterior of that expansion given the current ``alpha``
         (:mod:`bayes_rvm.models.whitening`), ``w = m(alpha) + Sigma(alpha)^(1/2) u``: non-centred
