@@ -23,7 +23,10 @@ training point and a bias) on ``make_sinc(N, noise=0.1, random=True, random_stat
 seconds of the process (every thread counted, so that other work on a shared machine moves them
 less than wall time), in ``--pairs`` interleaved pairs of samples (ours then fastrvm, then the
 other way round; a sample is the mean of enough fits to last ~0.1 s), the median of each and the
-median of the pairs' ratios. Then both alone at ``--est-big`` rows, each in a subprocess of its
+median of the pairs' ratios. Then, at each of those N, both in a fresh process without thread
+limits, as a user's fits run (the kernel's threads as they come: see
+``bayes_rvm.basis.blocks.PARALLEL_MIN_ENTRIES``), median wall and CPU seconds per fit. Then both
+alone at ``--est-big`` rows, each in a subprocess of its
 own and on the process's threads, as a user's fit runs: CPU seconds (and the part of them spent
 in the system, mostly the first touch of the design's fresh pages), wall seconds and peak
 resident memory (fastrvm's N x N kernel and its copies: it is skipped where they would not fit in
@@ -290,6 +293,31 @@ def estimator_worker(n: int, which: str) -> dict:
     }
 
 
+def user_process_worker(n: int) -> dict:
+    """Both estimators on ``make_sinc(n)`` in a process without thread limits, as a user's
+    (numba's and BLAS's threads as they come): median wall and CPU seconds per fit of each."""
+    import statistics
+
+    fits = _estimator_fits()
+    X, y = _sinc(n)
+    for fit in fits.values():
+        fit(X, y)
+    t0 = time.perf_counter()
+    fits["ours"](X, y)
+    repeat = max(1, int(0.1 / max(time.perf_counter() - t0, 1e-3)))
+    out = {}
+    for name, fit in fits.items():
+        wall, cpu = [], []
+        for _ in range(7):
+            t0, c0 = time.perf_counter(), _cpu()
+            for _ in range(repeat):
+                fit(X, y)
+            wall.append((time.perf_counter() - t0) / repeat)
+            cpu.append((_cpu() - c0) / repeat)
+        out[name] = (statistics.median(wall), statistics.median(cpu))
+    return out
+
+
 def _big_fit(n: int, which: str) -> dict | None:
     if which == "fastrvm" and FASTRVM_COPIES * 8e-9 * n * n > 0.8 * _available_gb():
         print(
@@ -370,6 +398,21 @@ def estimator_table(sizes, pairs: int, big_n: int) -> None:
         "which moves with the machine); guard = the engine's shared-precision check, design = "
         "kernel design and column normalisation (CPU per fit)"
     )
+    for n in sizes:
+        proc = subprocess.run(
+            [sys.executable, __file__, "--user-process", str(n)], capture_output=True, text=True
+        )
+        if proc.returncode != 0:
+            print(f"  ! the unbounded process at N={n} failed:\n{proc.stderr[-2000:]}")
+            continue
+        got = json.loads(proc.stdout.strip().splitlines()[-1])
+        (w_ours, c_ours), (w_fast, c_fast) = got["ours"], got["fastrvm"]
+        print(
+            f"N={n} in a process without thread limits (a user's): ours {1e3 * w_ours:.1f} ms "
+            f"wall, {1e3 * c_ours:.1f} ms CPU; fastrvm {1e3 * w_fast:.1f} ms wall, "
+            f"{1e3 * c_fast:.1f} ms CPU; wall ratio {w_ours / w_fast:.2f}",
+            flush=True,
+        )
     if big_n > 0:
         for which in ("ours", "fastrvm"):
             r = _big_fit(big_n, which)
@@ -464,9 +507,13 @@ def main(argv=None) -> None:
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--pairs", type=int, default=7, help="interleaved pairs (--estimators)")
     ap.add_argument("--estimator-worker", nargs=2, help=argparse.SUPPRESS)
+    ap.add_argument("--user-process", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
         print(json.dumps(worker(json.loads(args.worker))))
+        return
+    if args.user_process:
+        print(json.dumps(user_process_worker(args.user_process)))
         return
     if args.estimator_worker:
         n, which = args.estimator_worker
