@@ -178,15 +178,23 @@ def test_classifier_model_is_in_the_users_units(ripley):
     # the half-Cauchy of scale 0.1 on each weight's scale (unit-RMS columns; 1 on unit-norm ones
     # at N = 100): the model the Laplace fit approximates.
     assert list(model.coords["basis"]) == list(range(101))
-    assert model.rvm_spec.form == "joint" and model.rvm_spec.slab is None
+    assert model.rvm_spec.form == "whitened" and model.rvm_spec.slab is None
     assert model.rvm_spec.alpha_prior == Prior("HalfCauchyPrecision", beta=0.1)
-    # The weights' scale: the labels' information on each weight with the others free at the
-    # prior's median (a0 = rms^2 / 0.1^2), by the Schur complement of the curvature at the
-    # type-II mode, column by column.
+    # Whitened around the type-II mode: the expansion's statistics from the labels' Fisher
+    # information there, and the sampler's native density of that model.
     from scipy.special import expit
+
+    from bayes_rvm.inference import nutpie_backend
 
     p = expit(Phi[:, clf.active_] @ clf.fit_.mean[:, 0])
     G = Phi.T @ (Phi * (p * (1 - p))[:, None])
+    np.testing.assert_allclose(model["gram_ref"].get_value(), G, rtol=1e-8, atol=1e-12)
+    assert nutpie_backend._native_density(model, nutpie_backend._layout(model)) is not None
+    # Where it does not whiten (another sampler), the weights' scale: the labels' information
+    # on each weight with the others free at the prior's median (a0 = rms^2 / 0.1^2), by the
+    # Schur complement of the curvature at the type-II mode, column by column.
+    model = RVC(gamma=GAMMA["binary"], sampler_config={"sampler": "pymc"}).fit(X, y).model_
+    assert model.rvm_spec.form == "joint"
     a0 = np.mean(Phi**2, axis=0) / 0.1**2
     for i in (clf.active_[0], 3, 100):
         rest = np.arange(101) != i
@@ -228,7 +236,7 @@ def test_classifier_weight_prior_has_the_slab(slab):
         rvm_classification_model(Phi, y, slab=-1.0)
 
 
-def test_classifier_samples_at_target_accept_095_unless_told(monkeypatch, ripley):
+def test_classifier_samples_at_its_target_accept_unless_told(monkeypatch, ripley):
     import bayes_rvm.inference as inference
 
     seen = []
@@ -243,10 +251,15 @@ def test_classifier_samples_at_target_accept_095_unless_told(monkeypatch, ripley
     for kwargs in ({}, {"nuts": {"max_treedepth": 12}}, {"nuts": {"target_accept": 0.99}}):
         with pytest.raises(RuntimeError, match="stop here"):
             clf.fit(X, y, **kwargs)
+    # 0.9 for the whitened weights; 0.95 where they are scaled by the labels' information.
+    clf.set_params(sampler_config={"sampler": "pymc"})
+    with pytest.raises(RuntimeError, match="stop here"):
+        clf.fit(X, y)
     assert seen == [
-        {"target_accept": 0.95},
-        {"target_accept": 0.95, "max_treedepth": 12},
+        {"target_accept": 0.9},
+        {"target_accept": 0.9, "max_treedepth": 12},
         {"target_accept": 0.99},
+        {"target_accept": 0.95},
     ]
 
 

@@ -24,10 +24,13 @@ settings, package and library versions), and a fit on a data shape never seen be
 When numba does compile (a cache miss) the fit says so first, on PyMC's logger
 (:data:`COMPILING_MESSAGE`).
 
-The default regression model (:func:`_native_density` recognises it) skips PyTensor altogether:
-its whole log density is written in numba (:mod:`bayes_rvm.models.marginal.r2d2_density`) and
-handed to the same callbacks, so that a cold machine compiles little more than the marginal
-likelihood's kernel (a cold first fit about half as long), and a warm one loads two callbacks.
+The default regression model and the whitened two-class and count models
+(:func:`_native_density` recognises them) skip PyTensor altogether: their whole log density is
+written in numba (:mod:`bayes_rvm.models.marginal.r2d2_density`,
+:mod:`bayes_rvm.models.whitened_density`) and handed to the same callbacks, so that a cold
+machine compiles little more than the marginal likelihood's kernels (a cold first fit about half
+as long), a warm one loads two callbacks, and a gradient of the whitened models costs a third of
+PyTensor's.
 
 A graph PyTensor cannot cache (an Op without a cache key) goes through nutpie's function-based
 entry (``nutpie.compiled_pyfunc.from_pyfunc``) on the same PyTensor functions instead, compiled
@@ -657,11 +660,12 @@ def _native_source_digest() -> str | None:
     None where that source is not on disk."""
     from pathlib import Path
 
+    from bayes_rvm.models import whitened_density
     from bayes_rvm.models.marginal import numba_kernels, r2d2_density
 
     digest = hashlib.sha256()
     try:
-        for module in (r2d2_density, numba_kernels):
+        for module in (r2d2_density, whitened_density, numba_kernels):
             digest.update(Path(module.__file__).read_bytes() + b"\0")
     except (OSError, TypeError):
         return None
@@ -673,8 +677,62 @@ def _number(value) -> float | None:
 
 
 def _native_density(model, layout: _Layout):
-    """The ``logp``, ``expand`` and ``constants`` of :func:`_cfunc_model` for the default
-    regression model, on :mod:`bayes_rvm.models.marginal.r2d2_density`; None for any other.
+    """The ``logp``, ``expand`` and ``constants`` of :func:`_cfunc_model` for a model whose
+    whole log density is written in numba (:func:`_native_r2d2`, :func:`_native_whitened`);
+    None for any other."""
+    spec = getattr(model, "rvm_spec", None)
+    if spec is None or _native_source_digest() is None:
+        return None
+    if spec.form == "whitened":
+        return _native_whitened(model, layout, spec)
+    return _native_r2d2(model, layout, spec)
+
+
+def _native_whitened(model, layout: _Layout, spec):
+    """The native density of the two-class and count models whitened around a reference
+    (:func:`~bayes_rvm.models.graphs.rvm_classification_model` with ``reference``), on
+    :mod:`bayes_rvm.models.whitened_density`; None for any other.
+
+    The model must have the half-Cauchy precision hyperprior under its log transform, no
+    offset, slab or free intercept, and be unextended: the same free variables and trace, one
+    observed variable, no potential.
+    """
+    from pymc.logprob.transforms import LogTransform
+
+    from bayes_rvm.models import whitened_density
+
+    if spec.likelihood not in ("bernoulli", "poisson") or spec.prior != "ard":
+        return None
+    prior = spec.alpha_prior
+    if prior is None or prior.distribution != "HalfCauchyPrecision":
+        return None
+    if set(prior.parameters) != {"beta"} or spec.slab is not None or spec.intercept_sd is not None:
+        return None
+    beta = _number(prior.parameters["beta"])
+    data = ("Phi", "gram_ref", "target_ref", "y_obs", "phi_scale")
+    if beta is None or not all(name in model.named_vars for name in data):
+        return None
+    transforms = [type(model.rvs_to_transforms.get(var)).__name__ for var in model.free_RVs]
+    if tuple(layout.shape_info[0]) != whitened_density.WHITENED_TRACE or model.potentials:
+        return None
+    if transforms != [LogTransform.__name__, "ConditionalGaussianWhitening"]:
+        return None
+    if len(model.observed_RVs) != 1 or spec.offset is not None:
+        return None
+    key = f"whitened-{_native_source_digest()}"
+    constants = (beta, float(spec.likelihood == "poisson"))
+    shared = [model[name] for name in data]
+    expand_shared = [model[name] for name in ("gram_ref", "target_ref", "phi_scale")]
+    return (
+        (key, shared, whitened_density.whitened_logp_and_grad),
+        (key, expand_shared, whitened_density.whitened_expand),
+        constants,
+    )
+
+
+def _native_r2d2(model, layout: _Layout, spec):
+    """The native density of the default regression model, on
+    :mod:`bayes_rvm.models.marginal.r2d2_density`; None for any other.
 
     The model must be what :func:`~bayes_rvm.models.graphs.rvm_regression_model` builds in its
     marginal form under the R2-D2 prior (in Gaussian or ``log alpha`` coordinates, one
@@ -689,8 +747,7 @@ def _native_density(model, layout: _Layout):
     from bayes_rvm.models.marginal import r2d2_density
     from bayes_rvm.models.priors import DEFAULT_R2D2
 
-    spec = getattr(model, "rvm_spec", None)
-    if spec is None or (spec.likelihood, spec.prior, spec.form) != ("gaussian", "ard", "marginal"):
+    if (spec.likelihood, spec.prior, spec.form) != ("gaussian", "ard", "marginal"):
         return None
     if spec.offset is not None or spec.noise_sd is not None:
         return None
@@ -709,7 +766,7 @@ def _native_density(model, layout: _Layout):
         _number(noise.parameters.get("sigma", 1.0)),  # PyMC's default scale
         float(gaussian),
     )
-    if None in constants or _native_source_digest() is None:
+    if None in constants:
         return None
     transforms = [model.rvs_to_transforms.get(var) for var in model.free_RVs]
     if gaussian:

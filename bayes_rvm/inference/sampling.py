@@ -599,7 +599,8 @@ def complete_posterior(dt: xr.DataTree, model, *, random_seed=None) -> xr.DataTr
         # The elpd of such a fit is estimated on the scale of all its rows (bayes_rvm.compare).
         out.attrs["n_data_rows"] = _n_rows(model)
     if "constant_data" in out.children:
-        caches = ("gram", "Phi_U", "Phi_VS")  # sampling caches of the marginal form, not data
+        # Sampling caches of the marginal and whitened forms, not data.
+        caches = ("gram", "Phi_U", "Phi_VS", "gram_ref", "target_ref")
         const = out["constant_data"].dataset.drop_vars(caches, errors="ignore")
         const = const.drop_dims([d for d in const.dims if d.startswith(caches)])
         out["constant_data"] = xr.DataTree(const)

@@ -19,6 +19,10 @@ half the diagonal):
     -sum_i u_i c_ki (sum_{j<i} c_kj a_j + c_ki a_i / 2).
 
 One Cholesky factorisation and one triangular inverse per gradient, O(M^3); the rest O(N M + M^2).
+Through PyTensor the same density costs 2-3 times as much a gradient. As in
+:mod:`~bayes_rvm.models.marginal.r2d2_density`, the functions that call the marginal kernels are
+not cached on their own; :mod:`bayes_rvm.inference.nutpie_backend` links them into C callbacks
+cached on both files' source, for the models it recognises as this one.
 """
 
 from __future__ import annotations
@@ -28,37 +32,76 @@ import math
 import numba
 import numpy as np
 
-from bayes_rvm.models.marginal.numba_kernels import _gram_cholesky, _lower_inverse
+from bayes_rvm.models.marginal.numba_kernels import gram_cholesky, lower_inverse
 
-__all__ = ["whitened_logp"]
+__all__ = ["WHITENED_TRACE", "whitened_expand", "whitened_logp", "whitened_logp_and_grad"]
+
+#: The flat point's variables, then the trace's (nutpie's layout of the model's graph).
+WHITENED_TRACE = ("alpha_rel_log__", "w_whitened__", "alpha_rel", "w", "alpha", "log_alpha")
 
 _LOG_2PI = math.log(2.0 * math.pi)
 #: The log rate is clipped here, as the count model's graph clips it (``families.ETA_MAX``).
 _ETA_MAX = 700.0
 
 
-@numba.njit(cache=True, nogil=True, error_model="numpy")
-def whitened_logp(x, Phi, G, c, y, phi2, beta, poisson, grad):  # pragma: no cover - numba
+@numba.njit(nogil=True, error_model="numpy")  # not cached: see the module docstring
+def _whitened_weights(x, G, c, phi2):  # pragma: no cover - numba
+    """``(alpha, w, dinv, X, sd, z, log|H|)`` at ``x``, with ``H = D Hs D``, ``D = diag(1 /
+    dinv)``, ``X = Ls^-1`` (``Hs = Ls Ls^T``, the marginal kernels' equilibrated factor), so that
+    ``L^-1 = X diag(dinv)``; ``sd`` the column sums of ``X^2``; ``z = L^-1 c``."""
+    M = G.shape[0]
+    alpha = np.exp(x[:M]) * phi2
+    Ls, dinv, ldinv, log_det = gram_cholesky(alpha, 1.0, G)
+    if not math.isfinite(log_det):
+        return alpha, alpha, dinv, Ls, dinv, dinv, log_det
+    X, sd = lower_inverse(Ls, ldinv)
+    z = X @ (dinv * c)  # L^-1 c
+    w = dinv * (X.T @ (z + x[M:]))  # m + L^-T u
+    return alpha, w, dinv, X, sd, z, log_det
+
+
+@numba.njit(nogil=True, error_model="numpy")  # not cached: see the module docstring
+def _weights_by_solves(x, G, c, phi2):  # pragma: no cover - numba
+    """``(alpha, w, log|H|)`` of :func:`_whitened_weights` by two triangular solves, without
+    the inverse that the gradient needs (the trace's cost: O(M^2) after the factor)."""
+    M = G.shape[0]
+    alpha = np.exp(x[:M]) * phi2
+    Ls, dinv, ldinv, log_det = gram_cholesky(alpha, 1.0, G)
+    r = dinv * c
+    if not math.isfinite(log_det):
+        return alpha, r, log_det
+    for i in range(M):  # r = Ls^-1 (dinv c), then + u
+        Li = Ls[i]
+        s = r[i]
+        for k in range(i):
+            s -= Li[k] * r[k]
+        r[i] = s * ldinv[i]
+    for i in range(M):
+        r[i] += x[M + i]
+    for i in range(M - 1, -1, -1):  # Ls^-T r, by the rows of Ls
+        r[i] *= ldinv[i]
+        Li = Ls[i]
+        for k in range(i):
+            r[k] -= Li[k] * r[i]
+    return alpha, dinv * r, log_det
+
+
+@numba.njit(nogil=True, error_model="numpy")  # not cached: see the module docstring
+def whitened_logp(x, Phi, G, c, y, phi2, hyper, grad):  # pragma: no cover - numba
     """The log density at ``x = (log alpha_rel, u)`` (length 2 M); its gradient into ``grad``.
 
     ``Phi`` (N, M) the design, ``G`` (M, M) and ``c`` (M,) the expansion's ``Phi^T B Phi`` and
     ``Phi^T B r``, ``y`` (N,) labels 0/1 or counts, ``phi2`` (M,) the columns' squared scales,
-    ``beta`` the half-Cauchy's scale, ``poisson`` whether ``y`` are counts. ``-inf`` where ``H``
-    is not numerically positive definite.
+    ``hyper = (beta, poisson)``: the half-Cauchy's scale, and 1.0 for counts or 0.0 for labels.
+    ``-inf`` where ``H`` is not numerically positive definite.
     """
     M = G.shape[0]
     ell = x[:M]
     u = x[M:]
-    alpha = np.exp(ell) * phi2
-    # H = D Hs D with D = diag(1 / dinv) and Hs = Ls Ls^T, so L^-1 = Ls^-1 D^-1 = X diag(dinv)
-    # (the factor of the marginal likelihood's kernels, equilibrated by the diagonal).
-    Ls, dinv, ldinv, log_det = _gram_cholesky(alpha, 1.0, G)
+    beta, poisson = hyper[0], hyper[1] > 0.5
+    alpha, w, dinv, X, sd, z, log_det = _whitened_weights(x, G, c, phi2)
     if not math.isfinite(log_det):
         return -np.inf
-    X, sd = _lower_inverse(Ls, ldinv)
-    z = X @ (dinv * c)  # L^-1 c
-    v = X.T @ (z + u)
-    w = dinv * v  # m + L^-T u
     eta = Phi @ w
     logp = -0.5 * log_det
     resid = np.empty(eta.size)
@@ -105,3 +148,31 @@ def whitened_logp(x, Phi, G, c, y, phi2, beta, poisson, grad):  # pragma: no cov
         grad[k] = alpha[k] * d_alpha + 1.0 / (1.0 + math.exp(ell[k] + log_beta2)) - 0.5
         grad[M + k] = a[k]
     return logp
+
+
+@numba.njit(nogil=True)  # not cached: see the module docstring
+def whitened_logp_and_grad(x, Phi, G, c, y, phi_scale, hyper):  # pragma: no cover - numba
+    """``(log p(x), gradient)`` of :func:`whitened_logp`, ``phi_scale`` the columns' scales and
+    ``hyper = (beta, poisson)`` (the latter 1.0 for counts, 0.0 for labels): the C callbacks'
+    entry."""
+    grad = np.zeros(x.shape[0])  # stays finite where the density is -inf
+    logp = whitened_logp(x, Phi, G, c, y, phi_scale * phi_scale, hyper, grad)
+    return logp, grad
+
+
+@numba.njit(nogil=True)  # not cached: see the module docstring
+def whitened_expand(x, G, c, phi_scale, hyper):  # pragma: no cover - numba
+    """The trace at ``x``, flat in :data:`WHITENED_TRACE`'s order (one tuple entry, as
+    PyTensor's joined trace function returns it); ``hyper`` as for
+    :func:`whitened_logp_and_grad`."""
+    M = G.shape[0]
+    alpha, w, log_det = _weights_by_solves(x, G, c, phi_scale * phi_scale)
+    out = np.empty(6 * M)
+    for i in range(2 * M):  # a loop: a slice assignment compiles numba's broadcast errors
+        out[i] = x[i]
+    for i in range(M):
+        out[2 * M + i] = math.exp(x[i])
+        out[3 * M + i] = w[i] if math.isfinite(log_det) else np.nan
+        out[4 * M + i] = alpha[i]
+        out[5 * M + i] = math.log(alpha[i])
+    return (out,)

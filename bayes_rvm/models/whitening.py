@@ -34,19 +34,20 @@ from pymc.logprob.transforms import Transform
 __all__ = ["ConditionalGaussianWhitening", "whitened_gaussian_weights"]
 
 
-def _conditional_factor(log_alpha, log_beta, Phi, resid):
-    """``(L, d, m)``: ``A + beta Phi^T Phi = diag(d) L L^T diag(d)`` and the conditional mean.
+def _conditional_factor(log_alpha, log_beta, gram, target):
+    """``(L, d, m)``: ``A + beta G = diag(d) L L^T diag(d)`` and the conditional mean.
 
-    Equilibrated by its diagonal ``d`` before the Cholesky factorisation, as the engines do, so
-    that precisions decades apart (a pruned weight's ``alpha`` beside a relevant one's) keep the
-    factor accurate. ``resid`` is ``(N,)`` or ``(N, D)`` (outputs sharing ``alpha`` and ``beta``).
+    ``G = Phi^T Phi`` and ``target = Phi^T r``, ``(M,)`` or ``(M, D)`` (outputs sharing
+    ``alpha`` and ``beta``). Equilibrated by its diagonal ``d`` before the Cholesky
+    factorisation, as the engines do, so that precisions decades apart (a pruned weight's
+    ``alpha`` beside a relevant one's) keep the factor accurate.
     """
     beta = pt.exp(log_beta)
-    H = beta * (Phi.T @ Phi) + pt.diag(pt.exp(log_alpha))
+    H = beta * gram + pt.diag(pt.exp(log_alpha))
     d = pt.sqrt(pt.diag(H))
     L = pt.linalg.cholesky(H / pt.outer(d, d), lower=True)
-    dd = d[:, None] if resid.ndim == 2 else d
-    u = pt.linalg.solve_triangular(L, beta * (Phi.T @ resid) / dd, lower=True)
+    dd = d[:, None] if target.ndim == 2 else d
+    u = pt.linalg.solve_triangular(L, beta * target / dd, lower=True)
     m = pt.linalg.solve_triangular(L.T, u, lower=False) / dd
     return L, d, m
 
@@ -54,18 +55,23 @@ def _conditional_factor(log_alpha, log_beta, Phi, resid):
 class ConditionalGaussianWhitening(Transform):
     """The value transform ``w = m + Sigma^(1/2) u`` of :func:`whitened_gaussian_weights`.
 
-    Reads ``log_alpha``, ``log_beta``, ``Phi`` and the residual ``t - offset`` from the inputs of
-    the weights' random variable (PyMC hands a transform those inputs, with every random variable
-    among them replaced by its value), so the factor follows the current point.
+    Reads ``log_alpha``, ``log_beta``, ``Phi`` and the residual ``t - offset`` (or, with
+    ``statistics``, ``Phi^T Phi`` and ``Phi^T (t - offset)``) from the inputs of the weights'
+    random variable (PyMC hands a transform those inputs, with every random variable among them
+    replaced by its value), so the factor follows the current point.
     """
 
     name = "whitened"
 
-    @staticmethod
-    def _parts(inputs):
+    def __init__(self, statistics: bool = False):
+        self.statistics = statistics
+
+    def _parts(self, inputs):
         # inputs of the CustomDist's node: rng, size, then the four parameters.
-        log_alpha, log_beta, Phi, resid = inputs[-4:]
-        return _conditional_factor(log_alpha, log_beta, Phi, resid)
+        log_alpha, log_beta, a, b = inputs[-4:]
+        if not self.statistics:
+            a, b = a.T @ a, a.T @ b
+        return _conditional_factor(log_alpha, log_beta, a, b)
 
     def backward(self, value, *inputs):
         L, d, m = self._parts(inputs)
@@ -83,12 +89,13 @@ class ConditionalGaussianWhitening(Transform):
         return -outputs * (pt.sum(pt.log(pt.diag(L))) + pt.sum(pt.log(d)))
 
 
-def _prior_logp(value, log_alpha, log_beta, Phi, resid):
+def _prior_logp(value, log_alpha, log_beta, *data):
     scale = pt.exp(-0.5 * log_alpha)
     return pm.logp(pm.Normal.dist(0.0, scale[:, None] if value.ndim == 2 else scale), value)
 
 
 def _prior_draw(log_alpha, log_beta, Phi, resid, rng=None, size=None):
+    # resid: (N,) or (N, D), or Phi^T resid, (M,) or (M, D): its trailing axis is the outputs'.
     scale = np.exp(-0.5 * np.asarray(log_alpha))
     core = scale.shape[-1:] + np.shape(resid)[1:]
     size = core if size is None else tuple(size)
@@ -97,12 +104,9 @@ def _prior_draw(log_alpha, log_beta, Phi, resid, rng=None, size=None):
     return rng.normal(0.0, 1.0, size=size) * (scale[..., None] if len(core) == 2 else scale)
 
 
-def _conditional_mean(rv, size, log_alpha, log_beta, Phi, resid):
-    # Where the sampler starts: u = 0, the weights' conditional mean at the starting point.
-    return _conditional_factor(log_alpha, log_beta, Phi, resid)[2]
-
-
-def whitened_gaussian_weights(log_alpha, log_beta, Phi, resid, w_dims: tuple):
+def whitened_gaussian_weights(
+    log_alpha, log_beta, Phi, resid, w_dims: tuple, *, statistics: bool = False
+):
     """The weights ``w[basis]`` (``w[basis, output]``) ``~ N(0, 1/alpha)``, sampled whitened.
 
     Parameters
@@ -117,6 +121,9 @@ def whitened_gaussian_weights(log_alpha, log_beta, Phi, resid, w_dims: tuple):
         The targets less the rest of the mean (the user's terms, which may be random).
     w_dims : tuple
         Dims of the weights: ``(basis,)`` or ``(basis, output)``.
+    statistics : bool, default=False
+        ``Phi`` and ``resid`` are given as ``Phi^T Phi`` (M, M) and ``Phi^T resid`` (M,) or
+        (M, D): fixed data, computed once instead of at every gradient.
 
     Returns
     -------
@@ -125,6 +132,14 @@ def whitened_gaussian_weights(log_alpha, log_beta, Phi, resid, w_dims: tuple):
         :class:`ConditionalGaussianWhitening`.
     """
     multi = len(w_dims) == 2
+    transform = ConditionalGaussianWhitening(statistics)
+    rows = "m,m" if statistics else "n,m"
+    resid_core = ("m" if statistics else "n") + (",d" if multi else "")
+
+    def conditional_mean(rv, size, *inputs):
+        # Where the sampler starts: u = 0, the weights' conditional mean at the starting point.
+        return transform._parts(inputs)[2]
+
     return pm.CustomDist(
         "w",
         log_alpha,
@@ -133,8 +148,8 @@ def whitened_gaussian_weights(log_alpha, log_beta, Phi, resid, w_dims: tuple):
         resid,
         logp=_prior_logp,
         random=_prior_draw,
-        support_point=_conditional_mean,
-        signature="(m),(),(n,m),(n,d)->(m,d)" if multi else "(m),(),(n,m),(n)->(m)",
-        transform=ConditionalGaussianWhitening(),
+        support_point=conditional_mean,
+        signature=f"(m),(),({rows}),({resid_core})->(m{',d' if multi else ''})",
+        transform=transform,
         dims=w_dims,
     )
