@@ -61,6 +61,13 @@ One run prints, in this order (``--sections`` picks some of them):
     (``sample_s``: ``pm.sample`` alone, its compilation included). ``--quick`` shrinks every
     case (N = 30 and 43, 2 x 100 draws; N = 200 for the full basis, 60 Ripley rows).
 
+``rvc`` (not in the default set)
+    ``RVC(inference="mcmc")`` at its defaults (the full basis, two classes: the weights whitened
+    around the type-II mode) on five plain two-class data sets in 2-D (100-173 points, labels
+    ``x1 + 0.5 e > 0``) and on Ripley's data: wall time, max R-hat and min bulk ESS of ``w`` and
+    ``log_alpha``, divergences, leapfrog steps a draw, the warnings the fit gave and the test
+    error (2000 fresh points of the same law; Ripley's test set).
+
 ``compile`` (not in the default set)
     When the sampler compiles: fresh processes with their own compile caches
     (``PYTENSOR_FLAGS=base_compiledir=...``, ``NUMBA_CACHE_DIR``, both empty at the start): a cold
@@ -1169,6 +1176,8 @@ def section_pymc(a) -> list[dict]:
                 NUMBA_CACHE_DIR=os.path.join(folder, "numba"),
             )
             for case, (kind, n) in PYMC_CASES.items():
+                if a.pymc_cases and case not in a.pymc_cases.split(","):
+                    continue
                 n = shrink.get(n, n) if a.quick and n else n
                 args = ["--child-pymc", kind, "--pymc-n", str(n or 0), "--pymc-sampler", sampler]
                 res, wall = _run_child(args + (["--quick"] if a.quick else []), env)
@@ -1186,8 +1195,62 @@ def section_pymc(a) -> list[dict]:
     return rows
 
 
+def section_rvc(a) -> list[dict]:
+    """RVC's MCMC at its defaults on plain two-class data in 2-D and on Ripley's."""
+    import arviz_stats as azs
+
+    from bayes_rvm import RVC
+    from bayes_rvm.datasets import load_ripley
+
+    cases = []
+    for seed, n in enumerate((100, 120, 140, 160, 173)):
+        rng = np.random.default_rng(seed)
+        X, Xt = rng.normal(size=(n, 2)), rng.normal(size=(2000, 2))
+        y = (X[:, 0] + 0.5 * rng.normal(size=n) > 0).astype(int)
+        yt = (Xt[:, 0] + 0.5 * rng.normal(size=2000) > 0).astype(int)
+        cases.append((f"2-D set {seed}", X, y, Xt, yt))
+    cases.append(("Ripley", *load_ripley()))
+    rows = []
+    for label, X, y, Xt, yt in cases:
+        if a.quick:
+            X, y = X[::3], y[::3]
+        config = {"draws": 100, "tune": 100, "chains": 2} if a.quick else None
+        est = RVC(inference="mcmc", sampler_config=config, random_state=0)
+        t0 = time.perf_counter()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            est.fit(X, y)
+        fit_s = time.perf_counter() - t0
+        post = est.idata_["posterior"].dataset
+        stats = est.idata_["sample_stats"].dataset
+        row = {
+            "case": label,
+            "N": X.shape[0],
+            "M": int(post.sizes["basis"]),
+            "form": est.model_.rvm_spec.form,
+            "fit_s": fit_s,
+            "rhat": max(float(azs.rhat(post[v]).max()) for v in ("w", "log_alpha")),
+            "ess_bulk": min(float(azs.ess(post[v]).min()) for v in ("w", "log_alpha")),
+            "div": int(stats["diverging"].sum()),
+            "steps": float(stats["n_steps"].mean()),
+            "warnings": len(caught),
+            "test_err": float(np.mean(est.predict(Xt) != yt)),
+            "load": os.getloadavg()[0],
+        }
+        rows.append(row)
+        print(
+            "  "
+            + "  ".join(
+                f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()
+            ),
+            flush=True,
+        )
+    return rows
+
+
 SECTIONS = {
     "pymc": section_pymc,
+    "rvc": section_rvc,
     "compile": section_compile,
     "fresh": section_fresh,
     "scale": section_scale,
@@ -1230,6 +1293,11 @@ def main(argv=None) -> int:
         "--pymc-samplers",
         default=",".join(PYMC_SAMPLERS),
         help="pymc section: the fits compared (package, pm.sample nutpie, pm.sample pymc)",
+    )
+    p.add_argument(
+        "--pymc-cases",
+        default="",
+        help=f"pymc section: the cases run (default all: {', '.join(PYMC_CASES)})",
     )
     p.add_argument(
         "--compile-families",

@@ -63,17 +63,30 @@ def test_whitened_density_is_pymcs(likelihood):
         np.testing.assert_allclose(grad, want, rtol=1e-8, atol=1e-9 * np.abs(want).max())
 
 
-@pytest.mark.parametrize("likelihood", ["bernoulli", "poisson"])
-def test_nutpie_samples_the_native_whitened_density(likelihood):
-    # The callbacks nutpie calls: PyMC's density, gradient and trace, before and after data of
-    # another size (one compilation serves both), at a hyperprior scale away from the default.
+@pytest.mark.parametrize(
+    ("likelihood", "prior"),
+    [
+        ("bernoulli", "halfcauchy"),
+        ("poisson", "halfcauchy"),
+        ("poisson", "r2d2"),
+        ("bernoulli", "r2d2"),
+    ],
+)
+def test_nutpie_samples_the_native_whitened_density(likelihood, prior):
+    # The callbacks nutpie calls: PyMC's density, gradient and trace, on data of two sizes
+    # (the callbacks of one machine serve both), at hyperprior parameters away from the
+    # defaults: the half-Cauchy's scale, R2-D2's Beta (in its Gaussian coordinates).
     Phi, y, phi, rng = _problem(likelihood, seed=2)
     M = Phi.shape[1]
+    alpha_prior = {
+        "halfcauchy": Prior("HalfCauchyPrecision", beta=0.3),
+        "r2d2": Prior("R2D2Precision", r2_a=0.7, r2_b=1.3, concentration=0.5),
+    }[prior]
     model = rvm_classification_model(
         Phi,
         y,
         likelihood=likelihood,
-        alpha_prior=Prior("HalfCauchyPrecision", beta=0.3),
+        alpha_prior=alpha_prior,
         reference=rng.normal(size=M) * 0.3,
         phi_scale=phi,
     )
@@ -84,7 +97,7 @@ def test_nutpie_samples_the_native_whitened_density(likelihood):
         Phi2,
         y2,
         likelihood=likelihood,
-        alpha_prior=Prior("HalfCauchyPrecision", beta=0.3),
+        alpha_prior=alpha_prior,
         reference=rng.normal(size=7) * 0.3,
         phi_scale=phi2,
     )
@@ -107,6 +120,12 @@ def test_only_the_plain_whitened_models_take_the_native_density():
     build = {
         "bernoulli": lambda: rvm_classification_model(Phi, y, reference=ref),
         "poisson": lambda: rvm_classification_model(Phi, y, likelihood="poisson", reference=ref),
+        "r2d2": lambda: rvm_classification_model(
+            Phi, y, reference=ref, alpha_prior=Prior("R2D2Precision")
+        ),
+        "r2d2 log alpha": lambda: rvm_classification_model(
+            Phi, y, reference=ref, alpha_prior=Prior("R2D2Precision", coordinates="log_alpha")
+        ),
         "information": lambda: rvm_classification_model(Phi, y, information=np.ones(12)),
         "offset": lambda: rvm_classification_model(Phi, y, reference=ref, offset=np.ones(40)),
         "intercept": lambda: rvm_classification_model(Phi, y, reference=ref, intercept_sd=2.0),
@@ -124,4 +143,4 @@ def test_only_the_plain_whitened_models_take_the_native_density():
         for name, model in models.items()
         if _nutpie._native_density(model, _nutpie._layout(model)) is not None
     }
-    assert native == {"bernoulli", "poisson"}
+    assert native == {"bernoulli", "poisson", "r2d2"}

@@ -693,41 +693,52 @@ def _native_whitened(model, layout: _Layout, spec):
     (:func:`~bayes_rvm.models.graphs.rvm_classification_model` with ``reference``), on
     :mod:`bayes_rvm.models.whitened_density`; None for any other.
 
-    The model must have the half-Cauchy precision hyperprior under its log transform, no
-    offset, slab or free intercept, and be unextended: the same free variables and trace, one
-    observed variable, no potential.
+    The model must have the half-Cauchy precision hyperprior under its log transform or the
+    R2-D2 prior in its Gaussian coordinates, no offset, slab or free intercept, and be
+    unextended: the same free variables and trace, one observed variable, no potential.
     """
-    from pymc.logprob.transforms import LogTransform
+    from pymc.logprob.transforms import LogOddsTransform, LogTransform
 
     from bayes_rvm.models import whitened_density
+    from bayes_rvm.models.priors import DEFAULT_R2D2
+    from bayes_rvm.models.whitening import ConditionalGaussianWhitening
 
-    if spec.likelihood not in ("bernoulli", "poisson") or spec.prior != "ard":
-        return None
     prior = spec.alpha_prior
-    if prior is None or prior.distribution != "HalfCauchyPrecision":
+    if spec.likelihood not in ("bernoulli", "poisson") or spec.prior != "ard" or prior is None:
         return None
-    if set(prior.parameters) != {"beta"} or spec.slab is not None or spec.intercept_sd is not None:
+    if spec.slab is not None or spec.intercept_sd is not None or spec.offset is not None:
         return None
-    beta = _number(prior.parameters["beta"])
+    poisson = float(spec.likelihood == "poisson")
+    trace = tuple(layout.shape_info[0])
+    transforms = [type(model.rvs_to_transforms.get(var)) for var in model.free_RVs]
+    if prior.distribution == "HalfCauchyPrecision" and set(prior.parameters) == {"beta"}:
+        constants = (_number(prior.parameters["beta"]), poisson)
+        known = trace == whitened_density.WHITENED_TRACE and transforms[:1] == [LogTransform]
+        fns = (whitened_density.whitened_logp_and_grad, whitened_density.whitened_expand)
+    elif prior.distribution == "R2D2Precision":
+        parameters = {**DEFAULT_R2D2, **prior.parameters}
+        constants = (_number(parameters["r2_a"]), _number(parameters["r2_b"]), poisson)
+        known = trace == whitened_density.WHITENED_R2D2_TRACE and transforms[:2] == [
+            LogOddsTransform,
+            type(None),
+        ]
+        fns = (
+            whitened_density.whitened_r2d2_logp_and_grad,
+            whitened_density.whitened_r2d2_expand,
+        )
+    else:
+        return None
     data = ("Phi", "gram_ref", "target_ref", "y_obs", "phi_scale")
-    if beta is None or not all(name in model.named_vars for name in data):
+    if None in constants or not known or model.potentials or len(model.observed_RVs) != 1:
         return None
-    transforms = [type(model.rvs_to_transforms.get(var)).__name__ for var in model.free_RVs]
-    if tuple(layout.shape_info[0]) != whitened_density.WHITENED_TRACE or model.potentials:
+    if transforms[-1] is not ConditionalGaussianWhitening:
         return None
-    if transforms != [LogTransform.__name__, "ConditionalGaussianWhitening"]:
+    if not all(name in model.named_vars for name in data):
         return None
-    if len(model.observed_RVs) != 1 or spec.offset is not None:
-        return None
-    key = f"whitened-{_native_source_digest()}"
-    constants = (beta, float(spec.likelihood == "poisson"))
+    key = f"whitened-{fns[0].__name__}-{_native_source_digest()}"
     shared = [model[name] for name in data]
     expand_shared = [model[name] for name in ("gram_ref", "target_ref", "phi_scale")]
-    return (
-        (key, shared, whitened_density.whitened_logp_and_grad),
-        (key, expand_shared, whitened_density.whitened_expand),
-        constants,
-    )
+    return (key, shared, fns[0]), (key, expand_shared, fns[1]), constants
 
 
 def _native_r2d2(model, layout: _Layout, spec):

@@ -1019,7 +1019,8 @@ def rvm_classification_model(
         per gradient (measured, 173 points in 2-D, all 174 columns, 4 x 1000 draws thinned by
         2: max R-hat 1.004 and bulk ESS 2200 against 1.023 and 193 with ``information``, 31
         leapfrog steps a draw against 127). With no offset, slab or intercept, and the
-        half-Cauchy hyperprior, nutpie samples it on a density written in numba
+        half-Cauchy hyperprior or the R2-D2 prior in its Gaussian coordinates, nutpie samples
+        it on a density written in numba
         (:mod:`bayes_rvm.models.whitened_density`, about 0.2 ms a gradient at 174 columns,
         a third of PyTensor's), and :class:`~bayes_rvm.RVC` samples two classes in this
         form.

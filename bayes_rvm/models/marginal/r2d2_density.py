@@ -46,6 +46,8 @@ __all__ = [
     "lowrank_r2d2_logp",
     "lowrank_r2d2_rows_logp",
     "r2d2_expand",
+    "r2d2_gaussian_prior",
+    "r2d2_precisions",
 ]
 
 #: The flat point's variables, then the trace's (nutpie's layout of the model's graph).
@@ -83,7 +85,7 @@ def _softplus(v):  # pragma: no cover - numba
 
 
 @numba.njit(cache=True, nogil=True)
-def _precisions(x, phi_scale, y_scale, gaussian):  # pragma: no cover - numba
+def r2d2_precisions(x, phi_scale, y_scale, gaussian):  # pragma: no cover - numba
     """``log alpha`` (in the data's units) and ``sum z^2`` (0 in ``log alpha`` coordinates) at
     the flat point ``x``."""
     M = phi_scale.shape[0]
@@ -103,7 +105,7 @@ def _precisions(x, phi_scale, y_scale, gaussian):  # pragma: no cover - numba
 
 
 @numba.njit(cache=True, nogil=True)
-def _gaussian_prior(x, sum_z2, r2_a, r2_b, g_la, grad):  # pragma: no cover - numba
+def r2d2_gaussian_prior(x, sum_z2, r2_a, r2_b, g_la, grad):  # pragma: no cover - numba
     """The R2-D2 prior's log density in Gaussian coordinates; its gradient, with the chain rule
     from ``g_la`` (in ``log alpha``), into ``grad``."""
     M, t = g_la.shape[0], x[0]
@@ -148,12 +150,12 @@ def _log_alpha_prior(x, r2_a, r2_b, k, g_la, grad):  # pragma: no cover - numba
 def _with_priors(x, sum_z2, hyper, logp_y, g_la, g_lb):  # pragma: no cover - numba
     """The whole density and its gradient in ``x`` from the likelihood's, in ``log alpha`` and
     ``log beta``: the priors, their Jacobians and the chain rule through ``alpha`` and ``beta``
-    (``sum_z2`` from :func:`_precisions`)."""
+    (``sum_z2`` from :func:`r2d2_precisions`)."""
     r2_a, r2_b, k, noise_scale, gaussian = hyper
     n = x.shape[0]
     grad = np.empty(n)
     if gaussian:
-        logp = logp_y + _gaussian_prior(x, sum_z2, r2_a, r2_b, g_la, grad)
+        logp = logp_y + r2d2_gaussian_prior(x, sum_z2, r2_a, r2_b, g_la, grad)
     else:
         logp = logp_y + _log_alpha_prior(x, r2_a, r2_b, k, g_la, grad)
     # HalfNormal(c) on sigma_rel = e^s, with the log Jacobian s; log beta = -2 (s + log y_scale).
@@ -170,7 +172,7 @@ def _likelihood_inputs(x, y, phi_scale, y_scale, gaussian):  # pragma: no cover 
     ``sum z^2``."""
     ys = y_scale.item()
     log_beta = np.asarray(-2.0 * (x[x.shape[0] - 1] + math.log(ys)))
-    log_alpha, sum_z2 = _precisions(x, phi_scale, ys, gaussian)
+    log_alpha, sum_z2 = r2d2_precisions(x, phi_scale, ys, gaussian)
     return log_alpha, log_beta, y.reshape((y.shape[0], -1)), sum_z2
 
 
@@ -227,7 +229,7 @@ def r2d2_expand(x, phi_scale, y_scale, hyper):  # pragma: no cover - numba
     gaussian = hyper[4]
     n, M = x.shape[0], phi_scale.shape[0]
     ys = y_scale.item()
-    log_alpha, sum_z2 = _precisions(x, phi_scale, ys, gaussian)
+    log_alpha, sum_z2 = r2d2_precisions(x, phi_scale, ys, gaussian)
     out = np.empty(n + 3 * M + (4 if gaussian else 3))
     for i in range(n):  # a loop: a slice assignment compiles numba's broadcast errors
         out[i] = x[i]
