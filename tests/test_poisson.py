@@ -24,6 +24,7 @@ from bayes_rvm.evidence.mode import posterior_mode
 from bayes_rvm.evidence.problem import normalise_columns
 from bayes_rvm.families import POISSON, rate_moments
 from bayes_rvm.models.graphs import rvm_classification_model, rvm_poisson_model
+from bayes_rvm.models.priors import Prior
 from bayes_rvm.models.spec import model_spec
 
 N = 300
@@ -218,6 +219,13 @@ def test_idata_save_load_and_model(counts, fitted, tmp_path):
     model = fitted.model_
     assert model_spec(model).likelihood == "poisson"
     assert type(model["y"].owner.op).__name__ == "PoissonRV"
+    # Counts' hyperprior: the half-Cauchy (not the Gaussian regression's R2-D2), whitened around
+    # the type-II mode, which nutpie samples on its native density.
+    from bayes_rvm.inference import nutpie_backend
+
+    assert model_spec(model).alpha_prior == Prior("HalfCauchyPrecision", beta=0.1)
+    assert model_spec(model).form == "whitened"
+    assert nutpie_backend._native_density(model, nutpie_backend._layout(model)) is not None
 
 
 @pytest.mark.parametrize(

@@ -676,7 +676,9 @@ array-like or Prior, default="evidence_shared"
         cfg = self._cfg
         priors = {
             "prior": self.prior,
-            "alpha_prior": self._mcmc_alpha_prior("ard" if self.prior == "ard" else None),
+            "alpha_prior": self._mcmc_alpha_prior(
+                self._likelihood().alpha_prior if self.prior == "ard" else None
+            ),
             "nu": self._mcmc_student_t(),
             "noise_prior": as_prior(cfg.noise_prior, "noise_prior"),
             "noise_sd": None if cfg.noise_variance is None else float(cfg.noise_variance) ** 0.5,
