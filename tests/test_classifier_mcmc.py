@@ -195,6 +195,10 @@ def test_classifier_model_is_in_the_users_units(ripley):
     # Schur complement of the curvature at the type-II mode, column by column.
     model = RVC(gamma=GAMMA["binary"], sampler_config={"sampler": "pymc"}).fit(X, y).model_
     assert model.rvm_spec.form == "joint"
+    # ... or a hyperprior the native density does not take (a sampled half-Cauchy scale).
+    hierarchical = Prior("HalfCauchyPrecision", beta=Prior("HalfNormal", sigma=0.1))
+    other = RVC(gamma=GAMMA["binary"], prior_params={"alpha_prior": hierarchical}).fit(X, y)
+    assert other.model_.rvm_spec.form == "joint"
     a0 = np.mean(Phi**2, axis=0) / 0.1**2
     for i in (clf.active_[0], 3, 100):
         rest = np.arange(101) != i

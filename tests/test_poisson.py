@@ -473,6 +473,8 @@ def test_reference_is_refused_for_the_softmax():
     y = np.array([0, 1, 2, 1, 0, 2])
     with pytest.raises(ValueError, match="count and two-class models only"):
         rvm_classification_model(np.ones((6, 2)), y, reference=np.zeros(2))
+    with pytest.raises(ValueError, match="labels 0 and 1; y holds 2"):
+        rvm_classification_model(np.ones((6, 2)), y, likelihood="bernoulli")
 
 
 @pytest.mark.slow

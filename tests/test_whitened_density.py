@@ -126,6 +126,12 @@ def test_only_the_plain_whitened_models_take_the_native_density():
         "r2d2 log alpha": lambda: rvm_classification_model(
             Phi, y, reference=ref, alpha_prior=Prior("R2D2Precision", coordinates="log_alpha")
         ),
+        "hierarchical": lambda: rvm_classification_model(
+            Phi,
+            y,
+            reference=ref,
+            alpha_prior=Prior("HalfCauchyPrecision", beta=Prior("HalfNormal", sigma=0.1)),
+        ),
         "information": lambda: rvm_classification_model(Phi, y, information=np.ones(12)),
         "offset": lambda: rvm_classification_model(Phi, y, reference=ref, offset=np.ones(40)),
         "intercept": lambda: rvm_classification_model(Phi, y, reference=ref, intercept_sd=2.0),
@@ -144,3 +150,23 @@ def test_only_the_plain_whitened_models_take_the_native_density():
         if _nutpie._native_density(model, _nutpie._layout(model)) is not None
     }
     assert native == {"bernoulli", "poisson", "r2d2"}
+
+
+def test_where_the_precision_matrix_is_singular_the_density_is_minus_inf_with_a_finite_gradient():
+    # More columns than rows: G = Phi^T B Phi is singular, and precisions that underflow to 0
+    # leave H singular too. nutpie then rejects the point; the gradient must not be garbage.
+    from bayes_rvm import families
+    from bayes_rvm.models import whitened_density
+
+    assert whitened_density._ETA_MAX == families.ETA_MAX  # the count model's clip, both ways
+    Phi, y, phi, rng = _problem("poisson", N=5, M=9, seed=5)
+    G = Phi.T @ Phi
+    c = Phi.T @ rng.normal(size=5)
+    x = np.r_[np.full(9, -800.0), rng.normal(size=9)]
+    for fn, hyper, point in (
+        (whitened_density.whitened_logp_and_grad, (0.1, 1.0), x),
+        (whitened_density.whitened_r2d2_logp_and_grad, (0.5, 0.5, 1.0), np.r_[800.0, x[9:], x[9:]]),
+    ):
+        logp, grad = fn(point, Phi, G, c, y.astype(np.float64), phi, hyper)
+        assert logp == -np.inf
+        assert np.all(np.isfinite(grad))

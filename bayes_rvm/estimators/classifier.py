@@ -502,11 +502,14 @@ default="evidence_shared"
         Bernoulli-logit (two classes) or softmax model of
         :func:`bayes_rvm.models.graphs.rvm_classification_model` over the MCMC columns
         (``mcmc_basis``), with the column norms the engines normalise by written into the graph
-        (``phi_scale``). The class indices ``0 .. C-1`` follow ``classes_``. Two classes under
-        the default hyperprior, with the bias among the ARD columns and no ``offset``, sampled
-        by nutpie: the weights whitened around the type-II mode (``reference``); otherwise
-        scaled by the labels' information on each (``information``). Either way the same
-        posterior.
+        (``phi_scale``). The class indices ``0 .. C-1`` follow ``classes_``. Two classes, where
+        nutpie samples (the default) and it can do so on the model's log density written in
+        numba (:mod:`bayes_rvm.models.whitened_density`: the half-Cauchy hyperprior, the bias
+        among the ARD columns, no ``offset``): the weights whitened around the type-II mode
+        (``reference``; the free variable ``w``, its value ``w_whitened__``); otherwise, and
+        for the softmax, the non-centred ``z`` scaled by the labels' information on each weight
+        (``information``). Either way the same posterior. ``pm.sample`` on the whitened model
+        runs PyTensor's graph of it, about a quarter of the speed of ``fit``.
 
         Parameters
         ----------
@@ -518,61 +521,50 @@ default="evidence_shared"
         -------
         pymc.Model
         """
+        from bayes_rvm.inference.nutpie_backend import has_native_density
         from bayes_rvm.models.graphs import rvm_classification_model
 
         check_is_fitted(self, "fit_")
         Phi, norms, cols = self._mcmc_design()
         binary = self.classes_.size == 2
-        alpha_prior = self._mcmc_alpha_prior()
-        if self._whitens(binary, alpha_prior, offset):
-            parametrisation = {"reference": self._reference(cols)}
-        else:
-            parametrisation = {"information": self._information(Phi)}
-        return rvm_classification_model(
-            Phi,
-            self.training_.y_index,
-            likelihood="bernoulli" if binary else "softmax",
-            prior=self.prior,
-            alpha_prior=alpha_prior,
-            nu=self._mcmc_student_t(),
-            phi_scale=norms,
-            offset=offset,
-            # Binary and softmax alike (measured on Ripley's data at the default width): the
-            # centred form met 270-440 divergences in 4000 draws. No slab: the Laplace fit's
-            # model has none, and one of c = 2 shrank weights the labels determine (Ripley:
-            # -21.8 +- 5.4 under Laplace, -14.3 +- 3.5 with the slab).
-            centred=False,
-            intercept_sd=FREE_LATENT_SD if self.bias == "free" else None,
-            **parametrisation,
-            basis_names=cols,
-            class_names=None if self.classes_.size == 2 else list(self.classes_),
-        )
 
-    def _whitens(self, binary: bool, alpha_prior, offset) -> bool:
-        """Whether MCMC samples the two-class weights whitened around the type-II mode (the
-        model's ``reference``) rather than scaled by ``information``.
+        def build(**parametrisation):
+            return rvm_classification_model(
+                Phi,
+                self.training_.y_index,
+                likelihood="bernoulli" if binary else "softmax",
+                prior=self.prior,
+                alpha_prior=self._mcmc_alpha_prior(),
+                nu=self._mcmc_student_t(),
+                phi_scale=norms,
+                offset=offset,
+                # Binary and softmax alike (measured on Ripley's data at the default width):
+                # the centred form met 270-440 divergences in 4000 draws. No slab: the Laplace
+                # fit's model has none, and one of c = 2 shrank weights the labels determine
+                # (Ripley: -21.8 +- 5.4 under Laplace, -14.3 +- 3.5 with the slab).
+                centred=False,
+                intercept_sd=FREE_LATENT_SD if self.bias == "free" else None,
+                basis_names=cols,
+                class_names=None if binary else list(self.classes_),
+                **parametrisation,
+            )
 
-        Whitened, the weights of nearly collinear basis functions, which trade their relevance,
-        mix: on 2-D two-class data (100-173 points, every basis function) the ``information``
-        form left max R-hat at 1.010-1.042 (bulk ESS 180-220) at 127 leapfrog steps a draw;
-        whitened, it is 1.004 (ESS 2200) at 31. Each gradient then factors an M x M matrix,
-        which only the sampler's native density of that model does fast enough (0.22 ms at M
-        = 174, against 0.58 ms through PyTensor): so with nutpie, the default hyperprior, no
-        free intercept and no terms of one's own.
-        """
-        return (
-            binary
-            and self._cfg.sampler == "nutpie"
-            and self.prior == "ard"
-            and self.bias != "free"
-            and offset is None
-            and (alpha_prior is None or alpha_prior.distribution == "HalfCauchyPrecision")
-            and (alpha_prior is None or set(alpha_prior.parameters) == {"beta"})
-        )
+        # Whitened, the weights of nearly collinear basis functions, which trade their
+        # relevance, mix: on 2-D two-class data (100-173 points, every basis function) the
+        # information form left max R-hat at 1.010-1.042 (bulk ESS 180-220) at 127 leapfrog
+        # steps a draw; whitened, 1.003-1.006 (ESS 1500-2800) at 15. Each gradient then factors
+        # an M x M matrix, which only nutpie's native density of the model does fast enough
+        # (0.18 ms a gradient at M = 174, against 0.58 ms through PyTensor): Ripley took 76 s,
+        # and 280 s with pm.sample's nutpie on the same model.
+        if binary and self._cfg.sampler == "nutpie":
+            model = build(reference=self._reference(cols))
+            if has_native_density(model):
+                return model
+        return build(information=self._information(Phi))
 
     def _reference(self, cols: np.ndarray) -> np.ndarray:
         """The type-II fit's weights over the MCMC columns ``cols`` (zero where it pruned)."""
-        w = np.zeros(self.basis_.n_centres_ + 1)
+        w = np.zeros(self.basis_.n_basis_)
         w[self.fit_.active] = self.fit_.mean[:, 0]
         return w[np.asarray(cols, dtype=int)]
 

@@ -161,7 +161,8 @@ array-like or Prior, default="evidence_shared"
         for the type-II fit and 1 under MCMC (:mod:`bayes_rvm.models.priors`), a Prior sampled.
         ``alpha_prior`` (Prior, or ``"r2d2"`` / ``"halfcauchy"``): MCMC and VI hyperprior of the
         relative precisions under ``"ard"``, default the one
-        :data:`bayes_rvm.models.priors.DEFAULT_REGRESSION_ALPHA_PRIOR` names, ``"r2d2"``: the
+        :data:`bayes_rvm.models.priors.DEFAULT_REGRESSION_ALPHA_PRIOR` names (for counts,
+        ``"halfcauchy"``), ``"r2d2"``: the
         R2-D2 prior on the function, whose prior predictive does not grow with the number of
         columns. ``"halfcauchy"``: a half-Cauchy of scale 0.1 on ``alpha_rel^-1/2`` per column
         (the classifiers' default), which mixes faster on kernel bases. ``threshold_alpha``

@@ -51,7 +51,14 @@ from functools import cache, reduce, wraps
 
 import numpy as np
 
-__all__ = ["LogDensity", "compile_nutpie", "log_density", "with_initial_points", "with_model_data"]
+__all__ = [
+    "LogDensity",
+    "compile_nutpie",
+    "has_native_density",
+    "log_density",
+    "with_initial_points",
+    "with_model_data",
+]
 
 #: Bumped when the generated callbacks change: old cache entries are then left unused.
 _CALLBACK_VERSION = 2
@@ -160,9 +167,9 @@ def compile_nutpie(model):
     nutpie compiled model
         Supports ``with_data`` for every shared variable (``pm.Data``) by name; its initial points
         are the model's, jittered as nutpie does (see :func:`with_initial_points`). Where the
-        callbacks were loaded by the digest of the graph (nothing compiled) or are the default
-        model's own density (:func:`_native_density`), its ``logp_func`` and ``expand_func``
-        (PyTensor functions nutpie does not call) are None.
+        callbacks were loaded by the digest of the graph (nothing compiled) or are the model's
+        own density written in numba (:func:`_native_density`), its ``logp_func`` and
+        ``expand_func`` (PyTensor functions nutpie does not call) are None.
     """
     compiled = _compile_cfunc(model)
     if compiled is None:
@@ -674,6 +681,12 @@ def _native_source_digest() -> str | None:
 
 def _number(value) -> float | None:
     return float(value) if isinstance(value, int | float) and np.isfinite(value) else None
+
+
+def has_native_density(model) -> bool:
+    """Whether :func:`compile_nutpie` runs ``model`` on a log density written in numba
+    (:func:`_native_density`), without PyTensor's graph."""
+    return _native_density(model, _layout(model)) is not None
 
 
 def _native_density(model, layout: _Layout):

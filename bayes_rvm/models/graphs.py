@@ -1009,7 +1009,11 @@ def rvm_classification_model(
         second order, ``-sum_n b_n (r_n - eta_n)^2 / 2`` with ``b_n`` the latent's Fisher
         information there (the rate; ``p_n (1 - p_n)``, at least 1e-12, for two classes; the
         model's data ``rate_ref`` either way) and ``r_n`` the working
-        response of iteratively reweighted least squares. The weights are then sampled whitened
+        response of iteratively reweighted least squares (``working``); with no offset or a
+        fixed one, the expansion enters the graph as its statistics ``Phi^T B Phi`` and
+        ``Phi^T B (r - offset)`` (data ``gram_ref`` and ``target_ref``, fixed when the model is
+        built: setting other data later leaves the whitening as it was, which changes its
+        efficiency only). The weights are then sampled whitened
         by the Gaussian posterior of that expansion given the current ``alpha``
         (:mod:`bayes_rvm.models.whitening`), ``w = m(alpha) + Sigma(alpha)^(1/2) u``: non-centred
         where the prior dominates a weight, centred (and decorrelated) where the data do, at
@@ -1052,6 +1056,8 @@ def rvm_classification_model(
         raise ValueError(
             f"likelihood must be 'auto', 'bernoulli', 'softmax' or 'poisson', got {likelihood!r}."
         )
+    if likelihood == "bernoulli" and y.max() > 1:
+        raise ValueError(f"likelihood='bernoulli' takes labels 0 and 1; y holds {y.max()}.")
     alpha_prior = _check_priors(prior, "joint", alpha_prior, nu, s, forms=("joint",))
     # R-squared has no meaning for a latent without noise: the per-column half-Cauchy.
     alpha_prior, s = _resolve_priors(prior, alpha_prior, nu, s, default="halfcauchy")

@@ -22,7 +22,7 @@ One Cholesky factorisation and one triangular inverse per gradient, O(M^3); the 
 Through PyTensor the same density costs 2-3 times as much a gradient. As in
 :mod:`~bayes_rvm.models.marginal.r2d2_density`, the functions that call the marginal kernels are
 not cached on their own; :mod:`bayes_rvm.inference.nutpie_backend` links them into C callbacks
-cached on both files' source, for the models it recognises as this one.
+cached on the source of the files they link, for the models it recognises as these.
 """
 
 from __future__ import annotations
@@ -106,15 +106,16 @@ def _weights_by_solves(alpha, u, G, c):  # pragma: no cover - numba
 
 
 @numba.njit(nogil=True, error_model="numpy")  # not cached: see the module docstring
-def _weights_density(alpha, u, Phi, G, c, y, poisson, g_la, g_u):  # pragma: no cover - numba
+def _weights_density(alpha, u, Phi, G, c, y, poisson, g_la):  # pragma: no cover - numba
     """What the weights add to the log density at the precisions ``alpha`` (in the data's
-    units) and ``u``: their prior ``N(0, 1/alpha)``, the likelihood and ``log|dw/du|``. Its
-    gradient in ``log alpha`` into ``g_la``, in ``u`` into ``g_u``; ``-inf`` where ``H`` is not
-    numerically positive definite."""
+    units) and ``u``: their prior ``N(0, 1/alpha)``, the likelihood and ``log|dw/du|``, with
+    its gradient in ``u``; its gradient in ``log alpha`` into ``g_la``. ``(-inf, zeros)``, and
+    ``g_la`` zero, where ``H`` is not numerically positive definite."""
     M = G.shape[0]
     w, dinv, X, sd, z, log_det = _whitened_weights(alpha, u, G, c)
     if not math.isfinite(log_det):
-        return -np.inf
+        g_la[:] = 0.0
+        return -np.inf, np.zeros(M)
     eta = Phi @ w
     logp = -0.5 * log_det - 0.5 * M * _LOG_2PI
     resid = np.empty(eta.size)
@@ -156,8 +157,7 @@ def _weights_density(alpha, u, Phi, G, c, y, poisson, g_la, g_u):  # pragma: no 
         d_alpha = 0.5 / alpha[k] - 0.5 * w[k] * w[k] - 0.5 * dinv[k] * dinv[k] * sd[k]
         d_alpha -= through[k] + m[k] * partial[k]
         g_la[k] = alpha[k] * d_alpha
-        g_u[k] = a[k]
-    return logp
+    return logp, a
 
 
 @numba.njit(nogil=True, error_model="numpy")  # not cached: see the module docstring
@@ -175,12 +175,15 @@ def whitened_logp(x, Phi, G, c, y, phi2, hyper, grad):  # pragma: no cover - num
     beta = hyper[0]
     alpha = np.exp(ell) * phi2
     g_la = np.empty(M)
-    logp = _weights_density(alpha, x[M:], Phi, G, c, y, hyper[1] > 0.5, g_la, grad[M:])
+    logp, g_u = _weights_density(alpha, x[M:], Phi, G, c, y, hyper[1] > 0.5, g_la)
     log_beta2 = 2.0 * math.log(beta)
     for k in range(M):
-        logp += -math.log(math.pi * beta) - math.log1p(math.exp(-ell[k] - log_beta2))
+        # log(1 + e^v), v = -ell - 2 log beta, without overflow where ell is very negative.
+        v = -ell[k] - log_beta2
+        logp += -math.log(math.pi * beta) - (max(v, 0.0) + math.log1p(math.exp(-abs(v))))
         logp -= 0.5 * ell[k]
         grad[k] = g_la[k] + 1.0 / (1.0 + math.exp(ell[k] + log_beta2)) - 0.5
+        grad[M + k] = g_u[k]
     return logp
 
 
@@ -189,7 +192,7 @@ def whitened_logp_and_grad(x, Phi, G, c, y, phi_scale, hyper):  # pragma: no cov
     """``(log p(x), gradient)`` of :func:`whitened_logp`, ``phi_scale`` the columns' scales and
     ``hyper = (beta, poisson)`` (the latter 1.0 for counts, 0.0 for labels): the C callbacks'
     entry."""
-    grad = np.zeros(x.shape[0])  # stays finite where the density is -inf
+    grad = np.empty(x.shape[0])
     logp = whitened_logp(x, Phi, G, c, y, phi_scale * phi_scale, hyper, grad)
     return logp, grad
 
@@ -204,10 +207,12 @@ def whitened_r2d2_logp_and_grad(x, Phi, G, c, y, phi_scale, hyper):  # pragma: n
     log_alpha, sum_z2 = r2d2_precisions(x, phi_scale, 1.0, True)
     g_la = np.empty(M)
     alpha = np.exp(log_alpha)
-    logp = _weights_density(alpha, x[1 + M :], Phi, G, c, y, hyper[2] > 0.5, g_la, grad[1 + M :])
+    logp, g_u = _weights_density(alpha, x[1 + M :], Phi, G, c, y, hyper[2] > 0.5, g_la)
     if not math.isfinite(logp):
         return logp, grad
     logp += r2d2_gaussian_prior(x, sum_z2, hyper[0], hyper[1], g_la, grad)
+    for k in range(M):
+        grad[1 + M + k] = g_u[k]
     return logp, grad
 
 

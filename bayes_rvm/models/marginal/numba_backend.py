@@ -21,5 +21,5 @@ __all__ = ["lowrank_log_evidence_and_grad"]
 def _numba_funcify_marginal(op, node=None, **kwargs):
     # Bumping the integer invalidates numba's on-disk cache when a kernel changes.
     if op.lowrank:
-        return lowrank_log_evidence_and_grad, 6
-    return log_evidence_numba, 6
+        return lowrank_log_evidence_and_grad, 7
+    return log_evidence_numba, 7
