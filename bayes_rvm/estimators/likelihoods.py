@@ -250,7 +250,8 @@ class Counts(GaussianNoise):
         # MCMC: every basis function (at a fixed width, in memory). Over the relevance vectors
         # the 90% intervals of the rate hold the true rate at 0.66 of the inputs on average over
         # nine replicate sets of 100 counts, against 0.89 over all columns, at 10-20 s against
-        # 80-180 s a fit on a loaded 2-core machine (benchmarks/bench_count_mcmc.py); whitened
+        # 80-180 s a fit on a loaded 2-core machine through PyTensor's graph, 3 s on the native
+        # density (benchmarks/bench_count_mcmc.py); whitened
         # (model), the weights sample without the funnels that made every other
         # parametrisation of all columns diverge. ADVI over all 201 columns of 200 counts took
         # minutes where it takes seconds over the relevance vectors, for a mean-field
