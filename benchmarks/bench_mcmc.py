@@ -1005,7 +1005,8 @@ def child_compile(n: int, family: str, draws: str) -> None:
         t = time.perf_counter()
         if form is None:
             cls = RVC if family == "rvc" else RVR
-            cls(inference="mcmc", random_state=0, **kwargs, **options).fit(X, y)
+            config = options or None
+            cls(inference="mcmc", random_state=0, sampler_config=config, **kwargs).fit(X, y)
         else:  # the joint form: the estimator's model in that form, sampled as it would be
             est = RVR(**kwargs).fit(X, y)
             _sample_quietly(est.make_model(form=form), random_seed=0, **options)
