@@ -18,7 +18,10 @@ half the diagonal):
 
     -sum_i u_i c_ki (sum_{j<i} c_kj a_j + c_ki a_i / 2).
 
-One Cholesky factorisation and one triangular inverse per gradient, O(M^3); the rest O(N M + M^2).
+Under the R2-D2 prior in its Gaussian coordinates the point is ``x = (t, z, u)``
+(:mod:`~bayes_rvm.models.marginal.r2d2_density`), whose prior terms and chain rule to ``log
+alpha`` replace the first sum. One Cholesky factorisation and one triangular inverse per
+gradient, O(M^3); the rest O(N M + M^2).
 Through PyTensor the same density costs 2-3 times as much a gradient. As in
 :mod:`~bayes_rvm.models.marginal.r2d2_density`, the functions that call the marginal kernels are
 not cached on their own; :mod:`bayes_rvm.inference.nutpie_backend` links them into C callbacks
