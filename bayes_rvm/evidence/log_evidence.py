@@ -55,9 +55,10 @@ def cholesky(H: np.ndarray) -> np.ndarray:
     if jitter:
         warnings.warn(
             f"posterior precision was numerically indefinite; added relative jitter {jitter:.0e}. "
-            "The basis is nearly collinear: consider a smaller kernel width or fewer centres.",
+            "The basis is nearly collinear: consider a narrower kernel (a larger gamma) or fewer "
+            "centres.",
             RuntimeWarning,
-            stacklevel=3,
+            skip_file_prefixes=WARN_SKIP,
         )
     return Ls * d[:, None]
 

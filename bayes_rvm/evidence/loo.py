@@ -21,6 +21,7 @@ import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.model_selection import KFold, StratifiedKFold
 
+from bayes_rvm._warnings import PACKAGE_FRAMES
 from bayes_rvm.evidence.result import EvidenceFit
 from bayes_rvm.families import family, gaussian_log_likelihood
 
@@ -172,7 +173,7 @@ def refit_loo(
             f"{unconverged} of {n_folds} cross-validation refits reached the iteration cap; "
             "their predictive densities may be off. Raise max_iter.",
             ConvergenceWarning,
-            stacklevel=2,
+            skip_file_prefixes=PACKAGE_FRAMES,
         )
     if failed:
         warnings.warn(
@@ -180,7 +181,7 @@ def refit_loo(
             "algebra error on a degenerate subset of rows); those were refitted by the "
             "fallback engine.",
             RuntimeWarning,
-            stacklevel=2,
+            skip_file_prefixes=PACKAGE_FRAMES,
         )
     seconds = time.perf_counter() - start
     return RefitLOO(out, int(n_folds), exact, seconds, unconverged, failed)

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from bayes_rvm._warnings import PACKAGE_FRAMES
 from bayes_rvm.basis.kernels import FUSED_MIN_ENTRIES
 from bayes_rvm.basis.statistics import SufficientStatistics
 from bayes_rvm.evidence.design import ChunkedDesign, DenseDesign
@@ -156,7 +157,7 @@ def unscale_alpha(alpha: np.ndarray, factor: np.ndarray) -> np.ndarray:
             "normalised columns and are not affected; scale X (for example with scikit-learn's "
             "StandardScaler) to get finite values.",
             RuntimeWarning,
-            stacklevel=3,
+            skip_file_prefixes=PACKAGE_FRAMES,
         )
     return out
 

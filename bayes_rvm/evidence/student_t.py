@@ -43,6 +43,7 @@ from scipy.optimize import brentq
 from scipy.special import digamma, gammaln, logsumexp, roots_hermitenorm
 from sklearn.exceptions import ConvergenceWarning
 
+from bayes_rvm._warnings import PACKAGE_FRAMES
 from bayes_rvm.evidence.gaussian import mackay_engine
 from bayes_rvm.evidence.options import EvidenceOptions, merge_options
 from bayes_rvm.evidence.problem import Problem
@@ -373,7 +374,7 @@ def student_t_engine(
             f"change {bounds[-1] - bounds[-2] if len(bounds) > 1 else np.nan:.2e}); raise "
             "em_max_iter, or fix noise_nu, which converges faster than a learned nu.",
             ConvergenceWarning,
-            stacklevel=2,
+            skip_file_prefixes=PACKAGE_FRAMES,
         )
     post = StudentTWeights(fit.posterior.mean, fit.posterior.chol, fit.beta, nu, np.exp(log_u))
     return dataclasses.replace(

@@ -73,6 +73,7 @@ import pymc as pm
 import pytensor.tensor as pt
 from scipy.special import expit
 
+from bayes_rvm._warnings import PACKAGE_FRAMES
 from bayes_rvm.basis.kernels import stationary_distances, stationary_kernel
 from bayes_rvm.dims import BASIS, CENTRE, CLASS, FEATURE, OBS, OUTPUT
 from bayes_rvm.families import ETA_MAX, LOG_2PI
@@ -191,7 +192,7 @@ def _resolve_priors(prior, alpha_prior, nu, s, default="ard"):
                 f"of decades of log alpha and diverge. Sample with nu of 0.1 or more (the "
                 f"estimators' nu='auto' samples nu={DEFAULT_MCMC_NU:g}); nu=1e-4 suits type-II.",
                 RuntimeWarning,
-                stacklevel=3,
+                skip_file_prefixes=PACKAGE_FRAMES,
             )
     return None, float(s)
 

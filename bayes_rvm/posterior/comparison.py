@@ -49,6 +49,7 @@ import pandas as pd
 import xarray as xr
 from scipy.special import logsumexp
 
+from bayes_rvm._warnings import PACKAGE_FRAMES
 from bayes_rvm.dims import BASIS, OBS
 from bayes_rvm.posterior.relevance import rms_over_outputs, type2_columns
 
@@ -267,7 +268,7 @@ def _psis(dt: xr.DataTree, var_name: str | None, method: str):
             "its draws are scored as posterior draws by plain PSIS-LOO, which misses how far "
             "the approximation is from the posterior. Refit it for the corrected elpd.",
             UserWarning,
-            stacklevel=3,
+            skip_file_prefixes=PACKAGE_FRAMES,
         )
         return az.loo(dt, pointwise=True, var_name=var_name), PSIS_UNCORRECTED
     with warnings.catch_warnings():
@@ -285,7 +286,7 @@ def _psis(dt: xr.DataTree, var_name: str | None, method: str):
             "leave-one-out terms to be corrected, and its elpd is unreliable. Rank with an "
             "MCMC fit (inference='mcmc').",
             UserWarning,
-            stacklevel=3,
+            skip_file_prefixes=PACKAGE_FRAMES,
         )
     return res, PSIS_APPROX
 
@@ -458,7 +459,7 @@ def compare(fits: Mapping[str, object] | Sequence, *, round_to="none", **kwargs)
             "on sinc, N = 100). Pass the estimator's idata_ (RVR's and RVC's carry LOO by "
             "refits), or type2_datatree(..., loo=est.refit_loo()).",
             UserWarning,
-            stacklevel=2,
+            skip_file_prefixes=PACKAGE_FRAMES,
         )
     kwargs.pop("var_name", None)
     with warnings.catch_warnings():
@@ -535,7 +536,7 @@ def relevance_summary(
         "rows. Use bayes_rvm.posterior.relevance.column_relevance (effect sizes on the scale of "
         "the targets) and, for near-duplicate columns such as kernel centres, set_relevance.",
         FutureWarning,
-        stacklevel=2,
+        skip_file_prefixes=PACKAGE_FRAMES,
     )
     post = dt["posterior"].dataset
     alpha = _normalised_alpha(dt)

@@ -43,6 +43,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from bayes_rvm._warnings import PACKAGE_FRAMES
+
 # The study's inputs and TOML configuration live in their own module; read_config and
 # StudyConfig are imported here, where users find them.
 from bayes_rvm.studies.config import (
@@ -544,7 +546,9 @@ def _read_stored_row(store: _Store, key: str) -> dict | None:
     try:
         return store.read_row(key)
     except StudyStoreError as exc:
-        warnings.warn(f"{exc}. Fitting that task again.", UserWarning, stacklevel=3)
+        warnings.warn(
+            f"{exc}. Fitting that task again.", UserWarning, skip_file_prefixes=PACKAGE_FRAMES
+        )
         return None
 
 
@@ -567,7 +571,7 @@ def _check_client(client) -> None:
             "must not depend on the neighbours): start single-threaded workers "
             "(LocalCluster(threads_per_worker=1), dask worker --nthreads 1) and more of them.",
             UserWarning,
-            stacklevel=3,
+            skip_file_prefixes=PACKAGE_FRAMES,
         )
 
 
