@@ -158,7 +158,7 @@ def test_parameter_validation():
     ):
         with pytest.raises(ValueError):
             RVC(**bad).fit(X, y)
-    with pytest.raises(ValueError, match="two classes"):
+    with pytest.raises(ValueError, match=r"two classes; the data contain only class 0\.0\.$"):
         RVC().fit(X, np.zeros(20))
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import arviz as az
 import numpy as np
 import pytest
@@ -94,6 +96,28 @@ def test_diagnose_reports_arvizs_figures_on_log_alpha_sigma_and_w():
     assert diag["min_ess_tail"] == pytest.approx(ref_tail, rel=1e-9)
     assert diag["max_rhat_w"] == pytest.approx(float(az.rhat(post[["w"]])["w"].max()), rel=1e-10)
     assert diag["max_rhat_w"] > 1.2  # the chains of w have different means
+
+
+def test_diagnose_of_one_chain_has_no_rhat_as_arviz_and_no_numpy_warning():
+    # R-hat needs two chains (ArviZ's is NaN too); the reductions over those NaNs printed four
+    # "All-NaN slice" RuntimeWarnings from this package at sampler_config={"chains": 1}.
+    from bayes_rvm.inference import diagnose
+
+    rng = np.random.default_rng(0)
+    post = xr.Dataset(
+        {
+            "alpha": (("chain", "draw", "basis"), np.exp(rng.normal(size=(1, 200, 3)))),
+            "sigma": (("chain", "draw"), np.abs(rng.normal(size=(1, 200))) + 0.1),
+            "w": (("chain", "draw", "basis"), rng.normal(size=(1, 200, 3))),
+        }
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        diag = diagnose(xr.DataTree.from_dict({"posterior": post}), warn=False)
+    assert np.isnan(float(az.rhat(post[["sigma"]])["sigma"]))
+    assert np.isnan(diag["max_rhat"]) and np.isnan(diag["max_rhat_w"])
+    ref_bulk = float(az.ess(post[["sigma"]], method="bulk")["sigma"])
+    assert diag["min_ess_bulk"] <= ref_bulk + 1e-6 and diag["min_ess_bulk"] > 50
 
 
 def test_z_scale_is_the_normal_quantile_of_the_average_ranks():

@@ -210,6 +210,10 @@ def test_bad_data(X, y, match):
         ({"prior_params": {"threshold_alpha": "big"}}, "threshold_alpha"),
         ({"likelihood_params": {"noise_variance": 0.0}}, "noise_variance"),
         ({"kernel_params": {"degree": 0}}, r"kernel_params\['degree'\]"),
+        (
+            {"kernel": "poly", "kernel_params": {"degre": 3}},
+            r"kernel_params has no key 'degre' for kernel='poly'",
+        ),
         ({"sampler_config": []}, "sampler_config"),
         ({"solver": "newton"}, "solver"),
         ({"kernel": "precomputed"}, "square"),

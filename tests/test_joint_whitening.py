@@ -143,3 +143,30 @@ def test_student_t_joint_density_is_the_centred_one_with_the_jacobian():
         at_w = {k: v for k, v in point.items() if k != "w_whitened__"} | {"w": weights(point)}
         expected = lc(at_w) - 0.5 * np.linalg.slogdet(H)[1]
         np.testing.assert_allclose(lw(point), expected, rtol=1e-9)
+
+
+@pytest.mark.filterwarnings("ignore::bayes_rvm.inference.SamplingDiagnosticsWarning")
+def test_posterior_predictive_of_the_joint_form_uses_the_fits_draws_without_a_warning():
+    # The joint form's w is whitened around the targets' conditional mean, so y_obs lies
+    # upstream of w; without y_obs in constant_data PyMC took it as changed data and warned
+    # (ImplicitFreezeWarning) on the README's own call.
+    import warnings
+
+    from bayes_rvm import RVR
+    from bayes_rvm.datasets import make_sinc
+
+    X, y = make_sinc(40, noise=0.1, random_state=0)
+    est = RVR(
+        gamma=1 / 9,
+        inference="mcmc",
+        sampler_config={"draws": 100, "tune": 100, "chains": 2},
+        random_state=0,
+    ).fit(X, y, progressbar=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        pp = pm.sample_posterior_predictive(
+            est.idata_, model=est.make_model(form="joint"), random_seed=0, progressbar=False
+        )
+    # Drawn from the posterior of w, not its prior: the mean curve is the estimator's.
+    mean = pp["posterior_predictive"]["y"].mean(("chain", "draw")).values
+    np.testing.assert_allclose(mean, est.predict(X), atol=0.03)

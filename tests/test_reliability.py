@@ -485,6 +485,30 @@ def test_regression_on_text_targets_says_so():
         RVR().fit(X, np.array(list("abcdefghij")))
 
 
+def test_a_fit_that_interpolates_its_rows_says_its_intervals_are_not_to_be_trusted():
+    # Three points of a noisy sine: the evidence grew as the noise went to 0, and the fit
+    # returned a noise sd of 6.5e-7 and predictive sds near 1e-6 without a word.
+    rng = np.random.default_rng(1)
+    X = rng.uniform(-5, 5, (200, 1))[:6]
+    y = np.sin(X[:, 0]) + rng.normal(0, 0.2, 200)[:6]
+    with pytest.warns(RuntimeWarning, match=r"ran to its floor .* interpolates its 3 training"):
+        three = RVR().fit(X[:3], y[:3])
+    assert float(np.sqrt(three.noise_variance_)) < 1e-5
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        six = RVR().fit(X, y)  # six rows: a noise sd of 0.13, no warning
+    assert 0.05 < float(np.sqrt(six.noise_variance_)) < 0.4
+
+
+def test_a_missing_target_in_an_object_array_is_named_before_the_width_search():
+    # None passes scikit-learn's finiteness check of object arrays and became NaN on conversion:
+    # the default width search then failed in its bookkeeping ("cannot convert float NaN").
+    X = np.linspace(0.0, 1.0, 30)[:, None]
+    y = np.array([*np.sin(6 * X[:-1, 0]), None], dtype=object)
+    with pytest.raises(ValueError, match=r"RVR: the targets y must be finite; row 29 is nan"):
+        RVR().fit(X, y)
+
+
 # =============================================================================================
 # Issue 26: studies, saved models and concurrency
 # =============================================================================================

@@ -311,6 +311,13 @@ def training_data(
             f"{type(estimator).__name__} needs numeric targets y; got dtype {y.dtype} (first "
             f"value {str(y.flat[0])!r}). For class labels use RVC."
         )
+    elif not np.isfinite(y).all():
+        # An object array's None passes scikit-learn's check and becomes NaN when converted.
+        bad = np.flatnonzero(~np.isfinite(y).reshape(y.shape[0], -1).all(axis=1))
+        raise ValueError(
+            f"{type(estimator).__name__}: the targets y must be finite; row {int(bad[0])} is "
+            f"{y[bad[0]].tolist()} (a missing value?)."
+        )
     return dense_input(X), y
 
 
@@ -370,6 +377,13 @@ class BaseRVM(BaseEstimator):
             flat.update(known)
             if group.open:
                 kernel_kwargs = others or None
+                if others and not callable(self.kernel):
+                    # The keys a named kernel does not read would be dropped without a word.
+                    raise ValueError(
+                        f"{owner}: {name} has no key {sorted(others, key=str)[0]!r} for "
+                        f"kernel={self.kernel!r}; its keys are {sorted(group.defaults)} (others "
+                        "are the keyword arguments of a callable kernel)."
+                    )
         method, n, array = resolve_centres(self.centres)
         return Settings(
             **flat, kernel_kwargs=kernel_kwargs, centre_method=method, n_centres=n, centres=array

@@ -67,6 +67,7 @@ from bayes_rvm.evidence import (
     prior_column_scale,
     target_scale,
 )
+from bayes_rvm.evidence.options import beta_ceiling
 from bayes_rvm.models.priors import Prior, as_prior, default_alpha_prior
 from bayes_rvm.posterior.predictors import regression_predictor
 from bayes_rvm.threads import one_blas_thread
@@ -115,6 +116,33 @@ def drop_duplicate_rows(X: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.nd
             "repeated measurements, give likelihood_params={'noise_variance': ...}."
         )
     return X[keep], y[keep]
+
+
+def warn_if_interpolating(problem: Problem, fit: EvidenceFit) -> None:
+    """Warn where the estimated noise ran to its floor: the fit interpolates its rows.
+
+    On a handful of rows the evidence can grow without bound as the noise goes to 0 once the
+    relevance vectors pass through every target (three points of a noisy sine: a noise sd of
+    1e-6 of the targets' and predictive sds near 1e-6); the engines stop at
+    :func:`~bayes_rvm.evidence.options.beta_ceiling`, where the intervals mean nothing.
+    """
+    beta = getattr(fit.posterior, "beta", None)
+    stats = problem.statistics
+    tt = (
+        float(np.sum(stats.tt))
+        if stats is not None
+        else float(np.vdot(problem.targets, problem.targets))
+    )
+    if beta is None or beta < 0.5 * beta_ceiling(tt, problem.n_values):
+        return
+    N = problem.n_values // problem.targets.shape[1] if stats is None else stats.n
+    warn_at_user(
+        f"the noise estimate ran to its floor (sd {problem.scale / np.sqrt(beta):.2g}): the fit "
+        f"interpolates its {N} training rows, as it would noise-free targets. If yours are "
+        "noisy, its predictive intervals are far too narrow: fit more rows, or give the noise "
+        "(likelihood_params={'noise_variance': ...}).",
+        RuntimeWarning,
+    )
 
 
 class RVR(RegressorMixin, SavedStateMixin, BaseRVM):
@@ -444,6 +472,8 @@ array-like or Prior, default="evidence_shared"
             fit = fit_problem(problem, engine)
             self._set_width(basis, None)
         fit = self._keeping_the_level(problem, engine, fit)
+        if self.likelihood == "gaussian" and self._cfg.noise_variance is None:
+            warn_if_interpolating(problem, fit)
         self._set_fitted(basis, problem.unscale(fit), single=y.ndim == 1)
         # Enough of the training problem to build the type-II DataTree on demand (a fit from
         # statistics keeps the inputs and targets only: an N x K design is what it avoids).

@@ -19,6 +19,7 @@ median), which tell a disagreement of the chains' locations from one of their sp
 from __future__ import annotations
 
 import functools
+import math
 import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -269,6 +270,12 @@ def _hyper_stats(x: np.ndarray, prob: float) -> np.ndarray:
     return np.column_stack([_rhat_parts(x, z), bulk, _ess_tail(x, prob)])
 
 
+def _nan_extreme(reduce, values: np.ndarray) -> float:
+    """``reduce`` (``np.nanmax`` or ``np.nanmin``) of ``values``; NaN, without NumPy's warning,
+    where every value is NaN (R-hat of a single chain)."""
+    return float(reduce(values)) if not np.isnan(values).all() else math.nan
+
+
 def diagnose(
     dt: xr.DataTree, *, warn: bool = True, advice: str = "model", spec: RVMSpec | None = None
 ) -> dict:
@@ -315,16 +322,16 @@ def diagnose(
     stats = _in_threads(functools.partial(_hyper_stats, prob=rcParams["stats.ci_prob"]), x)
     out = {
         "divergences": 0,
-        "max_rhat": float(np.nanmax(stats[:, :2])),
-        "max_rhat_bulk": float(np.nanmax(stats[:, 0])),
-        "max_rhat_folded": float(np.nanmax(stats[:, 1])),
-        "min_ess_bulk": float(np.nanmin(stats[:, 2])),
-        "min_ess_tail": float(np.nanmin(stats[:, 3])),
+        "max_rhat": _nan_extreme(np.nanmax, stats[:, :2]),
+        "max_rhat_bulk": _nan_extreme(np.nanmax, stats[:, 0]),
+        "max_rhat_folded": _nan_extreme(np.nanmax, stats[:, 1]),
+        "min_ess_bulk": _nan_extreme(np.nanmin, stats[:, 2]),
+        "min_ess_tail": _nan_extreme(np.nanmin, stats[:, 3]),
         "max_treedepth_hits": 0,
     }
     if "w" in post:
         weights = [scalars(v) for v in ("w", "intercept") if v in post]
-        out["max_rhat_w"] = float(np.nanmax(rhat_rank(np.concatenate(weights))))
+        out["max_rhat_w"] = _nan_extreme(np.nanmax, rhat_rank(np.concatenate(weights)))
     if "sample_stats" in dt.children:
         ss = dt["sample_stats"].dataset
         if "diverging" in ss:

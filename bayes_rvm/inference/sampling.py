@@ -603,6 +603,15 @@ def complete_posterior(dt: xr.DataTree, model, *, random_seed=None) -> xr.DataTr
         caches = ("gram", "Phi_U", "Phi_VS", "gram_ref", "target_ref")
         const = out["constant_data"].dataset.drop_vars(caches, errors="ignore")
         const = const.drop_dims([d for d in const.dims if d.startswith(caches)])
+        if "y_obs" not in const:
+            # The joint form's weights are whitened around the targets' conditional mean, so
+            # y_obs is upstream of w: PyMC reads data missing from constant_data as changed,
+            # and pm.sample_posterior_predictive on make_model(form="joint") warned.
+            y_obs = np.asarray(model["y_obs"].get_value())
+            dims = model.named_vars_to_dims.get("y_obs") or [
+                f"y_obs_dim_{i}" for i in range(y_obs.ndim)
+            ]
+            const = const.assign(y_obs=(dims, y_obs))
         out["constant_data"] = xr.DataTree(const)
     out.attrs.setdefault("likelihood", likelihood)
     return out
