@@ -62,6 +62,11 @@ def count_rate(x: np.ndarray) -> np.ndarray:
 def _data_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", type=Path, help="CSV file with a header row (default: sinc)")
     p.add_argument("--target", help="target column of --data (default: the last column)")
+    p.add_argument(
+        "--features",
+        type=lambda text: [name.strip() for name in text.split(",")],
+        help="feature columns of --data, comma-separated (default: every column but the target)",
+    )
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -232,7 +237,7 @@ def _gamma(value: str | None, default):
     return gamma
 
 
-def _load_table(path: Path, target: str | None, task: str):
+def _load_table(path: Path, target: str | None, task: str, features: list[str] | None = None):
     """Features (a DataFrame, so that the model keeps their names), target and feature names.
 
     The target is float for a regression and the labels as written for a classification;
@@ -243,7 +248,14 @@ def _load_table(path: Path, target: str | None, task: str):
     if not path.is_file():
         raise SystemExit(f"bayes-rvm: --data {path} does not exist")
     try:
-        X, y, names = read_table(path, target, numeric=False, target_flag="--target")
+        X, y, names = read_table(
+            path,
+            target,
+            features=features,
+            numeric=False,
+            target_flag="--target",
+            features_flag="--features",
+        )
     except ValueError as exc:
         raise SystemExit(f"bayes-rvm: {exc}") from None
     numbers = pd.to_numeric(pd.Series(y), errors="coerce")
@@ -278,7 +290,7 @@ def _problem(args):
     """
     task = getattr(args, "task", "auto")
     if getattr(args, "data", None) is not None:
-        X, y, names, task = _load_table(args.data, args.target, task)
+        X, y, names, task = _load_table(args.data, args.target, task, args.features)
         label = f"{args.data} ({len(y)} rows, features {names})"
         return X, y, None, label, DEFAULT_GAMMA, task
     if task == "classify":

@@ -131,6 +131,28 @@ def test_poisson_vi_fit_of_the_built_in_counts(tmp_path, capsys):
     assert "variational" in model.idata_.children and "w" in model.idata_["posterior"]
 
 
+def test_features_choose_the_columns_of_a_table_with_text_in_others(tmp_path, capsys):
+    # An identifier and a label column beside the features: the fit had no way to leave them
+    # out ("column 'id' ... is not numeric"); --features takes the named columns, in order.
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-2, 2, size=(60, 2))
+    y = np.sin(x[:, 0]) + 0.5 * x[:, 1] + 0.05 * rng.standard_normal(60)
+    rows = [
+        f"r{i},{'ab'[i % 2]},{a},{b},{t}" for i, (a, b, t) in enumerate(zip(*x.T, y, strict=True))
+    ]
+    path = tmp_path / "table.csv"
+    path.write_text("\n".join(["id,group,a,b,response", *rows]) + "\n")
+    argv = ["fit", "--data", str(path), "--target", "response", "--no-plot"]
+    assert "--features chooses the feature columns" in _fails(argv, capsys)
+    out = str(tmp_path / "out")
+    assert main([*argv, "--features", "b,a", "--output", out]) == 0
+    summary = (tmp_path / "out" / "summary.txt").read_text()
+    assert "features ['b', 'a']" in summary
+    assert float(re.search(r"training RMSE\s+: ([0-9.]+)", summary).group(1)) < 0.1
+    message = _fails([*argv, "--features", "a,response"], capsys)
+    assert "--features ['a', 'response'] must name feature columns" in message
+
+
 def test_help_lists_every_option(capsys):
     with pytest.raises(SystemExit):
         main(["fit", "--help"])
@@ -138,6 +160,7 @@ def test_help_lists_every_option(capsys):
     for option in (
         "--data",
         "--target",
+        "--features",
         "--kernel",
         "--gamma",
         "--prior",

@@ -572,6 +572,17 @@ def test_csv_data_sets_are_read_by_the_commands_reader(tmp_path):
     np.testing.assert_array_equal(Xt, [[1.0, 2.0], [3.0, 4.0]])
     with pytest.raises(ValueError, match=r"column 'label' of .*train\.csv is not numeric: 'ant'"):
         read_table(tmp_path / "train.csv")  # the command's targets must be numbers
+    # features: the named columns, in order; an identifier of text is then left out
+    (tmp_path / "train.csv").write_text("id;x1;x2;label\na;0.5;1;ant\nb;-2;3.25;bee\n")
+    path.write_text(
+        '[datasets.d]\nsource = "csv"\npath = "train.csv"\nfeatures = ["x2", "x1"]\n'
+        '[models.m]\nestimator = "RVC"\n'
+    )
+    X, y = read_config(path).datasets["d"]
+    np.testing.assert_array_equal(X, [[1.0, 0.5], [3.25, -2.0]])
     (tmp_path / "train.csv").write_text("x1,y\n1,2\n,3\n")
+    path.write_text(
+        '[datasets.d]\nsource = "csv"\npath = "train.csv"\n[models.m]\nestimator = "RVC"\n'
+    )
     with pytest.raises(ValueError, match=r"\[datasets\.d\] column 'x1' .* NaN cell at line 3"):
         read_config(path)

@@ -109,8 +109,10 @@ def read_table(
     path: str | os.PathLike,
     target: str | None = None,
     *,
+    features: Sequence[str] | None = None,
     numeric: bool = True,
     target_flag: str = "target",
+    features_flag: str = "features",
 ) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """Features, target and feature names from a CSV file with a header row.
 
@@ -120,10 +122,14 @@ def read_table(
         The file; its delimiter (``,``, ``;``, tab or ``|``) is sniffed.
     target : str, optional
         The target's column; by default the last one.
+    features : sequence of str, optional
+        The feature columns, in this order; by default every column but the target. Others (an
+        identifier, a text column) are then left out.
     numeric : bool, default=True
         Whether the target must be numbers too (returned as float); class labels need not be.
-    target_flag : str, default="target"
-        How an error names the target option (``"--target"`` for the command line).
+    target_flag, features_flag : str, default="target", "features"
+        How an error names the two options (``"--target"``, ``"--features"`` for the command
+        line).
 
     Returns
     -------
@@ -163,7 +169,17 @@ def read_table(
         raise ValueError(
             f"{target_flag} {target!r} is not a column of {path}: {list(frame.columns)}"
         )
-    _check_cells(frame, frame.columns if numeric else frame.columns.drop(target), path)
+    if features is not None:
+        features = list(features)
+        unknown = [c for c in features if c not in frame.columns]
+        if unknown or target in features or not features:
+            raise ValueError(
+                f"{features_flag} {features!r} must name feature columns of {path} other than "
+                f"the target {target!r}: {list(frame.columns)}"
+            )
+        frame = frame[[*features, target]]
+    hint = "" if features is not None else f"; {features_flag} chooses the feature columns"
+    _check_cells(frame, frame.columns if numeric else frame.columns.drop(target), path, hint)
     if not numeric and frame[target].isna().any():
         row = int(np.flatnonzero(frame[target].isna())[0])
         raise ValueError(
@@ -175,8 +191,9 @@ def read_table(
     return features.to_numpy(float), y, list(features.columns)
 
 
-def _check_cells(frame, columns, path: Path) -> None:
-    """Raise ValueError naming the first non-numeric or empty cell of ``columns`` and its line."""
+def _check_cells(frame, columns, path: Path, hint: str = "") -> None:
+    """Raise ValueError naming the first non-numeric or empty cell of ``columns`` and its line
+    (``hint`` ends the message of a non-numeric one)."""
     import pandas as pd
 
     for column in columns:
@@ -187,7 +204,7 @@ def _check_cells(frame, columns, path: Path) -> None:
             row = int(np.flatnonzero(numbers.isna() & values.notna())[0])
             raise ValueError(
                 f"column {column!r} of {path} is not numeric: {values.iloc[row]!r} "
-                f"at line {row + 2}"
+                f"at line {row + 2}{hint}"
             )
         if values.isna().any():
             row = int(np.flatnonzero(values.isna())[0])
@@ -325,16 +342,23 @@ def _config_dataset(path: Path, name: str, spec: dict) -> tuple:
 
 
 def _config_csv(path: Path, where: str, spec: dict) -> tuple:
-    unknown = set(spec) - {"path", "target", "test_path"}
+    unknown = set(spec) - {"path", "target", "features", "test_path"}
     if unknown or "path" not in spec:
         raise _config_error(
-            path, where, f"a csv source takes path, target, test_path; got {sorted(spec)}"
+            path,
+            where,
+            f"a csv source takes path, target, features, test_path; got {sorted(spec)}",
         )
 
     def read(file):
         try:
             # Class labels may be text: only the features must be numbers.
-            X, y, _ = read_table((path.parent / file).resolve(), spec.get("target"), numeric=False)
+            X, y, _ = read_table(
+                (path.parent / file).resolve(),
+                spec.get("target"),
+                features=spec.get("features"),
+                numeric=False,
+            )
         except ValueError as exc:
             raise _config_error(path, where, str(exc)) from None
         return X, y
