@@ -19,7 +19,10 @@ def _module_folder(name: str) -> str:
 
 #: The frames a warning skips to reach the user's line: this package's and scikit-learn's fit
 #: wrappers (``_fit_context``, ``clone``, ...).
-PACKAGE_FRAMES: tuple[str, ...] = (os.path.dirname(__file__), _module_folder("sklearn"))
+PACKAGE_FRAMES: tuple[str, ...] = (
+    os.path.join(os.path.dirname(__file__), ""),  # the separator: not bayes_rvm_experiments/
+    os.path.join(_module_folder("sklearn"), ""),
+)
 
 
 def warn_at_user(message: str, category: type[Warning] = UserWarning) -> None:

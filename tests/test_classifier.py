@@ -160,6 +160,8 @@ def test_parameter_validation():
             RVC(**bad).fit(X, y)
     with pytest.raises(ValueError, match=r"two classes; the data contain only class 0\.0\.$"):
         RVC().fit(X, np.zeros(20))
+    with pytest.raises(ValueError, match=r"two classes; the data contain only class 'a'\.$"):
+        RVC().fit(X, np.array(["a"] * 20, dtype=object))  # text labels: Python strings
 
 
 @pytest.mark.slow  # importing PyMC and compiling the logp take a minute on 2 busy cores

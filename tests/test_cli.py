@@ -150,7 +150,7 @@ def test_features_choose_the_columns_of_a_table_with_text_in_others(tmp_path, ca
     assert "features ['b', 'a']" in summary
     assert float(re.search(r"training RMSE\s+: ([0-9.]+)", summary).group(1)) < 0.1
     message = _fails([*argv, "--features", "a,response"], capsys)
-    assert "--features ['a', 'response'] must name feature columns" in message
+    assert "--features ['a', 'response'] must name distinct feature columns" in message
 
 
 def test_help_lists_every_option(capsys):

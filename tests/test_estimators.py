@@ -214,6 +214,10 @@ def test_bad_data(X, y, match):
             {"kernel": "poly", "kernel_params": {"degre": 3}},
             r"kernel_params has no key 'degre' for kernel='poly'",
         ),
+        (
+            {"kernel": "rbf", "kernel_params": {"length_scale": 0.1}},
+            r"kernel_params has no key 'length_scale' for kernel='rbf'",
+        ),
         ({"sampler_config": []}, "sampler_config"),
         ({"solver": "newton"}, "solver"),
         ({"kernel": "precomputed"}, "square"),

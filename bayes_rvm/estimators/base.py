@@ -19,6 +19,7 @@ import scipy.sparse as sp
 import xarray as xr
 from sklearn.base import BaseEstimator
 from sklearn.cluster import MiniBatchKMeans
+from sklearn.gaussian_process.kernels import Kernel as GPKernel
 from sklearn.utils import check_random_state, check_scalar
 from sklearn.utils._param_validation import (
     Interval,
@@ -377,13 +378,6 @@ class BaseRVM(BaseEstimator):
             flat.update(known)
             if group.open:
                 kernel_kwargs = others or None
-                if others and not callable(self.kernel):
-                    # The keys a named kernel does not read would be dropped without a word.
-                    raise ValueError(
-                        f"{owner}: {name} has no key {sorted(others, key=str)[0]!r} for "
-                        f"kernel={self.kernel!r}; its keys are {sorted(group.defaults)} (others "
-                        "are the keyword arguments of a callable kernel)."
-                    )
         method, n, array = resolve_centres(self.centres)
         return Settings(
             **flat, kernel_kwargs=kernel_kwargs, centre_method=method, n_centres=n, centres=array
@@ -430,7 +424,22 @@ class BaseRVM(BaseEstimator):
                 f"weight 0{hint}."
             )
         self._settings = self._resolve_settings()
+        self._check_kernel_kwargs()
         self._resolve_width_rule()
+
+    def _check_kernel_kwargs(self) -> None:
+        """Refuse ``kernel_params`` keys that only a kernel function reads, for another kernel.
+
+        Checked at ``fit`` (not when a saved model is loaded, whose stray keys were ignored).
+        """
+        kwargs = self._settings.kernel_kwargs
+        if kwargs and (not callable(self.kernel) or isinstance(self.kernel, GPKernel)):
+            group = self._param_groups["kernel_params"]
+            raise ValueError(
+                f"{type(self).__name__}: kernel_params has no key {sorted(kwargs, key=str)[0]!r} "
+                f"for kernel={self.kernel!r}; its keys are {sorted(group.defaults)}, and others "
+                "go to a kernel function, k(X, Y, **kernel_params)."
+            )
 
     # -- the kernel width as a hyperparameter ------------------------------------------------------
     #: Whether the estimator samples a kernel width given as ``gamma=Prior(...)``.

@@ -349,7 +349,7 @@ default="evidence_shared"
         if classes.size < 2:
             raise ValueError(
                 "RVC needs samples of at least two classes; the data contain only class "
-                f"{classes[0].item()!r}."
+                f"{np.asarray(classes[0]).item()!r}."
             )
         if self.inference == "mcmc" and classes.size > 2 and self.multi_class == "ovr":
             raise ValueError(

@@ -119,7 +119,7 @@ def drop_duplicate_rows(X: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.nd
 
 
 def warn_if_interpolating(problem: Problem, fit: EvidenceFit) -> None:
-    """Warn where the estimated noise ran to its floor: the fit interpolates its rows.
+    """Warn where the estimated noise ran to its floor: the fit passes through its targets.
 
     On a handful of rows the evidence can grow without bound as the noise goes to 0 once the
     relevance vectors pass through every target (three points of a noisy sine: a noise sd of
@@ -138,9 +138,9 @@ def warn_if_interpolating(problem: Problem, fit: EvidenceFit) -> None:
     N = problem.n_values // problem.targets.shape[1] if stats is None else stats.n
     warn_at_user(
         f"the noise estimate ran to its floor (sd {problem.scale / np.sqrt(beta):.2g}): the fit "
-        f"interpolates its {N} training rows, as it would noise-free targets. If yours are "
-        "noisy, its predictive intervals are far too narrow: fit more rows, or give the noise "
-        "(likelihood_params={'noise_variance': ...}).",
+        f"passes through its {N} training targets, as it should noise-free ones. If yours are "
+        "noisy, its predictive intervals are far too narrow: give the noise "
+        "(likelihood_params={'noise_variance': ...}) or fit more rows.",
         RuntimeWarning,
     )
 
@@ -472,8 +472,7 @@ array-like or Prior, default="evidence_shared"
             fit = fit_problem(problem, engine)
             self._set_width(basis, None)
         fit = self._keeping_the_level(problem, engine, fit)
-        if self.likelihood == "gaussian" and self._cfg.noise_variance is None:
-            warn_if_interpolating(problem, fit)
+        self._warn_if_interpolating(problem, fit)
         self._set_fitted(basis, problem.unscale(fit), single=y.ndim == 1)
         # Enough of the training problem to build the type-II DataTree on demand (a fit from
         # statistics keeps the inputs and targets only: an N x K design is what it avoids).
@@ -532,6 +531,7 @@ array-like or Prior, default="evidence_shared"
         self._set_width(found.basis, found.path)
         if found.search is not None:
             self.width_selection_ = found.search
+        self._warn_if_interpolating(found.problem, found.fit)
         self._set_fitted(found.basis, found.problem.unscale(found.fit), single=y.ndim == 1)
         self._fitted_on_statistics = True
         # No training rows on the client: what predictions need is in the fit and the basis.
@@ -593,6 +593,16 @@ array-like or Prior, default="evidence_shared"
                 "likelihood_params={'noise_variance': ...}."
             )
         return X, y
+
+    def _warn_if_interpolating(self, problem: Problem, fit: EvidenceFit) -> None:
+        """:func:`warn_if_interpolating` where the fit's own noise estimate is what predicts:
+        Gaussian noise, estimated, type-II (MCMC and VI sample the noise from there)."""
+        if (
+            self.inference == "type2"
+            and self.likelihood == "gaussian"
+            and self._cfg.noise_variance is None
+        ):
+            warn_if_interpolating(problem, fit)
 
     def _problem(self, Phi, y) -> Problem:
         """The normalised problem of ``y`` on the design ``Phi`` (None: a design to come)."""

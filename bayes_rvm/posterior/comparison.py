@@ -387,12 +387,12 @@ def compare(fits: Mapping[str, object] | Sequence, *, round_to="none", **kwargs)
         One row per fit, best first (``elpd``, ``p``, ``elpd_diff``, ``weight``, ``se``,
         ``dse``, ...), ``method``: how each row's elpd was estimated (:func:`elpd`), and
         ``pareto_k``: the largest Pareto k of its importance sampling (NaN for refits).
-        ``p`` is ArviZ's ``lppd - elpd`` on each tree's ``log_likelihood``, whose terms differ by
-        method: a type-II fit's are ``ln p(t_n | w)`` at draws of the weights, so its ``p``
-        counts the weights and the tuning of the hyperparameters; an MCMC regression fit's are
-        the leave-one-out terms ``ln p(t_n | t_-n, alpha, sigma)`` with the weights integrated
-        out, so its ``p`` is the hyperparameters' share alone (on sinc, N = 100: 11.2 against
-        1.2). Compare ``p`` between fits of one method only. A
+        ``p`` is ArviZ's ``lppd - elpd`` on each tree's ``log_likelihood``, whose terms differ:
+        a type-II fit's are ``ln p(t_n | w)`` at draws of the weights, so its ``p`` counts the
+        weights and the tuning of the hyperparameters; a Gaussian MCMC or VI regression fit's
+        are the leave-one-out terms ``ln p(t_n | t_-n, alpha, sigma)`` with the weights
+        integrated out, so its ``p`` is the hyperparameters' share alone (the README's quick
+        start: 11.2 against 1.2). Compare ``p`` between fits of one kind only. A
         type-II regression fit (``RVR.idata_``) is scored by refitting its hyperparameters
         without each left-out row, never by PSIS-LOO at hyperparameters that saw that row; a
         VI fit by PSIS-LOO corrected for its approximation. Fits from sufficient statistics

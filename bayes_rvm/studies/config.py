@@ -170,16 +170,18 @@ def read_table(
             f"{target_flag} {target!r} is not a column of {path}: {list(frame.columns)}"
         )
     if features is not None:
-        features = list(features)
+        features = [features] if isinstance(features, str) else list(features)
         unknown = [c for c in features if c not in frame.columns]
-        if unknown or target in features or not features:
+        if unknown or target in features or not features or len(set(features)) < len(features):
             raise ValueError(
-                f"{features_flag} {features!r} must name feature columns of {path} other than "
-                f"the target {target!r}: {list(frame.columns)}"
+                f"{features_flag} {features!r} must name distinct feature columns of {path} "
+                f"other than the target {target!r}: {list(frame.columns)}"
             )
         frame = frame[[*features, target]]
     hint = "" if features is not None else f"; {features_flag} chooses the feature columns"
-    _check_cells(frame, frame.columns if numeric else frame.columns.drop(target), path, hint)
+    _check_cells(frame, frame.columns.drop(target), path, hint)
+    if numeric:
+        _check_cells(frame, [target], path)
     if not numeric and frame[target].isna().any():
         row = int(np.flatnonzero(frame[target].isna())[0])
         raise ValueError(
