@@ -508,3 +508,24 @@ def test_mcmc_rate_intervals_cover_the_true_rate_over_replicate_sets():
         assert max(float(rhat[k].max()) for k in rhat.data_vars) <= 1.01
     assert np.mean(coverage) >= 0.85, coverage
     assert divergent <= 0.005 * draws
+
+
+def test_vi_rate_intervals_cover_the_true_rate_over_replicate_sets():
+    """The same nine sets under ``inference="vi"`` at its defaults, ADVI over every column as
+    MCMC samples them: the 90% intervals hold the true rate at 0.85 of the inputs or more on
+    average (measured 0.90; over the type-II relevance vectors only, as VI ran before, 0.65)."""
+    from bayes_rvm.datasets import make_sinc
+
+    X, _ = make_sinc(100, noise=0.1, random_state=0)
+    rate = np.exp(1.0 + np.sin(X[:, 0]))
+    coverage = []
+    for seed in range(9):
+        y = np.random.default_rng(seed).poisson(rate)
+        est = RVR(likelihood="poisson", inference="vi", random_state=seed).fit(X, y)
+        post = est.idata_["posterior"].dataset
+        assert post.sizes["basis"] == 101  # every column, the bias included
+        W = post["w"].values.reshape(-1, post["w"].shape[-1])
+        Phi = est.basis_.transform(X, columns=post["basis"].values)
+        lo, hi = np.quantile(np.exp(W @ Phi.T), [0.05, 0.95], axis=0)
+        coverage.append(np.mean((rate >= lo) & (rate <= hi)))
+    assert np.mean(coverage) >= 0.85, coverage

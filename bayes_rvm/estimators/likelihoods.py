@@ -247,16 +247,14 @@ class Counts(GaussianNoise):
         return lambda Phi, rows: shared_laplace_evidence(Phi, T[rows, 0], likelihood="poisson")
 
     def mcmc_basis(self, auto: str, inference: str = "mcmc") -> str:
-        # MCMC: every basis function (at a fixed width, in memory). Over the relevance vectors
-        # the 90% intervals of the rate hold the true rate at 0.66 of the inputs on average over
-        # nine replicate sets of 100 counts, against 0.89 over all columns, at 10-20 s against
-        # 80-180 s a fit on a loaded 2-core machine through PyTensor's graph, 3 s on the native
-        # density (benchmarks/bench_count_mcmc.py); whitened
+        # Every basis function (at a fixed width, in memory), under MCMC and VI alike. Over the
+        # relevance vectors the 90% intervals of the rate hold the true rate at 0.66 of the
+        # inputs on average over nine replicate sets of 100 counts under MCMC (0.65 under VI),
+        # against 0.89 over all columns (0.90 under VI, at 0.3-0.4 s a fit; 1.1 s over the 201
+        # columns of 200 counts, 5.5 s over 401); benchmarks/bench_count_mcmc.py. Whitened
         # (model), the weights sample without the funnels that made every other
-        # parametrisation of all columns diverge. ADVI over all 201 columns of 200 counts took
-        # minutes where it takes seconds over the relevance vectors, for a mean-field
-        # approximation whose intervals nothing here measured: VI keeps the relevance vectors.
-        return "relevant" if inference == "vi" else auto
+        # parametrisation of all columns diverge.
+        return auto
 
     def y_scale(self, y: np.ndarray) -> float:
         return 1.0  # a log link has no target scale
