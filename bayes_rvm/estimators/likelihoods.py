@@ -250,7 +250,7 @@ class Counts(GaussianNoise):
         # Every basis function (at a fixed width, in memory), under MCMC and VI alike. Over the
         # relevance vectors the 90% intervals of the rate hold the true rate at 0.66 of the
         # inputs on average over nine replicate sets of 100 counts under MCMC (0.65 under VI),
-        # against 0.89 over all columns (0.90 under VI, at 0.3-0.4 s a fit; 1.1 s over the 201
+        # against 0.89 over all columns (0.90 under VI, at 0.3-1.5 s a fit; 1.1 s over the 201
         # columns of 200 counts, 5.5 s over 401); benchmarks/bench_count_mcmc.py. Whitened
         # (model), the weights sample without the funnels that made every other
         # parametrisation of all columns diverge.
