@@ -39,8 +39,9 @@ true one, ``sd``, the root-mean-square posterior sd of the log rate, and their r
 
 Timings on a shared machine measure the neighbours too.
 
-Measured (``--sections coverage`` and ``type2``, replicate sets 0-8 or 0-4, 4 x 1000 draws; a
-2-core machine shared by four jobs, load average 5-8 throughout; ``cov`` the mean over the sets,
+Measured (``--sections coverage``, ``vi`` and ``type2``, replicate sets 0-8 or 0-4, 4 x 1000
+draws; a 2-core machine shared by four jobs, load average 5-8, except for VI: a quiet machine;
+``cov`` the mean over the sets,
 ``ratio`` the mean of rms error / rms sd of the log rate)::
 
     setting                              sets  cov    ratio  div / draws  max R-hat  s a fit
