@@ -219,6 +219,12 @@ def test_summary_lists_hyperparameters_then_log_alpha(sinc):
     assert len(summary(est, weights=True, kind="stats")) == 1 + 2 * k
     two = summary(est.idata_, basis=est.active_[:2], kind="stats")
     assert len(two) == 3
+    # A type-II fit's hyperparameters are the same in every draw: by default no ESS, R-hat or
+    # Monte Carlo errors (they were 1000, NaN and 0, with NumPy's warnings).
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert list(summary(est).columns) == list(table.columns)
+    assert "r_hat" in summary(est, kind="all").columns
     with pytest.raises(ValueError, match="basis must be 'all'"):
         summary(est, basis="relevant")
     with pytest.raises(ValueError, match="not in the posterior"):

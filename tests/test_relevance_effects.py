@@ -326,6 +326,25 @@ def test_column_relevance_sets_type2_beside_the_sampled_fit(mcmc_ard_sinc):
     np.testing.assert_array_equal(table["type2_w"].sel({BASIS: pruned}).values, 0.0)
 
 
+def test_column_relevance_refuses_a_type2_fit_of_other_data(mcmc_ard_sinc):
+    # Columns are matched by their labels alone: a type-II tree of other rows (or of another
+    # likelihood) was taken without a word, its relevance set beside unrelated columns.
+    from bayes_rvm.inference import type2_datatree
+
+    d, dt = mcmc_ard_sinc
+    t2 = type2_datatree(d["fit"], d["Phi"], d["t"], n_draws=100, random_seed=0)
+    mine, other = dt.copy(), t2.copy()
+    mine.attrs.update(likelihood="gaussian", fingerprint_y="a" * 12)
+    other.attrs.update(likelihood="gaussian", fingerprint_y="b" * 12)
+    with pytest.raises(ValueError, match="type2 is a fit of other targets y than dt's"):
+        column_relevance(mine, type2=other)
+    other.attrs.update(likelihood="bernoulli", fingerprint_y="a" * 12)
+    with pytest.raises(ValueError, match="type2 is a fit of other likelihood"):
+        column_relevance(mine, type2=other)
+    other.attrs["likelihood"] = "gaussian"
+    assert column_relevance(mine, type2=other)["type2_relevant"].any()
+
+
 @pytest.fixture(scope="module")
 def mcmc_ard_sinc():
     from bayes_rvm.basis.kernels import KernelBasis

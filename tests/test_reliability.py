@@ -1312,6 +1312,11 @@ def test_compare_refuses_other_rows_and_other_likelihoods_and_takes_a_list():
         compare([clf, ovr])
     with pytest.raises(TypeError, match="dict of named fits or a list"):
         compare(a)
+    # One tree is a Mapping of its groups, which were taken as the fits.
+    with pytest.raises(TypeError, match="got one DataTree"):
+        compare(a.idata_)
+    with pytest.warns(UserWarning, match="'x' and 'y' are the same object"):
+        compare({"x": a.idata_, "y": a.idata_})
 
 
 @pytest.mark.parametrize(

@@ -429,6 +429,11 @@ def compare(fits: Mapping[str, object] | Sequence, *, round_to="none", **kwargs)
 
     if isinstance(fits, list | tuple):
         fits = {f"model_{i}": fit for i, fit in enumerate(fits)}
+    elif isinstance(fits, xr.DataTree):  # a Mapping of its groups, which are not fits
+        raise TypeError(
+            "fits must be a dict of named fits or a list / tuple of fits, got one DataTree: "
+            "compare({'a': est_a.idata_, 'b': est_b.idata_})."
+        )
     elif not isinstance(fits, Mapping):
         raise TypeError(
             "fits must be a dict of named fits or a list / tuple of fits, got "
@@ -436,6 +441,16 @@ def compare(fits: Mapping[str, object] | Sequence, *, round_to="none", **kwargs)
         )
     if len(fits) < 2:
         raise ValueError("compare needs at least two fits.")
+    seen = {}
+    for name, fit in fits.items():
+        if id(fit) in seen:
+            warnings.warn(
+                f"fits {seen[id(fit)]!r} and {name!r} are the same object: their rows of the "
+                "table are one fit's.",
+                UserWarning,
+                skip_file_prefixes=PACKAGE_FRAMES,
+            )
+        seen.setdefault(id(fit), name)
     # Checked before any LOO is computed: the refits or PSIS of a mismatched set would be wasted.
     trees, n_obs = {}, {}
     for name, fit in fits.items():

@@ -158,6 +158,8 @@ def column_relevance(
         :func:`bayes_rvm.inference.sample_prior_predictive`), to set beside the posterior's.
     type2 : xarray.DataTree, optional
         A type-II fit on the same basis: adds whether it kept each column, and its mean weight.
+        A tree of another likelihood or other training rows (the estimators' trees say which in
+        their root attrs) is refused.
     prior : xarray.DataTree, optional
         Prior draws of the same model (:func:`bayes_rvm.inference.sample_prior_predictive`):
         adds ``p_effect_prior``, the prior probability of the same event. A column whose
@@ -198,8 +200,26 @@ def column_relevance(
         p_prior = (relative_effects(prior, group="prior") > delta).mean(_SAMPLE)
         out["p_effect_prior"] = p_prior.reindex({BASIS: out[BASIS].values})
     if type2 is not None:
+        _check_same_fit_data(dt, type2)
         out.update(type2_columns(type2, out[BASIS].values))
     return out
+
+
+def _check_same_fit_data(dt: xr.DataTree, type2: xr.DataTree) -> None:
+    """Refuse a type-II tree of another likelihood or other training rows than ``dt``'s, where
+    both trees say (their root attrs: the estimators write the likelihood and fingerprints of
+    the rows): its columns would be matched to ``dt``'s by their labels alone."""
+    for key, what in (
+        ("likelihood", "likelihood"),
+        ("fingerprint_y", "targets y"),
+        ("fingerprint_X", "training inputs X"),
+    ):
+        mine, theirs = dt.attrs.get(key), type2.attrs.get(key)
+        if mine is not None and theirs is not None and mine != theirs:
+            raise ValueError(
+                f"type2 is a fit of other {what} than dt's ({key} {theirs!r} against "
+                f"{mine!r}): pass the idata_ of a type-II fit of the same X and y."
+            )
 
 
 def type2_columns(type2: xr.DataTree, labels: Sequence) -> xr.Dataset:

@@ -61,7 +61,9 @@ def summary(
         The variables to list, in place of the default (:data:`HYPERPARAMETERS` present in the
         posterior, then ``w`` with ``weights=True``).
     **kwargs
-        Passed to :func:`arviz.summary` (``kind``, ``ci_prob``, ``round_to``, ...).
+        Passed to :func:`arviz.summary` (``kind``, ``ci_prob``, ``round_to``, ...). A type-II
+        fit's ``kind`` defaults to ``"stats"``: its hyperparameters are point estimates, the same
+        in every draw, whose ESS, R-hat and Monte Carlo errors mean nothing.
 
     Returns
     -------
@@ -119,4 +121,6 @@ def summary(
     coords = kwargs.pop("coords", None) or {}
     if keep is not None:
         coords = {BASIS: list(keep)} | coords
+    if dt.attrs.get("method") == "type2":
+        kwargs.setdefault("kind", "stats")
     return az.summary(dt, var_names=var_names, coords=coords or None, **kwargs)
