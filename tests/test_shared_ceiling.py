@@ -63,7 +63,7 @@ def test_ceiling_is_above_the_shared_evidence(name):
     Phi, T, beta = _cases()[name]
     T2 = T[:, None] if T.ndim == 1 else T
     exact = shared_evidence(Phi, T2, beta=beta).log_evidence
-    ceiling = shared_evidence_ceiling(Phi, T2, float(np.sum(T2 * T2)), beta=beta)
+    ceiling = shared_evidence_ceiling(Phi, T2, float(np.sum(T2 * T2)), beta=beta).value
     assert ceiling >= exact - 1e-9 * (1.0 + abs(exact))
 
 
@@ -73,7 +73,7 @@ def test_ceiling_is_tight_where_its_range_holds_the_spectrum(gamma, beta):
     # finder holds (at width 1, after its second, larger try).
     Phi, T = _sinc(300, gamma)
     exact = shared_evidence(Phi, T, beta=beta).log_evidence
-    ceiling = shared_evidence_ceiling(Phi, T, float(T @ T), beta=beta)
+    ceiling = shared_evidence_ceiling(Phi, T, float(T @ T), beta=beta).value
     assert exact <= ceiling + 1e-9 * (1.0 + abs(exact))
     assert ceiling < exact + 0.05
 
@@ -142,9 +142,11 @@ def test_the_collapse_still_restarts_from_the_exact_bound(monkeypatch):
     _assert_same(fit, without)
 
 
-def test_principal_axes_are_the_full_decompositions_above_the_rank_cut():
-    """Only the eigenpairs above the cut are computed; they are those of a full
-    decomposition, wide and narrow kernels, a rank-deficient and an all-zero Gram matrix."""
+@pytest.mark.parametrize("all_axes", [False, True])
+def test_principal_axes_are_the_full_decompositions_above_the_rank_cut(all_axes):
+    """Only the eigenpairs above the cut are computed (or all, by divide and conquer, and those
+    kept); they are those of a full decomposition by NumPy, wide and narrow kernels, a
+    rank-deficient and an all-zero Gram matrix."""
     from bayes_rvm.evidence.shared import RANK_TOL, principal_axes
 
     x = np.linspace(-10.0, 10.0, 300)[:, None]
@@ -156,7 +158,7 @@ def test_principal_axes_are_the_full_decompositions_above_the_rank_cut():
     ):
         s_all, U_all = np.linalg.eigh(G)
         keep = s_all > RANK_TOL * s_all[-1]
-        s, U = principal_axes(G)
+        s, U = principal_axes(G, all_axes=all_axes)
         assert s.size == keep.sum() >= 4
         np.testing.assert_allclose(s, s_all[keep], rtol=0, atol=1e-13 * s_all[-1])
         # the same axes (up to sign) where the eigenvalues are well separated from the rest
@@ -164,7 +166,7 @@ def test_principal_axes_are_the_full_decompositions_above_the_rank_cut():
         np.testing.assert_allclose(
             np.abs(U[:, top].T @ U_all[:, keep][:, top]), np.eye(4), atol=1e-8
         )
-    s, U = principal_axes(np.zeros((5, 5)))
+    s, U = principal_axes(np.zeros((5, 5)), all_axes=all_axes)
     assert s.shape == (0,) and U.shape == (5, 0)
 
 
@@ -198,3 +200,21 @@ def test_principal_coordinates_of_a_large_design_are_the_svds(gamma, sketched, m
     assert shared.shared_evidence(Phi, y).log_evidence == pytest.approx(
         truth.log_evidence, abs=1e-8 if sketched else 1e-2
     )
+
+
+def test_the_ceiling_says_whether_its_range_held_the_spectrum():
+    """A smooth 1-D kernel's spectrum falls below the rank cut within the range's 32 axes; a 4-D
+    one keeps hundreds of eigenvalues above it (counted by NumPy), which the range cannot hold."""
+    from bayes_rvm.evidence.shared import RANK_TOL
+
+    rng = np.random.default_rng(0)
+    x = np.sort(rng.uniform(-10, 10, 400))[:, None]
+    X4 = rng.normal(size=(400, 4))
+    for X, held in ((x, True), (X4, False)):
+        Phi = rbf_kernel(X, X[::2], gamma=0.1)
+        Phi /= np.linalg.norm(Phi, axis=0)
+        T = np.sin(X[:, 0])
+        s = np.linalg.eigvalsh(Phi.T @ Phi)
+        kept = int(np.sum(s > RANK_TOL * s[-1]))
+        assert (kept <= 32) == held
+        assert shared_evidence_ceiling(Phi, T, float(T @ T)).captured == held

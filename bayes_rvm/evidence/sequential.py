@@ -220,6 +220,7 @@ class _Sequential:
         self.align = opt.alignment_threshold > 0
         self.restart = ""  # what the shared-precision bound changed, for ``reason``
         self.bound = None  # the objective at the shared-precision bound, once checked
+        self.rough_spectrum = False  # the ceiling's range missed part of the bound's spectrum
         self.addable = problem.allowed.copy()  # allowed, out of the model and not set aside
         # With the squared norms, the two passes over Phi everything comes from (or the sums
         # of a problem given by its statistics).
@@ -397,7 +398,9 @@ class _Sequential:
         if gram is None:
             bound = shared_evidence(Phi, self.T, beta=fixed)
         else:
-            bound = shared_evidence_gram(gram, st.PT[cols], self.tt, st.N, beta=fixed)
+            bound = shared_evidence_gram(
+                gram, st.PT[cols], self.tt, st.N, beta=fixed, all_axes=self.rough_spectrum
+            )
         obj = bound.log_evidence + self.beta_term(bound.beta)
         if self.ab[0] or self.ab[1]:
             obj += cols.size * (self.ab[0] * math.log(bound.alpha) - self.ab[1] * bound.alpha)
@@ -456,9 +459,13 @@ class _Sequential:
         Phi = st.Phi if cols.size == self.M else np.take(st.Phi, cols, axis=1)
         target = self.objective - _CEILING_RTOL * (1.0 + abs(self.objective))
         ceiling = shared_evidence_ceiling(Phi, self.T, self.tt, beta=fixed, below=target)
-        if not ceiling < target:
+        # A spectrum the range did not hold keeps many eigenvalues above the rank cut: the
+        # exact bound's decomposition then takes them all (Friedman #3, N = 1000: the fit in
+        # 63 ms instead of 74 ms), and only those above the cut otherwise.
+        self.rough_spectrum = not ceiling.captured
+        if not ceiling.value < target:
             return False
-        self.bound = ceiling  # above the bound and below the fit: nothing to warn about
+        self.bound = ceiling.value  # above the bound and below the fit: nothing to warn about
         return True
 
     def bound_columns(self) -> np.ndarray:

@@ -45,13 +45,14 @@ make_regression problems at rbf widths down to gamma = 5e-4) is far inside the r
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 from scipy import linalg
 
 from bayes_rvm.evidence.shared import RANK_TOL, range_sketch
 
-__all__ = ["CEILING_RANK", "shared_evidence_ceiling"]
+__all__ = ["CEILING_RANK", "Ceiling", "shared_evidence_ceiling"]
 
 #: Columns of the range finder. A smooth kernel's Gram matrix has few eigenvalues above
 #: ``RANK_TOL`` of the largest (about 20 for the rbf of width 3 on sinc at N = 1000-4000); where it
@@ -69,6 +70,18 @@ _CAPTURED = 1e-6
 #: The second range, where the first missed part of that spectrum: this many times the columns.
 _RETRY = 3
 _UNIT_ROUNDOFF = np.finfo(np.float64).eps / 2
+
+
+class Ceiling(NamedTuple):
+    """:func:`shared_evidence_ceiling`'s answer."""
+
+    #: The upper bound on the shared-precision log evidence.
+    value: float
+    #: Whether the range found holds every eigenvalue above the rank cut: then the exact
+    #: evidence keeps at most that many, which the MRRR subset of
+    #: :func:`~bayes_rvm.evidence.shared.principal_axes` computes fastest; else it may keep
+    #: hundreds, which divide and conquer computes faster.
+    captured: bool
 
 
 def shared_evidence_ceiling(
@@ -104,8 +117,9 @@ def shared_evidence_ceiling(
 
     Returns
     -------
-    float
-        The ceiling (``inf`` when the targets lie in the range found).
+    Ceiling
+        The ceiling (``inf`` when the targets lie in the range found) and whether the range
+        held the spectrum above the rank cut.
     """
     T = T[:, None] if T.ndim == 1 else T
     l = max(min(rank, *Phi.shape), 1)
@@ -113,8 +127,9 @@ def shared_evidence_ceiling(
         sketch = _Sketch(Phi, l)
         value = sketch.ceiling(T, float(tt), beta, below)
         larger = _RETRY * l
-        if value < below or sketch.captured() or not sketch.needs(larger, Phi.shape):
-            return value
+        captured = sketch.captured()
+        if value < below or captured or not sketch.needs(larger, Phi.shape):
+            return Ceiling(value, captured)
         l = larger
 
 
