@@ -295,6 +295,9 @@ def _problem(args):
         return X, y, None, label, DEFAULT_GAMMA, task
     if task == "classify":
         raise SystemExit("bayes-rvm: --task classify needs --data (a CSV file with class labels)")
+    given = [flag for flag in ("target", "features") if getattr(args, flag, None) is not None]
+    if given:
+        raise SystemExit(f"bayes-rvm: --{given[0]} needs --data (the CSV file it names columns of)")
     if args.n_samples < 2:
         raise SystemExit("bayes-rvm: --n-samples must be at least 2")
     if getattr(args, "likelihood", "gaussian") == "poisson":

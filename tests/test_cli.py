@@ -521,6 +521,9 @@ def test_classification_refuses_regression_options_in_one_line(tmp_path, capsys,
     err = _fails(["fit", "--data", labels, "--task", "regress", *out], capsys)
     assert "holds labels, not numbers ('p' at line 2)" in err and "--task classify" in err
     assert "--task classify needs --data" in _fails(["fit", "--task", "classify", *out], capsys)
+    # Column options without a table were ignored, and the built-in sinc fitted.
+    for flag, value in (("--target", "y"), ("--features", "a,b")):
+        assert f"{flag} needs --data" in _fails(["fit", flag, value, *out], capsys)
     assert "compare fits regressions" in _fails(["compare", "--data", labels, *out], capsys)
 
 
