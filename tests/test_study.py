@@ -586,3 +586,22 @@ def test_csv_data_sets_are_read_by_the_commands_reader(tmp_path):
     )
     with pytest.raises(ValueError, match=r"\[datasets\.d\] column 'x1' .* NaN cell at line 3"):
         read_config(path)
+
+
+def test_test_nlpd_scores_each_likelihood_by_its_own_density():
+    # A count model's column was a Gaussian density at its rate's mean and sd (38.5 against a
+    # Poisson NLPD of 1.89), ranking it below the Gaussian model that elpd ranks below it; an
+    # estimator without a predictive sd (Ridge) stopped the study.
+    from scipy.stats import poisson
+    from sklearn.linear_model import Ridge
+
+    rng = np.random.default_rng(0)
+    X, Xt = rng.uniform(-3, 3, (80, 1)), rng.uniform(-3, 3, (300, 1))
+    y, yt = (rng.poisson(np.exp(1 + np.sin(x[:, 0]))) for x in (X, Xt))
+    models = {"counts": RVR(likelihood="poisson"), "gaussian": RVR(), "ridge": Ridge()}
+    table = run_study(models, {"d": (X, y, Xt, yt)}, random_state=0).set_index("model")
+    plug_in = -poisson.logpmf(yt, RVR(likelihood="poisson").fit(X, y).predict(Xt)).mean()
+    # the type-II weights' Laplace posterior widens the plug-in Poisson a little
+    assert abs(table.loc["counts", "test_nlpd"] - plug_in) < 0.02
+    assert table.loc["counts", "test_nlpd"] < table.loc["gaussian", "test_nlpd"]
+    assert np.isnan(table.loc["ridge", "test_nlpd"])

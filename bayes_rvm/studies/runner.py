@@ -236,20 +236,29 @@ def loo_columns(dt) -> dict:
 
 
 def _regression_nlpd(est, dt, method: str, X_test, y_test) -> float:
-    """Mean negative log predictive density of the test targets (summed over outputs).
+    """Mean negative log predictive density of the test targets (summed over outputs), under
+    the fit's own likelihood.
 
-    Type-II: the Gaussian predictive is exact. MCMC and VI: the predictive is a mixture over the
-    draws of ``(w, sigma)``, averaged in probability (log-sum-exp), not a Gaussian with the
-    mixture's moments.
+    A Gaussian type-II fit: its Gaussian predictive, exact. Otherwise a mixture over the draws
+    of the tree (MCMC, VI, or a type-II fit's weights drawn from their Gaussian or Laplace
+    posterior), averaged in probability (log-sum-exp): of ``N(t | f, sigma)``, of Student's t
+    (``noise_nu``) or of ``Poisson(t | exp(f))``. NaN for an estimator of another package
+    without such a predictive.
     """
     from scipy.special import logsumexp
-    from scipy.stats import norm
+    from scipy.stats import norm, poisson, t
 
     Y = np.asarray(y_test, dtype=np.float64)
-    if method not in ("mcmc", "vi") or dt is None:
-        mean, std = est.predict(X_test, return_std=True)
+    likelihood = getattr(est, "likelihood", "gaussian")
+    if likelihood == "gaussian" and (method not in ("mcmc", "vi") or dt is None):
+        try:
+            mean, std = est.predict(X_test, return_std=True)
+        except TypeError:  # an estimator without a predictive sd (scikit-learn's Ridge)
+            return math.nan
         lp = norm.logpdf(Y, mean, std)
         return float(-np.mean(lp if lp.ndim == 1 else lp.sum(axis=1)))
+    if dt is None:
+        return math.nan
     from bayes_rvm.dims import BASIS
     from bayes_rvm.inference import predict_draws
 
@@ -257,8 +266,16 @@ def _regression_nlpd(est, dt, method: str, X_test, y_test) -> float:
     Phi = est.basis_.transform(np.asarray(X_test, dtype=np.float64), columns=post[BASIS].values)
     _, f = predict_draws(dt, Phi, include_noise=False)
     f = f.values.reshape(-1, *f.shape[2:])  # (draws, n) or (draws, n, outputs)
-    sigma = post["sigma"].values.reshape(-1, *([1] * (f.ndim - 1)))
-    lp = norm.logpdf(Y[None], f, sigma)
+
+    def per_draw(name):
+        return post[name].values.reshape(-1, *([1] * (f.ndim - 1)))
+
+    if likelihood == "poisson":
+        lp = poisson.logpmf(Y[None], np.exp(f))
+    elif likelihood == "student_t":
+        lp = t.logpdf(Y[None], per_draw("noise_nu"), f, per_draw("sigma"))
+    else:
+        lp = norm.logpdf(Y[None], f, per_draw("sigma"))
     if lp.ndim == 3:
         lp = lp.sum(axis=2)
     return float(-np.mean(logsumexp(lp, axis=0) - np.log(lp.shape[0])))
@@ -733,8 +750,9 @@ def run_study(
         ``max_pareto_k`` from :func:`bayes_rvm.posterior.comparison.elpd` on the fit's ``idata_``
         (PSIS-LOO, or for a type-II regression fit leave-one-out by refits, which has no
         Pareto k: NaN there); with a test set
-        ``test_rmse`` and ``test_nlpd`` (mean negative log predictive density; for MCMC fits
-        of the mixture over the draws) for regressors, ``test_error_rate`` and
+        ``test_rmse`` and ``test_nlpd`` (mean negative log predictive density under the fit's
+        likelihood; of the mixture over the draws for MCMC and VI fits and for type-II fits of
+        counts or t noise) for regressors, ``test_error_rate`` and
         ``test_log_loss`` for classifiers; ``n_relevance_vectors`` (for an MCMC fit: of the
         type-II fit that seeded it), ``noise_sd`` (posterior mean), ``log_evidence`` (type-II);
         ``max_rhat`` (of log alpha and the noise), ``min_ess_bulk`` and ``divergences`` (MCMC);
