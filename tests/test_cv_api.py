@@ -146,3 +146,25 @@ def test_rvrcv_refuses_what_the_likelihood_cannot_take():
         RVRCV(
             widths=WIDTHS, cv=2, likelihood="student_t", likelihood_params={"noise_nu": -1.0}
         ).fit(X, y)
+
+
+@pytest.mark.parametrize("cls", [RVRCV, RVCCV])
+def test_cv_estimators_check_a_dataframes_columns_as_the_plain_ones_do(cls, tmp_path):
+    # The refit saw an array: a DataFrame with its columns in another order was predicted
+    # without a word (wrong values), before and after saving; RVR and RVC refuse it.
+    import warnings
+
+    pd = pytest.importorskip("pandas")
+    from bayes_rvm import load_model, save_model
+
+    rng = np.random.default_rng(0)
+    X = pd.DataFrame(rng.normal(size=(60, 3)), columns=["a", "b", "c"])
+    y = X["a"] - 2 * X["b"] + 0.1 * rng.normal(size=60)
+    est = cls(cv=3).fit(X, y if cls is RVRCV else y > 0)
+    loaded = load_model(save_model(est, tmp_path / "m.nc"))
+    for model in (est, loaded):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            np.testing.assert_array_equal(model.predict(X), est.predict(X))
+        with pytest.raises(ValueError, match="Feature names must be in the same order"):
+            model.predict(X[["c", "b", "a"]])

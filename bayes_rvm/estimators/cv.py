@@ -178,6 +178,12 @@ class _WidthCV(SavedStateMixin, BaseEstimator):
 
     def _refitted(self):
         check_is_fitted(self, "estimator_")
+        names = self.__dict__.get("feature_names_in_")
+        if names is not None and "feature_names_in_" not in self.estimator_.__dict__:
+            # The refit saw an array: given the names fit saw (or a saved model kept), its
+            # predict checks a DataFrame's columns by them, as RVR's does, instead of taking
+            # them in any order.
+            self.estimator_.feature_names_in_ = names
         return self.estimator_
 
     # What the plain estimator offers, delegated to the refit, as scikit-learn's search CVs do.
