@@ -816,13 +816,25 @@ def test_run_study_checks_its_arguments_before_the_first_fit(kwargs, error, matc
         ('output = "taken.txt"', "", r"\[study\] output .*taken\.txt is a file"),
         ('output = "out"', "models = 5\n", "models must be"),
         ('output = "out"', "[models]\nARD = 5\n", r"\[models\.ARD\] must be a table"),
+        # A model's bad values (the good one beside it was fitted first, and the error named
+        # neither the file nor the model)
+        (
+            'output = "out"',
+            "[models.bad]\nkernel = 'foo'\n",
+            r"study\.toml: \[models\.bad\] kernel must be one of",
+        ),
+        (
+            'output = "out"',
+            "[models.bad]\nsampler_config = {drawz = 5}\n",
+            r"\[models\.bad\] RVR: sampler_config has no key 'drawz'",
+        ),
     ],
 )
 def test_study_config_faults_stop_the_command_before_any_fit(tmp_path, study, extra, match):
     from bayes_rvm.cli import main
 
     (tmp_path / "taken.txt").write_text("keep me")
-    models = "" if "models" in extra else "[models.ARD]\ngamma = 0.1\n"
+    models = "" if "models =" in extra or "[models]" in extra else "[models.ARD]\ngamma = 0.1\n"
     text = f"{extra}[study]\n{study}\n\n[datasets.s]\nsource = 'sinc'\nn_samples = 10\n\n{models}"
     config = tmp_path / "study.toml"
     config.write_text(text)

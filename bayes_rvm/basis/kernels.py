@@ -33,6 +33,7 @@ __all__ = [
     "RBFKernel",
     "StationaryKernel",
     "WidthRule",
+    "check_kernel",
     "reference_gamma",
     "stationary_distances",
     "stationary_kernel",
@@ -421,6 +422,19 @@ def share_blocks(fn: Callable, blocks: list[tuple], threads: int) -> None:
         raise failed[0]
 
 
+def check_kernel(kernel):
+    """``kernel`` if it names a kernel this package computes, is a callable or a scikit-learn
+    kernel object; else a ValueError (an unknown name) or TypeError naming it."""
+    if isinstance(kernel, str) and kernel not in (*KERNELS, "precomputed"):
+        raise ValueError(
+            f"kernel must be one of {(*KERNELS, 'precomputed')}, a callable or a scikit-learn "
+            f"kernel object, got {kernel!r}."
+        )
+    if not isinstance(kernel, str) and not callable(kernel):
+        raise TypeError(f"kernel must be a string, a callable or a kernel object, got {kernel!r}.")
+    return kernel
+
+
 class KernelBasis(TransformerMixin, BaseEstimator):
     """Kernel design matrix ``Phi[n, i] = k(x_n, c_i)`` over stored centres, plus a bias column.
 
@@ -486,16 +500,7 @@ class KernelBasis(TransformerMixin, BaseEstimator):
             Candidate centres other than the training inputs (for example a random or k-means
             subset). Not allowed with a precomputed kernel.
         """
-        kernel = self.kernel
-        if isinstance(kernel, str) and kernel not in (*KERNELS, "precomputed"):
-            raise ValueError(
-                f"kernel must be one of {(*KERNELS, 'precomputed')}, a callable or a scikit-learn "
-                f"kernel object, got {kernel!r}."
-            )
-        if not isinstance(kernel, str) and not callable(kernel):
-            raise TypeError(
-                f"kernel must be a string, a callable or a kernel object, got {kernel!r}."
-            )
+        kernel = check_kernel(self.kernel)
         if (
             isinstance(self.degree, bool)
             or not isinstance(self.degree, int | np.integer)

@@ -370,6 +370,7 @@ def _config_csv(path: Path, where: str, spec: dict) -> tuple:
 
 
 def _config_model(path: Path, name: str, spec: dict):
+    from bayes_rvm.basis.kernels import check_kernel
     from bayes_rvm.estimators.classifier import RVC
     from bayes_rvm.estimators.regressor import RVR
 
@@ -381,7 +382,15 @@ def _config_model(path: Path, name: str, spec: dict):
     unknown = sorted(set(spec) - set(cls().get_params(deep=False)))
     if unknown:
         raise _config_error(path, f"models.{name}", f"{kind} has no parameters {unknown}")
-    return cls(**spec)
+    model = cls(**spec)
+    try:
+        # The parameters' values, as fit checks them first: before the study's first fit.
+        model._validate_params()
+        model._resolve_settings()
+        check_kernel(model.kernel)
+    except (TypeError, ValueError) as exc:
+        raise _config_error(path, f"models.{name}", str(exc)) from None
+    return model
 
 
 def read_config(path: str | os.PathLike) -> StudyConfig:
@@ -397,7 +406,7 @@ def read_config(path: str | os.PathLike) -> StudyConfig:
         output = "sinc_study_output"  # study.csv and study.png
 
         [datasets.sinc]
-        source = "sinc"               # or friedman1/2/3, or csv (path, target, test_path)
+        source = "sinc"               # or friedman1/2/3, or csv (path, target, features, test_path)
         n_samples = 50
         noise = 0.1
         random_state = 0              # the default for generated data
