@@ -798,10 +798,17 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(exc.code, str):  # our own messages: keep them on one line
             raise SystemExit(" ".join(exc.code.split())) from None
         raise
+    except KeyboardInterrupt:
+        if args.traceback:
+            raise
+        print("bayes-rvm: interrupted", file=sys.stderr)
+        return 130
     except Exception as exc:
         if args.traceback:
             raise
-        detail = " ".join(str(exc).split()) or type(exc).__name__
+        # The notes say where (a study's "study fit of model 'x' on data set 'y'").
+        text = " ".join([str(exc), *getattr(exc, "__notes__", ())])
+        detail = " ".join(text.split()) or type(exc).__name__
         raise SystemExit(f"bayes-rvm: error: {detail} (--traceback shows where)") from None
 
 

@@ -607,3 +607,24 @@ def test_compare_on_a_csv_file_and_the_weights_line(tmp_path, capsys, csv_file):
     )
     out = capsys.readouterr().out
     assert re.search(r"weights\s+: 31 sampled; \d+ individually clear of zero", out)
+
+
+def test_an_interrupt_is_one_line_and_an_errors_notes_are_kept(monkeypatch, capsys):
+    # Ctrl-C printed a 70-line traceback; a study's note of which fit failed was dropped.
+    from bayes_rvm import cli
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "_fit", interrupted)
+    assert main(["fit", "--no-plot"]) == 130
+    assert capsys.readouterr().err.strip() == "bayes-rvm: interrupted"
+
+    def failed(args):
+        exc = ValueError("gamma must be positive")
+        exc.add_note("(study fit of model 'bad' on data set 's')")
+        raise exc
+
+    monkeypatch.setattr(cli, "_fit", failed)
+    with pytest.raises(SystemExit, match=r"positive \(study fit of model 'bad' on data set 's'\)"):
+        main(["fit", "--no-plot"])
