@@ -602,12 +602,13 @@ def _backend(client):
 
 
 def _convergence_note(row: Mapping) -> str:
-    """``", NOT CONVERGED (R-hat 1.596, bulk ESS 7, 0 divergences)"`` for a failed check."""
+    """``", NOT CONVERGED (R-hat 1.5960, bulk ESS 7, 0 divergences)"`` for a failed check (four
+    decimals: an R-hat of 1.0099 passes, and 1.010 would read as failing)."""
     if row.get("converged") is not False:
         return ""
     if row.get("method") == "mcmc" and np.isfinite(row.get("max_rhat", math.nan)):
         return (
-            f", NOT CONVERGED (R-hat {row['max_rhat']:.3f}, bulk ESS {row['min_ess_bulk']:.0f}, "
+            f", NOT CONVERGED (R-hat {row['max_rhat']:.4f}, bulk ESS {row['min_ess_bulk']:.0f}, "
             f"{row['divergences']:.0f} divergences; see the warnings column)"
         )
     return ", NOT CONVERGED (see the warnings column)"
