@@ -828,6 +828,11 @@ def test_run_study_checks_its_arguments_before_the_first_fit(kwargs, error, matc
             "[models.bad]\nsampler_config = {drawz = 5}\n",
             r"\[models\.bad\] RVR: sampler_config has no key 'drawz'",
         ),
+        (
+            'output = "out"',
+            "[datasets.c]\nsource = 'csv'\npath = 'taken.txt'\nn_test = 100\n",
+            r"\[datasets\.c\] n_test draws test points of generated data",
+        ),
     ],
 )
 def test_study_config_faults_stop_the_command_before_any_fit(tmp_path, study, extra, match):

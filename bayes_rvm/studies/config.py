@@ -317,6 +317,10 @@ def _config_dataset(path: Path, name: str, spec: dict) -> tuple:
     n_test = spec.pop("n_test", 0)
     if not isinstance(n_test, int) or n_test < 0:
         raise _config_error(path, where, f"n_test must be an int >= 0, got {n_test!r}")
+    if n_test and source == "csv":
+        raise _config_error(
+            path, where, "n_test draws test points of generated data; a csv source takes test_path"
+        )
     if source != "csv":
         # Generated data sets are reproducible by default: the file describes the data.
         spec.setdefault("random_state", 0)
