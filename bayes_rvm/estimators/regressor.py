@@ -413,7 +413,8 @@ array-like or Prior, default="evidence_shared"
             ``centres=("random", n)`` or given centres, ``gamma`` a number, ``"scale"``, ``"auto"``,
             the default rule or ``"evidence_ard"`` (on at most 1000 rows fetched to the client),
             type-II only; the
-            same fit as in memory on the same data.
+            same fit as in memory on the same data, to rounding (which a badly conditioned basis
+            can turn into another optimum: docs/large_data.md).
         y : array-like or dask.array.Array of shape (n_samples,) or (n_samples, n_outputs)
             Targets; several outputs share the relevance vectors and the noise level.
 
