@@ -944,7 +944,10 @@ def test_a_fit_that_did_not_converge_says_so_everywhere(capsys):
     plt.close(fig)
     # An MCMC row names the diagnostics that failed.
     row = {"converged": False, "method": "mcmc", "max_rhat": 1.596, "min_ess_bulk": 6.9}
-    assert "R-hat 1.596, bulk ESS 7, 0 divergences" in _convergence_note({**row, "divergences": 0})
+    assert "R-hat 1.5960, bulk ESS 7, 0 divergences" in _convergence_note({**row, "divergences": 0})
+    # R-hat 1.00991 passes: four decimals, so that a failed ESS is not read as a failed R-hat
+    row = {**row, "max_rhat": 1.00991, "min_ess_bulk": 325.0, "divergences": 0}
+    assert "R-hat 1.0099, bulk ESS 325" in _convergence_note(row)
 
 
 def test_a_store_of_another_format_is_refused_naming_its_version(small_study, tmp_path):
