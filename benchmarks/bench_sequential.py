@@ -16,21 +16,22 @@ Each size runs in its own subprocess so that memory peaks do not mix.
     python benchmarks/bench_sequential.py --quick    # smoke run (seconds)
 
 ``--estimators`` runs another table instead, the estimators end to end (kernel, normalisation,
-engine, results), both in this process: ``RVR(kernel="rbf", gamma=1/9)`` against
+engine, results): ``RVR(kernel="rbf", gamma=1/9)`` against
 ``fastrvm.RVR(kernel="rbf", gamma=1/9, fit_intercept=True)`` (the same model: an rbf column per
 training point and a bias) on ``make_sinc(N, noise=0.1, random=True, random_state=0)`` at each
-``--est-sizes`` N, as ``benchmarks/speed_check.py`` measures them: BLAS on one thread, CPU
-seconds of the process (every thread counted, so that other work on a shared machine moves them
-less than wall time), in ``--pairs`` interleaved pairs of samples (ours then fastrvm, then the
-other way round; a sample is the mean of enough fits to last ~0.1 s), the median of each and the
-median of the pairs' ratios. Then, at each of those N, both in a fresh process without thread
-limits, as a user's fits run (the kernel's threads as they come: see
-``bayes_rvm.basis.blocks.PARALLEL_MIN_ENTRIES``), median wall and CPU seconds per fit. Then both
-alone at ``--est-big`` rows, each in a subprocess of its
-own and on the process's threads, as a user's fit runs: CPU seconds (and the part of them spent
-in the system, mostly the first touch of the design's fresh pages), wall seconds and peak
-resident memory (fastrvm's N x N kernel and its copies: it is skipped where they would not fit in
-the memory available). Each row also gives the CPU time of the engine's shared-precision check
+``--est-sizes`` N. Each estimator fits in a process of its own, as a user's fits run: sharing one
+process, each one's allocations moved the other's page faults (fastrvm took 15.8 ms a fit at
+N = 1000 alone and 20 ms between our fits). BLAS on one thread, CPU seconds of the process (every
+thread counted, so that other work on a shared machine moves them less than wall time), in
+``--pairs`` interleaved pairs of samples (ours then fastrvm, then the other way round; a sample
+is the mean of enough fits to last ~0.1 s), the median of each and the median of the pairs'
+ratios. Then, at each of those N, each alone in a fresh process without thread limits (the
+kernel's threads as they come: see ``bayes_rvm.basis.blocks.PARALLEL_MIN_ENTRIES``), median
+wall and CPU seconds per fit. Then both alone at ``--est-big`` rows, each in a subprocess of
+its own and on the process's threads: CPU seconds (and the part of them spent in the system,
+mostly the first touch of the design's fresh pages), wall seconds and peak resident memory
+(fastrvm's N x N kernel and its copies: it is skipped where they would not fit in the memory
+available). Each row also gives the CPU time of the engine's shared-precision check
 (``restart_from_shared_bound``) and of the design (kernel and column normalisation) within our
 fit; the load average of the machine is printed before and after.
 
@@ -293,29 +294,74 @@ def estimator_worker(n: int, which: str) -> dict:
     }
 
 
-def user_process_worker(n: int) -> dict:
-    """Both estimators on ``make_sinc(n)`` in a process without thread limits, as a user's
-    (numba's and BLAS's threads as they come): median wall and CPU seconds per fit of each."""
+def user_process_worker(n: int, which: str) -> dict:
+    """``which`` alone on ``make_sinc(n)`` in a process without thread limits, as a user's
+    (numba's and BLAS's threads as they come): median wall and CPU seconds per fit."""
     import statistics
 
-    fits = _estimator_fits()
+    fit = _estimator_fits()[which]
     X, y = _sinc(n)
-    for fit in fits.values():
-        fit(X, y)
+    fit(X, y)
     t0 = time.perf_counter()
-    fits["ours"](X, y)
+    fit(X, y)
     repeat = max(1, int(0.1 / max(time.perf_counter() - t0, 1e-3)))
-    out = {}
-    for name, fit in fits.items():
-        wall, cpu = [], []
-        for _ in range(7):
-            t0, c0 = time.perf_counter(), _cpu()
+    wall, cpu = [], []
+    for _ in range(7):
+        t0, c0 = time.perf_counter(), _cpu()
+        for _ in range(repeat):
+            fit(X, y)
+        wall.append((time.perf_counter() - t0) / repeat)
+        cpu.append((_cpu() - c0) / repeat)
+    return {"wall": statistics.median(wall), "cpu": statistics.median(cpu)}
+
+
+def sampler_worker(n: int, which: str) -> None:
+    """Fit ``which`` on ``make_sinc(n)`` with one BLAS thread, a sample per line read.
+
+    Prints the fits per sample (enough to last ~0.1 s) once warmed up, then answers each
+    non-empty line of its input with one sample (CPU, user CPU and wall seconds per fit), and
+    an empty line with the fit's relevance vectors and, for ours, the median CPU seconds of the
+    shared-precision check and the mean of the design per fit.
+    """
+    import statistics
+
+    from threadpoolctl import threadpool_limits
+
+    fit = _estimator_fits()[which]
+    X, y = _sinc(n)
+    guard = _guard_timer() if which == "ours" else []
+    design = _design_timer() if which == "ours" else []
+    with threadpool_limits(1):  # one core, so that CPU time is the work done
+        model = fit(X, y)  # imports, compiled kernels and lazily built tables
+        t0 = time.perf_counter()
+        fit(X, y)
+        repeat = max(1, int(0.1 / max(time.perf_counter() - t0, 1e-3)))
+        guard.clear()
+        design.clear()
+        print(json.dumps({"repeat": repeat}), flush=True)
+        n_fits = 0
+        for line in sys.stdin:
+            if not line.strip():
+                break
+            t0, c0, s0 = time.perf_counter(), _cpu(), _system()
             for _ in range(repeat):
                 fit(X, y)
-            wall.append((time.perf_counter() - t0) / repeat)
-            cpu.append((_cpu() - c0) / repeat)
-        out[name] = (statistics.median(wall), statistics.median(cpu))
-    return out
+            cpu = (_cpu() - c0) / repeat
+            system = (_system() - s0) / repeat
+            n_fits += repeat
+            sample = {"cpu": cpu, "user": cpu - system, "wall": (time.perf_counter() - t0) / repeat}
+            print(json.dumps(sample), flush=True)
+    n_rv = model.n_relevance_vectors_ if which == "ours" else model.n_relevance_
+    print(
+        json.dumps(
+            {
+                "n_rv": int(n_rv),
+                "guard": statistics.median(guard) if guard else float("nan"),
+                "design": sum(design) / max(n_fits, 1) if design else float("nan"),
+            }
+        ),
+        flush=True,
+    )
 
 
 def _big_fit(n: int, which: str) -> dict | None:
@@ -342,15 +388,10 @@ def _big_fit(n: int, which: str) -> dict | None:
 
 
 def estimator_table(sizes, pairs: int, big_n: int) -> None:
-    """Our estimator against fastrvm's, interleaved in one process (see the module docstring)."""
+    """Our estimator against fastrvm's, each in a process of its own (see the module docstring)."""
     import statistics
 
-    from threadpoolctl import threadpool_limits
-
     print(f"load average before: {_load()}")
-    fits = _estimator_fits()
-    guard = _guard_timer()
-    design = _design_timer()
     head = (
         f"{'N':>6} {'ours CPU s':>11} {'fastrvm CPU s':>13} {'ratio':>6} {'pair ratio':>10} "
         f"{'user ratio':>10} {'ours wall s':>11} {'guard ms':>9} {'design ms':>10} "
@@ -358,63 +399,74 @@ def estimator_table(sizes, pairs: int, big_n: int) -> None:
     )
     print(head)
     print("-" * len(head))
-    with threadpool_limits(1):  # one core each, so that CPU time is the work done
-        for n in sizes:
-            X, y = _sinc(n)
-            models = {name: fit(X, y) for name, fit in fits.items()}  # warm-up
-            t0 = time.perf_counter()
-            fits["ours"](X, y)
-            repeat = max(1, int(0.1 / max(time.perf_counter() - t0, 1e-3)))
-            cpu: dict[str, list[float]] = {name: [] for name in fits}
-            wall: dict[str, list[float]] = {name: [] for name in fits}
-            user: dict[str, list[float]] = {name: [] for name in fits}
-            guard.clear()
-            design.clear()
-            for i in range(pairs):
-                for name in ("ours", "fastrvm") if i % 2 == 0 else ("fastrvm", "ours"):
-                    t0, c0, s0 = time.perf_counter(), _cpu(), _system()
-                    for _ in range(repeat):
-                        fits[name](X, y)
-                    wall[name].append((time.perf_counter() - t0) / repeat)
-                    cpu[name].append((_cpu() - c0) / repeat)
-                    user[name].append(cpu[name][-1] - (_system() - s0) / repeat)
-            ours, fast = statistics.median(cpu["ours"]), statistics.median(cpu["fastrvm"])
-            pair = statistics.median(
-                a / b for a, b in zip(cpu["ours"], cpu["fastrvm"], strict=True)
-            )
-            user_ratio = statistics.median(user["ours"]) / statistics.median(user["fastrvm"])
-            n_fits = pairs * repeat
-            print(
-                f"{n:>6} {ours:>11.4f} {fast:>13.4f} {ours / fast:>6.2f} {pair:>10.2f} "
-                f"{user_ratio:>10.2f} {statistics.median(wall['ours']):>11.4f} "
-                f"{1e3 * statistics.median(guard):>9.1f} {1e3 * sum(design) / n_fits:>10.1f} "
-                f"{models['ours'].n_relevance_vectors_:>8} {models['fastrvm'].n_relevance_:>11}",
-                flush=True,
-            )
-    print(
-        f"CPU seconds per fit, median of {pairs} interleaved samples; ratio = ours / fastrvm of "
-        "the medians, pair ratio = median of the samples' ratios, user ratio = the ratio of "
-        "the medians without system time (fastrvm's first touch of fresh pages at every fit, "
-        "which moves with the machine); guard = the engine's shared-precision check, design = "
-        "kernel design and column normalisation (CPU per fit)"
-    )
+    names = ("ours", "fastrvm")
     for n in sizes:
-        proc = subprocess.run(
-            [sys.executable, __file__, "--user-process", str(n)], capture_output=True, text=True
+        procs = {
+            name: subprocess.Popen(
+                [sys.executable, __file__, "--sampler", str(n), name],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            for name in names
+        }
+        for proc in procs.values():
+            json.loads(proc.stdout.readline())  # warmed up
+        samples: dict[str, list[dict]] = {name: [] for name in names}
+        for i in range(pairs):
+            for name in names if i % 2 == 0 else names[::-1]:
+                procs[name].stdin.write("sample\n")
+                procs[name].stdin.flush()
+                samples[name].append(json.loads(procs[name].stdout.readline()))
+        info = {}
+        for name, proc in procs.items():
+            info[name] = json.loads(proc.communicate("\n")[0].strip().splitlines()[-1])
+
+        def median(name, key, samples=samples):
+            return statistics.median(s[key] for s in samples[name])
+
+        ours, fast = median("ours", "cpu"), median("fastrvm", "cpu")
+        pair = statistics.median(
+            a["cpu"] / b["cpu"] for a, b in zip(samples["ours"], samples["fastrvm"], strict=True)
         )
-        if proc.returncode != 0:
-            print(f"  ! the unbounded process at N={n} failed:\n{proc.stderr[-2000:]}")
-            continue
-        got = json.loads(proc.stdout.strip().splitlines()[-1])
-        (w_ours, c_ours), (w_fast, c_fast) = got["ours"], got["fastrvm"]
+        user_ratio = median("ours", "user") / median("fastrvm", "user")
         print(
-            f"N={n} in a process without thread limits (a user's): ours {1e3 * w_ours:.1f} ms "
-            f"wall, {1e3 * c_ours:.1f} ms CPU; fastrvm {1e3 * w_fast:.1f} ms wall, "
-            f"{1e3 * c_fast:.1f} ms CPU; wall ratio {w_ours / w_fast:.2f}",
+            f"{n:>6} {ours:>11.4f} {fast:>13.4f} {ours / fast:>6.2f} {pair:>10.2f} "
+            f"{user_ratio:>10.2f} {median('ours', 'wall'):>11.4f} "
+            f"{1e3 * info['ours']['guard']:>9.1f} {1e3 * info['ours']['design']:>10.1f} "
+            f"{info['ours']['n_rv']:>8} {info['fastrvm']['n_rv']:>11}",
             flush=True,
         )
+    print(
+        f"CPU seconds per fit, median of {pairs} interleaved samples, each estimator in a process "
+        "of its own; ratio = ours / fastrvm of the medians, pair ratio = median of the samples' "
+        "ratios, user ratio = the ratio of the medians without system time (fastrvm's first "
+        "touch of fresh pages at every fit); guard = the engine's shared-precision check, "
+        "design = kernel design and column normalisation (CPU per fit)"
+    )
+    for n in sizes:
+        got = {}
+        for which in names:
+            proc = subprocess.run(
+                [sys.executable, __file__, "--user-process", str(n), which],
+                capture_output=True,
+                text=True,
+            )
+            if proc.returncode != 0:
+                print(f"  ! {which} at N={n} alone failed:\n{proc.stderr[-2000:]}")
+                break
+            got[which] = json.loads(proc.stdout.strip().splitlines()[-1])
+        else:
+            ours, fast = got["ours"], got["fastrvm"]
+            print(
+                f"N={n}, each alone in a process without thread limits (a user's): ours "
+                f"{1e3 * ours['wall']:.1f} ms wall, {1e3 * ours['cpu']:.1f} ms CPU; fastrvm "
+                f"{1e3 * fast['wall']:.1f} ms wall, {1e3 * fast['cpu']:.1f} ms CPU; wall ratio "
+                f"{ours['wall'] / fast['wall']:.2f}",
+                flush=True,
+            )
     if big_n > 0:
-        for which in ("ours", "fastrvm"):
+        for which in names:
             r = _big_fit(big_n, which)
             if r is not None:
                 print(
@@ -507,13 +559,19 @@ def main(argv=None) -> None:
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--pairs", type=int, default=7, help="interleaved pairs (--estimators)")
     ap.add_argument("--estimator-worker", nargs=2, help=argparse.SUPPRESS)
-    ap.add_argument("--user-process", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--user-process", nargs=2, help=argparse.SUPPRESS)
+    ap.add_argument("--sampler", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
         print(json.dumps(worker(json.loads(args.worker))))
         return
     if args.user_process:
-        print(json.dumps(user_process_worker(args.user_process)))
+        n, which = args.user_process
+        print(json.dumps(user_process_worker(int(n), which)))
+        return
+    if args.sampler:
+        n, which = args.sampler
+        sampler_worker(int(n), which)
         return
     if args.estimator_worker:
         n, which = args.estimator_worker

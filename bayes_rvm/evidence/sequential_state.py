@@ -155,6 +155,15 @@ class SequentialState:
         # Two algebraically equal forms; each loses precision where alpha Sigma_ii nears the
         # other end of [0, 1], so take the well-conditioned one.
         prior_side = al * sd > 0.5
+        if not prior_side.any():  # the usual case: every weight well determined by the data
+            s = inv_sd - al
+            if self.D == 1:
+                q = self.mu[:, 0] * inv_sd
+                q2 = q * q
+            else:
+                q = self.mu * inv_sd[:, None]
+                q2 = np.einsum("ij,ij->i", q, q)
+            return np.maximum(s, 0.0, out=s), q2
         ratio = np.where(prior_side, al / (al - S), inv_sd)
         s = np.where(prior_side, S * ratio, inv_sd - al)
         if self.D == 1:
