@@ -52,6 +52,7 @@ import inspect
 import math
 import os
 import pickle
+import re
 import subprocess
 import sys
 import tempfile
@@ -293,13 +294,25 @@ def rvc_compare(out):
         _record(out, "compare", compare({"sequential": a, "mackay": b}))
 
 
+def _record_search(out, model):
+    """The search's widths and scores (split scores as one array in either layout of
+    ``cv_results_``: ``split_test_scores``, or scikit-learn's ``split<k>_test_score``)."""
+    results = model.cv_results_
+    for key in ("length_scale", "mean_test_score", "std_test_score"):
+        _record(out, f"cv_results_.{key}", results[key])
+    splits = results.get("split_test_scores")
+    if splits is None:
+        n = sum(1 for k in results if re.fullmatch(r"split\d+_test_score", k))
+        splits = np.column_stack([results[f"split{k}_test_score"] for k in range(n)])
+    _record(out, "cv_results_.split_test_scores", splits)
+
+
 def rvr_cv(out):
     from bayes_rvm import RVRCV
 
     model = RVRCV(cv=3, random_state=0).fit(D["X"], D["y"])
     _regression(out, model)
-    for key in ("length_scale", "mean_test_score", "std_test_score", "split_test_scores"):
-        _record(out, f"cv_results_.{key}", model.cv_results_[key])
+    _record_search(out, model)
     _record(out, "best_score_", model.best_score_)
 
 
@@ -308,8 +321,7 @@ def rvc_cv(out):
 
     model = RVCCV(widths=[0.5, 1.0, 2.0], cv=3, random_state=0).fit(D["Z"], D["t"])
     _classification(out, model, D["Zt"])
-    for key in ("length_scale", "mean_test_score", "std_test_score", "split_test_scores"):
-        _record(out, f"cv_results_.{key}", model.cv_results_[key])
+    _record_search(out, model)
 
 
 SAVED = {  # file name -> (what to fit, how to predict)

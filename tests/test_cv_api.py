@@ -47,6 +47,74 @@ def test_rvrcv_predicts_as_the_plain_estimator_at_its_width():
     assert "posterior_predictive" in cv.idata_.children
     assert cv.model_ is cv.estimator_.model_
     assert cv.score(X, y) == pytest.approx(plain.score(X, y))
+    np.testing.assert_allclose(cv.refit_loo().elpd_i, plain.refit_loo().elpd_i, rtol=1e-10)
+
+
+def test_rvrcv_searches_as_grid_search_with_a_splitter_and_groups():
+    """Independent truth: scikit-learn's GridSearchCV over RVR's gamma with the same splitter
+    and groups: the same table (a pandas DataFrame, a row per width), ranks and best width."""
+    import pandas as pd
+    from sklearn.model_selection import GridSearchCV, GroupKFold
+
+    X, y = make_sinc(60, noise=0.1, random_state=0, shuffle=False)
+    groups = np.arange(60) // 10
+    widths = [4.0, 1.5, 0.5]
+    cv = RVRCV(widths=widths, cv=GroupKFold(3), warm_start=False).fit(X, y, groups=groups)
+    gs = GridSearchCV(
+        RVR(),
+        {"gamma": [1.0 / w**2 for w in widths]},
+        cv=GroupKFold(3),
+        scoring="neg_mean_squared_error",
+    ).fit(X, y, groups=groups)
+    table = pd.DataFrame(cv.cv_results_)
+    assert table.shape[0] == 3 and cv.n_splits_ == 3
+    for key in ("split0_test_score", "split1_test_score", "split2_test_score"):
+        np.testing.assert_allclose(table[key], gs.cv_results_[key], rtol=1e-6)
+    for key in ("mean_test_score", "std_test_score"):
+        np.testing.assert_allclose(table[key], gs.cv_results_[key], rtol=1e-6)
+    np.testing.assert_array_equal(table["rank_test_score"], gs.cv_results_["rank_test_score"])
+    np.testing.assert_allclose(table["param_gamma"], gs.cv_results_["param_gamma"].astype(float))
+    assert cv.best_index_ == gs.best_index_
+    assert cv.best_params_ == {"gamma": pytest.approx(gs.best_params_["gamma"])}
+    assert cv.best_params_ == cv.cv_results_["params"][cv.best_index_]
+    assert cv.estimator_.gamma == cv.best_params_["gamma"]
+
+
+def test_rvrcv_explicit_splits_index_the_users_rows_repeats_fitted_once():
+    """Explicit (train, test) splits index the rows as given; a repeated row is fitted once, so
+    the split scores the RVR fitted on its distinct training rows over its distinct test rows."""
+    X, y = make_sinc(40, noise=0.1, random_state=0, shuffle=False)
+    Xd, yd = np.vstack([X, X[:1]]), np.r_[y, y[:1]]  # row 40 repeats row 0
+    split = (np.arange(30), np.r_[np.arange(30, 40), 40])
+    with pytest.warns(UserWarning, match="1 of the 41 training rows repeat"):
+        cv = RVRCV(widths=[2.0], cv=[split]).fit(Xd, yd)
+    plain = RVR(gamma=0.25).fit(X[:30], y[:30])
+    want = -np.mean((plain.predict(X[30:]) - y[30:]) ** 2)
+    assert cv.n_splits_ == 1
+    assert cv.cv_results_["split0_test_score"][0] == pytest.approx(want, rel=1e-6)
+    with pytest.raises(ValueError, match="split 0 has 1 training"):
+        RVRCV(widths=[2.0], cv=[(np.arange(1), np.arange(1, 40))]).fit(X, y)
+    with pytest.raises(ValueError, match="outside the 40"):
+        RVRCV(widths=[2.0], cv=[(np.arange(30), np.arange(30, 41))]).fit(X, y)
+
+
+def test_rvccv_takes_a_splitter_with_groups_as_its_explicit_splits():
+    from sklearn.model_selection import GroupKFold
+
+    X, y = make_sinc(60, noise=0.1, random_state=0, shuffle=False)
+    labels, groups = y > 0.2, np.arange(60) % 4
+    by_splitter = RVCCV(widths=WIDTHS, cv=GroupKFold(4)).fit(X, labels, groups=groups)
+    splits = list(GroupKFold(4).split(X, labels, groups))
+    explicit = RVCCV(widths=WIDTHS, cv=splits).fit(X, labels)
+    assert by_splitter.n_splits_ == explicit.n_splits_ == 4
+    for key in ("mean_test_score", *(f"split{k}_test_score" for k in range(4))):
+        np.testing.assert_array_equal(by_splitter.cv_results_[key], explicit.cv_results_[key])
+    # Each split's score is the accuracy of the latent mean's class on its test rows.
+    tr, te = splits[0]
+    plain = RVC(gamma=1.0 / WIDTHS[0] ** 2, moderated="probit").fit(X[tr], labels[tr])
+    assert explicit.cv_results_["split0_test_score"][0] == pytest.approx(
+        np.mean(plain.predict(X[te]) == labels[te])
+    )
 
 
 def test_rvccv_predicts_as_the_plain_estimator_at_its_width():
@@ -117,7 +185,8 @@ def test_rvrcv_scores_each_likelihood_as_a_loop_of_plain_fits(likelihood, extra)
         for f, (tr, te) in enumerate(folds):
             plain = RVR(gamma=1.0 / r**2, likelihood=likelihood, **extra).fit(X[tr], y[tr])
             want[i, f] = -metric(y[te], plain.predict(X[te]))
-    np.testing.assert_allclose(cv.cv_results_["split_test_scores"], want, rtol=1e-6)
+    got = np.column_stack([cv.cv_results_[f"split{f}_test_score"] for f in range(3)])
+    np.testing.assert_allclose(got, want, rtol=1e-6)
     assert cv.scoring_ == (
         "neg_mean_poisson_deviance" if likelihood == "poisson" else "neg_mean_squared_error"
     )

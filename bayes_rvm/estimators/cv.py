@@ -21,16 +21,17 @@ import time
 from numbers import Integral
 
 import numpy as np
+from scipy.stats import rankdata
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, _fit_context
-from sklearn.model_selection import KFold, StratifiedKFold
-from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.model_selection import KFold, StratifiedKFold, check_cv
+from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.validation import check_is_fitted
 
 from bayes_rvm.basis.kernels import WIDTH_KERNELS, KernelBasis, stationary_kernel
 from bayes_rvm.estimators.base import ParamGroup, resolve_group, training_data
 from bayes_rvm.estimators.classifier import RVC, one_vs_rest
 from bayes_rvm.estimators.persistence import Fail, SavedStateMixin
-from bayes_rvm.estimators.regressor import RVR, drop_duplicate_rows
+from bayes_rvm.estimators.regressor import RVR, rows_to_fit
 from bayes_rvm.evidence import Problem, default_width_grid, fit_problem
 from bayes_rvm.threads import one_blas_thread
 
@@ -46,7 +47,7 @@ def _constraints(template: type, names: tuple[str, ...]) -> dict:
     """
     return {
         "widths": ["array-like", None],
-        "cv": [Interval(Integral, 2, None, closed="left")],
+        "cv": ["cv_object"],
         **{name: template._parameter_constraints[name] for name in names},
     }
 
@@ -78,14 +79,48 @@ class _WidthCV(SavedStateMixin, BaseEstimator):
                 f"{type(self).__name__} chooses the width of the kernels {WIDTH_KERNELS}; got "
                 f"kernel={self.kernel!r}."
             )
-        if not isinstance(self.cv, Integral) or isinstance(self.cv, bool) or self.cv < 2:
-            raise ValueError(f"cv must be an integer >= 2 (the number of folds), got {self.cv!r}.")
+        if isinstance(self.cv, bool) or (isinstance(self.cv, Integral) and self.cv < 2):
+            raise ValueError(
+                f"cv must be an integer >= 2 (the number of folds), a scikit-learn splitter or "
+                f"an iterable of (train, test) index arrays; got {self.cv!r}."
+            )
         if self.widths is None:
             return default_width_grid(X)
         grid = np.asarray(self.widths, dtype=np.float64)
         if grid.ndim != 1 or grid.size < 1 or not np.all(np.isfinite(grid) & (grid > 0)):
             raise ValueError(f"widths must be positive length scales, got {self.widths!r}.")
         return np.sort(grid)[::-1]
+
+    def _splits(self, X, y, groups, *, classifier: bool) -> list:
+        """The (train, test) index pairs of ``cv`` on the rows of ``X``.
+
+        An integer is that many shuffled folds (stratified by class for a classifier) seeded by
+        ``random_state``; a splitter or an iterable of splits is taken as scikit-learn's search
+        CVs take it (:func:`~sklearn.model_selection.check_cv`), ``groups`` passed to its
+        ``split``.
+        """
+        cv = 5 if self.cv is None else self.cv
+        if isinstance(cv, Integral):
+            kind = StratifiedKFold if classifier else KFold
+            cv = kind(cv, shuffle=True, random_state=self.random_state)
+        else:
+            cv = check_cv(cv, y, classifier=classifier)
+        splits = [
+            (np.asarray(tr, dtype=np.intp), np.asarray(te, dtype=np.intp))
+            for tr, te in cv.split(X, y, groups)
+        ]
+        n = X.shape[0]
+        for k, (tr, te) in enumerate(splits):
+            if tr.size < 2 or te.size < 1:
+                raise ValueError(
+                    f"cv's split {k} has {tr.size} training and {te.size} test rows; each needs "
+                    "at least 2 and 1."
+                )
+            if min(tr.min(), te.min()) < 0 or max(tr.max(), te.max()) >= n:
+                raise ValueError(f"cv's split {k} indexes rows outside the {n} of X.")
+        if not splits:
+            raise ValueError("cv gave no split.")
+        return splits
 
     def _estimator(self, **extra):
         own = ("widths", "cv", "warm_start")
@@ -116,32 +151,59 @@ class _WidthCV(SavedStateMixin, BaseEstimator):
                 warm[f] = fit if getattr(self, "warm_start", False) else None
                 pred = fold_predict(problem, fit, K[np.ix_(te, cols)] / problem.norms)
                 scores[i, f] = fold_score(pred, target[te])
-        mean = scores.mean(axis=1)
-        best = int(np.argmax(mean))
-        self.cv_results_ = {
-            "length_scale": grid,
-            "mean_test_score": mean,
-            "std_test_score": scores.std(axis=1),
-            "split_test_scores": scores,
-        }
-        self.best_score_ = float(mean[best])
-        self.estimator_ = self._estimator(gamma=float(width.gamma(grid[best])))
+        self._set_results(grid, scores)
+        self.estimator_ = self._estimator(**self.best_params_)
         self.estimator_.fit(X, self._refit_target)
-        self.length_scale_ = float(grid[best])
         self.gamma_ = self.estimator_.gamma_
         self.n_features_in_ = self.estimator_.n_features_in_
         self.selection_time_ = time.perf_counter() - start
+
+    def _set_results(self, grid: np.ndarray, scores: np.ndarray) -> None:
+        """``cv_results_`` as scikit-learn's search CVs lay it out (one entry per width, so that
+        ``pandas.DataFrame(cv_results_)`` is a table), and the best width's index, parameters
+        and score, from the widths and their scores (widths x splits)."""
+        width = stationary_kernel(self.kernel)
+        gammas = np.array([float(width.gamma(ls)) for ls in grid])
+        mean = scores.mean(axis=1)
+        self.cv_results_ = {
+            "params": [{"gamma": float(g)} for g in gammas],
+            "param_gamma": gammas,
+            "length_scale": np.asarray(grid, dtype=np.float64),
+            **{f"split{k}_test_score": scores[:, k] for k in range(scores.shape[1])},
+            "mean_test_score": mean,
+            "std_test_score": scores.std(axis=1),
+            "rank_test_score": rankdata(-mean, method="min").astype(np.int32),
+        }
+        self.best_index_ = int(np.argmax(mean))
+        self.best_params_ = dict(self.cv_results_["params"][self.best_index_])
+        self.best_score_ = float(mean[self.best_index_])
+        self.length_scale_ = float(grid[self.best_index_])
+        self.n_splits_ = int(scores.shape[1])
+
+    def _split_scores(self) -> np.ndarray:
+        """The scores of ``cv_results_``, widths x splits."""
+        return np.column_stack(
+            [self.cv_results_[f"split{k}_test_score"] for k in range(self.n_splits_)]
+        )
 
     def _persisted_state(self) -> dict:
         """What :mod:`bayes_rvm.io` stores: the refitted estimator's state and the search's."""
         check_is_fitted(self, "estimator_")
         state = self.estimator_._persisted_state()
+        results = self.cv_results_
         search = {
             "gamma": self.estimator_.gamma,
             "length_scale": self.length_scale_,
             "best_score": self.best_score_,
             "selection_time": self.selection_time_,
-            "cv_results": {k: v.tolist() for k, v in self.cv_results_.items()},
+            # The widths and their scores, from which the rest of cv_results_ follows (the
+            # layout of earlier files).
+            "cv_results": {
+                "length_scale": results["length_scale"].tolist(),
+                "mean_test_score": results["mean_test_score"].tolist(),
+                "std_test_score": results["std_test_score"].tolist(),
+                "split_test_scores": self._split_scores().tolist(),
+            },
         }
         return {**state, "extras": {**state["extras"], "cv": search}}
 
@@ -154,11 +216,11 @@ class _WidthCV(SavedStateMixin, BaseEstimator):
         search = state["extras"]["cv"]
         self.estimator_ = self._estimator(gamma=search["gamma"])
         self.estimator_._restore_state(state)
-        self.cv_results_ = {
-            k: np.asarray(v, dtype=np.float64) for k, v in search["cv_results"].items()
-        }
-        self.best_score_ = search["best_score"]
-        self.length_scale_ = search["length_scale"]
+        results = search["cv_results"]
+        self._set_results(
+            np.asarray(results["length_scale"], dtype=np.float64),
+            np.asarray(results["split_test_scores"], dtype=np.float64),
+        )
         self.selection_time_ = search["selection_time"]
         self.gamma_ = self.estimator_.gamma_
         self.n_features_in_ = self.estimator_.n_features_in_
@@ -187,6 +249,11 @@ class _WidthCV(SavedStateMixin, BaseEstimator):
         return self.estimator_
 
     # What the plain estimator offers, delegated to the refit, as scikit-learn's search CVs do.
+    def refit_loo(self, n_folds: int | None = None, random_state=None):
+        """The refitted estimator's :meth:`refit_loo` (leave-one-out of the type-II fit at the
+        chosen width; the width is not re-chosen per refit)."""
+        return self._refitted().refit_loo(n_folds=n_folds, random_state=random_state)
+
     def make_model(self, **kwargs):
         """The refitted estimator's :meth:`make_model` (its PyMC model, in the user's units)."""
         return self._refitted().make_model(**kwargs)
@@ -221,8 +288,10 @@ class RVRCV(RegressorMixin, _WidthCV):
         Length scales ``r`` to try (``gamma = 1/r^2`` for rbf, ``1/r`` for laplacian); default
         :func:`bayes_rvm.evidence.width.default_width_grid` (7 widths from 4 to 1/16 times the
         median distance between inputs).
-    cv : int, default=5
-        Number of folds, shuffled with ``random_state``.
+    cv : int, scikit-learn splitter or iterable of (train, test) index arrays, default=5
+        An integer is that many folds (None: 5), shuffled with ``random_state``; a splitter
+        (``GroupKFold``, ``TimeSeriesSplit``, ...) or explicit splits are used as scikit-learn's
+        search CVs use them, ``groups`` given to :meth:`fit`.
     warm_start : bool, default=True
         Start each fold's engine from its fit at the previous (wider) width. Faster; the engine
         may then stop at a slightly different local optimum of the alphas than a cold start
@@ -252,10 +321,18 @@ class RVRCV(RegressorMixin, _WidthCV):
     length_scale_, gamma_ : float
         The chosen width.
     cv_results_ : dict
-        ``length_scale``, ``mean_test_score``, ``std_test_score`` and ``split_test_scores``
-        (widths x folds).
+        One entry per width, laid out as in scikit-learn's search CVs (``pandas.DataFrame``
+        makes it a table): ``params`` (``{"gamma": ...}``), ``param_gamma``, ``length_scale``,
+        ``split0_test_score``, ``split1_test_score``, ..., ``mean_test_score``,
+        ``std_test_score`` and ``rank_test_score``.
+    best_index_ : int
+        The best width's entry in ``cv_results_``.
+    best_params_ : dict
+        ``{"gamma": gamma_}``: the parameter of the refitted estimator.
     best_score_ : float
         The best mean test score.
+    n_splits_ : int
+        The number of splits.
     scoring_ : {"neg_mean_squared_error", "neg_mean_poisson_deviance"}
         The score of ``cv_results_``, scikit-learn's name for it.
     selection_time_ : float
@@ -348,30 +425,62 @@ class RVRCV(RegressorMixin, _WidthCV):
 
     @_fit_context(prefer_skip_nested_validation=True)
     @one_blas_thread
-    def fit(self, X, y) -> RVRCV:
-        """Choose the width by cross-validation, then fit on all the data."""
+    def fit(self, X, y, groups=None) -> RVRCV:
+        """Choose the width by cross-validation, then fit on all the data.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,) or (n_samples, n_outputs)
+        groups : array-like of shape (n_samples,), optional
+            Group labels for a splitter that takes them (``GroupKFold``), as in scikit-learn's
+            search CVs.
+
+        Returns
+        -------
+        self : RVRCV
+        """
         X, y = training_data(self, X, y, regression=True, min_samples=4)
         template = self._estimator()
         # RVR's own refusals, before any fold: counts, and what each likelihood cannot take.
         y = template._check_targets(y)
         likelihood = template._likelihood()
-        if template._cfg.noise_variance is None and likelihood.estimates_noise:
-            # As RVR does; here a row's copies would also sit in a fold's training and test rows.
-            X, y = drop_duplicate_rows(X, y)
         self._check(X)
+        # Repeated rows are fitted once, as RVR does; here a row's copies would also sit in a
+        # fold's training and test rows. An integer cv folds the rows fitted (the search is then
+        # the search on the distinct rows); a splitter's or explicit splits index the user's
+        # rows, each split keeping its distinct ones.
+        dedup = template._cfg.noise_variance is None and likelihood.estimates_noise
+        keep = rows_to_fit(X, y) if dedup else np.arange(X.shape[0])
+        if self.cv is None or isinstance(self.cv, Integral):
+            X, y = X[keep], y[keep]
+            splits = self._splits(X, y, groups, classifier=False)
+        else:
+            splits = _restricted(self._splits(X, y, groups, classifier=False), keep, X.shape[0])
+            X, y = X[keep], y[keep]
         T = y[:, None] if y.ndim == 1 else y
-        folds = KFold(self.cv, shuffle=True, random_state=self.random_state)
         self._refit_target = y
         self._search(
-            X,
-            T,
-            list(folds.split(X)),
-            template._problem,
-            likelihood.fold_prediction,
-            likelihood.fold_score,
+            X, T, splits, template._problem, likelihood.fold_prediction, likelihood.fold_score
         )
         del self._refit_target
         return self
+
+
+def _restricted(splits: list, keep: np.ndarray, n_rows: int) -> list:
+    """``splits`` of ``n_rows`` rows on the rows ``keep`` (renumbered), each split checked."""
+    where = np.full(n_rows, -1, dtype=np.intp)
+    where[keep] = np.arange(keep.size)
+    out = []
+    for k, (tr, te) in enumerate(splits):
+        tr, te = where[tr][where[tr] >= 0], where[te][where[te] >= 0]
+        if tr.size < 2 or te.size < 1:
+            raise ValueError(
+                f"cv's split {k} keeps {tr.size} training and {te.size} test rows once repeated "
+                "rows are fitted once; each needs at least 2 and 1."
+            )
+        out.append((tr, te))
+    return out
 
 
 class RVCCV(ClassifierMixin, _WidthCV):
@@ -385,7 +494,8 @@ class RVCCV(ClassifierMixin, _WidthCV):
     Parameters
     ----------
     widths, cv, kernel, random_state
-        As in :class:`RVRCV` (the Laplace engines take no warm start).
+        As in :class:`RVRCV` (the Laplace engines take no warm start); an integer ``cv`` is
+        that many stratified folds.
     bias, prior, solver, multi_class, max_iter, tol
         As in :class:`~bayes_rvm.RVC`.
     prior_params : dict, optional
@@ -397,8 +507,10 @@ class RVCCV(ClassifierMixin, _WidthCV):
         Refitted on all the data at the chosen width (its fitted attributes are reachable on this
         object too).
     classes_ : ndarray
-    length_scale_, gamma_, cv_results_, best_score_, selection_time_
+    length_scale_, gamma_, cv_results_, best_index_, best_params_, best_score_
         As in :class:`RVRCV` (scores are accuracies).
+    n_splits_, selection_time_
+        As in :class:`RVRCV`.
     """
 
     _template = RVC
@@ -450,14 +562,27 @@ class RVCCV(ClassifierMixin, _WidthCV):
 
     @_fit_context(prefer_skip_nested_validation=True)
     @one_blas_thread
-    def fit(self, X, y) -> RVCCV:
-        """Choose the width by cross-validation, then fit on all the data."""
+    def fit(self, X, y, groups=None) -> RVCCV:
+        """Choose the width by cross-validation, then fit on all the data.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,)
+        groups : array-like of shape (n_samples,), optional
+            Group labels for a splitter that takes them (``StratifiedGroupKFold``), as in
+            scikit-learn's search CVs.
+
+        Returns
+        -------
+        self : RVCCV
+        """
         X, y = training_data(self, X, y, regression=False, min_samples=4)
         self._check(X)
         classes, yi = np.unique(y, return_inverse=True)
         if classes.size < 2:
             raise ValueError("RVCCV needs samples of at least two classes.")
-        folds = StratifiedKFold(self.cv, shuffle=True, random_state=self.random_state)
+        splits = self._splits(X, yi, groups, classifier=True)
         ovr = one_vs_rest(self.multi_class, X.shape[0], classes.size)
 
         def fold_problem(Phi, yf):
@@ -472,7 +597,7 @@ class RVCCV(ClassifierMixin, _WidthCV):
             return float(np.mean(pred == yte))
 
         self._refit_target = y
-        self._search(X, yi, list(folds.split(X, yi)), fold_problem, fold_predict, fold_score)
+        self._search(X, yi, splits, fold_problem, fold_predict, fold_score)
         del self._refit_target
         self.classes_ = self.estimator_.classes_
         return self

@@ -72,7 +72,7 @@ from bayes_rvm.models.priors import Prior, as_prior, default_alpha_prior
 from bayes_rvm.posterior.predictors import regression_predictor
 from bayes_rvm.threads import one_blas_thread
 
-__all__ = ["RVR", "distinct_rows", "drop_duplicate_rows"]
+__all__ = ["RVR", "distinct_rows", "rows_to_fit"]
 
 
 def distinct_rows(X: np.ndarray, T: np.ndarray) -> np.ndarray:
@@ -98,8 +98,9 @@ def distinct_rows(X: np.ndarray, T: np.ndarray) -> np.ndarray:
     return np.sort(first)
 
 
-def drop_duplicate_rows(X: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``X`` and ``y`` with each group of identical rows kept once, with a warning if any.
+def rows_to_fit(X: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Indices of the rows to fit: the first of each group of identical rows, with a warning if
+    any repeats another.
 
     For the regressors whose noise is estimated: with rows that repeat others exactly, the
     evidence (and the posterior density) grows without bound as the noise goes to 0 wherever the
@@ -115,7 +116,7 @@ def drop_duplicate_rows(X: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.nd
             f"relevance_ indexes basis_.centres_, the {keep.size} distinct inputs. If they are "
             "repeated measurements, give likelihood_params={'noise_variance': ...}."
         )
-    return X[keep], y[keep]
+    return keep
 
 
 def warn_if_interpolating(problem: Problem, fit: EvidenceFit) -> None:
@@ -582,7 +583,8 @@ array-like or Prior, default="evidence_shared"
         if not self._likelihood().estimates_noise:  # repeated rows: repeated counts
             return X, y
         if self._cfg.noise_variance is None and self.kernel != "precomputed":
-            return drop_duplicate_rows(X, y)
+            keep = rows_to_fit(X, y)
+            return X[keep], y[keep]
         if self._cfg.noise_variance is None and distinct_rows(X, T).size < X.shape[0]:
             # The kernel matrix's columns are the training inputs too: a row dropped here
             # would leave predict's kernel with a column too many.
