@@ -396,11 +396,11 @@ class BaseRVM(BaseEstimator):
         super().set_params(**params)
         self.__dict__.pop("_settings", None)
         self.__dict__.pop("_predictor_obj", None)  # chosen again from the new parameters
-        idata = self.__dict__.get("_idata")
+        idata = self.__dict__.get("_tree_cache")
         if idata is not None and idata.attrs.get("method") == "type2":
             # A type-II tree is drawn from the fit under the parameters (the predictive it
             # describes, the seed): built again on first use. A sampled one is the fit itself.
-            self._idata = None
+            self._tree_cache = None
         return self
 
     def _start_fit(self, sample_kwargs: Mapping | None = None) -> None:
@@ -739,16 +739,16 @@ class BaseRVM(BaseEstimator):
         """
         inputs = "x_train" if self.kernel != "precomputed" else "kernel_matrix"
         self.training_ = dataclasses.replace(training, **{inputs: X})
-        self._idata = None
+        self._tree_cache = None
         self._model = None
         if self.inference == "vi":
-            self._idata = self._fit_variational(self.model_)
+            self._tree_cache = self._fit_variational(self.model_)
         if self.inference == "mcmc":
             init = self._mcmc_initvals(fit_n)
             if self._samples_width():
                 # Start at the evidence width (what the columns' alphas were fitted at).
                 init["gamma_rel"] = np.asarray(self.gamma_ / self.model_["gamma_ref"].get_value())
-            self._idata = self._sample_and_complete(self.model_, init)
+            self._tree_cache = self._sample_and_complete(self.model_, init)
 
     def _mcmc_design(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Training design of the MCMC columns, in the user's units, with the column scale its

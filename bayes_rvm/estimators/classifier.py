@@ -667,12 +667,12 @@ default="evidence_shared"
         :func:`~bayes_rvm.compare` reports instead of PSIS-LOO (which keeps the hyperparameters
         tuned on all the data); building it costs the refits, N up to 50 rows, 10 beyond."""
         check_is_fitted(self, "fit_")
-        if self._idata is None and self.training_.phi_active is None:
+        if self._tree_cache is None and self.training_.phi_active is None:
             raise AttributeError(
                 "idata_ holds the pointwise log-likelihood of every training row, from the "
                 "N x K training design, which a fit on the chunked path (chunk_rows) does not keep."
             )
-        if self._idata is None:
+        if self._tree_cache is None:
             from bayes_rvm.inference import type2_datatree
 
             if isinstance(self.fit_, OneVsRestFit):
@@ -688,7 +688,7 @@ default="evidence_shared"
             predictor, resampled = self._predictor(), None
             if isinstance(predictor, ImportanceClasses):
                 resampled = predictor.resampled(1000, np.random.default_rng(seed))
-            self._idata = self._fingerprinted(
+            self._tree_cache = self._fingerprinted(
                 type2_datatree(
                     local,
                     self.training_.phi_active,
@@ -701,8 +701,10 @@ default="evidence_shared"
                     loo=self._loo_or_none(seed),
                 )
             )
-            self._idata.attrs["weight_draws"] = "laplace" if resampled is None else "importance"
-        return self._idata
+            self._tree_cache.attrs["weight_draws"] = (
+                "laplace" if resampled is None else "importance"
+            )
+        return self._tree_cache
 
     def _loo_or_none(self, seed: int):
         """:meth:`refit_loo` for ``idata_``, or None (with a warning) where it cannot run."""
@@ -814,7 +816,7 @@ default="evidence_shared"
                 "chunked_passes": self.chunked_passes_,
             },
             "arrays": self.training_.to_arrays(),
-            "idata": getattr(self, "_idata", None),
+            "idata": getattr(self, "_tree_cache", None),
         }
 
     def _restore_state(self, state: dict) -> None:
@@ -826,7 +828,7 @@ default="evidence_shared"
         self._set_fitted(state["basis"], fit)
         self.training_ = TrainingData.from_arrays(state.get("arrays"))
         self._set_width(state["basis"], path_from_json(state["extras"].get("width_path")))
-        self._idata = state.get("idata")
+        self._tree_cache = state.get("idata")
         self.chunked_passes_ = state["extras"].get("chunked_passes")
         self._model = None
         self._predictor_obj = None  # chosen again on first use, from the loaded state

@@ -369,7 +369,7 @@ def _slim(estimator):
         return estimator
     slim = copy.copy(estimator)
     slim.training_ = None
-    slim._idata = None
+    slim._tree_cache = None
     return slim
 
 

@@ -824,7 +824,7 @@ array-like or Prior, default="evidence_shared"
         (the Student-t default, or ``solver="mackay"``); N = 1000, 10-fold: about 1 s.
         """
         check_is_fitted(self, "fit_")
-        if self._idata is None:
+        if self._tree_cache is None:
             from bayes_rvm.inference import type2_datatree
 
             self._require_design("idata_")
@@ -832,7 +832,7 @@ array-like or Prior, default="evidence_shared"
             k = self.active_.size
             local = dataclasses.replace(self.fit_, active=np.arange(k), alpha=self.alpha_)
             seed = check_random_state(self.random_state).randint(2**31 - 1)
-            self._idata = self._fingerprinted(
+            self._tree_cache = self._fingerprinted(
                 type2_datatree(
                     local,
                     self.training_.phi_active,
@@ -846,8 +846,10 @@ array-like or Prior, default="evidence_shared"
                     ),
                 )
             )
-            self._idata["posterior"] = self._free_variables(self._idata["posterior"].dataset)
-        return self._idata
+            self._tree_cache["posterior"] = self._free_variables(
+                self._tree_cache["posterior"].dataset
+            )
+        return self._tree_cache
 
     def _free_variables(self, post):
         """The type-II posterior with the free variables of :meth:`make_model`'s graphs.
@@ -972,7 +974,7 @@ array-like or Prior, default="evidence_shared"
                 **self.training_.to_arrays(),
                 **statistics_arrays(getattr(self, "statistics_", None)),
             },
-            "idata": self._idata,
+            "idata": self._tree_cache,
         }
 
     def _restore_state(self, state: dict) -> None:
@@ -980,7 +982,7 @@ array-like or Prior, default="evidence_shared"
         self._set_fitted(state["basis"], state["fit"], single=state["extras"]["single"])
         self._set_width(state["basis"], path_from_json(state["extras"].get("width_path")))
         self.training_ = TrainingData.from_arrays(state["arrays"])
-        self._idata = state.get("idata")
+        self._tree_cache = state.get("idata")
         self._model = None
         # A fit from statistics keeps no training design, but its statistics.
         self._fitted_on_statistics = bool(state["extras"].get("statistics", False))
