@@ -470,6 +470,39 @@ def test_bad_config_files_are_named(tmp_path, text, match):
         read_config(path)
 
 
+@pytest.mark.parametrize(
+    ("target", "model", "match"),
+    [
+        (
+            "kind",
+            "",
+            r"\[models.m\] an RVR fits numeric targets, and the target of datasets.d is "
+            r"text \(first value 'a'\); estimator = \"RVC\"",
+        ),
+        (
+            "y",
+            'estimator = "RVC"\n',
+            r"\[models.m\] an RVC fits class labels, and the target of "
+            r"datasets.d is continuous \(first value 0.25\); estimator = \"RVR\"",
+        ),
+    ],
+)
+def test_a_target_the_model_cannot_fit_is_named_when_the_file_is_read(
+    tmp_path, target, model, match
+):
+    from bayes_rvm.studies.runner import read_config
+
+    rows = "".join(f"{0.1 * i},{0.25 + i},{'ab'[i % 2]}\n" for i in range(8))
+    (tmp_path / "d.csv").write_text("x,y,kind\n" + rows)
+    path = tmp_path / "s.toml"
+    path.write_text(
+        f'[datasets.d]\nsource = "csv"\npath = "d.csv"\ntarget = "{target}"\n'
+        f'features = ["x"]\n[models.m]\n{model}'
+    )
+    with pytest.raises(ValueError, match=match):
+        read_config(path)
+
+
 def test_study_command_writes_table_and_plot(tmp_path, capsys):
     from bayes_rvm.cli import main
     from bayes_rvm.studies.runner import read_config

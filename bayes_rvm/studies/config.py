@@ -397,6 +397,34 @@ def _config_model(path: Path, name: str, spec: dict):
     return model
 
 
+def _check_targets(path: Path, models: dict, datasets: dict) -> None:
+    """Every model fits every data set: a regressor needs numeric targets and a classifier
+    class labels, checked before the first fit."""
+    from sklearn.utils.multiclass import type_of_target
+
+    from bayes_rvm.estimators.classifier import RVC
+
+    for dname, data in datasets.items():
+        y = np.asarray(data[1])
+        kind = type_of_target(y) if y.dtype.kind in "biuf" else "labels"
+        first = np.asarray(y.flat[0]).tolist()  # as the file has it, not np.float64(...)
+        for mname, model in models.items():
+            if isinstance(model, RVC) and kind.startswith("continuous"):
+                raise _config_error(
+                    path,
+                    f"models.{mname}",
+                    f"an RVC fits class labels, and the target of datasets.{dname} is "
+                    f'continuous (first value {first!r}); estimator = "RVR" fits it',
+                )
+            if not isinstance(model, RVC) and kind == "labels":
+                raise _config_error(
+                    path,
+                    f"models.{mname}",
+                    f"an RVR fits numeric targets, and the target of datasets.{dname} is text "
+                    f'(first value {first!r}); estimator = "RVC" fits class labels',
+                )
+
+
 def read_config(path: str | os.PathLike) -> StudyConfig:
     """Read a study from a TOML file.
 
@@ -470,9 +498,12 @@ def read_config(path: str | os.PathLike) -> StudyConfig:
     for key, folder in (("output", output), ("store", store)):
         if folder is not None and folder.exists() and not folder.is_dir():
             raise _config_error(path, "study", f"{key} {folder} is a file, not a folder")
+    models = {k: _config_model(path, k, v) for k, v in config["models"].items()}
+    datasets = {k: _config_dataset(path, k, v) for k, v in config["datasets"].items()}
+    _check_targets(path, models, datasets)
     return StudyConfig(
-        models={k: _config_model(path, k, v) for k, v in config["models"].items()},
-        datasets={k: _config_dataset(path, k, v) for k, v in config["datasets"].items()},
+        models=models,
+        datasets=datasets,
         store=store,
         output=output,
         n_jobs=study.get("n_jobs"),
