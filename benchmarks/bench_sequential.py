@@ -338,7 +338,7 @@ def sampler_worker(n: int, which: str) -> None:
         repeat = max(1, int(0.1 / max(time.perf_counter() - t0, 1e-3)))
         guard.clear()
         design.clear()
-        print(json.dumps({"repeat": repeat}), flush=True)
+        _say({"repeat": repeat})
         n_fits = 0
         for line in sys.stdin:
             if not line.strip():
@@ -350,18 +350,31 @@ def sampler_worker(n: int, which: str) -> None:
             system = (_system() - s0) / repeat
             n_fits += repeat
             sample = {"cpu": cpu, "user": cpu - system, "wall": (time.perf_counter() - t0) / repeat}
-            print(json.dumps(sample), flush=True)
+            _say(sample)
     n_rv = model.n_relevance_vectors_ if which == "ours" else model.n_relevance_
-    print(
-        json.dumps(
-            {
-                "n_rv": int(n_rv),
-                "guard": statistics.median(guard) if guard else float("nan"),
-                "design": sum(design) / max(n_fits, 1) if design else float("nan"),
-            }
-        ),
-        flush=True,
+    _say(
+        {
+            "n_rv": int(n_rv),
+            "guard": statistics.median(guard) if guard else float("nan"),
+            "design": sum(design) / max(n_fits, 1) if design else float("nan"),
+        }
     )
+
+
+#: Marks the sampler's answers among whatever else the libraries may print.
+_ANSWER = "@@ "
+
+
+def _say(message: dict) -> None:
+    print(_ANSWER + json.dumps(message), flush=True)
+
+
+def _answer(proc: subprocess.Popen, name: str) -> dict:
+    """The sampler's next answer; a RuntimeError naming it where it stopped instead."""
+    for line in proc.stdout:
+        if line.startswith(_ANSWER):
+            return json.loads(line[len(_ANSWER) :])
+    raise RuntimeError(f"the {name} sampler stopped (exit status {proc.wait()}); see its stderr")
 
 
 def _big_fit(n: int, which: str) -> dict | None:
@@ -410,17 +423,27 @@ def estimator_table(sizes, pairs: int, big_n: int) -> None:
             )
             for name in names
         }
-        for proc in procs.values():
-            json.loads(proc.stdout.readline())  # warmed up
-        samples: dict[str, list[dict]] = {name: [] for name in names}
-        for i in range(pairs):
-            for name in names if i % 2 == 0 else names[::-1]:
-                procs[name].stdin.write("sample\n")
-                procs[name].stdin.flush()
-                samples[name].append(json.loads(procs[name].stdout.readline()))
-        info = {}
-        for name, proc in procs.items():
-            info[name] = json.loads(proc.communicate("\n")[0].strip().splitlines()[-1])
+        try:
+            for name, proc in procs.items():
+                _answer(proc, name)  # warmed up
+            samples: dict[str, list[dict]] = {name: [] for name in names}
+            for i in range(pairs):
+                for name in names if i % 2 == 0 else names[::-1]:
+                    procs[name].stdin.write("sample\n")
+                    procs[name].stdin.flush()
+                    samples[name].append(_answer(procs[name], name))
+            info = {}
+            for name, proc in procs.items():
+                proc.stdin.write("\n")
+                proc.stdin.flush()
+                info[name] = _answer(proc, name)
+        except (RuntimeError, BrokenPipeError) as err:
+            print(f"  ! N={n}: {err}", flush=True)
+            continue
+        finally:
+            for proc in procs.values():
+                proc.kill()
+                proc.wait()
 
         def median(name, key, samples=samples):
             return statistics.median(s[key] for s in samples[name])

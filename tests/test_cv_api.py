@@ -58,7 +58,7 @@ def test_rvrcv_searches_as_grid_search_with_a_splitter_and_groups():
 
     X, y = make_sinc(60, noise=0.1, random_state=0, shuffle=False)
     groups = np.arange(60) // 10
-    widths = [4.0, 1.5, 0.5]
+    widths = [1.5, 4.0, 0.5]  # cv_results_ keeps this order, as GridSearchCV keeps its grid's
     cv = RVRCV(widths=widths, cv=GroupKFold(3), warm_start=False).fit(X, y, groups=groups)
     gs = GridSearchCV(
         RVR(),
@@ -78,6 +78,10 @@ def test_rvrcv_searches_as_grid_search_with_a_splitter_and_groups():
     assert cv.best_params_ == {"gamma": pytest.approx(gs.best_params_["gamma"])}
     assert cv.best_params_ == cv.cv_results_["params"][cv.best_index_]
     assert cv.estimator_.gamma == cv.best_params_["gamma"]
+    np.testing.assert_array_equal(table["length_scale"], widths)
+    assert cv.best_estimator_ is cv.estimator_
+    with pytest.raises(AttributeError, match="'RVRCV' object has no attribute 'no_such_'"):
+        cv.no_such_
 
 
 def test_rvrcv_explicit_splits_index_the_users_rows_repeats_fitted_once():
@@ -96,6 +100,88 @@ def test_rvrcv_explicit_splits_index_the_users_rows_repeats_fitted_once():
         RVRCV(widths=[2.0], cv=[(np.arange(1), np.arange(1, 40))]).fit(X, y)
     with pytest.raises(ValueError, match="outside the 40"):
         RVRCV(widths=[2.0], cv=[(np.arange(30), np.arange(30, 41))]).fit(X, y)
+
+
+def test_splits_as_boolean_masks_are_the_splits_of_their_rows():
+    X, y = make_sinc(40, noise=0.1, random_state=0, shuffle=False)
+    rows = np.arange(40)
+    by_mask = RVRCV(widths=[2.0, 1.0], cv=[(rows < 30, rows >= 30)]).fit(X, y)
+    by_index = RVRCV(widths=[2.0, 1.0], cv=[(rows[:30], rows[30:])]).fit(X, y)
+    np.testing.assert_array_equal(
+        by_mask.cv_results_["split0_test_score"], by_index.cv_results_["split0_test_score"]
+    )
+    with pytest.raises(ValueError, match="integer row indices or a boolean mask"):
+        RVRCV(widths=[2.0], cv=[(rows[:30] * 1.0, rows[30:])]).fit(X, y)
+    with pytest.raises(ValueError, match="boolean mask of shape"):
+        RVRCV(widths=[2.0], cv=[(rows[:20] < 30, rows >= 30)]).fit(X, y)
+
+
+def test_repeated_rows_stand_for_their_first_copy_in_each_split():
+    """A split's rows are its distinct rows: a copy whose first is outside the split stands for
+    it. Independent truth: RVR fitted on those distinct rows; an integer cv with groups folds the
+    distinct rows as without the copy."""
+    X, y = make_sinc(40, noise=0.1, random_state=0, shuffle=False)
+    Xd, yd = np.vstack([X, X[:1]]), np.r_[y, y[:1]]  # row 40 repeats row 0
+    split = (np.r_[np.arange(1, 30), 40], np.arange(30, 40))
+    with pytest.warns(UserWarning, match="repeat another row"):
+        cv = RVRCV(widths=[2.0], cv=[split]).fit(Xd, yd)
+    plain = RVR(gamma=0.25).fit(X[:30], y[:30])
+    want = -np.mean((plain.predict(X[30:]) - y[30:]) ** 2)
+    assert cv.cv_results_["split0_test_score"][0] == pytest.approx(want, rel=1e-10)
+    with (
+        pytest.warns(UserWarning, match="repeat another row"),
+        pytest.warns(UserWarning, match="groups parameter is ignored by KFold"),  # as sklearn's
+    ):
+        grouped = RVRCV(widths=[2.0], cv=3, random_state=0).fit(Xd, yd, groups=np.arange(41) % 5)
+    plain_cv = RVRCV(widths=[2.0], cv=3, random_state=0).fit(X, y)
+    np.testing.assert_array_equal(
+        grouped.cv_results_["mean_test_score"], plain_cv.cv_results_["mean_test_score"]
+    )
+
+
+def test_rvccv_refuses_a_training_split_without_a_class():
+    X, _ = make_sinc(40, noise=0.1, random_state=0, shuffle=False)
+    labels = np.where(np.arange(40) < 20, "low", "high")
+    with pytest.raises(ValueError, match="split 0 has no training rows of class 'low'"):
+        RVCCV(widths=[2.0], cv=[(np.arange(20, 40), np.arange(20))]).fit(X, labels)
+
+
+def test_searches_with_a_splitter_or_explicit_splits_save_and_load(tmp_path):
+    from sklearn.model_selection import GroupKFold, KFold
+
+    from bayes_rvm import load_model, save_model
+
+    X, y = make_sinc(40, noise=0.1, random_state=0, shuffle=False)
+    rows = np.arange(40)
+    for cv in (GroupKFold(4), KFold(3, shuffle=True, random_state=2), [(rows < 30, rows >= 30)]):
+        groups = rows % 4 if isinstance(cv, GroupKFold) else None
+        model = RVRCV(widths=[2.0, 1.0], cv=cv).fit(X, y, groups=groups)
+        loaded = load_model(save_model(model, tmp_path / "m.nc"))
+        if isinstance(cv, list):  # a mask is stored as the indices of its rows
+            assert [[list(a) for a in split] for split in loaded.cv] == [
+                [list(range(30)), list(range(30, 40))]
+            ]
+        else:
+            assert repr(loaded.cv) == repr(cv)
+        np.testing.assert_array_equal(loaded.predict(X), model.predict(X))
+        assert loaded.best_params_ == model.best_params_
+        for key, value in model.cv_results_.items():
+            assert np.array_equal(loaded.cv_results_[key], value), key
+        refit = loaded.fit(X, y, groups=groups)  # the loaded parameters make the same search
+        np.testing.assert_array_equal(
+            refit.cv_results_["mean_test_score"], model.cv_results_["mean_test_score"]
+        )
+
+    class Halves:
+        def split(self, X, y=None, groups=None):
+            yield np.arange(20), np.arange(20, 40)
+
+        def get_n_splits(self, X=None, y=None, groups=None):
+            return 1
+
+    model = RVRCV(widths=[2.0], cv=Halves()).fit(X, y)
+    with pytest.raises(TypeError, match=r"cv=Halves\(\.\.\.\) cannot be written.*pickle"):
+        save_model(model, tmp_path / "h.nc")
 
 
 def test_rvccv_takes_a_splitter_with_groups_as_its_explicit_splits():

@@ -525,3 +525,33 @@ def test_a_numerically_zero_column_is_no_candidate():
     want = fit_sequential(np.delete(Phi, j, axis=1), y)
     assert j not in got.active
     assert got.log_evidence == pytest.approx(want.log_evidence, rel=1e-9)
+
+
+@pytest.mark.parametrize("D", [1, 2])
+@pytest.mark.parametrize("alphas", [(1e-3, 2e-3, 5e-3), (1e-3, 50.0, 0.5)])
+def test_active_factors_are_the_dense_values_without_each_column(D, alphas):
+    """Independent truth: ``s_i = phi_i' C_i^-1 phi_i`` and ``q_i = phi_i' C_i^-1 T`` with
+    ``C_i = I / beta + Phi A^-1 Phi'`` over the other active columns, by dense inverses; for
+    alphas where every weight is well determined (one form of the engine's) and where some
+    are not (the other form for those)."""
+    from bayes_rvm.evidence.sequential_state import SequentialState
+
+    rng = np.random.default_rng(0)
+    N, M, beta = 30, 8, 4.0
+    Phi = rng.standard_normal((N, M))
+    Phi /= np.linalg.norm(Phi, axis=0)
+    T = rng.standard_normal((N, D))
+    st = SequentialState(Phi, Phi.T @ T, np.ones(M), float(np.sum(T * T)), beta, (0.0, 0.0))
+    for j, alpha in zip((0, 2, 5), alphas, strict=True):
+        st.append(j, alpha, False, Phi.T @ Phi[:, j])
+    st.refresh()
+    both_forms = np.any(st.alpha * st.Sigma.diagonal() > 0.5)
+    assert both_forms == (alphas[1] == 50.0)
+    s, q2 = st.factors_active()
+    for p, j in enumerate(st.idx):
+        rest = np.flatnonzero(st.idx != j)
+        cols = Phi[:, st.idx[rest]]
+        C = np.eye(N) / beta + cols @ np.diag(1.0 / st.alpha[rest]) @ cols.T
+        Ci_phi = np.linalg.solve(C, Phi[:, j])
+        assert s[p] == pytest.approx(Phi[:, j] @ Ci_phi, rel=1e-10)
+        assert q2[p] == pytest.approx(np.sum((Ci_phi @ T) ** 2), rel=1e-10)

@@ -494,13 +494,16 @@ def test_a_target_the_model_cannot_fit_is_named_when_the_file_is_read(
 
     rows = "".join(f"{0.1 * i},{0.25 + i},{'ab'[i % 2]}\n" for i in range(8))
     (tmp_path / "d.csv").write_text("x,y,kind\n" + rows)
+    (tmp_path / "fit.csv").write_text("x,y,kind\n0.1,1,1\n0.2,0,0\n0.3,1,0\n")
     path = tmp_path / "s.toml"
-    path.write_text(
-        f'[datasets.d]\nsource = "csv"\npath = "d.csv"\ntarget = "{target}"\n'
-        f'features = ["x"]\n[models.m]\n{model}'
-    )
-    with pytest.raises(ValueError, match=match):
-        read_config(path)
+    for train, test in (("d.csv", None), ("fit.csv", "d.csv")):  # the test targets too
+        source = f'path = "{train}"' + (f'\ntest_path = "{test}"' if test else "")
+        path.write_text(
+            f'[datasets.d]\nsource = "csv"\n{source}\ntarget = "{target}"\n'
+            f'features = ["x"]\n[models.m]\n{model}'
+        )
+        with pytest.raises(ValueError, match=match):
+            read_config(path)
 
 
 def test_study_command_writes_table_and_plot(tmp_path, capsys):

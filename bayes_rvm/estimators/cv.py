@@ -17,6 +17,7 @@ the previous width.
 
 from __future__ import annotations
 
+import inspect
 import time
 from numbers import Integral
 
@@ -89,7 +90,7 @@ class _WidthCV(SavedStateMixin, BaseEstimator):
         grid = np.asarray(self.widths, dtype=np.float64)
         if grid.ndim != 1 or grid.size < 1 or not np.all(np.isfinite(grid) & (grid > 0)):
             raise ValueError(f"widths must be positive length scales, got {self.widths!r}.")
-        return np.sort(grid)[::-1]
+        return grid
 
     def _splits(self, X, y, groups, *, classifier: bool) -> list:
         """The (train, test) index pairs of ``cv`` on the rows of ``X``.
@@ -105,11 +106,8 @@ class _WidthCV(SavedStateMixin, BaseEstimator):
             cv = kind(cv, shuffle=True, random_state=self.random_state)
         else:
             cv = check_cv(cv, y, classifier=classifier)
-        splits = [
-            (np.asarray(tr, dtype=np.intp), np.asarray(te, dtype=np.intp))
-            for tr, te in cv.split(X, y, groups)
-        ]
         n = X.shape[0]
+        splits = [(_indices(tr, n), _indices(te, n)) for tr, te in cv.split(X, y, groups)]
         for k, (tr, te) in enumerate(splits):
             if tr.size < 2 or te.size < 1:
                 raise ValueError(
@@ -140,8 +138,10 @@ class _WidthCV(SavedStateMixin, BaseEstimator):
         scores = np.empty((grid.size, len(splits)))
         warm = [None] * len(splits)
         width = stationary_kernel(self.kernel)
-        for i, ls in enumerate(grid):
-            g = float(width.gamma(ls))
+        # From wide to narrow, so that a fold's warm start is its fit at the next wider width;
+        # cv_results_ keeps the order of widths.
+        for i in np.argsort(-grid, kind="stable"):
+            g = float(width.gamma(grid[i]))
             # One kernel matrix per width on all the data; each fold slices it.
             K = KernelBasis(self.kernel, gamma=g, bias=self.bias).fit(X).transform(X)
             for f, (tr, te) in enumerate(splits):
@@ -212,6 +212,15 @@ class _WidthCV(SavedStateMixin, BaseEstimator):
         # A cross-validated twin holds the state of the estimator it refitted.
         cls._template._check_persisted(state, params, fail)
 
+    @classmethod
+    def _params_to_file(cls, params: dict) -> dict:
+        # A scikit-learn splitter by its name and parameters, explicit splits as index lists.
+        return {**params, "cv": _cv_to_json(params["cv"])}
+
+    @classmethod
+    def _params_from_file(cls, params: dict) -> dict:
+        return {**params, "cv": _cv_from_json(params.get("cv"))}
+
     def _restore_state(self, state: dict) -> None:
         search = state["extras"]["cv"]
         self.estimator_ = self._estimator(gamma=search["gamma"])
@@ -228,10 +237,23 @@ class _WidthCV(SavedStateMixin, BaseEstimator):
             self.classes_ = self.estimator_.classes_
 
     def __getattr__(self, name):
-        # The refitted estimator's fitted attributes (relevance_vectors_, alpha_, ...).
-        if name.endswith("_") and not name.startswith("__") and "estimator_" in self.__dict__:
-            return getattr(self.__dict__["estimator_"], name)
+        # The refitted estimator's fitted attributes (relevance_vectors_, alpha_, ...); its own
+        # errors where it has the attribute (a property that explains), else this class's.
+        estimator = self.__dict__.get("estimator_")
+        if (
+            estimator is not None
+            and name.endswith("_")
+            and not name.startswith("__")
+            and (name in vars(estimator) or hasattr(type(estimator), name))
+        ):
+            return getattr(estimator, name)
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    @property
+    def best_estimator_(self):
+        """The estimator refitted at the best width (``estimator_``), by the name scikit-learn's
+        search CVs give it."""
+        return self._refitted()
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -287,7 +309,8 @@ class RVRCV(RegressorMixin, _WidthCV):
     widths : array-like of float, optional
         Length scales ``r`` to try (``gamma = 1/r^2`` for rbf, ``1/r`` for laplacian); default
         :func:`bayes_rvm.evidence.width.default_width_grid` (7 widths from 4 to 1/16 times the
-        median distance between inputs).
+        median distance between inputs). Searched from wide to narrow; ``cv_results_`` keeps
+        their order.
     cv : int, scikit-learn splitter or iterable of (train, test) index arrays, default=5
         An integer is that many folds (None: 5), shuffled with ``random_state``; a splitter
         (``GroupKFold``, ``TimeSeriesSplit``, ...) or explicit splits are used as scikit-learn's
@@ -453,11 +476,14 @@ class RVRCV(RegressorMixin, _WidthCV):
         dedup = template._cfg.noise_variance is None and likelihood.estimates_noise
         keep = rows_to_fit(X, y) if dedup else np.arange(X.shape[0])
         if self.cv is None or isinstance(self.cv, Integral):
+            groups = None if groups is None else np.asarray(groups)[keep]
             X, y = X[keep], y[keep]
             splits = self._splits(X, y, groups, classifier=False)
         else:
-            splits = _restricted(self._splits(X, y, groups, classifier=False), keep, X.shape[0])
-            X, y = X[keep], y[keep]
+            splits = self._splits(X, y, groups, classifier=False)
+            if keep.size < X.shape[0]:
+                splits = _on_distinct_rows(splits, X, y, keep)
+                X, y = X[keep], y[keep]
         T = y[:, None] if y.ndim == 1 else y
         self._refit_target = y
         self._search(
@@ -467,13 +493,85 @@ class RVRCV(RegressorMixin, _WidthCV):
         return self
 
 
-def _restricted(splits: list, keep: np.ndarray, n_rows: int) -> list:
-    """``splits`` of ``n_rows`` rows on the rows ``keep`` (renumbered), each split checked."""
-    where = np.full(n_rows, -1, dtype=np.intp)
-    where[keep] = np.arange(keep.size)
+def _cv_to_json(cv):
+    """``cv`` as JSON values: a number as it is, a splitter of :mod:`sklearn.model_selection` as
+    ``{"splitter": name, "params": {...}}``, explicit splits as lists of row indices.
+
+    Raises
+    ------
+    TypeError
+        For another splitter, or splits given by a generator (spent by the fit).
+    """
+    import sklearn.model_selection as ms
+
+    if cv is None or isinstance(cv, Integral):
+        return None if cv is None else int(cv)
+    if hasattr(cv, "split"):
+        kind = type(cv)
+        names = inspect.signature(kind.__init__).parameters
+        params = {n: getattr(cv, n, None) for n in names if n != "self"}
+        if getattr(ms, kind.__name__, None) is kind and all(
+            v is None or isinstance(v, bool | int | float | str) for v in params.values()
+        ):
+            return {"splitter": kind.__name__, "params": params}
+        raise TypeError(
+            f"cv={kind.__name__}(...) cannot be written to a netCDF/zarr file (a splitter of "
+            "sklearn.model_selection with plain parameters can, as can explicit splits); save "
+            "the model with pickle instead."
+        )
+    if isinstance(cv, list | tuple):
+        return [[_indices(part).tolist() for part in split] for split in cv]
+    raise TypeError(
+        f"cv of type {type(cv).__name__} cannot be written to a netCDF/zarr file (the splits it "
+        "gave are spent); give them as a list of (train, test) index arrays, or save the model "
+        "with pickle."
+    )
+
+
+def _cv_from_json(spec):
+    """:func:`_cv_to_json`'s inverse."""
+    import sklearn.model_selection as ms
+
+    if isinstance(spec, dict):
+        return getattr(ms, spec["splitter"])(**spec["params"])
+    if isinstance(spec, list):
+        return [tuple(np.asarray(part, dtype=np.intp) for part in split) for split in spec]
+    return spec
+
+
+def _indices(part, n_rows: int | None = None) -> np.ndarray:
+    """One side of a split as row indices: integers as they are, a boolean mask's rows (a mask
+    of ``n_rows`` values, where given)."""
+    part = np.asarray(part)
+    if part.dtype == bool:
+        if n_rows is not None and part.shape != (n_rows,):
+            raise ValueError(
+                f"cv's splits give a boolean mask of shape {part.shape} for the {n_rows} rows."
+            )
+        return np.flatnonzero(part)
+    if part.ndim != 1 or (part.size and part.dtype.kind not in "iu"):
+        raise ValueError(
+            "cv's splits must give each side as one-dimensional integer row indices or a "
+            f"boolean mask; got an array of dtype {part.dtype} and shape {part.shape}."
+        )
+    return part.astype(np.intp)
+
+
+def _on_distinct_rows(splits: list, X: np.ndarray, y: np.ndarray, keep: np.ndarray) -> list:
+    """``splits`` of the rows of ``X`` on its distinct rows ``keep`` (renumbered, in order).
+
+    Each row stands for the first of its copies, so that a split keeps every distinct row it
+    holds; a split's test rows leave out those its training rows hold.
+    """
+    T = y[:, None] if y.ndim == 1 else y
+    _, first, inverse = np.unique(np.hstack([X, T]), axis=0, return_index=True, return_inverse=True)
+    renumbered = np.full(X.shape[0], -1, dtype=np.intp)
+    renumbered[keep] = np.arange(keep.size)
+    distinct = renumbered[first[inverse.ravel()]]  # each row's distinct row
     out = []
     for k, (tr, te) in enumerate(splits):
-        tr, te = where[tr][where[tr] >= 0], where[te][where[te] >= 0]
+        tr = np.unique(distinct[tr])
+        te = np.setdiff1d(distinct[te], tr)
         if tr.size < 2 or te.size < 1:
             raise ValueError(
                 f"cv's split {k} keeps {tr.size} training and {te.size} test rows once repeated "
@@ -583,6 +681,15 @@ class RVCCV(ClassifierMixin, _WidthCV):
         if classes.size < 2:
             raise ValueError("RVCCV needs samples of at least two classes.")
         splits = self._splits(X, yi, groups, classifier=True)
+        for k, (tr, _) in enumerate(splits):
+            missing = np.setdiff1d(np.arange(classes.size), yi[tr])
+            if missing.size:
+                raise ValueError(
+                    f"cv's split {k} has no training rows of class "
+                    f"{np.asarray(classes[missing[0]]).tolist()!r}: "
+                    "every class needs rows in every training split (a stratified splitter, "
+                    "such as StratifiedGroupKFold, keeps them)."
+                )
         ovr = one_vs_rest(self.multi_class, X.shape[0], classes.size)
 
         def fold_problem(Phi, yf):

@@ -80,6 +80,16 @@ class SavedStateMixin:
         """The estimator's own invariants of its stored state; none beyond the shared ones."""
 
     @classmethod
+    def _params_to_file(cls, params: dict) -> dict:
+        """The constructor parameters as a file stores them (JSON values): as they are."""
+        return params
+
+    @classmethod
+    def _params_from_file(cls, params: dict) -> dict:
+        """The constructor parameters from a file's (the inverse of :meth:`_params_to_file`)."""
+        return params
+
+    @classmethod
     def _from_saved_state(cls, params: dict, state: dict, path: Path):
         """A fitted estimator of ``params`` rebuilt from the groups of a saved model file.
 

@@ -106,6 +106,16 @@ def rows_to_fit(X: np.ndarray, y: np.ndarray) -> np.ndarray:
     evidence (and the posterior density) grows without bound as the noise goes to 0 wherever the
     basis can interpolate the distinct rows, and cross-validation folds share rows between
     training and test.
+
+    Parameters
+    ----------
+    X : ndarray of shape (N, P)
+    y : ndarray of shape (N,) or (N, D)
+
+    Returns
+    -------
+    ndarray of int
+        :func:`distinct_rows` of ``(X, y)``, in order.
     """
     keep = distinct_rows(X, y[:, None] if y.ndim == 1 else y)
     if keep.size < X.shape[0]:

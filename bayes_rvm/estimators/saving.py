@@ -73,7 +73,7 @@ def model_type(cls: type) -> str | None:
 
 
 def _params_json(model) -> str:
-    params = encode_params(model.get_params(deep=False))
+    params = type(model)._params_to_file(encode_params(model.get_params(deep=False)))
     for name, value in params.items():
         try:
             json.dumps(value)
@@ -206,7 +206,7 @@ def load_model(path: str | Path):
     params = json_attr(attrs, "params", str(path))
     if not isinstance(params, dict):
         raise ModelFileError(f"{path}: the stored parameters are not a JSON object")
-    params = decode_params(params)
+    params = cls._params_from_file(decode_params(params))
     centres = params.get("centres")
     if isinstance(centres, list) and len(centres) == 2 and isinstance(centres[0], str):
         params["centres"] = tuple(centres)  # ("random", n) or ("kmeans", n), as JSON keeps it

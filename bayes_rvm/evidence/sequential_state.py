@@ -151,11 +151,10 @@ class SequentialState:
         al = self.alpha
         sd = self.Sigma.diagonal()
         inv_sd = 1.0 / sd
-        S = self.S[self.idx]
         # Two algebraically equal forms; each loses precision where alpha Sigma_ii nears the
         # other end of [0, 1], so take the well-conditioned one.
         prior_side = al * sd > 0.5
-        if not prior_side.any():  # the usual case: every weight well determined by the data
+        if not prior_side.any():  # every weight well determined by the data: one form
             s = inv_sd - al
             if self.D == 1:
                 q = self.mu[:, 0] * inv_sd
@@ -164,6 +163,7 @@ class SequentialState:
                 q = self.mu * inv_sd[:, None]
                 q2 = np.einsum("ij,ij->i", q, q)
             return np.maximum(s, 0.0, out=s), q2
+        S = self.S[self.idx]
         ratio = np.where(prior_side, al / (al - S), inv_sd)
         s = np.where(prior_side, S * ratio, inv_sd - al)
         if self.D == 1:

@@ -399,30 +399,29 @@ def _config_model(path: Path, name: str, spec: dict):
 
 def _check_targets(path: Path, models: dict, datasets: dict) -> None:
     """Every model fits every data set: a regressor needs numeric targets and a classifier
-    class labels, checked before the first fit."""
+    class labels (training and test targets), checked before the first fit."""
     from sklearn.utils.multiclass import type_of_target
 
     from bayes_rvm.estimators.classifier import RVC
 
     for dname, data in datasets.items():
-        y = np.asarray(data[1])
-        kind = type_of_target(y) if y.dtype.kind in "biuf" else "labels"
-        first = np.asarray(y.flat[0]).tolist()  # as the file has it, not np.float64(...)
-        for mname, model in models.items():
-            if isinstance(model, RVC) and kind.startswith("continuous"):
-                raise _config_error(
-                    path,
-                    f"models.{mname}",
-                    f"an RVC fits class labels, and the target of datasets.{dname} is "
-                    f'continuous (first value {first!r}); estimator = "RVR" fits it',
-                )
-            if not isinstance(model, RVC) and kind == "labels":
-                raise _config_error(
-                    path,
-                    f"models.{mname}",
-                    f"an RVR fits numeric targets, and the target of datasets.{dname} is text "
-                    f'(first value {first!r}); estimator = "RVC" fits class labels',
-                )
+        for y in map(np.asarray, data[1::2]):  # the training targets, and the test ones
+            kind = type_of_target(y) if y.dtype.kind in "biuf" else "labels"
+            first = np.asarray(y.flat[0]).tolist()  # as the file has it, not np.float64(...)
+            for mname, model in models.items():
+                if isinstance(model, RVC) and kind.startswith("continuous"):
+                    message = (
+                        f"an RVC fits class labels, and the target of datasets.{dname} is "
+                        f'continuous (first value {first!r}); estimator = "RVR" fits it'
+                    )
+                elif not isinstance(model, RVC) and kind == "labels":
+                    message = (
+                        f"an RVR fits numeric targets, and the target of datasets.{dname} is "
+                        f'text (first value {first!r}); estimator = "RVC" fits class labels'
+                    )
+                else:
+                    continue
+                raise _config_error(path, f"models.{mname}", message)
 
 
 def read_config(path: str | os.PathLike) -> StudyConfig:
