@@ -174,7 +174,9 @@ class _WidthCV(SavedStateMixin, BaseEstimator):
             "std_test_score": scores.std(axis=1),
             "rank_test_score": rankdata(-mean, method="min").astype(np.int32),
         }
-        self.best_index_ = int(np.argmax(mean))
+        # Ties (accuracies often tie) go to the widest kernel, the smoother fit.
+        tied = np.flatnonzero(mean == mean.max())
+        self.best_index_ = int(tied[np.argmax(np.asarray(grid)[tied])])
         self.best_params_ = dict(self.cv_results_["params"][self.best_index_])
         self.best_score_ = float(mean[self.best_index_])
         self.length_scale_ = float(grid[self.best_index_])
@@ -349,7 +351,7 @@ class RVRCV(RegressorMixin, _WidthCV):
         ``split0_test_score``, ``split1_test_score``, ..., ``mean_test_score``,
         ``std_test_score`` and ``rank_test_score``.
     best_index_ : int
-        The best width's entry in ``cv_results_``.
+        The best width's entry in ``cv_results_`` (of equal scores, the widest).
     best_params_ : dict
         ``{"gamma": gamma_}``: the parameter of the refitted estimator.
     best_score_ : float
