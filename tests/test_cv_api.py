@@ -323,3 +323,12 @@ def test_cv_estimators_check_a_dataframes_columns_as_the_plain_ones_do(cls, tmp_
             np.testing.assert_array_equal(model.predict(X), est.predict(X))
         with pytest.raises(ValueError, match="Feature names must be in the same order"):
             model.predict(X[["c", "b", "a"]])
+
+
+def test_of_equal_scores_the_widest_width_wins():
+    X = np.r_[np.linspace(-3.0, -1.0, 20), np.linspace(1.0, 3.0, 20)][:, None]
+    labels = X[:, 0] > 0
+    cv = RVCCV(widths=[0.5, 1.0, 2.0], cv=3, random_state=0).fit(X, labels)
+    np.testing.assert_array_equal(cv.cv_results_["mean_test_score"], 1.0)
+    np.testing.assert_array_equal(cv.cv_results_["rank_test_score"], 1)
+    assert cv.best_index_ == 2 and cv.length_scale_ == 2.0
