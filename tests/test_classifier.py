@@ -7,7 +7,7 @@ import copy
 import numpy as np
 import pytest
 from scipy.special import expit
-from sklearn.datasets import load_digits
+from sklearn.datasets import load_digits, make_moons
 from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import StandardScaler
 from sklearn.utils.estimator_checks import parametrize_with_checks
@@ -213,3 +213,11 @@ def test_pymc_classification_model_samples_and_agrees_with_type2():
     p_mcmc = expit(phi_te @ w.T).mean(axis=1)
     agree = np.mean((p_mcmc > 0.5) == (clf.predict_proba(Xte)[:, 1] > 0.5))
     assert agree > 0.95
+
+
+def test_rvc_says_variational_inference_is_rvrs():
+    from sklearn.utils._param_validation import InvalidParameterError
+
+    X, y = make_moons(30, noise=0.2, random_state=0)
+    with pytest.raises(InvalidParameterError, match="variational inference is RVR's"):
+        RVC(inference="vi").fit(X, y)

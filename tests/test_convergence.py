@@ -241,7 +241,11 @@ def test_rhat_warning_names_the_basis_functions_the_chains_keep_in_different_mod
 
     rng = np.random.default_rng(4)
     la = rng.normal(size=(4, 500, 3))
-    shift = {"modes": (2, np.array([0.0, 0.0, 0.0, -11.5])), "slow": (1, np.array([0, 0, 0, 0.5]))}
+    shift = {
+        "modes": (2, np.array([0.0, 0.0, 0.0, -11.5])),
+        "slow": (1, np.array([0, 0, 0, 0.5])),
+        "apart": (1, np.array([0, 0, 0, 1.5])),  # R-hat far above 1.01, no separate modes
+    }
     texts, apart, posts = {}, {}, {}
     for case, (column, by_chain) in shift.items():
         x = la.copy()
@@ -262,6 +266,9 @@ def test_rhat_warning_names_the_basis_functions_the_chains_keep_in_different_mod
     )
     assert "mcmc_basis': 'relevant'" in texts["modes"] and "Raise tune" not in texts["modes"]
     assert "different basis functions" not in texts["slow"] and "Raise tune" in texts["slow"]
+    # Just above 1.01 the largest of many R-hats can be the draws' noise; far above, not.
+    assert "Just above 1.01" in texts["slow"] and "Just above 1.01" not in texts["apart"]
+    assert "'mcmc_basis': 'relevant', 'draws': 4000" in texts["apart"]
     # The ESS warning (the modes' ESS is tiny) points at the modes, not at more draws.
     assert "sit in different modes" in texts["modes"] and "Raise draws" not in texts["modes"]
     # Separable classes are a classifier's cause only (no spec here: not said).

@@ -19,7 +19,7 @@ from numbers import Integral
 import numpy as np
 from sklearn.base import ClassifierMixin, _fit_context, clone
 from sklearn.utils import check_random_state
-from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils._param_validation import Interval, InvalidParameterError, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
 from bayes_rvm._warnings import warn_at_user
@@ -312,6 +312,16 @@ default="evidence_shared"
         self.verbose = verbose
 
     _is_classifier = True
+
+    def _validate_params(self) -> None:
+        if isinstance(self.inference, str) and self.inference == "vi":
+            # RVR's option, which scikit-learn's generic message would only leave out.
+            raise InvalidParameterError(
+                "The 'inference' parameter of RVC must be 'type2' or 'mcmc', got 'vi': "
+                "variational inference is RVR's; inference='mcmc' samples a classifier's "
+                "posterior."
+            )
+        super()._validate_params()
 
     def _square_matrices(self) -> int:
         # MacKay's engine holds a Hessian over every basis function (per class pair if softmax).
