@@ -332,3 +332,29 @@ def test_of_equal_scores_the_widest_width_wins():
     np.testing.assert_array_equal(cv.cv_results_["mean_test_score"], 1.0)
     np.testing.assert_array_equal(cv.cv_results_["rank_test_score"], 1)
     assert cv.best_index_ == 2 and cv.length_scale_ == 2.0
+
+
+def test_a_file_stores_sklearn_splitters_by_name_and_builds_nothing_else():
+    import json
+
+    from sklearn.model_selection import (
+        LeaveOneGroupOut,
+        PredefinedSplit,
+        RepeatedKFold,
+        ShuffleSplit,
+        TimeSeriesSplit,
+    )
+
+    from bayes_rvm.estimators.cv import _cv_from_json, _cv_to_json
+
+    for cv in (ShuffleSplit(3, test_size=0.25, random_state=1), TimeSeriesSplit(3, gap=1)):
+        assert repr(_cv_from_json(json.loads(json.dumps(_cv_to_json(cv))))) == repr(cv)
+    assert repr(_cv_from_json(_cv_to_json(LeaveOneGroupOut()))) == "LeaveOneGroupOut()"
+    # Parameters not kept under their names, or not plain values: pickle, said at saving.
+    for cv in (RepeatedKFold(n_splits=3), PredefinedSplit([0, 1, 0, 1])):
+        with pytest.raises(TypeError, match="cannot be written"):
+            _cv_to_json(cv)
+    # A file is untrusted: a name that is not a splitter class of sklearn.model_selection.
+    for name in ("cross_validate", "os", None):
+        with pytest.raises(ValueError, match="names no splitter"):
+            _cv_from_json({"splitter": name, "params": {}})

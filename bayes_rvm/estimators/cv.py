@@ -510,10 +510,17 @@ def _cv_to_json(cv):
         return None if cv is None else int(cv)
     if hasattr(cv, "split"):
         kind = type(cv)
-        names = inspect.signature(kind.__init__).parameters
-        params = {n: getattr(cv, n, None) for n in names if n != "self"}
-        if getattr(ms, kind.__name__, None) is kind and all(
-            v is None or isinstance(v, bool | int | float | str) for v in params.values()
+        names = [
+            p.name
+            for p in inspect.signature(kind).parameters.values()
+            if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+        ]
+        # Only a splitter that keeps each parameter under its name (RepeatedKFold does not).
+        params = {n: getattr(cv, n) for n in names if hasattr(cv, n)}
+        if (
+            getattr(ms, kind.__name__, None) is kind
+            and len(params) == len(names)
+            and all(v is None or isinstance(v, bool | int | float | str) for v in params.values())
         ):
             return {"splitter": kind.__name__, "params": params}
         raise TypeError(
@@ -535,7 +542,13 @@ def _cv_from_json(spec):
     import sklearn.model_selection as ms
 
     if isinstance(spec, dict):
-        return getattr(ms, spec["splitter"])(**spec["params"])
+        # A file is untrusted input: only a splitter class of sklearn.model_selection is built.
+        kind = getattr(ms, str(spec.get("splitter")), None)
+        if not (
+            isinstance(kind, type) and hasattr(kind, "split") and hasattr(kind, "get_n_splits")
+        ):
+            raise ValueError(f"cv names no splitter of sklearn.model_selection: {spec!r}")
+        return kind(**spec.get("params", {}))
     if isinstance(spec, list):
         return [tuple(np.asarray(part, dtype=np.intp) for part in split) for split in spec]
     return spec

@@ -206,7 +206,10 @@ def load_model(path: str | Path):
     params = json_attr(attrs, "params", str(path))
     if not isinstance(params, dict):
         raise ModelFileError(f"{path}: the stored parameters are not a JSON object")
-    params = cls._params_from_file(decode_params(params))
+    try:
+        params = cls._params_from_file(decode_params(params))
+    except (TypeError, ValueError) as exc:
+        raise ModelFileError(f"{path}: the stored parameters are inconsistent ({exc})") from exc
     centres = params.get("centres")
     if isinstance(centres, list) and len(centres) == 2 and isinstance(centres[0], str):
         params["centres"] = tuple(centres)  # ("random", n) or ("kmeans", n), as JSON keeps it
