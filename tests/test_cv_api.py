@@ -358,3 +358,31 @@ def test_a_file_stores_sklearn_splitters_by_name_and_builds_nothing_else():
     for name in ("cross_validate", "os", None):
         with pytest.raises(ValueError, match="names no splitter"):
             _cv_from_json({"splitter": name, "params": {}})
+
+
+def test_a_width_without_a_finite_score_ranks_last_and_none_is_refused():
+    cv = RVRCV(kernel="rbf")
+    scores = np.array([[-1.0, -2.0], [np.nan, -1.0], [-0.5, -0.7]])
+    cv._set_results(np.array([2.0, 1.0, 0.5]), scores)
+    np.testing.assert_array_equal(cv.cv_results_["rank_test_score"], [2, 3, 1])
+    assert cv.best_index_ == 2 and cv.best_score_ == pytest.approx(-0.6)
+    with pytest.raises(ValueError, match="no width gave a finite mean test score"):
+        cv._set_results(np.array([2.0]), np.array([[np.nan, -1.0]]))
+
+
+def test_a_row_given_twice_in_a_split_is_fitted_once():
+    X, y = make_sinc(30, noise=0.1, random_state=0, shuffle=False)
+    cv = RVRCV(widths=[2.0], cv=[(np.r_[0, 0, 0, 1:20], np.arange(20, 30))]).fit(X, y)
+    plain = RVR(gamma=0.25).fit(X[:20], y[:20])
+    want = -np.mean((plain.predict(X[20:]) - y[20:]) ** 2)
+    assert cv.cv_results_["split0_test_score"][0] == pytest.approx(want, rel=1e-10)
+
+
+def test_rvccv_names_a_class_too_rare_for_its_folds():
+    X, _ = make_sinc(30, noise=0.1, random_state=0, shuffle=False)
+    labels = np.r_[np.zeros(15), np.ones(14), 2.0]
+    with (
+        pytest.warns(UserWarning, match="least populated class"),  # scikit-learn's, as before
+        pytest.raises(ValueError, match=r"class 2\.0: .* has 1 of them, fewer than cv=3"),
+    ):
+        RVCCV(widths=[2.0], cv=3).fit(X, labels)

@@ -83,7 +83,7 @@ class _WidthCV(SavedStateMixin, BaseEstimator):
         if isinstance(self.cv, bool) or (isinstance(self.cv, Integral) and self.cv < 2):
             raise ValueError(
                 f"cv must be an integer >= 2 (the number of folds), a scikit-learn splitter or "
-                f"an iterable of (train, test) index arrays; got {self.cv!r}."
+                f"an iterable of (train, test) splits; got {self.cv!r}."
             )
         if self.widths is None:
             return default_width_grid(X)
@@ -165,6 +165,12 @@ class _WidthCV(SavedStateMixin, BaseEstimator):
         width = stationary_kernel(self.kernel)
         gammas = np.array([float(width.gamma(ls)) for ls in grid])
         mean = scores.mean(axis=1)
+        finite = np.isfinite(mean)
+        if not finite.any():
+            raise ValueError(
+                f"{type(self).__name__}: no width gave a finite mean test score "
+                f"({mean.tolist()}); check the targets against the likelihood."
+            )
         self.cv_results_ = {
             "params": [{"gamma": float(g)} for g in gammas],
             "param_gamma": gammas,
@@ -172,10 +178,13 @@ class _WidthCV(SavedStateMixin, BaseEstimator):
             **{f"split{k}_test_score": scores[:, k] for k in range(scores.shape[1])},
             "mean_test_score": mean,
             "std_test_score": scores.std(axis=1),
-            "rank_test_score": rankdata(-mean, method="min").astype(np.int32),
+            # A width without a finite score ranks last, as in scikit-learn's search CVs.
+            "rank_test_score": rankdata(np.where(finite, -mean, np.inf), method="min").astype(
+                np.int32
+            ),
         }
         # Ties (accuracies often tie) go to the widest kernel, the smoother fit.
-        tied = np.flatnonzero(mean == mean.max())
+        tied = np.flatnonzero(mean == np.max(mean[finite]))
         self.best_index_ = int(tied[np.argmax(np.asarray(grid)[tied])])
         self.best_params_ = dict(self.cv_results_["params"][self.best_index_])
         self.best_score_ = float(mean[self.best_index_])
@@ -313,14 +322,16 @@ class RVRCV(RegressorMixin, _WidthCV):
         :func:`bayes_rvm.evidence.width.default_width_grid` (7 widths from 4 to 1/16 times the
         median distance between inputs). Searched from wide to narrow; ``cv_results_`` keeps
         their order.
-    cv : int, scikit-learn splitter or iterable of (train, test) index arrays, default=5
+    cv : int, scikit-learn splitter or iterable of (train, test) splits, default=5
         An integer is that many folds (None: 5), shuffled with ``random_state``; a splitter
         (``GroupKFold``, ``TimeSeriesSplit``, ...) or explicit splits are used as scikit-learn's
-        search CVs use them, ``groups`` given to :meth:`fit`.
+        search CVs use them, ``groups`` given to :meth:`fit`; a split's sides are row indices
+        or boolean masks.
     warm_start : bool, default=True
-        Start each fold's engine from its fit at the previous (wider) width. Faster; the engine
-        may then stop at a slightly different local optimum of the alphas than a cold start
-        (False gives exactly the fits of a :class:`~sklearn.model_selection.GridSearchCV`).
+        Start each fold's engine from its fit at the previous (wider) width, which saves steps
+        where neighbouring widths fit alike; the engine may then stop at a slightly different
+        local optimum of the alphas than a cold start (False gives, without repeated rows,
+        exactly the fits of a :class:`~sklearn.model_selection.GridSearchCV`).
     kernel : {"rbf", "laplacian"}, default="rbf"
     bias, prior, solver, max_iter, tol
         As in :class:`~bayes_rvm.RVR`.
@@ -483,7 +494,7 @@ class RVRCV(RegressorMixin, _WidthCV):
             splits = self._splits(X, y, groups, classifier=False)
         else:
             splits = self._splits(X, y, groups, classifier=False)
-            if keep.size < X.shape[0]:
+            if dedup:  # also a row given twice in one split
                 splits = _on_distinct_rows(splits, X, y, keep)
                 X, y = X[keep], y[keep]
         T = y[:, None] if y.ndim == 1 else y
@@ -517,12 +528,14 @@ def _cv_to_json(cv):
         ]
         # Only a splitter that keeps each parameter under its name (RepeatedKFold does not).
         params = {n: getattr(cv, n) for n in names if hasattr(cv, n)}
+        spec = {"splitter": kind.__name__, "params": params}
         if (
             getattr(ms, kind.__name__, None) is kind
             and len(params) == len(names)
             and all(v is None or isinstance(v, bool | int | float | str) for v in params.values())
+            and repr(_cv_from_json(spec)) == repr(cv)  # what a load builds
         ):
-            return {"splitter": kind.__name__, "params": params}
+            return spec
         raise TypeError(
             f"cv={kind.__name__}(...) cannot be written to a netCDF/zarr file (a splitter of "
             "sklearn.model_selection with plain parameters can, as can explicit splits); save "
@@ -699,11 +712,16 @@ class RVCCV(ClassifierMixin, _WidthCV):
         for k, (tr, _) in enumerate(splits):
             missing = np.setdiff1d(np.arange(classes.size), yi[tr])
             if missing.size:
+                label = np.asarray(classes[missing[0]]).tolist()
+                count = int(np.sum(yi == missing[0]))
                 raise ValueError(
-                    f"cv's split {k} has no training rows of class "
-                    f"{np.asarray(classes[missing[0]]).tolist()!r}: "
-                    "every class needs rows in every training split (a stratified splitter, "
-                    "such as StratifiedGroupKFold, keeps them)."
+                    f"cv's split {k} has no training rows of class {label!r}: every class needs "
+                    "rows in every training split; "
+                    + (
+                        f"that class has {count} of them, fewer than cv={self.cv} folds need."
+                        if self.cv is None or isinstance(self.cv, Integral)
+                        else "a stratified splitter, such as StratifiedGroupKFold, keeps them."
+                    )
                 )
         ovr = one_vs_rest(self.multi_class, X.shape[0], classes.size)
 
