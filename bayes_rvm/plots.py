@@ -423,9 +423,11 @@ def plot_width_path(model, *, cv=None, ax=None):
     if cv is not None:
         res = cv.cv_results_
         ax2 = ax.twinx()
-        mean, sd = res["mean_test_score"], res["std_test_score"]
-        ax2.plot(res["length_scale"], mean, "s-", color="C1", label="CV score")
-        ax2.fill_between(res["length_scale"], mean - sd, mean + sd, color="C1", alpha=0.2)
+        order = np.argsort(res["length_scale"])  # cv_results_ is in the order of the widths given
+        r = res["length_scale"][order]
+        mean, sd = res["mean_test_score"][order], res["std_test_score"][order]
+        ax2.plot(r, mean, "s-", color="C1", label="CV score")
+        ax2.fill_between(r, mean - sd, mean + sd, color="C1", alpha=0.2)
         ax2.axvline(cv.length_scale_, color="C1", ls=":", label=f"CV: r = {cv.length_scale_:.3g}")
         ax2.set_ylabel("mean CV score", color="C1")
         h2, l2 = ax2.get_legend_handles_labels()

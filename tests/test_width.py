@@ -250,6 +250,10 @@ def test_plot_width_path():
     cv = RVRCV(widths=model.width_path_.length_scale, random_state=0).fit(X, y)
     ax = plot_width_path(model, cv=cv)
     np.testing.assert_array_equal(ax.lines[0].get_ydata(), model.width_path_.log_evidence)
+    # The CV curve is drawn along the width, whatever the order of the widths searched.
+    shuffled = RVRCV(widths=model.width_path_.length_scale[[2, 0, 3, 1]], random_state=0).fit(X, y)
+    curve = plot_width_path(model, cv=shuffled).figure.axes[1].lines[0]
+    assert np.all(np.diff(curve.get_xdata()) > 0)
     with pytest.raises(ValueError, match="width_path_"):
         plot_width_path(RVR(gamma=0.1).fit(X, y))
 
