@@ -294,6 +294,15 @@ def estimator_worker(n: int, which: str) -> dict:
     }
 
 
+def _warmed_up(fit, X, y):
+    """``(model, repeat)``: a first fit (imports, compiled kernels, lazily built tables), and
+    how many fits make a sample of about 0.1 s, timed on a second."""
+    model = fit(X, y)
+    t0 = time.perf_counter()
+    fit(X, y)
+    return model, max(1, int(0.1 / max(time.perf_counter() - t0, 1e-3)))
+
+
 def user_process_worker(n: int, which: str) -> dict:
     """``which`` alone on ``make_sinc(n)`` in a process without thread limits, as a user's
     (numba's and BLAS's threads as they come): median wall and CPU seconds per fit."""
@@ -301,10 +310,7 @@ def user_process_worker(n: int, which: str) -> dict:
 
     fit = _estimator_fits()[which]
     X, y = _sinc(n)
-    fit(X, y)
-    t0 = time.perf_counter()
-    fit(X, y)
-    repeat = max(1, int(0.1 / max(time.perf_counter() - t0, 1e-3)))
+    _, repeat = _warmed_up(fit, X, y)
     wall, cpu = [], []
     for _ in range(7):
         t0, c0 = time.perf_counter(), _cpu()
@@ -332,10 +338,7 @@ def sampler_worker(n: int, which: str) -> None:
     guard = _guard_timer() if which == "ours" else []
     design = _design_timer() if which == "ours" else []
     with threadpool_limits(1):  # one core, so that CPU time is the work done
-        model = fit(X, y)  # imports, compiled kernels and lazily built tables
-        t0 = time.perf_counter()
-        fit(X, y)
-        repeat = max(1, int(0.1 / max(time.perf_counter() - t0, 1e-3)))
+        model, repeat = _warmed_up(fit, X, y)
         guard.clear()
         design.clear()
         _say({"repeat": repeat})

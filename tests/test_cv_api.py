@@ -383,6 +383,6 @@ def test_rvccv_names_a_class_too_rare_for_its_folds():
     labels = np.r_[np.zeros(15), np.ones(14), 2.0]
     with (
         pytest.warns(UserWarning, match="least populated class"),  # scikit-learn's, as before
-        pytest.raises(ValueError, match=r"class 2\.0: .* has 1 of them, fewer than cv=3"),
+        pytest.raises(ValueError, match=r"class 2\.0: .* has 1 of them, fewer than the 3 folds"),
     ):
         RVCCV(widths=[2.0], cv=3).fit(X, labels)

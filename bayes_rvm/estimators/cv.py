@@ -32,7 +32,7 @@ from bayes_rvm.basis.kernels import WIDTH_KERNELS, KernelBasis, stationary_kerne
 from bayes_rvm.estimators.base import ParamGroup, resolve_group, training_data
 from bayes_rvm.estimators.classifier import RVC, one_vs_rest
 from bayes_rvm.estimators.persistence import Fail, SavedStateMixin
-from bayes_rvm.estimators.regressor import RVR, rows_to_fit
+from bayes_rvm.estimators.regressor import RVR, first_copies, rows_to_fit
 from bayes_rvm.evidence import Problem, default_width_grid, fit_problem
 from bayes_rvm.threads import one_blas_thread
 
@@ -74,23 +74,24 @@ class _WidthCV(SavedStateMixin, BaseEstimator):
             resolve_group(type(self).__name__, name, getattr(self, name), group)
         self._estimator()._check_priors()
 
-    def _check(self, X) -> np.ndarray:
+    def _check(self) -> None:
+        """The kernel and the widths, checked before any fold (``cv`` is checked by its
+        parameter constraint)."""
         if stationary_kernel(self.kernel) is None:
             raise ValueError(
                 f"{type(self).__name__} chooses the width of the kernels {WIDTH_KERNELS}; got "
                 f"kernel={self.kernel!r}."
             )
-        if isinstance(self.cv, bool) or (isinstance(self.cv, Integral) and self.cv < 2):
-            raise ValueError(
-                f"cv must be an integer >= 2 (the number of folds), a scikit-learn splitter or "
-                f"an iterable of (train, test) splits; got {self.cv!r}."
-            )
+        if self.widths is not None:
+            grid = np.asarray(self.widths, dtype=np.float64)
+            if grid.ndim != 1 or grid.size < 1 or not np.all(np.isfinite(grid) & (grid > 0)):
+                raise ValueError(f"widths must be positive length scales, got {self.widths!r}.")
+
+    def _grid(self, X) -> np.ndarray:
+        """The widths to search: the given ones, or the default grid on the rows fitted."""
         if self.widths is None:
             return default_width_grid(X)
-        grid = np.asarray(self.widths, dtype=np.float64)
-        if grid.ndim != 1 or grid.size < 1 or not np.all(np.isfinite(grid) & (grid > 0)):
-            raise ValueError(f"widths must be positive length scales, got {self.widths!r}.")
-        return grid
+        return np.asarray(self.widths, dtype=np.float64)
 
     def _splits(self, X, y, groups, *, classifier: bool) -> list:
         """The (train, test) index pairs of ``cv`` on the rows of ``X``.
@@ -133,7 +134,7 @@ class _WidthCV(SavedStateMixin, BaseEstimator):
         ``fold_score(predictions, target)`` their score.
         """
         start = time.perf_counter()
-        grid = self._check(X)
+        grid = self._grid(X)
         engine = self._estimator().make_engine()
         scores = np.empty((grid.size, len(splits)))
         warm = [None] * len(splits)
@@ -164,7 +165,8 @@ class _WidthCV(SavedStateMixin, BaseEstimator):
         and score, from the widths and their scores (widths x splits)."""
         width = stationary_kernel(self.kernel)
         gammas = np.array([float(width.gamma(ls)) for ls in grid])
-        mean = scores.mean(axis=1)
+        with np.errstate(invalid="ignore"):  # a fold scoring -inf gives a NaN std, silently
+            mean, std = scores.mean(axis=1), scores.std(axis=1)
         finite = np.isfinite(mean)
         if not finite.any():
             raise ValueError(
@@ -177,7 +179,7 @@ class _WidthCV(SavedStateMixin, BaseEstimator):
             "length_scale": np.asarray(grid, dtype=np.float64),
             **{f"split{k}_test_score": scores[:, k] for k in range(scores.shape[1])},
             "mean_test_score": mean,
-            "std_test_score": scores.std(axis=1),
+            "std_test_score": std,
             # A width without a finite score ranks last, as in scikit-learn's search CVs.
             "rank_test_score": rankdata(np.where(finite, -mean, np.inf), method="min").astype(
                 np.int32
@@ -307,7 +309,7 @@ class _WidthCV(SavedStateMixin, BaseEstimator):
 class RVRCV(RegressorMixin, _WidthCV):
     """:class:`~bayes_rvm.RVR` with its kernel width chosen by cross-validation.
 
-    Each width of the grid is scored over ``cv`` shuffled folds by a score that fits the
+    Each width of the grid is scored over the splits of ``cv`` by a score that fits the
     likelihood (higher ``mean_test_score`` is better): the negative mean squared error of the
     predictions for Gaussian and Student-t noise (the location: the t noise has no mean where
     ``nu <= 1``), and for counts the negative mean Poisson deviance of the predicted rate
@@ -347,7 +349,7 @@ class RVRCV(RegressorMixin, _WidthCV):
         ``noise_variance`` and ``noise_nu`` (the Student-t noise's degrees of freedom, None:
         learned in each fit), as in RVR.
     random_state : int, RandomState or None, default=None
-        Seeds the shuffling of the folds.
+        Seeds the shuffling of the folds of an integer ``cv``.
 
     Attributes
     ----------
@@ -481,7 +483,7 @@ class RVRCV(RegressorMixin, _WidthCV):
         # RVR's own refusals, before any fold: counts, and what each likelihood cannot take.
         y = template._check_targets(y)
         likelihood = template._likelihood()
-        self._check(X)
+        self._check()
         # Repeated rows are fitted once, as RVR does; here a row's copies would also sit in a
         # fold's training and test rows. An integer cv folds the rows fitted (the search is then
         # the search on the distinct rows); a splitter's or explicit splits index the user's
@@ -589,13 +591,11 @@ def _on_distinct_rows(splits: list, X: np.ndarray, y: np.ndarray, keep: np.ndarr
     """``splits`` of the rows of ``X`` on its distinct rows ``keep`` (renumbered, in order).
 
     Each row stands for the first of its copies, so that a split keeps every distinct row it
-    holds; a split's test rows leave out those its training rows hold.
+    holds once; a split's test rows leave out those its training rows hold.
     """
-    T = y[:, None] if y.ndim == 1 else y
-    _, first, inverse = np.unique(np.hstack([X, T]), axis=0, return_index=True, return_inverse=True)
     renumbered = np.full(X.shape[0], -1, dtype=np.intp)
     renumbered[keep] = np.arange(keep.size)
-    distinct = renumbered[first[inverse.ravel()]]  # each row's distinct row
+    distinct = renumbered[first_copies(X, y[:, None] if y.ndim == 1 else y)]
     out = []
     for k, (tr, te) in enumerate(splits):
         tr = np.unique(distinct[tr])
@@ -612,7 +612,7 @@ def _on_distinct_rows(splits: list, X: np.ndarray, y: np.ndarray, keep: np.ndarr
 class RVCCV(ClassifierMixin, _WidthCV):
     """:class:`~bayes_rvm.RVC` with its kernel width chosen by cross-validation.
 
-    Each width of the grid is scored by the accuracy over ``cv`` shuffled, stratified folds (the
+    Each width of the grid is scored by the accuracy over the splits of ``cv`` (the
     class of largest latent mean, which is also the class of largest probit-moderated probability
     for two classes; the importance-sampled predictive of ``moderated="auto"`` can differ from it
     at points on the boundary); the classifier is then refitted on all the data at the best width.
@@ -704,7 +704,7 @@ class RVCCV(ClassifierMixin, _WidthCV):
         self : RVCCV
         """
         X, y = training_data(self, X, y, regression=False, min_samples=4)
-        self._check(X)
+        self._check()
         classes, yi = np.unique(y, return_inverse=True)
         if classes.size < 2:
             raise ValueError("RVCCV needs samples of at least two classes.")
@@ -718,7 +718,8 @@ class RVCCV(ClassifierMixin, _WidthCV):
                     f"cv's split {k} has no training rows of class {label!r}: every class needs "
                     "rows in every training split; "
                     + (
-                        f"that class has {count} of them, fewer than cv={self.cv} folds need."
+                        f"that class has {count} of them, fewer than the {len(splits)} folds of "
+                        f"cv={self.cv} need."
                         if self.cv is None or isinstance(self.cv, Integral)
                         else "a stratified splitter, such as StratifiedGroupKFold, keeps them."
                     )

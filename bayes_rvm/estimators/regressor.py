@@ -72,7 +72,30 @@ from bayes_rvm.models.priors import Prior, as_prior, default_alpha_prior
 from bayes_rvm.posterior.predictors import regression_predictor
 from bayes_rvm.threads import one_blas_thread
 
-__all__ = ["RVR", "distinct_rows", "rows_to_fit"]
+__all__ = ["RVR", "distinct_rows", "first_copies", "rows_to_fit"]
+
+
+def first_copies(X: np.ndarray, T: np.ndarray) -> np.ndarray:
+    """For each row, the index of the first row identical to it (its inputs and targets).
+
+    Parameters
+    ----------
+    X : ndarray of shape (N, P)
+    T : ndarray of shape (N, D)
+
+    Returns
+    -------
+    ndarray of int, shape (N,)
+        ``arange(N)`` when no row repeats another.
+    """
+    # Rows that repeat one another share their first input: where no two first inputs are equal
+    # (continuous inputs) one sort of that column settles it (0.015 ms at N = 1000, against
+    # 0.57 ms for sorting whole rows).
+    x0 = np.sort(X[:, 0]) if X.shape[1] else np.zeros(X.shape[0])
+    if not np.any(x0[1:] == x0[:-1]):
+        return np.arange(X.shape[0])
+    _, first, inverse = np.unique(np.hstack([X, T]), axis=0, return_index=True, return_inverse=True)
+    return first[inverse.ravel()]
 
 
 def distinct_rows(X: np.ndarray, T: np.ndarray) -> np.ndarray:
@@ -88,14 +111,8 @@ def distinct_rows(X: np.ndarray, T: np.ndarray) -> np.ndarray:
     ndarray of int
         ``arange(N)`` when no row repeats another.
     """
-    # Rows that repeat one another share their first input: where no two first inputs are equal
-    # (continuous inputs) one sort of that column settles it (0.015 ms at N = 1000, against
-    # 0.57 ms for sorting whole rows).
-    x0 = np.sort(X[:, 0]) if X.shape[1] else np.zeros(X.shape[0])
-    if not np.any(x0[1:] == x0[:-1]):
-        return np.arange(X.shape[0])
-    _, first = np.unique(np.hstack([X, T]), axis=0, return_index=True)
-    return np.sort(first)
+    first = first_copies(X, T)
+    return np.flatnonzero(first == np.arange(first.size))
 
 
 def rows_to_fit(X: np.ndarray, y: np.ndarray) -> np.ndarray:

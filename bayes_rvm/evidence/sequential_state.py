@@ -155,23 +155,17 @@ class SequentialState:
         # other end of [0, 1], so take the well-conditioned one.
         prior_side = al * sd > 0.5
         if not prior_side.any():  # every weight well determined by the data: one form
-            s = inv_sd - al
-            if self.D == 1:
-                q = self.mu[:, 0] * inv_sd
-                q2 = q * q
-            else:
-                q = self.mu * inv_sd[:, None]
-                q2 = np.einsum("ij,ij->i", q, q)
-            return np.maximum(s, 0.0, out=s), q2
-        S = self.S[self.idx]
-        ratio = np.where(prior_side, al / (al - S), inv_sd)
-        s = np.where(prior_side, S * ratio, inv_sd - al)
+            ratio, s, q = inv_sd, inv_sd - al, self.mu
+        else:
+            S = self.S[self.idx]
+            ratio = np.where(prior_side, al / (al - S), inv_sd)
+            s = np.where(prior_side, S * ratio, inv_sd - al)
+            q = np.where(prior_side[:, None], self.Q[self.idx], self.mu)
         if self.D == 1:
-            q = np.where(prior_side, self.Q[self.idx, 0], self.mu[:, 0])
-            q *= ratio
+            q = q[:, 0] * ratio
             q2 = q * q
         else:
-            q = np.where(prior_side[:, None], self.Q[self.idx], self.mu) * ratio[:, None]
+            q = q * ratio[:, None]
             q2 = np.einsum("ij,ij->i", q, q)
         return np.maximum(s, 0.0, out=s), q2
 
