@@ -99,18 +99,8 @@ def first_copies(X: np.ndarray, T: np.ndarray) -> np.ndarray:
 
 
 def distinct_rows(X: np.ndarray, T: np.ndarray) -> np.ndarray:
-    """Indices of the first of each group of identical ``(x, t)`` rows, in their order.
-
-    Parameters
-    ----------
-    X : ndarray of shape (N, P)
-    T : ndarray of shape (N, D)
-
-    Returns
-    -------
-    ndarray of int
-        ``arange(N)`` when no row repeats another.
-    """
+    """Indices of the first of each group of identical ``(x, t)`` rows, in their order: the
+    rows that are their own first copy (:func:`first_copies`, the same arguments)."""
     first = first_copies(X, T)
     return np.flatnonzero(first == np.arange(first.size))
 
