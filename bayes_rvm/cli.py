@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 import time
 import warnings
@@ -273,7 +274,14 @@ def _load_table(path: Path, target: str | None, task: str, features: list[str] |
             )
         y = numbers.to_numpy(float)
         values = np.unique(y)
-        if values.size <= 2 and np.all(values == np.round(values)):
+        if values.size == 1:
+            warnings.warn(
+                f"the target is constant ({values[0]:g} in every row): the fit is that constant, "
+                "with a noise estimate at its floor",
+                UserWarning,
+                stacklevel=2,
+            )
+        elif values.size == 2 and np.all(values == np.round(values)):
             warnings.warn(
                 f"the target takes only the values {values.tolist()}: fitting a regression; "
                 "--task classify fits a classifier",
@@ -363,15 +371,15 @@ def _write_plot(model, X, y, truth, path: Path, title: str) -> None:
     plt.close(ax.figure)
 
 
-def _mcmc_report(model: RVR, n_obs: int) -> list[str]:
-    """The MCMC fit itself: draws, basis, posterior of the noise and weights, diagnostics."""
+def _sampled_report(model: RVR, n_obs: int) -> list[str]:
+    """The MCMC or VI fit itself: draws, basis, posterior of the noise and weights, LOO and the
+    engine's diagnostics."""
     import json
 
     from bayes_rvm.studies.runner import PARETO_K_HIGH, loo_columns
 
     dt = model.idata_
     post = dt["posterior"].dataset
-    diag = json.loads(dt.attrs["diagnostics"])
     w = post["w"]
     mean = w.mean(("chain", "draw")).values
     sd = w.std(("chain", "draw")).values
@@ -385,9 +393,36 @@ def _mcmc_report(model: RVR, n_obs: int) -> list[str]:
         if n_high
         else f"every Pareto k <= {PARETO_K_HIGH}"
     )
+    basis = f"{_n_sampled_basis(model)} basis functions (mcmc_basis={model._mcmc_basis()!r})"
+    if dt.attrs["method"] == "vi":
+        loss = dt["variational"]["loss"].values
+        state = "converged" if dt.attrs["converged"] else "NOT converged"
+        head = [
+            f"VI ({dt.attrs['vi_method']}): {post.sizes['draw']} draws of the approximation over "
+            f"{basis}",
+            f"  optimisation      : {state} in {dt.attrs['n_iter']} iterations "
+            f"(final ELBO {-float(loss[-1]):.2f})",
+        ]
+        diagnostics = []
+    else:
+        diag = json.loads(dt.attrs["diagnostics"])
+        head = [
+            f"MCMC ({dt.attrs['sampler']}): {post.sizes['chain']} chains x "
+            f"{post.sizes['draw']} draws over {basis}"
+        ]
+        rhat = (
+            f"{diag['max_rhat']:.4f} (hyperparameters)"
+            if post.sizes["chain"] > 1
+            else "not computed: it needs two chains or more (--chains)"
+        )
+        diagnostics = [
+            f"  divergences       : {diag['divergences']}",
+            f"  max R-hat         : {rhat}",
+            f"  min bulk ESS      : {diag['min_ess_bulk']:.0f}",
+            f"  min tail ESS      : {diag['min_ess_tail']:.0f}",
+        ]
     return [
-        f"MCMC ({dt.attrs['sampler']}): {post.sizes['chain']} chains x {post.sizes['draw']} draws"
-        f" over {_n_sampled_basis(model)} basis functions (mcmc_basis={model._mcmc_basis()!r})",
+        *head,
         *(
             [
                 f"  noise sd          : {float(post['sigma'].mean()):.4f} ± "
@@ -403,9 +438,7 @@ def _mcmc_report(model: RVR, n_obs: int) -> list[str]:
         "individually clear of zero (|mean| > 2 posterior sd); neighbouring basis functions "
         "share the fit",
         f"  LOO elpd          : {loo['elpd_loo']:.2f} ± {loo['elpd_loo_se']:.2f} ({reliability})",
-        f"  divergences       : {diag['divergences']}",
-        f"  max R-hat         : {diag['max_rhat']:.4f} (hyperparameters)",
-        f"  min bulk ESS      : {diag['min_ess_bulk']:.0f}",
+        *diagnostics,
         "",
     ]
 
@@ -535,9 +568,10 @@ def _fit(args) -> int:
     ]
     counts = args.likelihood == "poisson"
     truth = None if X_test is None else (count_rate if counts else sinc)
-    if mcmc:
-        lines += _mcmc_report(model, len(y))
-        lines.append("type-II fit (the sampler's seed):")
+    if args.inference != "type2":
+        lines += _sampled_report(model, len(y))
+        seed = "the sampler's seed" if mcmc else "which set the VI fit's width and basis"
+        lines.append(f"type-II fit ({seed}):")
     lines += _type2_report(model, X, y, args, X_test is not None)
     if args.inference != "type2":
         engine = "MCMC" if mcmc else "VI"
@@ -590,7 +624,7 @@ def _fit_classifier(args, X, y, label: str, gamma) -> int:
         f"  kernel={args.kernel}, prior={args.prior}, inference={args.inference}",
     ]
     if mcmc:
-        lines += _mcmc_report(model, len(y))
+        lines += _sampled_report(model, len(y))
         lines.append("type-II fit (the sampler's seed) and predictions of the MCMC fit:")
     lines += _classify_report(model, X, y)
     lines.append(f"  fit time          : {elapsed:.3f} s")
@@ -803,6 +837,12 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print("bayes-rvm: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader of the output left (``bayes-rvm predict ... | head``): stop quietly, with
+        # the status of a process ended by SIGPIPE, as other Unix tools do. Standard output
+        # goes to /dev/null so that the interpreter's last flush does not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE
     except Exception as exc:
         if args.traceback:
             raise

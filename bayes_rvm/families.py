@@ -241,7 +241,10 @@ def rate_moments(mean: np.ndarray, var: np.ndarray) -> tuple[np.ndarray, np.ndar
     Poisson's own). The latent is clipped at :data:`ETA_MAX` as everywhere else.
     """
     rate = POISSON.mean(mean + 0.5 * var)
-    return rate, rate * np.sqrt(np.expm1(np.minimum(var, ETA_MAX)))
+    # A latent variance in the hundreds (a collapsed width) gives an sd beyond float64: inf,
+    # which the estimator's own warning about that variance explains; NumPy's would not.
+    with np.errstate(over="ignore"):
+        return rate, rate * np.sqrt(np.expm1(np.minimum(var, ETA_MAX)))
 
 
 def family(name: str) -> Family:

@@ -217,6 +217,10 @@ def test_every_failure_is_one_line_and_exit_status_1(tmp_path, capsys, csv_file)
     text = csv_file("a,y\n1,2\nseven,3\n")
     assert "column 'a'" in (err := _fails(["fit", "--data", text, *out], capsys))
     assert "'seven' at line 3" in err
+    # An infinite cell is named as an empty one is (it was scikit-learn's message).
+    inf = csv_file("a,b,y\n1,2,3\n4,-inf,6\n7,8,9\n")
+    assert "column 'b' of" in (err := _fails(["fit", "--data", inf, *out], capsys))
+    assert "infinite value (-inf) at line 3" in err
     # Option errors of argparse follow the same rule (it exits with 2 and two lines by default).
     assert "invalid choice: 'nuts'" in _fails(["fit", "--inference", "nuts"], capsys)
     assert "y[0] = -1.0 is negative" in _fails(
@@ -508,6 +512,27 @@ def test_predict_has_its_own_help_and_one_line_failures(tmp_path, capsys, csv_fi
     text = csv_file("u,v\n1,2\nx,3\n", "t.csv")
     err = _fails(["predict", str(tmp_path / "n" / "model.nc"), "--data", text], capsys)
     assert "column 'u'" in err and "'x' at line 3" in err
+    inf = csv_file("u,v\n1,2\n3,inf\n", "i.csv")
+    err = _fails(["predict", str(tmp_path / "n" / "model.nc"), "--data", inf], capsys)
+    assert "column 'v'" in err and "infinite value (inf) at line 3" in err
+
+
+def test_predict_into_a_closed_pipe_stops_quietly(tmp_path):
+    """``bayes-rvm predict ... | head -1``: the reader leaves after one line; the command stops
+    without a message, with the status of a process ended by SIGPIPE (141), as Unix tools do."""
+    model = tmp_path / "m"
+    assert main(["--output", str(model), "--no-plot", "--n-samples", "20"]) == 0
+    data = tmp_path / "x.csv"
+    np.savetxt(data, np.linspace(-10, 10, 100_000)[:, None], header="x", comments="")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bayes_rvm.cli", "predict", str(model / "model.nc"), "--data", data],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout.readline() == b"prediction,sd\n"
+    proc.stdout.close()
+    assert proc.wait(timeout=120) == 141
+    assert proc.stderr.read() == b""
 
 
 def test_classification_refuses_regression_options_in_one_line(tmp_path, capsys, csv_file):

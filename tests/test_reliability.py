@@ -505,9 +505,11 @@ def test_a_fit_that_interpolates_its_rows_says_its_intervals_are_not_to_be_trust
     rng = np.random.default_rng(1)
     X = rng.uniform(-5, 5, (200, 1))[:6]
     y = np.sin(X[:, 0]) + rng.normal(0, 0.2, 200)[:6]
-    with pytest.warns(RuntimeWarning, match=r"ran to its floor .* passes through its 3 training"):
+    with pytest.warns(
+        RuntimeWarning, match=r"noise estimate fell .* passes through its 3 training"
+    ):
         three = RVR().fit(X[:3], y[:3])
-    assert float(np.sqrt(three.noise_variance_)) < 1e-5
+    assert float(np.sqrt(three.noise_variance_)) < 1e-4
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         six = RVR().fit(X, y)  # six rows: a noise sd of 0.13, no warning
@@ -518,7 +520,21 @@ def test_a_fit_that_interpolates_its_rows_says_its_intervals_are_not_to_be_trust
         RVR(inference="mcmc", sampler_config={"draws": 100, "tune": 100, "chains": 2}).fit(
             X[:3], y[:3], progressbar=False
         )
-    assert not [w for w in caught if "ran to its floor" in str(w.message)]
+    assert not [w for w in caught if "noise estimate fell" in str(w.message)]
+
+
+def test_the_noise_floor_is_relative_to_the_targets_spread_not_their_level():
+    # The engines' floor on the noise sd was 1e-6 of the targets' root-mean-square: a constant
+    # of 1e6 added to sinc targets (noise sd 0.1) held the noise sd at 1.0 and left one
+    # relevance vector of four. It is 1e-6 of their standard deviation now.
+    X, y = make_sinc(100, noise=0.1, random_state=0)
+    Xt = np.linspace(-9, 9, 50)[:, None]
+    truth = np.sinc(Xt[:, 0] / np.pi)
+    base = RVR(gamma=0.147).fit(X, y)
+    far = RVR(gamma=0.147).fit(X, y + 1e6)
+    assert np.sqrt(far.noise_variance_) == pytest.approx(np.sqrt(base.noise_variance_), rel=0.05)
+    error = np.sqrt(np.mean((base.predict(Xt) - truth) ** 2))
+    assert np.sqrt(np.mean((far.predict(Xt) - 1e6 - truth) ** 2)) < 1.3 * error
 
 
 def test_a_missing_target_in_an_object_array_is_named_before_the_width_search():

@@ -74,10 +74,18 @@ def test_elpd_of_a_vi_fit_is_importance_corrected_and_warns_on_high_k(small_vi):
     far = dt.copy()
     noise = stats.norm.rvs(size=var["log_q"].shape, random_state=0) * 3.0
     far["variational"] = var.assign(log_p=var["log_q"] + noise)
-    with pytest.warns(UserWarning, match="too far from the posterior"):
+    with pytest.warns(UserWarning, match="too far from the posterior") as caught:
         table = compare({"far": far, "same": exact_q})
     assert table.loc["far", "method"] == PSIS_APPROX
     assert table.loc["far", "pareto_k"] > 0.7
+    # The rows counted are those above ArviZ's threshold for 300 draws, as in its diagnostics.
+    good_k = 1 - 1 / np.log10(300)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        k_far = elpd(far)[0].pareto_k.values
+    n_high = int((np.nan_to_num(k_far, nan=np.inf) > good_k).sum())
+    said = next(str(w.message) for w in caught if "too far" in str(w.message))
+    assert f"({n_high} of {k_far.size} rows above {good_k:.2f};" in said
     k_same = float(elpd(exact_q)[0].pareto_k.max())
     assert table.loc["same", "pareto_k"] == pytest.approx(k_same)
     # A VI tree without the densities (an older file): plain PSIS-LOO, labelled and warned.

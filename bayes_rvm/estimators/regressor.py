@@ -68,6 +68,7 @@ from bayes_rvm.evidence import (
     target_scale,
 )
 from bayes_rvm.evidence.options import beta_ceiling
+from bayes_rvm.evidence.problem import target_spread
 from bayes_rvm.models.priors import Prior, as_prior, default_alpha_prior
 from bayes_rvm.posterior.predictors import regression_predictor
 from bayes_rvm.threads import one_blas_thread
@@ -136,29 +137,35 @@ def rows_to_fit(X: np.ndarray, y: np.ndarray) -> np.ndarray:
     return keep
 
 
+#: A noise sd below this fraction of the targets' standard deviation is taken as a fit that
+#: passes through its targets (:func:`warn_if_interpolating`).
+INTERPOLATING_NOISE = 1e-4
+
+
 def warn_if_interpolating(problem: Problem, fit: EvidenceFit) -> None:
-    """Warn where the estimated noise ran to its floor: the fit passes through its targets.
+    """Warn where the estimated noise fell to nothing: the fit passes through its targets.
 
     On a handful of rows the evidence can grow without bound as the noise goes to 0 once the
     relevance vectors pass through every target (three points of a noisy sine: a noise sd of
-    1e-6 of the targets' and predictive sds near 1e-6); the engines stop at
-    :func:`~bayes_rvm.evidence.options.beta_ceiling`, where the intervals mean nothing.
+    1e-6 of the targets' and predictive sds near 1e-6, or 4e-5 at another width, where the
+    engine converged before its floor, :func:`~bayes_rvm.evidence.options.beta_ceiling`). The
+    intervals then mean nothing; below :data:`INTERPOLATING_NOISE` of the targets' sd, it says so.
     """
     beta = getattr(fit.posterior, "beta", None)
-    stats = problem.statistics
-    tt = (
-        float(np.sum(stats.tt))
-        if stats is not None
-        else float(np.vdot(problem.targets, problem.targets))
-    )
-    if beta is None or beta < 0.5 * beta_ceiling(tt, problem.n_values):
+    if beta is None:
         return
-    N = problem.n_values // problem.targets.shape[1] if stats is None else stats.n
+    stats, n = problem.statistics, problem.n_values
+    spread = target_spread(problem.targets, stats)
+    noise_sd, target_sd = 1.0 / np.sqrt(beta), np.sqrt(spread / n)  # normalised units
+    # Constant targets have no sd to compare with: there, the noise at its floor.
+    if noise_sd >= INTERPOLATING_NOISE * target_sd and beta < 0.5 * beta_ceiling(spread, n):
+        return
+    N = n // problem.targets.shape[1] if stats is None else stats.n
     warn_at_user(
-        f"the noise estimate ran to its floor (sd {problem.scale / np.sqrt(beta):.2g}): the fit "
-        f"passes through its {N} training targets, as it should noise-free ones. If yours are "
-        "noisy, its predictive intervals are far too narrow: give the noise "
-        "(likelihood_params={'noise_variance': ...}) or fit more rows.",
+        f"the noise estimate fell to sd {problem.scale * noise_sd:.2g} (the targets' sd is "
+        f"{problem.scale * target_sd:.2g}): the fit passes through its {N} training targets, as "
+        "it should noise-free ones. If yours are noisy, its predictive intervals are far too "
+        "narrow: give the noise (likelihood_params={'noise_variance': ...}) or fit more rows.",
         RuntimeWarning,
     )
 

@@ -321,8 +321,8 @@ class _MacKay:
         gram, phi_t_all = problem.sums()
         if gram is None:
             gram = problem.Phi.T @ problem.Phi if opt.gram is None else opt.gram
-        self.tt = tt = problem.tt
-        self.beta_max = beta_ceiling(tt, N * D)
+        self.tt = problem.tt
+        self.beta_max = beta_ceiling(problem.spread, N * D)
         keep = np.isfinite(alpha)
         # The active block of the sufficient statistics, sliced again only when something is
         # pruned; free columns are never re-estimated nor pruned.

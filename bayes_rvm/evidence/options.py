@@ -43,14 +43,16 @@ SOLVERS = ("sequential", "mackay")
 BETA_MAX = 1e12
 
 
-def beta_ceiling(tt: float, n_values: int) -> float:
-    """The largest noise precision of a fit whose ``n_values`` targets have ``sum(T**2) = tt``.
+def beta_ceiling(spread: float, n_values: int) -> float:
+    """The largest noise precision of a fit of ``n_values`` targets whose sum of squares about
+    their mean is ``spread`` (:func:`~bayes_rvm.evidence.problem.target_spread`).
 
-    :data:`BETA_MAX` per unit mean square of the targets, so that the noise sd stays at least
-    1e-6 times their root-mean-square; for all-zero targets (divided by 1, their scale)
-    :data:`BETA_MAX` itself: a noise sd of 1e-6, never one that underflows towards zero.
+    :data:`BETA_MAX` per unit variance of the targets, so that the noise sd stays at least 1e-6
+    times their standard deviation; for constant targets (their scale then their
+    root-mean-square) :data:`BETA_MAX` itself: a noise sd of 1e-6 of that scale, never one that
+    underflows towards zero.
     """
-    return BETA_MAX * n_values / tt if tt > 0 else BETA_MAX
+    return BETA_MAX * n_values / spread if spread > 0 else BETA_MAX
 
 
 #: Prior precision of a "free" column of a Gaussian fit relative to the scale of a weight that

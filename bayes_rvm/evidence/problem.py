@@ -50,6 +50,7 @@ __all__ = [
     "normalise_columns",
     "prior_column_scale",
     "target_scale",
+    "target_spread",
     "unscale_alpha",
 ]
 
@@ -133,6 +134,21 @@ def target_scale(T: np.ndarray) -> float:
     """The root-mean-square the regression targets are divided by (1 for all-zero targets)."""
     rms = float(np.sqrt(np.mean(np.square(T))))
     return rms if rms > 0 else 1.0
+
+
+def target_spread(T: np.ndarray | None, statistics: SufficientStatistics | None = None) -> float:
+    """The targets' sum of squares about each output's mean, summed over the outputs (from the
+    statistics' sums where given).
+
+    The engines' noise floor (:func:`~bayes_rvm.evidence.options.beta_ceiling`) is relative to
+    it, not to the sum of squares: a constant added to the targets, which a bias column carries,
+    raised a floor on the root-mean-square to the true noise at an offset of 1e6 times it (a
+    noise sd of 1.0 estimated for 0.1, and one relevance vector left of four).
+    """
+    if statistics is not None:
+        s = statistics
+        return max(float(np.sum(s.tt - s.t_sum * s.t_sum / max(s.n, 1))), 0.0)
+    return float(np.sum(np.square(T - T.mean(axis=0))))
 
 
 def unscale_alpha(alpha: np.ndarray, factor: np.ndarray) -> np.ndarray:
@@ -385,6 +401,11 @@ class ProblemView:
         if self.statistics is not None:
             return float(np.sum(self.statistics.tt))
         return float(np.sum(self.T * self.T))
+
+    @property
+    def spread(self) -> float:
+        """:func:`target_spread` of the targets: what the noise floor is relative to."""
+        return target_spread(self.T, self.statistics)
 
     def sums(self) -> tuple[np.ndarray | None, np.ndarray]:
         """``(Phi' Phi or None, Phi' T)``: the Gram matrix where the problem holds it."""

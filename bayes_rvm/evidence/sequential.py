@@ -214,7 +214,7 @@ class _Sequential:
         self.ab, self.cd = opt.alpha_prior, opt.beta_prior
         self.no_prior = not any(self.ab)
         self.tt = tt = problem.tt
-        self.beta_max = beta_ceiling(tt, D * N)
+        self.beta_max = beta_ceiling(problem.spread, D * N)
         self.allowed = problem.allowed
         self.T = T
         self.align = opt.alignment_threshold > 0

@@ -28,7 +28,8 @@ VI (:func:`bayes_rvm.inference.variational.fit_vi`)
     ratios corrected by ``ln p(theta, y) - ln q(theta)``
     (:func:`arviz_stats.loo_approximate_posterior`; Magnusson et al. 2019), from the
     ``variational`` group's ``log_p`` and ``log_q``. Its Pareto
-    k says whether ``q`` is close enough to the posterior for that correction: above 0.7 the
+    k says whether ``q`` is close enough to the posterior for that correction: above ArviZ's
+    threshold (0.7, or ``1 - 1 / log10(S)`` for fewer than about 2150 draws ``S``: 0.67 at 1000) the
     elpd is unreliable, and :func:`elpd` warns. A VI tree without them (saved by an earlier
     version) is scored by plain PSIS-LOO, labelled uncorrected, with a warning.
 Fits from sufficient statistics (``RVR(chunk_rows=...)``)
@@ -66,7 +67,8 @@ PSIS_FIXED = "PSIS-LOO, hyperparameters fixed (optimistic)"
 PSIS_APPROX = "PSIS-LOO, approximate posterior (corrected by ln p - ln q)"
 #: ``method`` of a VI fit without ``log_p`` and ``log_q``: the draws scored as posterior draws.
 PSIS_UNCORRECTED = "PSIS-LOO of approximate draws (uncorrected)"
-#: Pareto k above which an importance-sampled elpd is unreliable (Vehtari et al. 2024).
+#: Pareto k above which an importance-sampled elpd is unreliable (Vehtari et al. 2024), at
+#: about 2150 draws and more; ArviZ's threshold ``min(1 - 1 / log10(S), 0.7)`` is lower for fewer.
 K_MAX = 0.7
 
 
@@ -239,8 +241,9 @@ def elpd(fit, *, var_name: str | None = None):
     Warns
     -----
     UserWarning
-        For a VI fit whose largest Pareto k exceeds 0.7 (its approximation is too far from the
-        posterior for the correction), or one without the densities the correction needs.
+        For a VI fit whose largest Pareto k exceeds ArviZ's threshold (0.7; 0.67 at 1000 draws:
+        its approximation is too far from the posterior for the correction), or one without the
+        densities the correction needs.
     """
     dt = _tree(fit)
     if "log_likelihood" not in dt.children:
@@ -281,13 +284,15 @@ def _psis(dt: xr.DataTree, var_name: str | None, method: str):
             dt, var["log_p"], var["log_q"], pointwise=True, var_name=var_name
         )
     k = _pareto_k(res)
-    if k.max() > K_MAX:
+    # ArviZ's threshold for this many draws (0.67 at 1000), which its table's diagnostic uses.
+    good_k = res.good_k or K_MAX
+    if k.max() > good_k:
         warnings.warn(
             f"the VI fit's importance-corrected PSIS-LOO has Pareto k up to {k.max():.2f} "
-            f"({int((k > K_MAX).sum())} of {k.size} rows above {K_MAX}; inf: not estimable): "
-            "the variational approximation is too far from the posterior for its "
-            "leave-one-out terms to be corrected, and its elpd is unreliable. Rank with an "
-            "MCMC fit (inference='mcmc').",
+            f"({int((k > good_k).sum())} of {k.size} rows above {good_k:.2f}; inf: not "
+            "estimable): the variational approximation is too far from the posterior for its "
+            "leave-one-out terms to be corrected, and its elpd is unreliable, and so are its "
+            "rank and weight in a comparison. Rank with an MCMC fit (inference='mcmc').",
             UserWarning,
             skip_file_prefixes=PACKAGE_FRAMES,
         )
@@ -425,7 +430,7 @@ def compare(fits: Mapping[str, object] | Sequence, *, round_to="none", **kwargs)
     -----
     UserWarning
         For a type-II fit with no refit terms, scored by PSIS-LOO at its fixed hyperparameters;
-        for a VI fit whose Pareto k exceed 0.7 (:func:`elpd`).
+        for a VI fit whose Pareto k exceed ArviZ's threshold (:func:`elpd`).
     """
     import arviz as az
     from arviz_stats.utils import ELPDData

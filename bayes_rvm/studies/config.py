@@ -194,8 +194,8 @@ def read_table(
 
 
 def _check_cells(frame, columns, path: Path, hint: str = "") -> None:
-    """Raise ValueError naming the first non-numeric or empty cell of ``columns`` and its line
-    (``hint`` ends the message of a non-numeric one)."""
+    """Raise ValueError naming the first non-numeric, empty or infinite cell of ``columns`` and
+    its line (``hint`` ends the message of a non-numeric one)."""
     import pandas as pd
 
     for column in columns:
@@ -213,6 +213,13 @@ def _check_cells(frame, columns, path: Path, hint: str = "") -> None:
             raise ValueError(
                 f"column {column!r} of {path} has an empty or NaN cell at line {row + 2}; "
                 "remove or fill the row"
+            )
+        infinite = np.isinf(values.to_numpy(float))
+        if infinite.any():
+            row = int(np.flatnonzero(infinite)[0])
+            raise ValueError(
+                f"column {column!r} of {path} has an infinite value ({values.iloc[row]}) at "
+                f"line {row + 2}; remove or fix the row"
             )
 
 
@@ -239,7 +246,7 @@ def read_features(path: str | os.PathLike, names: Sequence[str] | None, n_featur
     ------
     ValueError
         Naming the file and the fault: missing or unreadable, a feature column absent, the
-        wrong number of columns, or a non-numeric or empty cell (with its line).
+        wrong number of columns, or a non-numeric, empty or infinite cell (with its line).
     """
     import pandas as pd
 
