@@ -494,7 +494,8 @@ _ADVICE = {
         "rhat": "Run longer (more tune and draws), start from type2_initvals(fit), or restrict "
         "the basis to the type-II relevance vectors (basis=fit.active). Nearly collinear columns, "
         "as from a wide kernel, make a ridged posterior; a narrower one (larger gamma) helps.",
-        "ess": "Draw more samples or use the marginal form.",
+        "ess": "Draw more samples (draws=...); a model of the joint form mixes faster in "
+        "form='marginal', where the likelihood has one.",
         "modes": "Restrict the basis to the type-II relevance vectors (basis=fit.active), one of "
         "the modes, and draw more there.",
     },
