@@ -131,7 +131,8 @@ def plot_relevance(sets, centres, *, columns=None, relevance_vectors=None, ax=No
     if "p_any" not in sets or "set" not in sets.dims:
         raise ValueError("sets must be the Dataset of set_relevance (p_any over set).")
     if ax is None:
-        _, ax = plt.subplots(figsize=(8, 3.5))
+        # Constrained: the legend beside the axes and the x label inside a saved figure.
+        _, ax = plt.subplots(figsize=(10, 3.5), layout="constrained")
 
     def _along(table, dim):
         labels = np.asarray(table[dim].values)
@@ -178,7 +179,8 @@ def plot_relevance(sets, centres, *, columns=None, relevance_vectors=None, ax=No
     ax.set_ylim(-0.06, 1.04)
     ax.set_xlabel("centre")
     ax.set_ylabel("posterior probability")
-    ax.legend(loc="best", fontsize="small")
+    # Beside the axes: the curves span the whole range, and "best" put the legend over one.
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
     return ax
 
 

@@ -319,3 +319,34 @@ def test_rvc_keeps_its_own_defaults_and_keys():
         RVC(sampler_config={"vi_kwargs": {}}).fit(X, y > 0)
     with pytest.raises(TypeError, match="likelihood_params"):
         RVC(likelihood_params={"noise_variance": 1.0})  # not a parameter of RVC
+
+
+def test_grid_search_over_one_key_of_a_dict_parameter():
+    """``GridSearchCV(RVR(prior="student_t"), {"prior_params__nu": [...]})`` failed in
+    scikit-learn's ``set_params`` ("'NoneType' object has no attribute 'set_params'"). A key set
+    alone copies the dict with that key set; the search scores as one over whole dicts."""
+    from sklearn.model_selection import GridSearchCV
+
+    from bayes_rvm.estimators.classifier import RVC
+
+    X, y = make_sinc(60, noise=0.1, random_state=0)
+    by_key = GridSearchCV(RVR(prior="student_t"), {"prior_params__nu": [1e-4, 1.0]}, cv=3)
+    by_dict = GridSearchCV(
+        RVR(prior="student_t"), {"prior_params": [{"nu": 1e-4}, {"nu": 1.0}]}, cv=3
+    )
+    np.testing.assert_array_equal(
+        by_key.fit(X, y).cv_results_["mean_test_score"],
+        by_dict.fit(X, y).cv_results_["mean_test_score"],
+    )
+    assert by_key.best_estimator_.prior_params == {"nu": by_key.best_params_["prior_params__nu"]}
+    mine = {"nu": 1.0}
+    est = RVR(prior_params=mine).set_params(prior_params__nu=2.0, kernel_params__degree=3)
+    assert mine == {"nu": 1.0} and est.prior_params == {"nu": 2.0}
+    assert est.kernel_params == {"degree": 3}
+    # Beside the whole dict, the key lands in it; an unknown key is refused at fit as before.
+    est.set_params(prior_params={"nu": 5.0}, prior_params__threshold_alpha=3.0)
+    assert est.prior_params == {"nu": 5.0, "threshold_alpha": 3.0}
+    with pytest.raises(ValueError, match="prior_params has no key 'nuu'"):
+        RVC().set_params(prior_params__nuu=1.0).fit(X, y > 0)
+    with pytest.raises(ValueError, match="Invalid parameter 'foo'"):
+        RVR().set_params(foo__bar=1)

@@ -291,6 +291,15 @@ def test_mcmc_draws_round_trip_on_the_graphs_column_scale(tmp_path):
     stored = model.idata_["posterior"]["alpha"].values.reshape(-1, post.sizes["basis"])
     got = _alpha_at_draws(loaded.make_model(), post["alpha_rel"])
     np.testing.assert_allclose(got, stored, rtol=1e-10)
+    # One chain has no R-hat: null in the saved diagnostics, which strict JSON parsers read
+    # (Python's NaN token is not JSON).
+    import json
+
+    def refuse(token):
+        raise ValueError(f"not JSON: {token}")
+
+    diag = json.loads(loaded.idata_.attrs["diagnostics"], parse_constant=refuse)
+    assert diag["max_rhat"] is None and diag["min_ess_bulk"] > 0
 
 
 def _width_search_fits():

@@ -428,6 +428,11 @@ def test_plot_relevance_draws_the_tables():
     np.testing.assert_allclose(line.get_ydata(), sets["p_any"].values)
     # columns: the five with a centre, not the bias
     assert ax.get_lines()[1].get_xdata().size == 5
+    # The legend beside the axes, not over a curve; the x label inside the figure.
+    ax.figure.canvas.draw()
+    renderer = ax.figure.canvas.get_renderer()
+    assert ax.get_legend().get_window_extent(renderer).x0 >= ax.get_window_extent(renderer).x1
+    assert ax.xaxis.label.get_window_extent(renderer).y0 >= 0
     with pytest.raises(ValueError, match="1-D centres"):
         plot_relevance(sets, np.zeros((5, 2)))
     plt.close("all")

@@ -392,7 +392,20 @@ class BaseRVM(BaseEstimator):
 
     def set_params(self, **params):
         """scikit-learn's ``set_params``; the estimator then reads its new parameters (as
-        ``fit`` will resolve them), not the settings its last fit resolved."""
+        ``fit`` will resolve them), not the settings its last fit resolved.
+
+        One key of a dict parameter can be set alone, as ``prior_params__nu=0.01``: the dict
+        is copied with that key set. That is how ``GridSearchCV(RVR(prior="student_t"),
+        {"prior_params__nu": [1e-4, 1.0]})`` searches one key; scikit-learn's own
+        ``set_params`` only reaches into estimators, and failed on the None default.
+        """
+        for name in [n for n in params if "__" in n]:
+            group, _, key = name.partition("__")
+            if group not in self._param_groups:
+                continue  # scikit-learn's own check names it
+            merged = dict(params.get(group, getattr(self, group)) or {})
+            merged[key] = params.pop(name)
+            params[group] = merged
         super().set_params(**params)
         self.__dict__.pop("_settings", None)
         self.__dict__.pop("_predictor_obj", None)  # chosen again from the new parameters

@@ -250,7 +250,8 @@ def sample_mcmc(
     xarray.DataTree
         Groups ``posterior`` (``w``, ``alpha``, ``sigma``, ``beta``), ``log_likelihood`` (``y``),
         ``observed_data``, ``constant_data``, ``sample_stats``; root attrs ``method="mcmc"``,
-        ``settings`` (JSON) and ``diagnostics`` (JSON of :func:`diagnose`).
+        ``settings`` (JSON) and ``diagnostics`` (JSON of :func:`diagnose`, null where it gives
+        NaN: the R-hat of one chain).
 
     Notes
     -----
@@ -368,7 +369,11 @@ def sample_mcmc(
             },
             sort_keys=True,
         ),
-        diagnostics=json.dumps(diag, sort_keys=True),
+        # Strict JSON: a one-chain R-hat, NaN, is written null (Python's NaN token is not JSON).
+        diagnostics=json.dumps(
+            {k: None if isinstance(v, float) and np.isnan(v) else v for k, v in diag.items()},
+            sort_keys=True,
+        ),
         wall_time=float(wall),
     )
     return dt
