@@ -111,6 +111,20 @@ def _common(p: argparse.ArgumentParser) -> None:
         choices=("nutpie", "numpyro", "pymc"),
         help="NUTS implementation (default nutpie)",
     )
+    s.add_argument(
+        "--mcmc-basis",
+        default="auto",
+        choices=("auto", "all", "relevant"),
+        help="the basis functions sampled: every candidate, or the type-II relevance vectors "
+        "(default auto: RVR's choice)",
+    )
+    s.add_argument(
+        "--thin",
+        type=int,
+        default=None,
+        help="run draws x k iterations per chain and keep every k-th, nearly independent "
+        "(default: the sampler's, 1 for a design in memory)",
+    )
     p.add_argument(
         "--output",
         type=Path,
@@ -320,7 +334,13 @@ def _problem(args):
 
 def _mcmc_params(args) -> dict:
     tune = {} if args.tune is None else {"tune": args.tune}
-    config = {"draws": args.draws, **tune, "chains": args.chains, "sampler": args.sampler}
+    config = {
+        "draws": args.draws,
+        **tune,
+        "chains": args.chains,
+        "sampler": args.sampler,
+        "mcmc_basis": args.mcmc_basis,
+    }
     return {"sampler_config": config, "random_state": args.seed}
 
 
@@ -336,7 +356,10 @@ def _fit_model(model: RVR, X, y, args) -> RVR:
     """
     from bayes_rvm.progress import no_auto_progress
 
-    options = {"progressbar": False} if args.quiet and model.inference == "mcmc" else {}
+    mcmc = model.inference == "mcmc"
+    options = {"progressbar": False} if args.quiet and mcmc else {}
+    if mcmc and args.thin is not None:
+        options["thin"] = args.thin
     quiet = no_auto_progress() if args.quiet else contextlib.nullcontext()
     with contextlib.redirect_stdout(sys.stderr), quiet:
         return model.fit(X, y, **options)
@@ -814,6 +837,12 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
     # One line per warning, without the source location: a user of the command has no use for
     # the path of the library (or of this script) that raised it.
     text = " ".join(str(message).split())
+    if "sampler_config=" in text or "thin=" in text:
+        # The remedies are written for Python; these are the same settings here.
+        text += (
+            " (On the command line: sampler_config's draws, tune, chains and mcmc_basis are "
+            "--draws, --tune, --chains and --mcmc-basis; thin=k is --thin k.)"
+        )
     print(f"bayes-rvm: warning: {text}", file=sys.stderr if file is None else file, flush=True)
 
 

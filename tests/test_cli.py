@@ -653,3 +653,26 @@ def test_an_interrupt_is_one_line_and_an_errors_notes_are_kept(monkeypatch, caps
     monkeypatch.setattr(cli, "_fit", failed)
     with pytest.raises(SystemExit, match=r"positive \(study fit of model 'bad' on data set 's'\)"):
         main(["fit", "--no-plot"])
+
+
+def test_the_sampler_warnings_remedies_have_flags_here(tmp_path, capsys):
+    """The estimators' sampler warnings name Python settings (``sampler_config={'mcmc_basis':
+    'relevant', 'draws': 4000}``, ``fit(X, y, thin=4)``): the command takes them as flags, and
+    its warnings say which."""
+    import io
+
+    from bayes_rvm.cli import _show_warning
+
+    out = tmp_path / "m"
+    args = ["--inference", "mcmc", "--draws", "20", "--tune", "30", "--chains", "2"]
+    args += ["--mcmc-basis", "relevant", "--thin", "2", "--quiet", "--no-plot"]
+    assert main([*args, "--n-samples", "40", "--output", str(out)]) == 0
+    post = load_model(out / "model.nc").idata_["posterior"]
+    assert post.sizes["draw"] == 20  # thinned from 40 per chain
+    assert post.sizes["basis"] < 41  # the relevance vectors, not all 41 columns
+    buffer = io.StringIO()
+    _show_warning("Raise tune (sampler_config={'tune': 1000}).", UserWarning, "x", 1, buffer)
+    assert "--tune" in buffer.getvalue() and "--mcmc-basis" in buffer.getvalue()
+    buffer = io.StringIO()
+    _show_warning("the noise estimate fell", RuntimeWarning, "x", 1, buffer)
+    assert "command line" not in buffer.getvalue()
