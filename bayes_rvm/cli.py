@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import select
 import sys
 import time
 import warnings
@@ -399,7 +400,8 @@ def _sampled_report(model: RVR, n_obs: int) -> list[str]:
     engine's diagnostics."""
     import json
 
-    from bayes_rvm.studies.runner import PARETO_K_HIGH, loo_columns
+    from bayes_rvm.posterior.comparison import pareto_k_high
+    from bayes_rvm.studies.runner import loo_columns
 
     dt = model.idata_
     post = dt["posterior"].dataset
@@ -411,10 +413,11 @@ def _sampled_report(model: RVR, n_obs: int) -> list[str]:
         warnings.filterwarnings("ignore", "Estimated shape parameter of Pareto", UserWarning)
         loo = loo_columns(dt)
     n_high = int(loo["n_pareto_k_high"])
+    k_high = pareto_k_high(post.sizes["chain"] * post.sizes["draw"])
     reliability = (
-        f"{n_high} of {n_obs} points with Pareto k > {PARETO_K_HIGH}: not reliable"
+        f"{n_high} of {n_obs} points with Pareto k > {k_high:.2f}: not reliable"
         if n_high
-        else f"every Pareto k <= {PARETO_K_HIGH}"
+        else f"every Pareto k <= {k_high:.2f}"
     )
     basis = f"{_n_sampled_basis(model)} basis functions (mcmc_basis={model._mcmc_basis()!r})"
     if dt.attrs["method"] == "vi":
@@ -593,8 +596,9 @@ def _fit(args) -> int:
     truth = None if X_test is None else (count_rate if counts else sinc)
     if args.inference != "type2":
         lines += _sampled_report(model, len(y))
-        seed = "the sampler's seed" if mcmc else "which set the VI fit's width and basis"
-        lines.append(f"type-II fit ({seed}):")
+        lines.append(
+            "type-II fit (the sampler's seed):" if mcmc else "type-II fit of the same model:"
+        )
     lines += _type2_report(model, X, y, args, X_test is not None)
     if args.inference != "type2":
         engine = "MCMC" if mcmc else "VI"
@@ -846,6 +850,18 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
     print(f"bayes-rvm: warning: {text}", file=sys.stderr if file is None else file, flush=True)
 
 
+def _stdout_closed() -> bool:
+    """Whether standard output is a pipe whose reader has gone (a broken pipe of another
+    connection, a sampler's or a cluster's, is an error to report)."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # captured or replaced: not a pipe of ours
+        return False
+    poll = select.poll()
+    poll.register(fd, select.POLLOUT)
+    return any(event & (select.POLLERR | select.POLLHUP) for _, event in poll.poll(0))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -866,15 +882,15 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print("bayes-rvm: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:
-        # The reader of the output left (``bayes-rvm predict ... | head``): stop quietly, with
-        # the status of a process ended by SIGPIPE, as other Unix tools do. Standard output
-        # goes to /dev/null so that the interpreter's last flush does not fail again.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 141  # 128 + SIGPIPE
     except Exception as exc:
         if args.traceback:
             raise
+        if isinstance(exc, BrokenPipeError) and _stdout_closed():
+            # The reader of the output left (``bayes-rvm predict ... | head``): stop quietly,
+            # with the status of a process ended by SIGPIPE, as other Unix tools do. Standard
+            # output goes to /dev/null so that the interpreter's last flush does not fail again.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 141  # 128 + SIGPIPE
         # The notes say where (a study's "study fit of model 'x' on data set 'y'").
         text = " ".join([str(exc), *getattr(exc, "__notes__", ())])
         detail = " ".join(text.split()) or type(exc).__name__

@@ -130,7 +130,8 @@ def plot_relevance(sets, centres, *, columns=None, relevance_vectors=None, ax=No
         raise ValueError(f"plot_relevance draws 1-D centres; centres have shape {C.shape}.")
     if "p_any" not in sets or "set" not in sets.dims:
         raise ValueError("sets must be the Dataset of set_relevance (p_any over set).")
-    if ax is None:
+    own = ax is None
+    if own:
         # Constrained: the legend beside the axes and the x label inside a saved figure.
         _, ax = plt.subplots(figsize=(10, 3.5), layout="constrained")
 
@@ -179,8 +180,11 @@ def plot_relevance(sets, centres, *, columns=None, relevance_vectors=None, ax=No
     ax.set_ylim(-0.06, 1.04)
     ax.set_xlabel("centre")
     ax.set_ylabel("posterior probability")
-    # Beside the axes: the curves span the whole range, and "best" put the legend over one.
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
+    if own:
+        # Beside the axes: the curves span the whole range, and "best" put it over one.
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
+    else:
+        ax.legend(loc="best", fontsize="small")  # inside the caller's axes, off its neighbours
     return ax
 
 

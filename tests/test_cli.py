@@ -221,6 +221,14 @@ def test_every_failure_is_one_line_and_exit_status_1(tmp_path, capsys, csv_file)
     inf = csv_file("a,b,y\n1,2,3\n4,-inf,6\n7,8,9\n")
     assert "column 'b' of" in (err := _fails(["fit", "--data", inf, *out], capsys))
     assert "infinite value (-inf) at line 3" in err
+    inf_target = csv_file("a,y\n1,2\n2,1e999\n3,4\n4,5\n", "inf_y.csv")
+    assert "column 'y' of" in (err := _fails(["fit", "--data", inf_target, *out], capsys))
+    assert "infinite value (inf) at line 3" in err
+    # A constant target is said to be one (not offered to --task classify).
+    constant = csv_file("a,y\n1,5\n2,5\n3,5\n4,5\n", "const.csv")
+    capsys.readouterr()
+    assert main(["fit", "--data", constant, *out]) == 0
+    assert "warning: the target is constant (5 in every row)" in capsys.readouterr().err
     # Option errors of argparse follow the same rule (it exits with 2 and two lines by default).
     assert "invalid choice: 'nuts'" in _fails(["fit", "--inference", "nuts"], capsys)
     assert "y[0] = -1.0 is negative" in _fails(
@@ -533,6 +541,20 @@ def test_predict_into_a_closed_pipe_stops_quietly(tmp_path):
     proc.stdout.close()
     assert proc.wait(timeout=120) == 141
     assert proc.stderr.read() == b""
+
+
+def test_a_broken_pipe_of_another_connection_is_an_error(monkeypatch, capsys):
+    # Only standard output's reader leaving is the quiet SIGPIPE stop; a sampler's or a
+    # cluster's broken connection is reported (and --traceback shows it).
+    import bayes_rvm.cli as cli
+
+    def broken(args):
+        raise BrokenPipeError(32, "worker pipe")
+
+    monkeypatch.setattr(cli, "_fit", broken)
+    assert "error: [Errno 32] worker pipe" in _fails(["fit", "--no-plot"], capsys)
+    with pytest.raises(BrokenPipeError):
+        main(["fit", "--no-plot", "--traceback"])
 
 
 def test_classification_refuses_regression_options_in_one_line(tmp_path, capsys, csv_file):

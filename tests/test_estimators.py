@@ -350,3 +350,8 @@ def test_grid_search_over_one_key_of_a_dict_parameter():
         RVC().set_params(prior_params__nuu=1.0).fit(X, y > 0)
     with pytest.raises(ValueError, match="Invalid parameter 'foo'"):
         RVR().set_params(foo__bar=1)
+    # The cross-validated twins take it too.
+    from bayes_rvm.estimators.cv import RVCCV, RVRCV
+
+    for cls in (RVRCV, RVCCV):
+        assert cls().set_params(prior_params__nu=0.1).prior_params == {"nu": 0.1}

@@ -433,6 +433,12 @@ def test_plot_relevance_draws_the_tables():
     renderer = ax.figure.canvas.get_renderer()
     assert ax.get_legend().get_window_extent(renderer).x0 >= ax.get_window_extent(renderer).x1
     assert ax.xaxis.label.get_window_extent(renderer).y0 >= 0
+    # On the caller's axes it stays inside them, off their neighbours.
+    fig, axs = plt.subplots(1, 2)
+    plot_relevance(sets, centres, ax=axs[0])
+    fig.canvas.draw()
+    inside = axs[0].get_legend().get_window_extent(fig.canvas.get_renderer())
+    assert inside.x1 <= axs[0].get_window_extent(fig.canvas.get_renderer()).x1
     with pytest.raises(ValueError, match="1-D centres"):
         plot_relevance(sets, np.zeros((5, 2)))
     plt.close("all")

@@ -17,7 +17,13 @@ from scipy.special import logsumexp
 
 from bayes_rvm.inference.variational import fit_vi
 from bayes_rvm.models.graphs import rvm_regression_model
-from bayes_rvm.posterior.comparison import PSIS_APPROX, PSIS_UNCORRECTED, compare, elpd
+from bayes_rvm.posterior.comparison import (
+    PSIS_APPROX,
+    PSIS_UNCORRECTED,
+    compare,
+    elpd,
+    pareto_k_high,
+)
 
 NU = 6.0
 
@@ -85,7 +91,8 @@ def test_elpd_of_a_vi_fit_is_importance_corrected_and_warns_on_high_k(small_vi):
         k_far = elpd(far)[0].pareto_k.values
     n_high = int((np.nan_to_num(k_far, nan=np.inf) > good_k).sum())
     said = next(str(w.message) for w in caught if "too far" in str(w.message))
-    assert f"({n_high} of {k_far.size} rows above {good_k:.2f};" in said
+    assert f"({n_high} of {k_far.size} rows above {good_k:.3f};" in said
+    assert pareto_k_high(300) == pytest.approx(good_k) and pareto_k_high(10**5) == 0.7
     k_same = float(elpd(exact_q)[0].pareto_k.max())
     assert table.loc["same", "pareto_k"] == pytest.approx(k_same)
     # A VI tree without the densities (an older file): plain PSIS-LOO, labelled and warned.

@@ -340,7 +340,30 @@ def output_dtype(X) -> type:
 _OWNED_SAMPLE_KWARGS = {"draws", "tune", "chains", "sampler", "random_seed", "initvals", "model"}
 
 
-class BaseRVM(BaseEstimator):
+class DictKeyParams:
+    """``set_params`` of one key of a dict parameter alone, as ``prior_params__nu=0.01``.
+
+    The dict is copied with that key set. That is how ``GridSearchCV(RVR(prior="student_t"),
+    {"prior_params__nu": [1e-4, 1.0]})`` searches one key; scikit-learn's own ``set_params``
+    only reaches into estimators, and failed on the None default. The dict parameters are those
+    of ``_param_groups``.
+    """
+
+    #: The dict parameters' keys, with their defaults and constraints (each estimator's own).
+    _param_groups: dict = {}  # noqa: RUF012
+
+    def set_params(self, **params):
+        for name in [n for n in params if "__" in n]:
+            group, _, key = name.partition("__")
+            if group not in self._param_groups:
+                continue  # scikit-learn's own check names it
+            merged = dict(params.get(group, getattr(self, group)) or {})
+            merged[key] = params.pop(name)
+            params[group] = merged
+        return super().set_params(**params)
+
+
+class BaseRVM(DictKeyParams, BaseEstimator):
     """Parameters and helpers shared by the RVM estimators.
 
     Subclasses declare their own ``_parameter_constraints`` (extending :attr:`_shared_constraints`)
@@ -365,9 +388,6 @@ class BaseRVM(BaseEstimator):
         "verbose": ["verbose"],
     }
 
-    #: The dict parameters' keys, with their defaults and constraints (each estimator's own).
-    _param_groups: dict = {}  # noqa: RUF012
-
     def _resolve_settings(self) -> Settings:
         """The dict parameters and ``centres`` resolved and checked (see :class:`Settings`)."""
         owner = type(self).__name__
@@ -391,21 +411,9 @@ class BaseRVM(BaseEstimator):
         return self._resolve_settings() if settings is None else settings
 
     def set_params(self, **params):
-        """scikit-learn's ``set_params``; the estimator then reads its new parameters (as
-        ``fit`` will resolve them), not the settings its last fit resolved.
-
-        One key of a dict parameter can be set alone, as ``prior_params__nu=0.01``: the dict
-        is copied with that key set. That is how ``GridSearchCV(RVR(prior="student_t"),
-        {"prior_params__nu": [1e-4, 1.0]})`` searches one key; scikit-learn's own
-        ``set_params`` only reaches into estimators, and failed on the None default.
-        """
-        for name in [n for n in params if "__" in n]:
-            group, _, key = name.partition("__")
-            if group not in self._param_groups:
-                continue  # scikit-learn's own check names it
-            merged = dict(params.get(group, getattr(self, group)) or {})
-            merged[key] = params.pop(name)
-            params[group] = merged
+        """scikit-learn's ``set_params`` (a key of a dict parameter alone too:
+        :class:`DictKeyParams`); the estimator then reads its new parameters (as ``fit`` will
+        resolve them), not the settings its last fit resolved."""
         super().set_params(**params)
         self.__dict__.pop("_settings", None)
         self.__dict__.pop("_predictor_obj", None)  # chosen again from the new parameters

@@ -29,7 +29,7 @@ from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.validation import check_is_fitted
 
 from bayes_rvm.basis.kernels import WIDTH_KERNELS, KernelBasis, stationary_kernel
-from bayes_rvm.estimators.base import ParamGroup, resolve_group, training_data
+from bayes_rvm.estimators.base import DictKeyParams, ParamGroup, resolve_group, training_data
 from bayes_rvm.estimators.classifier import RVC, one_vs_rest
 from bayes_rvm.estimators.persistence import Fail, SavedStateMixin
 from bayes_rvm.estimators.regressor import RVR, first_copies, rows_to_fit
@@ -58,7 +58,7 @@ def _groups(template: type, keys: dict[str, tuple[str, ...]]) -> dict[str, Param
     return {name: template._param_groups[name].only(*names) for name, names in keys.items()}
 
 
-class _WidthCV(SavedStateMixin, BaseEstimator):
+class _WidthCV(SavedStateMixin, DictKeyParams, BaseEstimator):
     """What the two cross-validated estimators share: the grid, the folds, the refit."""
 
     _template: type

@@ -137,8 +137,8 @@ def rows_to_fit(X: np.ndarray, y: np.ndarray) -> np.ndarray:
     return keep
 
 
-#: A noise sd below this fraction of the targets' standard deviation is taken as a fit that
-#: passes through its targets (:func:`warn_if_interpolating`).
+#: A noise sd below this fraction of the targets' standard deviation, with about one relevance
+#: vector per row, is a fit that passes through its targets (:func:`warn_if_interpolating`).
 INTERPOLATING_NOISE = 1e-4
 
 
@@ -149,23 +149,31 @@ def warn_if_interpolating(problem: Problem, fit: EvidenceFit) -> None:
     relevance vectors pass through every target (three points of a noisy sine: a noise sd of
     1e-6 of the targets' and predictive sds near 1e-6, or 4e-5 at another width, where the
     engine converged before its floor, :func:`~bayes_rvm.evidence.options.beta_ceiling`). The
-    intervals then mean nothing; below :data:`INTERPOLATING_NOISE` of the targets' sd, it says so.
+    intervals then mean nothing. It says so where the noise is at its floor, or below
+    :data:`INTERPOLATING_NOISE` of the targets' sd with a relevance vector for every row but one
+    or more: 300 rows of a sine measured to 1e-5, fitted by 26 vectors, are not interpolated.
     """
     beta = getattr(fit.posterior, "beta", None)
     if beta is None:
         return
     stats, n = problem.statistics, problem.n_values
+    N = n // problem.targets.shape[1] if stats is None else stats.n
     spread = target_spread(problem.targets, stats)
     noise_sd, target_sd = 1.0 / np.sqrt(beta), np.sqrt(spread / n)  # normalised units
-    # Constant targets have no sd to compare with: there, the noise at its floor.
-    if noise_sd >= INTERPOLATING_NOISE * target_sd and beta < 0.5 * beta_ceiling(spread, n):
+    at_floor = beta >= 0.5 * beta_ceiling(spread, n)
+    through = noise_sd < INTERPOLATING_NOISE * target_sd and fit.active.size >= N - 1
+    if not (at_floor or through):
         return
-    N = n // problem.targets.shape[1] if stats is None else stats.n
+    sd = (
+        f"the targets' sd is {problem.scale * target_sd:.2g}"
+        if spread > 0
+        else "the targets vary by less than float64 resolves at their level"
+    )
     warn_at_user(
-        f"the noise estimate fell to sd {problem.scale * noise_sd:.2g} (the targets' sd is "
-        f"{problem.scale * target_sd:.2g}): the fit passes through its {N} training targets, as "
-        "it should noise-free ones. If yours are noisy, its predictive intervals are far too "
-        "narrow: give the noise (likelihood_params={'noise_variance': ...}) or fit more rows.",
+        f"the noise estimate fell to sd {problem.scale * noise_sd:.2g} ({sd}): the fit passes "
+        f"through its {N} training targets, as it should noise-free ones. If yours are noisy, "
+        "its predictive intervals are far too narrow: give the noise "
+        "(likelihood_params={'noise_variance': ...}) or fit more rows.",
         RuntimeWarning,
     )
 

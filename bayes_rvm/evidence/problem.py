@@ -144,11 +144,19 @@ def target_spread(T: np.ndarray | None, statistics: SufficientStatistics | None 
     it, not to the sum of squares: a constant added to the targets, which a bias column carries,
     raised a floor on the root-mean-square to the true noise at an offset of 1e6 times it (a
     noise sd of 1.0 estimated for 0.1, and one relevance vector left of four).
+
+    0 where it is within rounding of 0 against the sum of squares: constant targets (whose mean
+    can differ from every value in its last bit), or, from the statistics' sums, whose
+    difference cancels, a spread below 1e-12 of the level. The floor is then the level's.
     """
     if statistics is not None:
         s = statistics
-        return max(float(np.sum(s.tt - s.t_sum * s.t_sum / max(s.n, 1))), 0.0)
-    return float(np.sum(np.square(T - T.mean(axis=0))))
+        tt = float(np.sum(s.tt))
+        spread, resolution = float(np.sum(s.tt - s.t_sum * s.t_sum / max(s.n, 1))), 1e-12
+    else:
+        tt = float(np.sum(np.square(T)))
+        spread, resolution = float(np.sum(np.square(T - T.mean(axis=0)))), 1e-24
+    return spread if spread > resolution * tt else 0.0
 
 
 def unscale_alpha(alpha: np.ndarray, factor: np.ndarray) -> np.ndarray:

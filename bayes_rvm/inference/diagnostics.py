@@ -348,6 +348,7 @@ def diagnose(
                 f"{divergence_advice(advice, spec)}{tips['divergences']}"
             )
         classes = spec is not None and spec.likelihood in ("bernoulli", "softmax")
+        joint = spec is not None and spec.form == "joint"  # the marginal form mixes faster
         modes = _relevance_modes(post, classes) if out["max_rhat"] > 1.01 else ""
         near = out["max_rhat"] <= NEAR_RHAT  # where finite draws alone can explain it
         if out["max_rhat"] > 1.01:
@@ -360,7 +361,11 @@ def diagnose(
         if out["min_ess_bulk"] < 400:
             _warn(
                 f"min bulk ESS of the hyperparameters is {int(out['min_ess_bulk'])}, below 400. "
-                + ("The chains sit in different modes (above)." if modes else tips["ess"])
+                + (
+                    "The chains sit in different modes (above)."
+                    if modes
+                    else tips.get("ess_joint" if joint else "ess", tips["ess"])
+                )
             )
     return out
 
@@ -494,8 +499,9 @@ _ADVICE = {
         "rhat": "Run longer (more tune and draws), start from type2_initvals(fit), or restrict "
         "the basis to the type-II relevance vectors (basis=fit.active). Nearly collinear columns, "
         "as from a wide kernel, make a ridged posterior; a narrower one (larger gamma) helps.",
-        "ess": "Draw more samples (draws=...); a model of the joint form mixes faster in "
-        "form='marginal', where the likelihood has one.",
+        "ess": "Draw more samples (draws=...).",
+        "ess_joint": "Draw more samples (draws=...), or use form='marginal', where the "
+        "likelihood has one.",
         "modes": "Restrict the basis to the type-II relevance vectors (basis=fit.active), one of "
         "the modes, and draw more there.",
     },

@@ -44,6 +44,7 @@ Fits from sufficient statistics (``RVR(chunk_rows=...)``)
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 import warnings
 from collections.abc import Mapping, Sequence
@@ -57,7 +58,7 @@ from bayes_rvm._warnings import PACKAGE_FRAMES
 from bayes_rvm.dims import BASIS, OBS
 from bayes_rvm.posterior.relevance import rms_over_outputs, type2_columns
 
-__all__ = ["compare", "elpd", "relevance_summary"]
+__all__ = ["compare", "elpd", "pareto_k_high", "relevance_summary"]
 
 #: ``method`` of a fit scored by PSIS-LOO over a posterior of the hyperparameters.
 PSIS = "PSIS-LOO"
@@ -70,6 +71,12 @@ PSIS_UNCORRECTED = "PSIS-LOO of approximate draws (uncorrected)"
 #: Pareto k above which an importance-sampled elpd is unreliable (Vehtari et al. 2024), at
 #: about 2150 draws and more; ArviZ's threshold ``min(1 - 1 / log10(S), 0.7)`` is lower for fewer.
 K_MAX = 0.7
+
+
+def pareto_k_high(n_samples: int) -> float:
+    """The Pareto k above which an importance-sampled elpd of ``n_samples`` draws is unreliable:
+    ArviZ's ``min(1 - 1 / log10(S), 0.7)`` (0.67 at 1000 draws), which its diagnostics use."""
+    return min(1.0 - 1.0 / math.log10(n_samples), K_MAX) if n_samples > 1 else K_MAX
 
 
 def _tree(fit) -> xr.DataTree:
@@ -284,12 +291,11 @@ def _psis(dt: xr.DataTree, var_name: str | None, method: str):
             dt, var["log_p"], var["log_q"], pointwise=True, var_name=var_name
         )
     k = _pareto_k(res)
-    # ArviZ's threshold for this many draws (0.67 at 1000), which its table's diagnostic uses.
-    good_k = res.good_k or K_MAX
+    good_k = pareto_k_high(res.n_samples)  # as the table's own diagnostic counts
     if k.max() > good_k:
         warnings.warn(
-            f"the VI fit's importance-corrected PSIS-LOO has Pareto k up to {k.max():.2f} "
-            f"({int((k > good_k).sum())} of {k.size} rows above {good_k:.2f}; inf: not "
+            f"the VI fit's importance-corrected PSIS-LOO has Pareto k up to {k.max():.3f} "
+            f"({int((k > good_k).sum())} of {k.size} rows above {good_k:.3f}; inf: not "
             "estimable): the variational approximation is too far from the posterior for its "
             "leave-one-out terms to be corrected, and its elpd is unreliable, and so are its "
             "rank and weight in a comparison. Rank with an MCMC fit (inference='mcmc').",

@@ -142,7 +142,7 @@ def read_table(
     ------
     ValueError
         Naming the file and the fault: missing or unreadable, fewer than two columns or data
-        rows, an unknown target, or a non-numeric or empty cell (with its line).
+        rows, an unknown target, or a non-numeric, empty or infinite cell (with its line).
     """
     import pandas as pd
 
@@ -188,6 +188,8 @@ def read_table(
             f"column {target!r} of {path} has an empty cell at line {row + 2}; "
             "remove or fill the row"
         )
+    if not numeric and pd.api.types.is_numeric_dtype(frame[target]):
+        _check_cells(frame, [target], path)  # a numeric target: its infinite cells too
     features = frame.drop(columns=[target])
     y = frame[target].to_numpy(float) if numeric else frame[target].to_numpy()
     return features.to_numpy(float), y, list(features.columns)

@@ -104,8 +104,6 @@ COLUMNS = (
     "worker",
     "warnings",
 )
-#: Pareto-k above which a PSIS-LOO term is counted as unreliable.
-PARETO_K_HIGH = 0.7
 
 
 # ---------------------------------------------------------------------------------------------
@@ -214,11 +212,12 @@ def loo_columns(dt) -> dict:
     -------
     dict
         ``elpd_loo``, ``elpd_loo_se``, ``elpd_method`` (how the elpd was estimated: "PSIS-LOO",
-        "exact LOO (N refits)", ...), ``p_loo``, ``n_pareto_k_high`` (Pareto k above
-        :data:`PARETO_K_HIGH`) and ``max_pareto_k`` (NaN for leave-one-out by refits, which has
-        no Pareto k); ``{}`` when ``dt`` has no ``log_likelihood`` group.
+        "exact LOO (N refits)", ...), ``p_loo``, ``n_pareto_k_high`` (Pareto k above ArviZ's
+        threshold for the draws, :func:`~bayes_rvm.posterior.comparison.pareto_k_high`) and
+        ``max_pareto_k`` (NaN for leave-one-out by refits, which has no Pareto k); ``{}`` when
+        ``dt`` has no ``log_likelihood`` group.
     """
-    from bayes_rvm.posterior.comparison import elpd
+    from bayes_rvm.posterior.comparison import elpd, pareto_k_high
 
     if dt is None or "log_likelihood" not in dt.children:
         return {}
@@ -230,7 +229,9 @@ def loo_columns(dt) -> dict:
         "elpd_loo_se": float(loo.se),
         "elpd_method": method,
         "p_loo": float(loo.p),
-        "n_pareto_k_high": math.nan if k is None else float(np.sum(k > PARETO_K_HIGH)),
+        "n_pareto_k_high": math.nan
+        if k is None
+        else float(np.sum(k > pareto_k_high(loo.n_samples))),
         "max_pareto_k": math.nan if k is None else float(np.max(k)),
     }
 
