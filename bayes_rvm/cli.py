@@ -415,9 +415,9 @@ def _sampled_report(model: RVR, n_obs: int) -> list[str]:
     n_high = int(loo["n_pareto_k_high"])
     k_high = pareto_k_high(post.sizes["chain"] * post.sizes["draw"])
     reliability = (
-        f"{n_high} of {n_obs} points with Pareto k > {k_high:.2f}: not reliable"
+        f"{n_high} of {n_obs} points with Pareto k > {k_high:.3f}: not reliable"
         if n_high
-        else f"every Pareto k <= {k_high:.2f}"
+        else f"every Pareto k <= {k_high:.3f}"
     )
     basis = f"{_n_sampled_basis(model)} basis functions (mcmc_basis={model._mcmc_basis()!r})"
     if dt.attrs["method"] == "vi":
@@ -856,6 +856,8 @@ def _stdout_closed() -> bool:
     try:
         fd = sys.stdout.fileno()
     except (AttributeError, OSError, ValueError):  # captured or replaced: not a pipe of ours
+        return False
+    if not hasattr(select, "poll"):  # Windows: report it as any other error
         return False
     poll = select.poll()
     poll.register(fd, select.POLLOUT)

@@ -555,6 +555,11 @@ def test_a_broken_pipe_of_another_connection_is_an_error(monkeypatch, capsys):
     assert "error: [Errno 32] worker pipe" in _fails(["fit", "--no-plot"], capsys)
     with pytest.raises(BrokenPipeError):
         main(["fit", "--no-plot", "--traceback"])
+    # Where select has no poll (Windows), the same one line.
+    import select
+
+    monkeypatch.delattr(select, "poll", raising=False)
+    assert "error: [Errno 32] worker pipe" in _fails(["fit", "--no-plot"], capsys)
 
 
 def test_classification_refuses_regression_options_in_one_line(tmp_path, capsys, csv_file):

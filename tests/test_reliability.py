@@ -537,6 +537,21 @@ def test_the_noise_floor_is_relative_to_the_targets_spread_not_their_level():
     assert np.sqrt(np.mean((far.predict(Xt) - 1e6 - truth) ** 2)) < 1.3 * error
 
 
+def test_the_targets_spread_is_0_only_within_rounding():
+    # Constant targets whose mean differs from each value in its last bit have a "spread" of
+    # 1e-30 (a floor 1e30 times too low, which let a constant of 5436.25 escape it); targets
+    # that vary by 1e-12 of their level, 17,000 float64 steps, are not constant.
+    from bayes_rvm.evidence.problem import target_spread
+
+    x = np.linspace(0, 6, 60)
+    assert target_spread(np.full((100, 1), 5436.254478404314)) == 0.0
+    varying = (1e6 + 1e-6 * np.sin(x))[:, None]
+    assert target_spread(varying) == pytest.approx(np.sum((varying - varying.mean()) ** 2))
+    # A flat fit at the floor is not said to pass through its targets.
+    with pytest.warns(RuntimeWarning, match=r"the engines' floor, with 1 basis function\(s\) for"):
+        RVR().fit(x[:, None], 1e6 + 1e-4 * np.sin(x))
+
+
 def test_a_missing_target_in_an_object_array_is_named_before_the_width_search():
     # None passes scikit-learn's finiteness check of object arrays and became NaN on conversion:
     # the default width search then failed in its bookkeeping ("cannot convert float NaN").

@@ -169,10 +169,14 @@ def warn_if_interpolating(problem: Problem, fit: EvidenceFit) -> None:
         if spread > 0
         else "the targets vary by less than float64 resolves at their level"
     )
+    what = (
+        f"the fit passes through its {N} training targets, as it should noise-free ones"
+        if fit.active.size >= N - 1
+        else f"the engines' floor, with {fit.active.size} basis function(s) for {N} rows"
+    )
     warn_at_user(
-        f"the noise estimate fell to sd {problem.scale * noise_sd:.2g} ({sd}): the fit passes "
-        f"through its {N} training targets, as it should noise-free ones. If yours are noisy, "
-        "its predictive intervals are far too narrow: give the noise "
+        f"the noise estimate fell to sd {problem.scale * noise_sd:.2g} ({sd}): {what}. If "
+        "yours are noisy, its predictive intervals are far too narrow: give the noise "
         "(likelihood_params={'noise_variance': ...}) or fit more rows.",
         RuntimeWarning,
     )

@@ -145,17 +145,21 @@ def target_spread(T: np.ndarray | None, statistics: SufficientStatistics | None 
     raised a floor on the root-mean-square to the true noise at an offset of 1e6 times it (a
     noise sd of 1.0 estimated for 0.1, and one relevance vector left of four).
 
-    0 where it is within rounding of 0 against the sum of squares: constant targets (whose mean
-    can differ from every value in its last bit), or, from the statistics' sums, whose
-    difference cancels, a spread below 1e-12 of the level. The floor is then the level's.
+    0 where it is within rounding of 0 against the sum of squares ``tt`` of the n values:
+    below ``(n eps)^2 tt``, constant targets (whose mean can differ from every value in its last
+    bit); from the statistics' sums, whose difference cancels, below ``n eps tt``. The floor is
+    then the level's.
     """
+    eps = np.finfo(np.float64).eps
     if statistics is not None:
         s = statistics
-        tt = float(np.sum(s.tt))
-        spread, resolution = float(np.sum(s.tt - s.t_sum * s.t_sum / max(s.n, 1))), 1e-12
+        n, tt = s.n * s.n_outputs, float(np.sum(s.tt))
+        spread = float(np.sum(s.tt - s.t_sum * s.t_sum / max(s.n, 1)))
+        resolution = n * eps
     else:
-        tt = float(np.sum(np.square(T)))
-        spread, resolution = float(np.sum(np.square(T - T.mean(axis=0)))), 1e-24
+        n, tt = T.size, float(np.sum(np.square(T)))
+        spread = float(np.sum(np.square(T - T.mean(axis=0))))
+        resolution = (n * eps) ** 2
     return spread if spread > resolution * tt else 0.0
 
 

@@ -748,7 +748,7 @@ def run_study(
     pandas.DataFrame
         One row per (data set, model) in the order given, with the columns of :data:`COLUMNS`:
         ``elpd_loo``, ``elpd_loo_se``, ``elpd_method``, ``p_loo``, ``n_pareto_k_high``
-        (Pareto k > 0.7) and
+        (Pareto k above ArviZ's threshold for the draws) and
         ``max_pareto_k`` from :func:`bayes_rvm.posterior.comparison.elpd` on the fit's ``idata_``
         (PSIS-LOO, or for a type-II regression fit leave-one-out by refits, which has no
         Pareto k: NaN there); with a test set
