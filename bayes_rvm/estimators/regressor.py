@@ -160,9 +160,9 @@ def warn_if_interpolating(problem: Problem, fit: EvidenceFit) -> None:
     N = n // problem.targets.shape[1] if stats is None else stats.n
     spread = target_spread(problem.targets, stats)
     noise_sd, target_sd = 1.0 / np.sqrt(beta), np.sqrt(spread / n)  # normalised units
+    dense = fit.active.size >= N - 1  # a basis function for every row but one, or more
     at_floor = beta >= 0.5 * beta_ceiling(spread, n)
-    through = noise_sd < INTERPOLATING_NOISE * target_sd and fit.active.size >= N - 1
-    if not (at_floor or through):
+    if not (at_floor or (dense and noise_sd < INTERPOLATING_NOISE * target_sd)):
         return
     sd = (
         f"the targets' sd is {problem.scale * target_sd:.2g}"
@@ -171,7 +171,7 @@ def warn_if_interpolating(problem: Problem, fit: EvidenceFit) -> None:
     )
     what = (
         f"the fit passes through its {N} training targets, as it should noise-free ones"
-        if fit.active.size >= N - 1
+        if dense
         else f"the engines' floor, with {fit.active.size} basis function(s) for {N} rows"
     )
     warn_at_user(
