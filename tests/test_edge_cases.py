@@ -3,9 +3,12 @@
 Truths: sample means and closed-form likelihoods (SciPy's densities), one example per class.
 """
 
+import warnings
+
 import numpy as np
 import pytest
 from scipy import stats
+from sklearn.exceptions import ConvergenceWarning
 
 from bayes_rvm.datasets import make_sinc
 from bayes_rvm.estimators.classifier import RVC
@@ -94,3 +97,14 @@ def test_fits_with_signal_are_not_refitted():
     assert "bias never pruned" not in RVR(gamma=1.0).fit(X, y).fit_.reason
     clf = RVC(gamma=1.0).fit(X, y > 0.2)
     assert "bias never pruned" not in clf.fit_.reason
+
+
+def test_a_fit_stopped_by_max_iter_warns_once_and_is_not_refitted():
+    # It warned twice: the unconverged fit is below the empty model, so it was refitted with the
+    # bias free, at the same max_iter, and that refit warned again.
+    X, y = make_sinc(200, noise=0.1, random_state=0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        est = RVR(max_iter=1).fit(X, y)
+    assert [type(w.message) for w in caught] == [ConvergenceWarning]
+    assert not est.converged_ and "bias never pruned" not in est.fit_.reason

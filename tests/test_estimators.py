@@ -355,3 +355,16 @@ def test_grid_search_over_one_key_of_a_dict_parameter():
 
     for cls in (RVRCV, RVCCV):
         assert cls().set_params(prior_params__nu=0.1).prior_params == {"nu": 0.1}
+
+
+def test_set_params_reaches_a_dict_inside_a_dict_parameter():
+    # "sampler_config__vi_kwargs__n" was stored as the key "vi_kwargs__n", which fit refused.
+    mine = {"draws": 10, "vi_kwargs": {"n": 100, "method": "advi"}}
+    est = RVR(inference="vi", sampler_config=mine).set_params(sampler_config__vi_kwargs__n=7)
+    assert est.sampler_config == {"draws": 10, "vi_kwargs": {"n": 7, "method": "advi"}}
+    assert mine["vi_kwargs"]["n"] == 100  # the caller's dicts are not touched
+    assert RVR().set_params(sampler_config__vi_kwargs__n=3).sampler_config == {
+        "vi_kwargs": {"n": 3}
+    }
+    with pytest.raises(ValueError, match=r"sampler_config__draws__n=.*10 on its way"):
+        RVR(sampler_config={"draws": 10}).set_params(sampler_config__draws__n=1)

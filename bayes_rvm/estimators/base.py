@@ -341,12 +341,13 @@ _OWNED_SAMPLE_KWARGS = {"draws", "tune", "chains", "sampler", "random_seed", "in
 
 
 class DictKeyParams:
-    """``set_params`` of one key of a dict parameter alone, as ``prior_params__nu=0.01``.
+    """``set_params`` of one key of a dict parameter alone, as ``prior_params__nu=0.01``, or of
+    a dict inside it, as ``sampler_config__vi_kwargs__n=50_000``.
 
-    The dict is copied with that key set. That is how ``GridSearchCV(RVR(prior="student_t"),
-    {"prior_params__nu": [1e-4, 1.0]})`` searches one key; scikit-learn's own ``set_params``
-    only reaches into estimators, and failed on the None default. The dict parameters are those
-    of ``_param_groups``.
+    The dicts on the way are copied with that key set. That is how
+    ``GridSearchCV(RVR(prior="student_t"), {"prior_params__nu": [1e-4, 1.0]})`` searches one
+    key; scikit-learn's own ``set_params`` only reaches into estimators, and failed on the None
+    default. The dict parameters are those of ``_param_groups``.
     """
 
     #: The dict parameters' keys, with their defaults and constraints (each estimator's own).
@@ -357,10 +358,19 @@ class DictKeyParams:
             group, _, key = name.partition("__")
             if group not in self._param_groups:
                 continue  # scikit-learn's own check names it
-            merged = dict(params.get(group, getattr(self, group)) or {})
-            merged[key] = params.pop(name)
-            params[group] = merged
+            value = params.pop(name)
+            params[group] = _with_key(params.get(group, getattr(self, group)), key, value, name)
         return super().set_params(**params)
+
+
+def _with_key(d: dict | None, path: str, value, name: str) -> dict:
+    """A copy of ``d`` with ``value`` at ``path`` (``"vi_kwargs__n"``: a key of a dict in it)."""
+    if d is not None and not isinstance(d, dict):
+        raise ValueError(f"set_params({name}=...): {d!r} on its way is not a dict.")
+    key, _, rest = path.partition("__")
+    out = dict(d or {})
+    out[key] = _with_key(out.get(key), rest, value, name) if rest else value
+    return out
 
 
 class BaseRVM(DictKeyParams, BaseEstimator):
@@ -818,9 +828,15 @@ class BaseRVM(DictKeyParams, BaseEstimator):
         imposes, not the data. Such a fit (log evidence no higher than the empty model's,
         :meth:`~bayes_rvm.evidence.problem.Problem.empty_log_evidence`) is made again with the
         bias column never pruned (``bias="free"``), which keeps the data's level: their mean,
-        their base rate. Its ``reason`` says so.
+        their base rate. Its ``reason`` says so. A fit stopped by ``max_iter`` is left as it is:
+        its evidence says nothing about the optimum, and a refit would stop (and warn) again.
         """
-        if isinstance(self.bias, str) or not self.bias or isinstance(fit, OneVsRestFit):
+        if (
+            isinstance(self.bias, str)
+            or not self.bias
+            or isinstance(fit, OneVsRestFit)
+            or not fit.converged
+        ):
             return fit
         empty = problem.empty_log_evidence()
         if empty is None or fit.log_evidence > empty + 1e-9 * max(1.0, abs(empty)):
