@@ -108,6 +108,16 @@ def test_an_ordinary_fit_skips_the_exact_bound_and_is_unchanged(monkeypatch, set
     _assert_same(fit, without)
 
 
+def test_a_large_whole_design_goes_to_the_exact_bound(monkeypatch):
+    # The ceiling overwrites a copy of its columns; a whole design (every column in the bound)
+    # is copied only where that is small, and the bound is computed directly otherwise.
+    Phi, T = _sinc(300, 1 / 9)
+    monkeypatch.setattr(seq_module, "_CEILING_COPY_MOST", Phi.size - 1)
+    fit, n_exact, without = _fit_both(monkeypatch, Phi, T)
+    assert n_exact == 1
+    _assert_same(fit, without)
+
+
 def test_the_default_benchmark_fit_is_settled_by_the_ceiling_and_unchanged(monkeypatch):
     # The estimators' default regression at N = 1000 (500 bound columns of 1001): the ceiling
     # settles the check, and the fit is the one the exact bound gives.
@@ -128,6 +138,47 @@ def test_residual_in_row_blocks_is_the_dense_residual(monkeypatch):
     for rows in (7, 50, 128):
         monkeypatch.setattr(shared_module, "_BLOCK_ROWS", rows)
         assert shared_module._residual(Phi, Q, B) == pytest.approx(dense, rel=1e-13)
+
+
+def test_a_grown_range_is_the_dense_one():
+    """``grow_range`` in blocks (24 columns, then 12 more): orthonormal columns, ``B = Q^T Phi``,
+    and the residual left in ``R`` and its sum of squares are those of a dense computation; a
+    design with more rows than one block of the residual pass."""
+    from bayes_rvm.evidence.shared import grow_range
+
+    Phi, _ = _sinc(300, 1.0)
+    R = np.array(Phi, order="C")
+    Q, B, delta = grow_range(R, np.empty((300, 0)), np.empty((0, Phi.shape[1])), 24)
+    Q, B, delta = grow_range(R, Q, B, 12)
+    assert Q.shape == (300, 36) and B.shape == (36, Phi.shape[1])
+    np.testing.assert_allclose(Q.T @ Q, np.eye(36), rtol=0, atol=1e-14)
+    np.testing.assert_allclose(B, Q.T @ Phi, rtol=0, atol=1e-13)
+    dense = Phi - Q @ B
+    np.testing.assert_allclose(R, dense, rtol=0, atol=1e-13)
+    assert delta == pytest.approx(float(np.sum(dense**2)), rel=1e-12)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        grow_range(np.asfortranarray(Phi), Q[:, :0], B[:0], 4)
+
+
+def test_the_ceiling_grows_its_range_and_leaves_the_design_alone():
+    """At gamma = 0.25 on sinc (N = 1000) the spectrum above the rank cut needs more than the 24
+    columns of the first range: it is grown, and the ceiling is within 0.05 nats of the exact
+    evidence (from the first range alone it is 1e5 nats above). The design is not touched unless
+    the caller lets it be overwritten."""
+    from bayes_rvm.evidence import shared_ceiling
+
+    Phi, T = _sinc(1000, 0.25)
+    Phi = np.ascontiguousarray(Phi[:, ::2])
+    exact = shared_evidence(Phi, T).log_evidence
+    first = shared_ceiling._Sketch(Phi.copy(), shared_ceiling.CEILING_RANK)
+    assert not first.captured()
+    assert first.ceiling(T[:, None], float(T @ T), None, exact) > exact + 1e4
+    before = Phi.copy()
+    ceiling = shared_evidence_ceiling(Phi, T, float(T @ T))
+    assert ceiling.captured and exact <= ceiling.value < exact + 0.05
+    np.testing.assert_array_equal(Phi, before)
+    again = shared_evidence_ceiling(Phi, T, float(T @ T), overwrite_phi=True)
+    assert again == ceiling and not np.array_equal(Phi, before)
 
 
 def test_the_collapse_still_restarts_from_the_exact_bound(monkeypatch):

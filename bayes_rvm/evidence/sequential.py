@@ -81,6 +81,8 @@ _BOUND_RTOL = 1e-9
 #: above the bound, and the bound is not computed. On smaller problems it is computed directly.
 _CEILING_RTOL = 1e-6
 _CEILING_MIN_SIZE = 2 * CEILING_RANK
+#: The most values of a whole design the ceiling copies (64 MB).
+_CEILING_COPY_MOST = 8_000_000
 
 
 def fit_sequential(
@@ -442,7 +444,7 @@ class _Sequential:
 
         The bound costs the k x k Gram matrix of its columns ``cols`` and its eigendecomposition
         (at N = 1000 and k = 500, more than the rest of the fit); most fits are well above it,
-        which :func:`shared_evidence_ceiling` shows for ``O(N k l)``, l = 32. Where it does not,
+        which :func:`shared_evidence_ceiling` shows for ``O(N k l)``, l >= 24. Where it does not,
         and on the statistics path, with hyperpriors or free columns (whose bound is another
         point) and on small problems, the bound is computed, so the fit is the same either way.
         """
@@ -455,10 +457,18 @@ class _Sequential:
             or min(st.N, cols.size) <= _CEILING_MIN_SIZE
         ):
             return False
-        # A C-ordered copy (Phi[:, cols] is F-ordered): faster to take and to multiply by rows.
-        Phi = st.Phi if cols.size == self.M else np.take(st.Phi, cols, axis=1)
+        # The ceiling overwrites its copy of the columns with the residual of its range: this
+        # C-ordered one (Phi[:, cols] is F-ordered), or a copy of the whole design, where that
+        # is small; on a larger design of no more columns than the bound takes, the bound is
+        # computed directly.
+        whole = cols.size == self.M
+        if whole and st.N * cols.size > _CEILING_COPY_MOST:
+            return False
+        Phi = st.Phi if whole else np.take(st.Phi, cols, axis=1)
         target = self.objective - _CEILING_RTOL * (1.0 + abs(self.objective))
-        ceiling = shared_evidence_ceiling(Phi, self.T, self.tt, beta=fixed, below=target)
+        ceiling = shared_evidence_ceiling(
+            Phi, self.T, self.tt, beta=fixed, below=target, overwrite_phi=not whole
+        )
         # A spectrum the range did not hold keeps many eigenvalues above the rank cut: the
         # exact bound's decomposition then takes them all (Friedman #3, N = 1000: the fit in
         # 63 ms instead of 74 ms), and only those above the cut otherwise.

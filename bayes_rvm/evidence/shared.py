@@ -31,6 +31,7 @@ from bayes_rvm.threads import one_blas_thread
 __all__ = [
     "RANK_TOL",
     "SharedEvidence",
+    "grow_range",
     "principal_axes",
     "principal_coordinates",
     "range_sketch",
@@ -308,10 +309,51 @@ def range_sketch(Phi: np.ndarray, l: int) -> tuple[np.ndarray, np.ndarray, float
     return Q, B, _residual(Phi, Q, B)
 
 
-@functools.lru_cache(maxsize=4)
-def _test_matrix(k: int, l: int) -> np.ndarray:
-    """The range finder's Gaussian test matrix, ``(k, l)``: fixed, so drawn once per shape."""
-    omega = np.random.default_rng(0).standard_normal((k, l))
+def grow_range(
+    R: np.ndarray, Q: np.ndarray, B: np.ndarray, l: int
+) -> tuple[np.ndarray, np.ndarray, float]:
+    """:func:`range_sketch` in place and by blocks (Martinsson and Voronin, 2016): ``l`` more
+    columns for a range ``Phi = Q B + R``, ``R`` overwritten with the new residual.
+
+    Start from ``R = Phi`` (a copy the caller may lose) and an empty ``Q`` (N, 0) and ``B``
+    (0, k). A range that proved too small grows for what its new columns cost, ``O(N k l)``,
+    where :func:`range_sketch` would draw it again whole and measure the residual in blocks.
+
+    Returns
+    -------
+    Q : ndarray of shape (N, L)
+        The orthonormal columns, ``L`` those given plus ``l``.
+    B : ndarray of shape (L, k)
+        ``Q^T Phi``.
+    delta : float
+        ``||R||_F^2``, summed from the residual itself (see :func:`range_sketch`).
+    """
+    if not (R.flags.c_contiguous and R.dtype == np.float64):
+        raise ValueError("grow_range overwrites R: it must be a C-contiguous float64 array.")
+    Y = R @ _test_matrix(R.shape[1], l, Q.shape[1])
+    # R is orthogonal to Q only to the rounding of Phi, which is large beside a small residual:
+    # the new columns are made orthogonal to Q twice ("twice is enough").
+    for _ in range(2 if Q.shape[1] else 1):
+        Y -= Q @ (Q.T @ Y)
+        Y = linalg.qr(Y, mode="economic", check_finite=False)[0]
+    B_new = (R.T @ Y).T  # Y^T Phi, as Y^T Q B is rounding (R^T Y: faster than Y^T R)
+    # R -= Y B_new and its sum of squares, a block of rows at a time, each block in cache.
+    total = 0.0
+    buf = np.empty((min(_BLOCK_ROWS, R.shape[0]), R.shape[1]))
+    for start in range(0, R.shape[0], _BLOCK_ROWS):
+        block = R[start : start + _BLOCK_ROWS]
+        out = buf[: block.shape[0]]
+        np.matmul(Y[start : start + _BLOCK_ROWS], B_new, out=out)
+        block -= out
+        total += float(np.vdot(block, block))
+    return np.hstack([Q, Y]), np.vstack([B, B_new]), total
+
+
+@functools.lru_cache(maxsize=8)
+def _test_matrix(k: int, l: int, seed: int = 0) -> np.ndarray:
+    """The range finder's Gaussian test matrix, ``(k, l)``: fixed, so drawn once per shape (a
+    grown range's block has a seed of its own, the columns it follows)."""
+    omega = np.random.default_rng(seed).standard_normal((k, l))
     omega.flags.writeable = False
     return omega
 

@@ -5,8 +5,9 @@ shared by its columns (a point of the same hyperparameter space that a poor loca
 sit far below). Computed exactly (:func:`~bayes_rvm.evidence.shared.shared_evidence`),
 that costs the k x k Gram matrix of the columns and its eigendecomposition, ``O(N k^2 + k^3)``:
 at k = 500 columns most of a fit at N = 1000. Ordinary fits are well above it (10-15 nats on
-sinc); :func:`shared_evidence_ceiling` proves that for ``O(N k l)`` with l = 32, and the exact
-value is computed only where the ceiling does not settle it.
+sinc); :func:`shared_evidence_ceiling` proves that for ``O(N k l)`` with l = 24 (grown where the
+spectrum decays more slowly), and the exact value is computed only where the ceiling does not
+settle it.
 
 With ``rho = beta / alpha`` and the Gram matrix ``Phi Phi^T = sum_i s_i u_i u_i^T`` (only the
 eigenvalues above :data:`~bayes_rvm.evidence.shared.RANK_TOL` times the largest kept, as the exact
@@ -50,14 +51,16 @@ from typing import NamedTuple
 import numpy as np
 from scipy import linalg
 
-from bayes_rvm.evidence.shared import RANK_TOL, range_sketch
+from bayes_rvm.evidence.shared import RANK_TOL, grow_range
 
 __all__ = ["CEILING_RANK", "Ceiling", "shared_evidence_ceiling"]
 
-#: Columns of the range finder. A smooth kernel's Gram matrix has few eigenvalues above
-#: ``RANK_TOL`` of the largest (about 20 for the rbf of width 3 on sinc at N = 1000-4000); where it
-#: has more, the ceiling stays high and the exact evidence is computed.
-CEILING_RANK = 32
+#: Columns of the range finder first. A smooth kernel's Gram matrix has few eigenvalues above
+#: ``RANK_TOL`` of the largest (about 20 for the rbf of width 3 on sinc at N = 1000-4000, whose
+#: ceiling 24 columns settle and 20 do not); where it has more, the range grows while its values
+#: decay fast enough to be held by :data:`_MOST_COLUMNS`, else the ceiling stays high and the exact
+#: evidence is computed.
+CEILING_RANK = 24
 #: The grid over ``log10 rho``: intervals of a quarter decade, the few highest of them refined
 #: sixteenfold (four rounds at most) while they are above the value asked about.
 _RHO_LIMITS = (-24.0, 24.0)
@@ -67,8 +70,11 @@ _REFINE_ROUNDS = 4
 _REFINE_MOST = 16
 #: The range holds the spectrum above the rank cut when ``delta`` is below this fraction of it.
 _CAPTURED = 1e-6
-#: The second range, where the first missed part of that spectrum: this many times the columns.
-_RETRY = 3
+#: The most columns a range grows to (and at most half the smaller dimension of the design), at
+#: least this many at a time: a pass over the residual costs about as much for fewer (N = 2000:
+#: 0.5 ms for 8 columns, 1 ms for 24).
+_MOST_COLUMNS = 96
+_GROW_LEAST = 12
 _UNIT_ROUNDOFF = np.finfo(np.float64).eps / 2
 
 
@@ -92,15 +98,16 @@ def shared_evidence_ceiling(
     beta: float | None = None,
     below: float = -math.inf,
     rank: int = CEILING_RANK,
-) -> float:
+    overwrite_phi: bool = False,
+) -> Ceiling:
     """An upper bound on the log evidence of one prior precision shared by the columns of Phi.
 
     Bounds what :func:`~bayes_rvm.evidence.shared.shared_evidence` (or
     :func:`~bayes_rvm.evidence.shared.shared_evidence_gram` from ``Phi^T Phi``) returns for
     ``(Phi, T)``, at any ``alpha`` and (unless fixed) any ``beta`` (see the module docstring).
-    Deterministic (a fixed random test matrix); ``O(N k rank)``, and once more with
-    :data:`_RETRY` times the rank where the first range missed part of the spectrum above the
-    rank cut and a larger one is likely to hold it.
+    Deterministic (fixed random test matrices); ``O(N k rank)``, and ``O(N k)`` more a column
+    where the range missed part of the spectrum above the rank cut and a larger one is likely
+    to hold it (:func:`~bayes_rvm.evidence.shared.grow_range`).
 
     Parameters
     ----------
@@ -113,7 +120,10 @@ def shared_evidence_ceiling(
     below : float, default=-inf
         The value the caller compares with: the grid is refined while some of it is above.
     rank : int, default=CEILING_RANK
-        Columns of the range finder.
+        Columns of the range finder first.
+    overwrite_phi : bool, default=False
+        Whether ``Phi`` (then C-contiguous float64) may be overwritten with the residual of the
+        range; else a copy is.
 
     Returns
     -------
@@ -122,44 +132,68 @@ def shared_evidence_ceiling(
         held the spectrum above the rank cut.
     """
     T = T[:, None] if T.ndim == 1 else T
-    l = max(min(rank, *Phi.shape), 1)
-    while True:
-        sketch = _Sketch(Phi, l)
-        value = sketch.ceiling(T, float(tt), beta, below)
-        larger = _RETRY * l
-        captured = sketch.captured()
-        if value < below or captured or not sketch.needs(larger, Phi.shape):
-            return Ceiling(value, captured)
-        l = larger
+    shape = Phi.shape
+    R = Phi if overwrite_phi else np.array(Phi, dtype=np.float64, order="C")
+    sketch = _Sketch(R, max(min(rank, *shape), 1))
+    # Grown until it holds the spectrum above the rank cut, or until no size within reach is
+    # likely to: only then is the ceiling computed (from a range that misses part of it, it
+    # stands far above the fit: 1e5-1e6 nats on sinc at gamma = 0.25).
+    while not sketch.captured() and (more := sketch.more_columns(shape)):
+        sketch.grow(more)
+    return Ceiling(sketch.ceiling(T, float(tt), beta, below), sketch.captured())
 
 
 class _Sketch:
-    """``Phi = Q B + R`` from a randomized range finder of ``l`` columns, ``delta = ||R||_F^2``,
-    and the Ritz values ``s`` (descending) and vectors ``U`` (in the coordinates of ``Q``)."""
+    """``Phi = Q B + R`` from a randomized range finder of ``l`` columns (grown by
+    :meth:`grow`), ``delta = ||R||_F^2``, and the Ritz values ``s`` (descending) and vectors
+    ``U`` (in the coordinates of ``Q``). ``R`` starts as ``Phi`` and is overwritten."""
 
-    def __init__(self, Phi: np.ndarray, l: int):
-        self.Q, B, self.delta = range_sketch(Phi, l)
-        # Ritz pairs from the l x l matrix B B^T (an SVD of B costs more at l = 32): exact for
+    def __init__(self, R: np.ndarray, l: int):
+        self.R = R
+        self.Q, self.B = np.empty((R.shape[0], 0)), np.empty((0, R.shape[1]))
+        self.grow(l)
+
+    def grow(self, more: int) -> None:
+        """Add ``more`` columns to the range."""
+        self.Q, self.B, self.delta = grow_range(self.R, self.Q, self.B, more)
+        # Ritz pairs from the l x l matrix B B^T (an SVD of B costs more at l = 24): exact for
         # one within l u s_max of it, which ``gram_error`` covers.
-        s, U = linalg.eigh(B @ B.T, check_finite=False)
+        s, U = linalg.eigh(self.B @ self.B.T, check_finite=False)
         self.s, self.U = np.maximum(s[::-1], 0.0), U[:, ::-1]
         self.s_max = float(self.s[0])
         # The rounding of the Gram matrix the exact evidence decomposes, at its typical size
         # (u sqrt(N) times ||Phi||_F^2 = ||B||_F^2 + delta), and of B B^T's eigenvalues.
         norm2 = float(self.s.sum()) + self.delta
-        self.gram_error = _UNIT_ROUNDOFF * (math.sqrt(Phi.shape[0]) * norm2 + l * self.s_max)
+        self.gram_error = _UNIT_ROUNDOFF * (
+            math.sqrt(self.R.shape[0]) * norm2 + self.s.size * self.s_max
+        )
 
     def captured(self) -> bool:
         """Whether the residual is far below the rank cut (a larger range would not help)."""
         return self.delta <= _CAPTURED * RANK_TOL * self.s_max
 
-    def needs(self, larger: int, shape: tuple[int, int]) -> bool:
-        """Whether ``larger`` columns fit the problem and likely hold the spectrum above the cut:
-        the Ritz values' geometric decay, extrapolated, reaches it within 3/4 of them."""
-        if larger > min(shape) // 2 or self.s.size < 2 or self.s[-1] <= 0:
-            return False
-        rate = math.log(self.s[-1] / self.s_max) / (self.s.size - 1)  # per component, < 0
-        return rate < 0 and math.log(RANK_TOL) / rate <= 0.75 * larger
+    def more_columns(self, shape: tuple[int, int]) -> int:
+        """Columns to add so that the range likely holds the spectrum above the cut (0: none).
+
+        Enough that the decay of the last half of the Ritz values, extrapolated geometrically,
+        reaches the cut within 3/4 of the columns (at least :data:`_GROW_LEAST` more); none
+        where that passes :data:`_MOST_COLUMNS` or half the smaller dimension (the exact
+        evidence costs little more there), or where the values do not decay. The last half:
+        a smooth kernel's spectrum falls ever faster (rbf of width 1 on 300 sinc points: from
+        24 values, 92 columns by the last half, 120 by all of them; 50 eigenvalues above the
+        cut), and a rough one's flattens (Friedman #1 at gamma = 0.1: 216 by the last half,
+        51 by all; 227 above the cut).
+        """
+        l, most = self.s.size, min(_MOST_COLUMNS, min(shape) // 2)
+        h = l // 2
+        if l < 4 or self.s[-1] <= 0:
+            return 0
+        rate = math.log(self.s[-1] / self.s[h]) / (l - 1 - h)  # per component
+        if not rate < 0:
+            return 0
+        cut = h + math.log(RANK_TOL * self.s_max / self.s[h]) / rate
+        want = max(math.ceil(cut / 0.75), l + _GROW_LEAST)
+        return want - l if want <= most else 0
 
     def ceiling(self, T: np.ndarray, tt: float, beta: float | None, below: float) -> float:
         """The bound of the module docstring, refined around ``below``."""
