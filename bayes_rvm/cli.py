@@ -345,8 +345,19 @@ def _mcmc_params(args) -> dict:
     return {"sampler_config": config, "random_state": args.seed}
 
 
-def _prior_params(args) -> dict | None:
-    return None if args.nu is None else {"nu": args.nu}
+def _prior_params(args, prior: str | None = None) -> dict | None:
+    """``prior_params`` of a fit under ``prior`` (default: ``--prior``). ``--nu`` is the
+    Student-t prior's: refused beside another ``--prior``, left out of ``compare``'s ARD fits."""
+    if args.nu is None:
+        return None
+    if prior is None:
+        prior = args.prior
+        if prior != "student_t":
+            raise SystemExit(
+                "bayes-rvm: --nu sets the Student-t prior's degrees of freedom: give --prior "
+                "student_t with it"
+            )
+    return {"nu": args.nu} if prior == "student_t" else None
 
 
 def _fit_model(model: RVR, X, y, args) -> RVR:
@@ -736,7 +747,7 @@ def _compare(args) -> int:
                 kernel=args.kernel,
                 gamma=gamma,
                 prior=prior,
-                prior_params=_prior_params(args),
+                prior_params=_prior_params(args, prior),
                 inference=inference,
                 **extra,
             )

@@ -391,7 +391,8 @@ def write_json(path: str | Path, data: dict) -> Path:
 def write_tree(
     tree: xr.DataTree, path: str | Path, *, guard: Callable[[], None] | None = None
 ) -> str:
-    """Write a DataTree with its checksum (netCDF for ``.nc``, else zarr), atomically.
+    """Write a DataTree with its checksum (netCDF for ``.nc``, ``.nc4`` and ``.h5``, else zarr),
+    atomically.
 
     The tree is written with a ``checksum`` root attribute (:func:`tree_checksum`) and renamed
     into place (:func:`atomic_write`, which runs ``guard``); a reader compares the checksum.
@@ -453,7 +454,8 @@ def _check_destination(path: Path, overwrite: bool) -> None:
         if not _is_saved_model(path):
             raise FileExistsError(
                 f"{path} exists and is not a bayes_rvm model; refusing to write over it. "
-                "Choose a new path (a name ending in .nc for netCDF, any other for zarr)."
+                "Choose a new path (a name ending in .nc, .nc4 or .h5 for netCDF, any other for "
+                "zarr)."
             )
         if not overwrite:
             raise FileExistsError(f"{path} already holds a saved model and overwrite=False.")
@@ -462,8 +464,9 @@ def _check_destination(path: Path, overwrite: bool) -> None:
 def write_model_tree(tree: xr.DataTree, path: str | Path, *, overwrite: bool = True) -> Path:
     """Write a model's DataTree (root attribute ``format`` = :data:`FORMAT`) to ``path``.
 
-    netCDF for ``.nc``, otherwise a zarr store, through :func:`write_tree`: an interrupted write
-    leaves the old file whole, concurrent writes to one path all succeed and the last one wins.
+    netCDF for ``.nc``, ``.nc4`` and ``.h5``, otherwise a zarr store, through
+    :func:`write_tree`: an interrupted write leaves the old file whole, concurrent writes to one
+    path all succeed and the last one wins.
 
     Parameters
     ----------

@@ -237,7 +237,8 @@ def test_every_failure_is_one_line_and_exit_status_1(tmp_path, capsys, csv_file)
     )
     assert "--draws" in _fails(["fit", "--draws", "many"], capsys)
     # Errors of the estimator itself (a bad --nu) and of the file system are one line too.
-    assert "nu" in _fails(["--nu", "-2", *out], capsys)
+    assert "nu" in _fails(["--prior", "student_t", "--nu", "-2", *out], capsys)
+    assert "give --prior student_t" in _fails(["--nu", "0.01", *out], capsys)
     (tmp_path / "occupied").write_text("a file where the output folder should go")
     assert "occupied" in _fails(["--output", str(tmp_path / "occupied"), "--no-plot"], capsys)
 

@@ -339,3 +339,15 @@ def test_the_statistics_pass_on_a_cluster_reports_its_blocks(client, data, monke
     reference = accumulate(basis, X, y)
     np.testing.assert_allclose(stats.gram, reference.gram, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(stats.cross, reference.cross, rtol=1e-12, atol=1e-12)
+
+
+def test_rvc_refuses_dask_arrays_instead_of_computing_them():
+    # RVC pulled the whole array to the client without a word (and predicted NumPy arrays).
+    from bayes_rvm import RVC
+
+    X = da.random.default_rng(0).uniform(-3, 3, size=(400, 2), chunks=(100, 2))
+    y = (X[:, 0] > 0).astype(int)
+    with pytest.raises(TypeError, match=r"RVC does not fit Dask arrays.*X.compute\(\)"):
+        RVC(centres=("random", 20)).fit(X, y)
+    with pytest.raises(TypeError, match="RVC does not fit Dask arrays"):
+        RVC().fit(X.compute(), y)

@@ -275,7 +275,9 @@ def test_grouped_parameters_merge_clone_and_search():
     X, y = make_sinc(60, random_state=0, shuffle=False)
     prior_params = {"nu": 0.01}
     config = {"draws": 50}
-    model = RVR(gamma=SINC_GAMMA, prior_params=prior_params, sampler_config=config)
+    model = RVR(
+        gamma=SINC_GAMMA, prior="student_t", prior_params=prior_params, sampler_config=config
+    )
     model.fit(X, y)
     assert prior_params == {"nu": 0.01} and config == {"draws": 50}  # the user's dicts
     assert model.get_params()["prior_params"] is prior_params
@@ -368,3 +370,24 @@ def test_set_params_reaches_a_dict_inside_a_dict_parameter():
     }
     with pytest.raises(ValueError, match=r"sampler_config__draws__n=.*10 on its way"):
         RVR(sampler_config={"draws": 10}).set_params(sampler_config__draws__n=1)
+
+
+@pytest.mark.parametrize("cls", ["RVR", "RVC"])
+def test_nu_without_the_student_t_prior_is_refused(cls):
+    # It was ignored, where alpha_prior without the ARD prior was refused.
+    from bayes_rvm import RVC
+
+    est = {"RVR": RVR, "RVC": RVC}[cls](prior_params={"nu": 1e-3})
+    X, y = make_sinc(30, noise=0.1, random_state=0)
+    with pytest.raises(ValueError, match=r"prior_params\['nu'\].*prior='student_t'"):
+        est.fit(X, y if cls == "RVR" else y > 0.2)
+    est.set_params(prior="student_t").fit(X, y if cls == "RVR" else y > 0.2)
+
+
+def test_set_params_nested_keys_are_checked_and_an_open_group_takes_them_whole():
+    with pytest.raises(ValueError, match="a key is empty"):
+        RVR().set_params(sampler_config__vi_kwargs__=1)
+    with pytest.raises(ValueError, match="'auto' on its way is not a dict"):
+        RVR().set_params(prior_params__nu__x=1)  # nu's default is not a dict of settings
+    # kernel_params holds a callable kernel's keyword arguments: "a__b" is one of them.
+    assert RVR().set_params(kernel_params__a__b=2).kernel_params == {"a__b": 2}

@@ -386,3 +386,16 @@ def test_rvc_default_row_is_within_two_nats_of_brute_force_loo():
             brute += np.log(est.predict_proba(Xs[n : n + 1])[0, list(est.classes_).index(ys[n])])
         gaps.append(table.loc["rvc", "elpd"] - brute)
     assert abs(np.mean(gaps)) < 2.0
+
+
+def test_refit_loo_takes_the_estimators_random_state_by_default():
+    # refit_loo() drew its folds afresh at every call, and not those of idata_'s loo group,
+    # which compare() reports.
+    X, y = make_sinc(210, noise=0.1, random_state=0)
+    est = RVR(gamma=1 / 9, random_state=3).fit(X, y)
+    first = est.refit_loo()
+    assert first.method == "10-fold refits"
+    np.testing.assert_array_equal(first.elpd_i, est.refit_loo().elpd_i)
+    np.testing.assert_array_equal(first.elpd_i, est.idata_["loo"]["y"].values)
+    other = est.refit_loo(random_state=4).elpd_i
+    assert not np.array_equal(first.elpd_i, other)

@@ -11,6 +11,7 @@ never pickled.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Mapping
 from numbers import Integral, Real
 
@@ -19,6 +20,7 @@ import scipy.sparse as sp
 import xarray as xr
 from sklearn.base import BaseEstimator
 from sklearn.cluster import MiniBatchKMeans
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.gaussian_process.kernels import Kernel as GPKernel
 from sklearn.utils import check_random_state, check_scalar
 from sklearn.utils._param_validation import (
@@ -358,18 +360,24 @@ class DictKeyParams:
             group, _, key = name.partition("__")
             if group not in self._param_groups:
                 continue  # scikit-learn's own check names it
-            value = params.pop(name)
-            params[group] = _with_key(params.get(group, getattr(self, group)), key, value, name)
+            spec = self._param_groups[group]
+            current = params.get(group, getattr(self, group))
+            # An open group's keys are a callable's keyword arguments, "__" and all.
+            path = [key] if spec.open else key.split("__")
+            params[group] = _with_key(current, path, params.pop(name), name, spec.defaults)
         return super().set_params(**params)
 
 
-def _with_key(d: dict | None, path: str, value, name: str) -> dict:
-    """A copy of ``d`` with ``value`` at ``path`` (``"vi_kwargs__n"``: a key of a dict in it)."""
+def _with_key(d, path: list[str], value, name: str, defaults: Mapping) -> dict:
+    """A copy of the dict ``d`` (None: empty) with ``value`` at ``path``, a key of a dict in it
+    for each further step; ``defaults`` gives the values of keys ``d`` does not hold."""
     if d is not None and not isinstance(d, dict):
         raise ValueError(f"set_params({name}=...): {d!r} on its way is not a dict.")
-    key, _, rest = path.partition("__")
+    key, rest = path[0], path[1:]
+    if not key:
+        raise ValueError(f"set_params({name}=...): a key is empty.")
     out = dict(d or {})
-    out[key] = _with_key(out.get(key), rest, value, name) if rest else value
+    out[key] = _with_key(out.get(key, defaults.get(key)), rest, value, name, {}) if rest else value
     return out
 
 
@@ -648,6 +656,11 @@ class BaseRVM(DictKeyParams, BaseEstimator):
                 "predictive='rvm', whose mixture over the draws takes each at its own width."
             )
 
+    def _seed(self) -> int:
+        """The seed of the estimator's draws (sampling, its DataTree's, the folds of its refit
+        LOO): the first number ``random_state`` gives, so that they repeat where it is set."""
+        return int(check_random_state(self.random_state).randint(2**31 - 1))
+
     def _check_priors(self) -> None:
         """What the declared constraints cannot say about the hyperpriors."""
         if self._samples_width():
@@ -676,6 +689,11 @@ class BaseRVM(DictKeyParams, BaseEstimator):
         if cfg.alpha_prior is not None and self.prior != "ard":
             raise ValueError(
                 "prior_params['alpha_prior'] sets the ARD hyperprior; use it with prior='ard'."
+            )
+        if (self.prior_params or {}).get("nu", "auto") != "auto" and self.prior != "student_t":
+            raise ValueError(
+                "prior_params['nu'] sets the Student-t prior's degrees of freedom; use it with "
+                "prior='student_t'."
             )
         as_prior(cfg.alpha_prior, "alpha_prior", positive=True)
         if isinstance(cfg.nu, Prior):
@@ -828,22 +846,20 @@ class BaseRVM(DictKeyParams, BaseEstimator):
         imposes, not the data. Such a fit (log evidence no higher than the empty model's,
         :meth:`~bayes_rvm.evidence.problem.Problem.empty_log_evidence`) is made again with the
         bias column never pruned (``bias="free"``), which keeps the data's level: their mean,
-        their base rate. Its ``reason`` says so. A fit stopped by ``max_iter`` is left as it is:
-        its evidence says nothing about the optimum, and a refit would stop (and warn) again.
+        their base rate. Its ``reason`` says so. Where ``fit`` did not converge, it has warned
+        so, and the refit's own warning is not repeated.
         """
-        if (
-            isinstance(self.bias, str)
-            or not self.bias
-            or isinstance(fit, OneVsRestFit)
-            or not fit.converged
-        ):
+        if isinstance(self.bias, str) or not self.bias or isinstance(fit, OneVsRestFit):
             return fit
         empty = problem.empty_log_evidence()
         if empty is None or fit.log_evidence > empty + 1e-9 * max(1.0, abs(empty)):
             return fit
         from bayes_rvm.evidence import fit_problem
 
-        refit = fit_problem(problem, dataclasses.replace(engine, free_bias=True))
+        with warnings.catch_warnings():
+            if not fit.converged:
+                warnings.simplefilter("ignore", ConvergenceWarning)
+            refit = fit_problem(problem, dataclasses.replace(engine, free_bias=True))
         return dataclasses.replace(
             refit,
             reason=f"{refit.reason} (no basis function raised the evidence above that of none: "
@@ -890,7 +906,7 @@ class BaseRVM(DictKeyParams, BaseEstimator):
             tune=self._cfg.tune,
             chains=self._cfg.chains,
             sampler=self._cfg.sampler,
-            random_seed=check_random_state(self.random_state).randint(2**31 - 1),
+            random_seed=self._seed(),
             initvals={k: v for k, v in r2d2_free_values(model, initvals).items() if k in free},
             **options,
         )

@@ -18,7 +18,6 @@ from numbers import Integral
 
 import numpy as np
 from sklearn.base import ClassifierMixin, _fit_context, clone
-from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, InvalidParameterError, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
@@ -40,6 +39,7 @@ from bayes_rvm.estimators.base import (
     path_to_json,
     training_data,
 )
+from bayes_rvm.estimators.distributed import is_dask_collection
 from bayes_rvm.estimators.large_data import reads_row_blocks
 from bayes_rvm.estimators.persistence import Fail, SavedStateMixin
 from bayes_rvm.estimators.width_selection import SHARED_INTERCEPT_SCALE
@@ -351,6 +351,12 @@ default="evidence_shared"
         self : RVC
         """
         self._start_fit(sample_kwargs)
+        if is_dask_collection(X) or is_dask_collection(y):
+            raise TypeError(
+                "RVC does not fit Dask arrays (its Laplace fit has no sufficient statistics to "
+                "gather from the workers): fit on X.compute(), y.compute(), where "
+                "chunk_rows='auto' builds a large design in row blocks (docs/large_data.md)."
+            )
         X, y = training_data(self, X, y, regression=False, min_samples=2)
         self._check_predictive()
         self._check_priors()
@@ -694,7 +700,7 @@ default="evidence_shared"
             local = dataclasses.replace(
                 self.fit_, active=np.arange(k), alpha=self.fit_.alpha[self.active_]
             )
-            seed = check_random_state(self.random_state).randint(2**31 - 1)
+            seed = self._seed()
             predictor, resampled = self._predictor(), None
             if isinstance(predictor, ImportanceClasses):
                 resampled = predictor.resampled(1000, np.random.default_rng(seed))
@@ -742,7 +748,8 @@ default="evidence_shared"
             Default: N (exact leave-one-out, N refits) up to :data:`LOO_EXACT_MAX_RVC` rows,
             10 stratified folds beyond.
         random_state : int, RandomState or None
-            Shuffles the rows into folds (K-fold only).
+            Shuffles the rows into folds (K-fold only). Default: the estimator's
+            ``random_state``, whose folds the ``loo`` group of :attr:`idata_` holds.
 
         Returns
         -------
@@ -750,6 +757,8 @@ default="evidence_shared"
             ``elpd_i`` (``ln p(t_n | the other rows)``), ``method``, ``n_folds``, ``seconds``.
         """
         from bayes_rvm.evidence import refit_loo
+
+        random_state = self._seed() if random_state is None else random_state
 
         check_is_fitted(self, "fit_")
         train = self.training_

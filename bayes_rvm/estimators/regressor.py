@@ -808,7 +808,7 @@ array-like or Prior, default="evidence_shared"
         dt = fit_vi(
             model,
             draws=self._cfg.draws,
-            random_seed=check_random_state(self.random_state).randint(2**31 - 1),
+            random_seed=self._seed(),
             **options,
         )
         dt.attrs.update(self._tree_attrs())
@@ -867,7 +867,7 @@ array-like or Prior, default="evidence_shared"
 
             k = self.active_.size
             local = dataclasses.replace(self.fit_, active=np.arange(k), alpha=self.alpha_)
-            seed = check_random_state(self.random_state).randint(2**31 - 1)
+            seed = self._seed()
             self._tree_cache = self._fingerprinted(
                 type2_datatree(
                     local,
@@ -924,7 +924,8 @@ array-like or Prior, default="evidence_shared"
         n_folds : int, optional
             Default: N (exact leave-one-out, N refits) up to 200 rows, 10-fold beyond.
         random_state : int, RandomState or None
-            Shuffles the rows into folds (K-fold only).
+            Shuffles the rows into folds (K-fold only). Default: the estimator's
+            ``random_state``, whose folds the ``loo`` group of :attr:`idata_` holds.
 
         Returns
         -------
@@ -933,6 +934,8 @@ array-like or Prior, default="evidence_shared"
             ``method``, ``n_folds``, ``seconds``.
         """
         from bayes_rvm.evidence import refit_loo
+
+        random_state = self._seed() if random_state is None else random_state
 
         check_is_fitted(self, "fit_")
         self._require_design("refit_loo")

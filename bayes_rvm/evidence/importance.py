@@ -104,7 +104,7 @@ class ImportanceDraws:
         if self.pareto_k > PARETO_K_MAX:
             warn_at_user(
                 f"importance sampling of the Laplace fit's posterior: Pareto k = "
-                f"{self.pareto_k:.2f} > {PARETO_K_MAX} (PSIS), the weighted predictive is "
+                f"{self.pareto_k:.3f} > {PARETO_K_MAX} (PSIS), the weighted predictive is "
                 "unreliable. The Laplace approximation is far from the posterior: "
                 "inference='mcmc' samples it exactly.",
                 RuntimeWarning,

@@ -54,7 +54,7 @@ from bayes_rvm.evidence.record import Recorder
 from bayes_rvm.evidence.result import EvidenceFit, GaussianWeights
 from bayes_rvm.evidence.sequential_state import GramState, SequentialState
 from bayes_rvm.evidence.shared import shared_evidence, shared_evidence_gram
-from bayes_rvm.evidence.shared_ceiling import CEILING_RANK, shared_evidence_ceiling
+from bayes_rvm.evidence.shared_ceiling import shared_evidence_ceiling
 from bayes_rvm.evidence.single_basis import log_gain, optimal_alpha
 from bayes_rvm.threads import one_blas_thread
 
@@ -80,7 +80,8 @@ _BOUND_RTOL = 1e-9
 #: against the O(N k^2 + k^3) of the bound): a fit above the ceiling by this relative margin is
 #: above the bound, and the bound is not computed. On smaller problems it is computed directly.
 _CEILING_RTOL = 1e-6
-_CEILING_MIN_SIZE = 2 * CEILING_RANK
+#: Problems this small compute the bound directly (the ceiling's range would have no room to grow).
+_CEILING_MIN_SIZE = 64
 #: The most values of a whole design the ceiling copies (64 MB).
 _CEILING_COPY_MOST = 8_000_000
 

@@ -330,6 +330,11 @@ def grow_range(
     """
     if not (R.flags.c_contiguous and R.dtype == np.float64):
         raise ValueError("grow_range overwrites R: it must be a C-contiguous float64 array.")
+    if Q.shape[1] + l > min(R.shape):
+        raise ValueError(
+            f"grow_range: {Q.shape[1]} + {l} columns exceed the rank {min(R.shape)} a range of "
+            "this design can have."
+        )
     Y = R @ _test_matrix(R.shape[1], l, Q.shape[1])
     # R is orthogonal to Q only to the rounding of Phi, which is large beside a small residual:
     # the new columns are made orthogonal to Q twice ("twice is enough").

@@ -56,10 +56,10 @@ from bayes_rvm.evidence.shared import RANK_TOL, grow_range
 __all__ = ["CEILING_RANK", "Ceiling", "shared_evidence_ceiling"]
 
 #: Columns of the range finder first. A smooth kernel's Gram matrix has few eigenvalues above
-#: ``RANK_TOL`` of the largest (about 20 for the rbf of width 3 on sinc at N = 1000-4000, whose
-#: ceiling 24 columns settle and 20 do not); where it has more, the range grows while its values
-#: decay fast enough to be held by :data:`_MOST_COLUMNS`, else the ceiling stays high and the exact
-#: evidence is computed.
+#: ``RANK_TOL`` of the largest (about 20 for the rbf of width 3 on sinc at N = 1000-4000: in the
+#: sequential engine's check there, 24 columns hold them and 20 do not); where it has more, the
+#: range grows while its values decay fast enough to be held by :data:`_MOST_COLUMNS`, else the
+#: ceiling stays high and the exact evidence is computed.
 CEILING_RANK = 24
 #: The grid over ``log10 rho``: intervals of a quarter decade, the few highest of them refined
 #: sixteenfold (four rounds at most) while they are above the value asked about.
@@ -151,11 +151,13 @@ class _Sketch:
     def __init__(self, R: np.ndarray, l: int):
         self.R = R
         self.Q, self.B = np.empty((R.shape[0], 0)), np.empty((0, R.shape[1]))
+        self.rounds = 0
         self.grow(l)
 
     def grow(self, more: int) -> None:
         """Add ``more`` columns to the range."""
         self.Q, self.B, self.delta = grow_range(self.R, self.Q, self.B, more)
+        self.rounds += 1
         # Ritz pairs from the l x l matrix B B^T (an SVD of B costs more at l = 24): exact for
         # one within l u s_max of it, which ``gram_error`` covers.
         s, U = linalg.eigh(self.B @ self.B.T, check_finite=False)
@@ -176,24 +178,29 @@ class _Sketch:
         """Columns to add so that the range likely holds the spectrum above the cut (0: none).
 
         Enough that the decay of the last half of the Ritz values, extrapolated geometrically,
-        reaches the cut within 3/4 of the columns (at least :data:`_GROW_LEAST` more); none
-        where that passes :data:`_MOST_COLUMNS` or half the smaller dimension (the exact
-        evidence costs little more there), or where the values do not decay. The last half:
-        a smooth kernel's spectrum falls ever faster (rbf of width 1 on 300 sinc points: from
-        24 values, 92 columns by the last half, 120 by all of them; 50 eigenvalues above the
-        cut), and a rough one's flattens (Friedman #1 at gamma = 0.1: 216 by the last half,
-        51 by all; 227 above the cut).
+        reaches the cut within 3/4 of the columns, and at least half as many again (each growth
+        passes over the residual three times), up to :data:`_MOST_COLUMNS` or half the smaller
+        dimension (the exact evidence costs little more there). The last half: a smooth
+        kernel's spectrum falls ever faster (rbf of width 1 on 300 sinc points: from 24 values,
+        92 columns by the last half, 120 by all of them; 50 eigenvalues above the cut), and a
+        rough one's flattens (Friedman #1 at gamma = 0.1: 216 by the last half, 51 by all; 227
+        above the cut). Where the extrapolation passes that limit, the first range still
+        doubles once: a spectrum that decays slowly may end just past it (a low-rank design, a
+        linear kernel on 26 features).
         """
         l, most = self.s.size, min(_MOST_COLUMNS, min(shape) // 2)
         h = l // 2
-        if l < 4 or self.s[-1] <= 0:
+        if l < 4 or self.s[-1] <= 0 or l >= most:
             return 0
         rate = math.log(self.s[-1] / self.s[h]) / (l - 1 - h)  # per component
-        if not rate < 0:
-            return 0
-        cut = h + math.log(RANK_TOL * self.s_max / self.s[h]) / rate
-        want = max(math.ceil(cut / 0.75), l + _GROW_LEAST)
-        return want - l if want <= most else 0
+        need = (
+            math.ceil((h + math.log(RANK_TOL * self.s_max / self.s[h]) / rate) / 0.75)
+            if rate < 0
+            else math.inf
+        )
+        if need > most:
+            return min(2 * l, most) - l if self.rounds == 1 else 0
+        return min(max(need, l + max(_GROW_LEAST, l // 2)), most) - l
 
     def ceiling(self, T: np.ndarray, tt: float, beta: float | None, below: float) -> float:
         """The bound of the module docstring, refined around ``below``."""
