@@ -1,6 +1,7 @@
 """RVR: scikit-learn conformance, the published sinc figures, and bad input."""
 
 import itertools
+import warnings
 
 import numpy as np
 import pytest
@@ -391,3 +392,17 @@ def test_set_params_nested_keys_are_checked_and_an_open_group_takes_them_whole()
         RVR().set_params(prior_params__nu__x=1)  # nu's default is not a dict of settings
     # kernel_params holds a callable kernel's keyword arguments: "a__b" is one of them.
     assert RVR().set_params(kernel_params__a__b=2).kernel_params == {"a__b": 2}
+
+
+def test_a_dense_student_t_fit_warns_and_the_sequential_solver_stays_sparse():
+    # prior="student_t" kept 46 of 501 basis functions at N = 500 (6 at N = 100, as the docs
+    # said), silently; the sequential engine under the same prior keeps the ARD fit's count.
+    X, y = make_sinc(500, noise=0.1, random_state=0)
+    with pytest.warns(UserWarning, match=r"prior='student_t' kept 46 of 501 .*solver='sequential'"):
+        dense = RVR(prior="student_t").fit(X, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        sparse = RVR(prior="student_t", solver="sequential").fit(X, y)
+        small = RVR(prior="student_t").fit(*make_sinc(100, noise=0.1, random_state=0))
+    assert dense.n_relevance_vectors_ == 46 and small.n_relevance_vectors_ == 6
+    assert sparse.n_relevance_vectors_ <= RVR().fit(X, y).n_relevance_vectors_ + 1

@@ -29,8 +29,9 @@ Defaults
 ``DEFAULT_NU = 1e-4``
     Degrees of freedom of the Student-t weight prior of type-II fits (estimators' ``nu="auto"``,
     CLI). Smaller ``nu`` gives fewer relevance vectors (Prince 2012, chapter 8); at ``1e-4`` the
-    sinc problem keeps about as many as the ARD prior does (6 against 5), where ``nu = 1`` keeps
-    every basis function. Not a prior to sample: ``Gamma(5e-5, 5e-5)`` puts 97% of its mass below
+    sinc problem (N = 100) keeps about as many as the ARD prior does (6 against 5), where
+    ``nu = 1`` keeps every basis function; the count grows with N (127 at N = 1000, where the
+    estimators warn). Not a prior to sample: ``Gamma(5e-5, 5e-5)`` puts 97% of its mass below
     1e-300, and NUTS then wanders over hundreds of decades of ``log alpha`` (the models warn).
 ``DEFAULT_MCMC_NU = 1.0``
     Degrees of freedom of the Student-t prior that MCMC samples under ``nu="auto"``: Cauchy weights
