@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import warnings
 
 import numpy as np
 import pytest
@@ -221,3 +222,16 @@ def test_rvc_says_variational_inference_is_rvrs():
     X, y = make_moons(30, noise=0.2, random_state=0)
     with pytest.raises(InvalidParameterError, match="variational inference is RVR's"):
         RVC(inference="vi").fit(X, y)
+
+
+def test_a_given_width_that_leaves_no_basis_function_warns():
+    # gamma = 1e-4 on make_moons kept no basis function and predicted 1/2 everywhere, silently,
+    # 43 nats below the two relevance vectors of gamma = 1e-3.
+    X, y = make_moons(150, noise=0.25, random_state=0)
+    with pytest.warns(UserWarning, match=r"RVC kept no basis function at gamma=0.0001"):
+        wide = RVC(gamma=1e-4).fit(X, y)
+    assert wide.relevance_.size == 0 and wide.score(X, y) == 0.5
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        narrower = RVC(gamma=1e-3).fit(X, y)
+    assert narrower.relevance_.size == 2 and narrower.log_evidence_ > wide.log_evidence_ + 40
