@@ -358,3 +358,20 @@ def test_an_inconsistent_width_selection_is_refused(tmp_path):
     tree.to_netcdf(tmp_path / "bad.nc", engine="h5netcdf")
     with pytest.raises(ValueError, match=r"alphas of shape \(40,\) for 41 basis functions"):
         load_model(tmp_path / "bad.nc")
+
+
+@pytest.mark.parametrize("suffix", [".nc", ".zarr"])
+def test_a_saved_classifier_keeps_its_labels_dtype(tmp_path, suffix):
+    # Object labels came back as '<U3' and uint8 ones as int64 (the JSON list lost the dtype).
+    from bayes_rvm.estimators.classifier import RVC
+
+    X, y = make_sinc(40, noise=0.1, random_state=0)
+    for labels in (np.array(["no", "yes"], dtype=object)[(y > 0.2).astype(int)], y > 0.2):
+        labels = labels if labels.dtype == object else labels.astype(np.uint8)
+        est = RVC(gamma=1.0).fit(X, labels)
+        path = tmp_path / f"rvc_{labels.dtype}{suffix}"
+        save_model(est, path)
+        loaded = load_model(path)
+        assert loaded.classes_.dtype == est.classes_.dtype == labels.dtype
+        assert loaded.predict(X).dtype == labels.dtype
+        np.testing.assert_array_equal(loaded.predict(X), est.predict(X))

@@ -846,6 +846,8 @@ default="evidence_shared"
             "fit": list(self.fit_.fits) if ovr else self.fit_,
             "extras": {
                 "classes": self.classes_.tolist(),
+                # The labels' dtype, which a JSON list loses (object, uint8, ...).
+                "classes_dtype": self.classes_.dtype.str,
                 "ovr": ovr,
                 "width_path": path_to_json(self.width_path_),
                 "chunked_passes": self.chunked_passes_,
@@ -856,7 +858,8 @@ default="evidence_shared"
 
     def _restore_state(self, state: dict) -> None:
         self._settings = self._resolve_settings()
-        self.classes_ = np.asarray(state["extras"]["classes"])
+        dtype = state["extras"].get("classes_dtype")  # absent from older files
+        self.classes_ = np.asarray(state["extras"]["classes"], dtype=dtype and np.dtype(dtype))
         self.n_features_in_ = state["basis"].n_features_in_
         fit = OneVsRestFit(tuple(state["fit"])) if state["extras"]["ovr"] else state["fit"]
         self.multi_class_ = _model_kind(self.classes_.size, bool(state["extras"]["ovr"]))
@@ -878,6 +881,12 @@ default="evidence_shared"
             fail(f"RVC classes {classes!r} are not a list of at least two labels")
         if classes != np.unique(np.asarray(classes)).tolist():
             fail(f"RVC classes {classes!r} are not distinct and sorted")
+        dtype = extras.get("classes_dtype")
+        try:
+            if dtype is not None:
+                np.asarray(classes, dtype=np.dtype(dtype))
+        except (TypeError, ValueError):
+            fail(f"RVC classes {classes!r} do not fit their dtype {dtype!r}")
         C = len(classes)
         if extras.get("ovr"):
             if len(fits) != C or {fit.mean.shape[1] for fit in fits} != {1}:
