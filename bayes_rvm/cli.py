@@ -574,9 +574,31 @@ def _write_class_plot(model: RVC, X, y, path: Path, title: str) -> None:
     plt.close(fig)
 
 
+#: The options of ``fit`` that only MCMC reads, and those that only shape the built-in sinc data.
+_MCMC_ONLY = ("--draws", "--tune", "--chains", "--sampler", "--mcmc-basis", "--thin")
+_SINC_ONLY = ("--n-samples", "--noise")
+
+
+def _check_fit_options(args) -> None:
+    """Options given where they do nothing are refused (they were ignored)."""
+    unused = [f for f in _MCMC_ONLY if f in args.given] if args.inference != "mcmc" else []
+    if unused:
+        raise SystemExit(
+            f"bayes-rvm: {', '.join(unused)} set the sampler of --inference mcmc; this fit is "
+            f"--inference {args.inference}"
+        )
+    given = [f for f in _SINC_ONLY if f in args.given]
+    if given and getattr(args, "data", None) is not None:
+        raise SystemExit(
+            f"bayes-rvm: {', '.join(given)} shape the built-in sinc data; with --data they do "
+            "not apply"
+        )
+
+
 def _fit(args) -> int:
     from bayes_rvm.estimators.saving import save_model
 
+    _check_fit_options(args)
     X, y, X_test, label, default_gamma, task = _problem(args)
     if task == "classify":
         return _fit_classifier(args, X, y, label, _gamma(args.gamma, default_gamma))
@@ -858,6 +880,8 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
             " (On the command line: sampler_config's draws, tune, chains and mcmc_basis are "
             "--draws, --tune, --chains and --mcmc-basis; thin=k is --thin k.)"
         )
+    if "likelihood_params=" in text:
+        text += " (The command line has no flag for a fixed noise: fit RVR in Python for that.)"
     print(f"bayes-rvm: warning: {text}", file=sys.stderr if file is None else file, flush=True)
 
 
@@ -881,6 +905,7 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] not in (*COMMANDS, "-h", "--help"):
         argv = ["fit", *argv]
     args = _parser().parse_args(argv)
+    args.given = {token.split("=")[0] for token in argv if token.startswith("--")}
     command = {"predict": _predict, "compare": _compare, "study": _study}.get(args.command, _fit)
     try:
         with warnings.catch_warnings():

@@ -216,10 +216,11 @@ def plot_study(table, *, n_se: float = 1.0, axes=None):
     Notes
     -----
     The elpd of different data sets are not on one scale (they sum over different points), hence
-    one panel each. Within a panel the best model is marked; models whose fits have Pareto k
-    above ArviZ's threshold for their draws (the table's ``n_pareto_k_high``; 0.7 from about
-    2150 draws) are drawn hollow, as their elpd is not reliable, and fits that failed a convergence
-    check (the table's ``converged`` is False) are crossed in red.
+    one panel each. Within a panel the best model is marked, among the fits whose elpd is to be
+    trusted (all, where none is); models whose fits have Pareto k above ArviZ's threshold for
+    their draws (the table's ``n_pareto_k_high``; 0.7 from about 2150 draws) are drawn hollow,
+    as their elpd is not reliable, and fits that failed a convergence check (the table's
+    ``converged`` is False) are crossed in red.
     """
     import matplotlib.pyplot as plt
 
@@ -258,25 +259,22 @@ def plot_study(table, *, n_se: float = 1.0, axes=None):
                 mec="C0",
                 capsize=3,
                 **style,
-                label=("Pareto k reliable" if ok else "Pareto k high") if sel.any() else None,
+                label=("elpd reliable" if ok else "Pareto k high") if sel.any() else None,
             )
-        if "converged" in rows:
-            # A failed convergence check (R-hat, ESS, divergences, the iteration cap): the elpd
-            # of a fit that did not converge is not to be trusted.
-            failed = rows["converged"].eq(False).to_numpy()
-            if failed.any():
-                ax.plot(
-                    elpd[failed],
-                    pos[failed],
-                    "x",
-                    color="C3",
-                    ms=10,
-                    mew=2,
-                    label="not converged",
-                )
-        if np.isfinite(elpd).any():
-            best = int(np.nanargmax(elpd))
-            ax.axvline(elpd[best], color="0.6", ls="--", lw=1)
+        # A failed convergence check (R-hat, ESS, divergences, the iteration cap): the elpd of a
+        # fit that did not converge is not to be trusted.
+        failed = (
+            rows["converged"].eq(False).to_numpy()
+            if "converged" in rows
+            else np.zeros(len(rows), dtype=bool)
+        )
+        if failed.any():
+            ax.plot(elpd[failed], pos[failed], "x", color="C3", ms=10, mew=2, label="not converged")
+        # The best of the fits to be trusted (of all, where none is).
+        trusted = np.where(flagged | failed, np.nan, elpd)
+        reference = trusted if np.isfinite(trusted).any() else elpd
+        if np.isfinite(reference).any():
+            ax.axvline(np.nanmax(reference), color="0.6", ls="--", lw=1)
         how = rows["elpd_method"] if "elpd_method" in rows else [None] * len(rows)
         ticks = [
             f"{model}\n({m})" if isinstance(m, str) and m else str(model)

@@ -704,3 +704,22 @@ def test_the_sampler_warnings_remedies_have_flags_here(tmp_path, capsys):
     buffer = io.StringIO()
     _show_warning("the noise estimate fell", RuntimeWarning, "x", 1, buffer)
     assert "command line" not in buffer.getvalue()
+
+
+def test_options_that_do_nothing_here_are_refused(tmp_path, capsys, csv_file):
+    # MCMC's options with a type-II or VI fit, and the sinc generator's with --data, were ignored.
+    out = ["--output", str(tmp_path / "o"), "--no-plot"]
+    err = _fails(["fit", "--draws", "50", "--thin", "0", "--sampler", "numpyro", *out], capsys)
+    assert "--draws, --sampler, --thin set the sampler of --inference mcmc" in err
+    err = _fails(["--inference", "vi", "--chains", "2", *out], capsys)
+    assert "this fit is --inference vi" in err
+    data = csv_file("a,y\n1,1\n2,3\n3,4\n4,2\n")
+    err = _fails(["fit", "--data", data, "--n-samples", "50", "--noise", "0.2", *out], capsys)
+    assert "--n-samples, --noise shape the built-in sinc data" in err
+
+
+def test_a_warning_for_python_says_that_the_command_has_no_flag_for_it(capsys):
+    from bayes_rvm.cli import _show_warning
+
+    _show_warning("give likelihood_params={'noise_variance': ...}.", UserWarning, "f", 1)
+    assert "no flag for a fixed noise" in capsys.readouterr().err

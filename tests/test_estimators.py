@@ -406,3 +406,17 @@ def test_a_dense_student_t_fit_warns_and_the_sequential_solver_stays_sparse():
         small = RVR(prior="student_t").fit(*make_sinc(100, noise=0.1, random_state=0))
     assert dense.n_relevance_vectors_ == 46 and small.n_relevance_vectors_ == 6
     assert sparse.n_relevance_vectors_ <= RVR().fit(X, y).n_relevance_vectors_ + 1
+
+
+def test_outputs_of_different_noise_warn_that_they_share_one_level():
+    # Outputs of noise sd 0.2 and 3 shared an sd of 2.16 silently: 90% intervals covered 100%
+    # and 74% of new points.
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-2, 2, (150, 2))
+    quiet = np.sin(2 * X[:, 0]) * np.cos(X[:, 1]) + 0.2 * rng.standard_normal(150)
+    noisy = 10 * np.sin(2 * X[:, 0]) + 3 * rng.standard_normal(150)
+    with pytest.warns(UserWarning, match=r"the 2 outputs share one noise level.*\(0\.33, 2\.77\)"):
+        RVR().fit(X, np.c_[quiet, noisy])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        RVR().fit(X, np.c_[quiet, np.cos(X[:, 1]) + 0.2 * rng.standard_normal(150)])

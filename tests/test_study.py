@@ -563,6 +563,14 @@ def test_plot_study_draws_elpd_and_se_per_data_set():
     assert spans == [(-16.5, -8.5), (-12.0, -8.0)]
     assert ax_a.lines[-1].get_xdata()[0] == -10.0  # the best model's line
     plt.close(fig)
+    # The line marks the best fit to be trusted: not one that did not converge (it was).
+    table["converged"] = [False, True, True]
+    fig = plot_study(table)
+    assert fig.axes[0].lines[-1].get_xdata()[0] == -10.0  # m2's k is high: all are flagged
+    table["n_pareto_k_high"] = [0, 0, 0]
+    fig = plot_study(table)
+    assert fig.axes[0].lines[-1].get_xdata()[0] == -12.5
+    plt.close("all")
     with pytest.raises(ValueError, match="lacks the columns"):
         plot_study(table.drop(columns="elpd_loo_se"))
 
@@ -641,3 +649,19 @@ def test_test_nlpd_scores_each_likelihood_by_its_own_density():
     assert abs(table.loc["counts", "test_nlpd"] - plug_in) < 0.02
     assert table.loc["counts", "test_nlpd"] < table.loc["gaussian", "test_nlpd"]
     assert np.isnan(table.loc["ridge", "test_nlpd"])
+    # and is no type-II fit (it was labelled one)
+    assert table.loc["ridge", "method"] == "other" and table.loc["gaussian", "method"] == "type2"
+
+
+def test_a_bad_data_set_fails_the_study_at_once_naming_it():
+    # NaN inputs (or test inputs of another width) failed inside a fit, after the others had
+    # run, with an error that named neither data set nor model.
+    X, y = make_sinc(30, noise=0.1, random_state=0)
+    models = {"a": RVR(gamma=0.25)}
+    bad = np.r_[X[:-1], [[np.nan]]]
+    with pytest.raises(ValueError, match=r"datasets\['bad'\]: X: Input contains NaN"):
+        run_study(models, {"ok": (X, y), "bad": (bad, y)})
+    with pytest.raises(ValueError, match=r"datasets\['bad'\]: test X has 2 features but X has 1"):
+        run_study(models, {"ok": (X, y), "bad": (X, y, np.c_[X, X], y)})
+    with pytest.raises(ValueError, match=r"datasets\['bad'\]: y holds NaN"):
+        run_study(models, {"bad": (X, np.r_[y[:-1], np.inf])})

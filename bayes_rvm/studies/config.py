@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
+from sklearn.utils import check_array
 
 __all__ = [
     "StudyConfig",
@@ -84,8 +85,30 @@ def check_datasets(datasets) -> dict[str, StudyData]:
                 raise ValueError(
                     f"datasets[{name!r}]: {what}X has {len(x)} rows but {what}y has {len(t)}."
                 )
+            _check_values(name, x, t, what)
+        if data.X_test is not None and _width(data.X_test) != _width(data.X):
+            raise ValueError(
+                f"datasets[{name!r}]: test X has {_width(data.X_test)} features but X has "
+                f"{_width(data.X)}."
+            )
         out[name] = data
     return out
+
+
+def _width(x) -> int:
+    return x.shape[1] if getattr(x, "ndim", 2) == 2 and hasattr(x, "shape") else -1
+
+
+def _check_values(name: str, x, t, what: str) -> None:
+    """Inputs (and numeric targets) finite and 2-D, before any fit: a study fails at once on a
+    bad data set, naming it, not in its fits (the others' lost)."""
+    try:
+        check_array(x, accept_sparse=True, dtype=None, ensure_min_samples=1)
+    except ValueError as exc:
+        raise ValueError(f"datasets[{name!r}]: {what}X: {exc}") from None
+    values = np.asarray(t)
+    if values.dtype.kind in "fc" and not np.all(np.isfinite(values)):
+        raise ValueError(f"datasets[{name!r}]: {what}y holds NaN or infinite values.")
 
 
 def _delimiter(path: Path) -> str:

@@ -327,9 +327,11 @@ def _fitted_columns(est, dt, method: str) -> dict:
 
 
 def _method(est, dt) -> str:
+    """How the fit was made: its DataTree's ``method``, else the estimator's ``inference``, else
+    ``"other"`` (an estimator of another package, which has neither)."""
     if dt is not None and "method" in dt.attrs:
         return str(dt.attrs["method"])
-    return str(getattr(est, "inference", "type2"))
+    return str(getattr(est, "inference", "other"))
 
 
 #: One fit at a time per process. A worker that runs tasks in threads (a Dask worker with
