@@ -579,15 +579,20 @@ _MCMC_ONLY = ("--draws", "--tune", "--chains", "--sampler", "--mcmc-basis", "--t
 _SINC_ONLY = ("--n-samples", "--noise")
 
 
+def _given(args, flag: str) -> bool:
+    """Whether ``flag`` was on the command line, whole or abbreviated as argparse accepts."""
+    return any(flag.startswith(token) and len(token) > 2 for token in args.given)
+
+
 def _check_fit_options(args) -> None:
     """Options given where they do nothing are refused (they were ignored)."""
-    unused = [f for f in _MCMC_ONLY if f in args.given] if args.inference != "mcmc" else []
+    unused = [f for f in _MCMC_ONLY if _given(args, f)] if args.inference != "mcmc" else []
     if unused:
         raise SystemExit(
             f"bayes-rvm: {', '.join(unused)} set the sampler of --inference mcmc; this fit is "
             f"--inference {args.inference}"
         )
-    given = [f for f in _SINC_ONLY if f in args.given]
+    given = [f for f in _SINC_ONLY if _given(args, f)]
     if given and getattr(args, "data", None) is not None:
         raise SystemExit(
             f"bayes-rvm: {', '.join(given)} shape the built-in sinc data; with --data they do "

@@ -259,7 +259,7 @@ def plot_study(table, *, n_se: float = 1.0, axes=None):
                 mec="C0",
                 capsize=3,
                 **style,
-                label=("elpd reliable" if ok else "Pareto k high") if sel.any() else None,
+                label=("Pareto k not high" if ok else "Pareto k high") if sel.any() else None,
             )
         # A failed convergence check (R-hat, ESS, divergences, the iteration cap): the elpd of a
         # fit that did not converge is not to be trusted.

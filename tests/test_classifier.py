@@ -235,3 +235,13 @@ def test_a_given_width_that_leaves_no_basis_function_warns():
         warnings.simplefilter("error")
         narrower = RVC(gamma=1e-3).fit(X, y)
     assert narrower.relevance_.size == 2 and narrower.log_evidence_ > wide.log_evidence_ + 40
+    # once: not again in the refits of its leave-one-out (it warned in each)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        wide.refit_loo(n_folds=5)
+    assert not [w for w in caught if "kept no basis function" in str(w.message)]
+    # not for a kernel without a width, where noise labels leave nothing
+    rng = np.random.default_rng(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        RVC(kernel="linear").fit(rng.normal(size=(80, 3)), rng.integers(0, 2, 80))

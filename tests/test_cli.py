@@ -713,6 +713,7 @@ def test_options_that_do_nothing_here_are_refused(tmp_path, capsys, csv_file):
     assert "--draws, --sampler, --thin set the sampler of --inference mcmc" in err
     err = _fails(["--inference", "vi", "--chains", "2", *out], capsys)
     assert "this fit is --inference vi" in err
+    assert "--draws set the sampler" in _fails(["--draw=5", *out], capsys)  # abbreviated
     data = csv_file("a,y\n1,1\n2,3\n3,4\n4,2\n")
     err = _fails(["fit", "--data", data, "--n-samples", "50", "--noise", "0.2", *out], capsys)
     assert "--n-samples, --noise shape the built-in sinc data" in err

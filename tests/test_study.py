@@ -654,14 +654,17 @@ def test_test_nlpd_scores_each_likelihood_by_its_own_density():
 
 
 def test_a_bad_data_set_fails_the_study_at_once_naming_it():
-    # NaN inputs (or test inputs of another width) failed inside a fit, after the others had
-    # run, with an error that named neither data set nor model.
+    # Test inputs of another width (or targets with NaN) failed inside a fit, after the others
+    # had run. Inputs are the estimators' to judge (a pipeline may impute NaN): a fit that fails
+    # on them names its model and data set.
     X, y = make_sinc(30, noise=0.1, random_state=0)
     models = {"a": RVR(gamma=0.25)}
-    bad = np.r_[X[:-1], [[np.nan]]]
-    with pytest.raises(ValueError, match=r"datasets\['bad'\]: X: Input contains NaN"):
-        run_study(models, {"ok": (X, y), "bad": (bad, y)})
     with pytest.raises(ValueError, match=r"datasets\['bad'\]: test X has 2 features but X has 1"):
         run_study(models, {"ok": (X, y), "bad": (X, y, np.c_[X, X], y)})
     with pytest.raises(ValueError, match=r"datasets\['bad'\]: y holds NaN"):
         run_study(models, {"bad": (X, np.r_[y[:-1], np.inf])})
+    with pytest.raises(ValueError, match="Input X contains NaN") as info:
+        run_study(models, {"bad": (np.r_[X[:-1], [[np.nan]]], y)})
+    assert "model 'a' on data set 'bad'" in " ".join(info.value.__notes__)
+    # lists and 1-D inputs (a text pipeline's) pass the checks
+    run_study(models, {"listed": (X.tolist(), y, X[:5], y[:5])})

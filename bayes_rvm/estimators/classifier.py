@@ -14,6 +14,7 @@ under that reparametrisation).
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from numbers import Integral
 
 import numpy as np
@@ -22,7 +23,7 @@ from sklearn.utils._param_validation import Interval, InvalidParameterError, Str
 from sklearn.utils.validation import check_is_fitted
 
 from bayes_rvm._warnings import warn_at_user
-from bayes_rvm.basis.kernels import KernelBasis
+from bayes_rvm.basis.kernels import WIDTH_KERNELS, KernelBasis
 from bayes_rvm.basis.statistics import chunk_rows_for
 from bayes_rvm.estimators.base import (
     DEFAULT_GAMMA,
@@ -427,7 +428,12 @@ default="evidence_shared"
         width of gamma = 1e-4 did (the columns all but constant: no one of them, beside the
         bias, raised the evidence), 43 nats below the 2 relevance vectors of gamma = 1e-3; a
         learned width leaves none only where the data show no signal."""
-        if self.relevance_.size or self._learns_width() or self.kernel == "precomputed":
+        if (
+            self.relevance_.size
+            or self.inference != "type2"  # the sampled model keeps every column it samples
+            or self.kernel not in WIDTH_KERNELS
+            or self._learns_width()
+        ):
             return
         warn_at_user(
             f"RVC kept no basis function at gamma={self.gamma!r}: it predicts the classes' "
@@ -796,7 +802,10 @@ default="evidence_shared"
 
         def fit_rows(r, t):
             X = inputs[np.ix_(r[:, 0], r[:, 0])] if precomputed else inputs[r[:, 0]]
-            return _Refit(clone(template).fit(X, classes[t[:, 0]]), r[:, 0])
+            with warnings.catch_warnings():
+                # the full fit has said so, if a refit at its width keeps no basis function
+                warnings.filterwarnings("ignore", "RVC kept no basis function", UserWarning)
+                return _Refit(clone(template).fit(X, classes[t[:, 0]]), r[:, 0])
 
         def log_predictive(refit, r, t):
             X = inputs[np.ix_(r[:, 0], refit.rows)] if precomputed else inputs[r[:, 0]]

@@ -666,6 +666,7 @@ array-like or Prior, default="evidence_shared"
         kept, total = fit.active.size, fit.alpha.size
         if (
             self.prior == "student_t"
+            and self.inference == "type2"  # MCMC and VI sample their columns, pruning none
             and self._cfg.nu == "auto"  # a nu of one's own chooses how dense
             and self._solver() == "mackay"
             and kept > max(DENSE_LEAST, DENSE_FRACTION * total)
