@@ -25,11 +25,13 @@ import argparse
 import os
 import re
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import nbformat
+from jupyter_client.manager import KernelManager
 from nbclient import NotebookClient
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,16 +73,23 @@ def kernel_env(*, fast: bool) -> dict[str, str]:
 
 
 def execute(path: Path, *, fast: bool = False, timeout: int = 3600) -> nbformat.NotebookNode:
-    """Run one notebook in a fresh kernel and return it, executed and normalised."""
+    """Run one notebook in a fresh kernel and return it, executed and normalised.
+
+    The kernel talks over Unix sockets in a folder of its own: two kernels started at once on
+    TCP could pick the same free port, and the one that lost the race left its client waiting
+    (a CI run's heartbeat "Address already in use").
+    """
     nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(
-        nb,
-        timeout=timeout,
-        kernel_name="python3",
-        record_timing=False,
-        resources={"metadata": {"path": str(path.parent)}},
-    )
-    client.execute(env=kernel_env(fast=fast))
+    with tempfile.TemporaryDirectory(prefix="nb-kernel-") as sockets:
+        km = KernelManager(kernel_name="python3", transport="ipc", ip=f"{sockets}/kernel")
+        client = NotebookClient(
+            nb,
+            km=km,
+            timeout=timeout,
+            record_timing=False,
+            resources={"metadata": {"path": str(path.parent)}},
+        )
+        client.execute(env=kernel_env(fast=fast))
     return normalise(nb)
 
 
