@@ -89,7 +89,13 @@ def execute(path: Path, *, fast: bool = False, timeout: int = 3600) -> nbformat.
             record_timing=False,
             resources={"metadata": {"path": str(path.parent)}},
         )
-        client.execute(env=kernel_env(fast=fast))
+        try:
+            client.execute(env=kernel_env(fast=fast))
+        finally:
+            # A kernel manager given to the client is the caller's to stop: else every kernel
+            # would live, with its notebook's memory, until the script exits.
+            if km.has_kernel:
+                km.shutdown_kernel(now=True)
     return normalise(nb)
 
 
