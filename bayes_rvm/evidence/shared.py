@@ -342,15 +342,7 @@ def grow_range(
         Y -= Q @ (Q.T @ Y)
         Y = linalg.qr(Y, mode="economic", check_finite=False)[0]
     B_new = (R.T @ Y).T  # Y^T Phi, as Y^T Q B is rounding (R^T Y: faster than Y^T R)
-    # R -= Y B_new and its sum of squares, a block of rows at a time, each block in cache.
-    total = 0.0
-    buf = np.empty((min(_BLOCK_ROWS, R.shape[0]), R.shape[1]))
-    for start in range(0, R.shape[0], _BLOCK_ROWS):
-        block = R[start : start + _BLOCK_ROWS]
-        out = buf[: block.shape[0]]
-        np.matmul(Y[start : start + _BLOCK_ROWS], B_new, out=out)
-        block -= out
-        total += float(np.vdot(block, block))
+    total = _residual(R, Y, B_new, in_place=True)
     return np.hstack([Q, Y]), np.vstack([B, B_new]), total
 
 
@@ -363,15 +355,19 @@ def _test_matrix(k: int, l: int, seed: int = 0) -> np.ndarray:
     return omega
 
 
-def _residual(Phi: np.ndarray, Q: np.ndarray, B: np.ndarray) -> float:
-    """``||Phi - Q B||_F^2``, a block of rows at a time."""
+def _residual(Phi: np.ndarray, Q: np.ndarray, B: np.ndarray, *, in_place: bool = False) -> float:
+    """``||Phi - Q B||_F^2``, a block of rows at a time (each in cache while it is formed,
+    subtracted and summed); ``in_place``: ``Phi`` is overwritten with ``Phi - Q B``."""
     total = 0.0
     buf = np.empty((min(_BLOCK_ROWS, Phi.shape[0]), Phi.shape[1]))
     for start in range(0, Phi.shape[0], _BLOCK_ROWS):
         rows = slice(start, start + _BLOCK_ROWS)
         out = buf[: Phi[rows].shape[0]]
         np.matmul(Q[rows], B, out=out)
-        out -= Phi[rows]
+        if in_place:
+            out = np.subtract(Phi[rows], out, out=Phi[rows])
+        else:
+            out -= Phi[rows]
         total += float(np.vdot(out, out))
     return total
 
